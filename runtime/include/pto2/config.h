@@ -1,0 +1,40 @@
+// Runtime configuration: a struct with the seed's defaults (seed 000 §14) and
+// the seed's environment variables layered on top.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pto2/errors.h"
+
+namespace pto2 {
+
+inline constexpr int kMaxRings = 4;  // ring = min(scope depth, 3)
+
+struct RuntimeConfig {
+  // Per ring (one ring per scope depth 0..3): task slots, output heap bytes,
+  // dependency-list entries.
+  uint64_t task_window = 65536;          // PTO2_RING_TASK_WINDOW: power of two, >= 4
+  uint64_t heap_size = 1ull << 30;       // PTO2_RING_HEAP: bytes, >= 1024 (address space; committed on use)
+  uint64_t dep_pool_size = 65536;        // PTO2_RING_DEP_POOL: entries, >= 16
+  uint64_t tensormap_pool_size = 65536;  // PTO2_TENSORMAP_POOL: entries, >= 16
+  uint64_t tensormap_buckets = 65536;    // PTO2_TENSORMAP_BUCKETS: power of two
+  int32_t ready_queue_shards = 3;        // PTO2_READY_QUEUE_SHARDS: 1..16
+  int32_t scheduler_threads = 0;         // PTO2_SCHEDULER_THREADS: 1..16; 0 = min(3, CPUs - 1), at least 1
+  uint32_t cleanup_interval = 64;        // retired tasks between TensorMap batch cleanups
+  uint32_t blocked_warn_ms = 1000;       // period of BLOCKED warnings while back-pressured
+  uint32_t stall_timeout_ms = 60000;     // fail a run when nothing completes for this long (0 = never)
+  uint32_t spin_before_park_us = 50;     // idle spin budget before a thread parks
+
+  // Rejects values that break the rules above; the message names the value.
+  Status validate() const;
+
+  // Overrides fields from PTO2_* environment variables. A malformed or
+  // invalid value is an error naming the variable and the value.
+  Status apply_env();
+
+  // The scheduler thread count this config resolves to on this machine.
+  int32_t resolved_scheduler_threads() const;
+};
+
+}  // namespace pto2

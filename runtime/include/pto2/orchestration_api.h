@@ -1,0 +1,215 @@
+// The PTO2 orchestration API: the only header an orchestration library needs.
+//
+// Contract (seed 000 §11): an orchestration is ordinary code that submits tasks
+// whose tensor parameters are tagged INPUT / OUTPUT / INOUT. The runtime derives
+// dependencies from the tensors' address regions (TensorMap), allocates OUTPUT
+// tensors that have no address from the heap ring, and ties buffer lifetimes to
+// scopes (PTO2_SCOPE).
+//
+// Every call goes through the function table in PTO2Runtime, so an orchestration
+// library loaded with dlopen links against nothing of the runtime.
+//
+// Threading: all calls on one PTO2Runtime come from the thread that runs the
+// orchestration function. Errors are sticky: after the first failure every
+// submit returns the negative error code and the run reports that error.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define PTO2_MAX_DIMS 4
+#define PTO2_MAX_PARAMS 16
+
+enum PTO2WorkerType : int32_t {
+  PTO2_WORKER_CUBE = 0,    // AIC cores: matrix work
+  PTO2_WORKER_VECTOR = 1,  // AIV cores: element-wise work
+};
+
+enum PTO2DataType : int32_t {
+  PTO2_FLOAT32 = 0,
+  PTO2_FLOAT16 = 1,
+  PTO2_BFLOAT16 = 2,
+  PTO2_INT32 = 3,
+  PTO2_INT64 = 4,
+  PTO2_INT16 = 5,
+  PTO2_INT8 = 6,
+  PTO2_UINT8 = 7,
+  PTO2_FLOAT64 = 8,
+};
+
+static inline uint32_t pto2_dtype_size(int32_t dtype) {
+  switch (dtype) {
+    case PTO2_FLOAT32: case PTO2_INT32: return 4;
+    case PTO2_FLOAT16: case PTO2_BFLOAT16: case PTO2_INT16: return 2;
+    case PTO2_INT64: case PTO2_FLOAT64: return 8;
+    case PTO2_INT8: case PTO2_UINT8: return 1;
+    default: return 0;
+  }
+}
+
+// A tensor is a view (offsets + shapes) into a dense row-major buffer of
+// raw_shape starting at addr. Views of one buffer share addr and raw_shape,
+// which is what lets the TensorMap compare them dimension by dimension.
+struct Tensor {
+  uint64_t addr;   // base of the underlying buffer; 0 = allocated by the runtime on first OUTPUT
+  uint64_t owner;  // runtime-allocated buffers: creating task + 1 (set by the runtime); 0 = external
+  int32_t dtype;
+  int32_t ndim;
+  uint32_t raw_shape[PTO2_MAX_DIMS];
+  uint32_t offsets[PTO2_MAX_DIMS];
+  uint32_t shapes[PTO2_MAX_DIMS];
+};
+
+// Elements in the view / in the whole buffer.
+static inline uint64_t pto2_tensor_numel(const Tensor* t) {
+  uint64_t n = 1;
+  for (int32_t i = 0; i < t->ndim; ++i) n *= t->shapes[i];
+  return n;
+}
+static inline uint64_t pto2_tensor_buffer_bytes(const Tensor* t) {
+  uint64_t n = pto2_dtype_size(t->dtype);
+  for (int32_t i = 0; i < t->ndim; ++i) n *= t->raw_shape[i];
+  return n;
+}
+// Row-major stride (in elements) of dimension d of the underlying buffer.
+static inline uint64_t pto2_tensor_stride(const Tensor* t, int32_t d) {
+  uint64_t s = 1;
+  for (int32_t i = d + 1; i < t->ndim; ++i) s *= t->raw_shape[i];
+  return s;
+}
+// Element offset of the view's first element inside the buffer.
+static inline uint64_t pto2_tensor_start(const Tensor* t) {
+  uint64_t off = 0;
+  for (int32_t i = 0; i < t->ndim; ++i) off += (uint64_t)t->offsets[i] * pto2_tensor_stride(t, i);
+  return off;
+}
+// Pointer to the view's first element (kernels use this with pto2_tensor_stride).
+static inline void* pto2_tensor_data(const Tensor* t) {
+  return (void*)(uintptr_t)(t->addr + pto2_tensor_start(t) * pto2_dtype_size(t->dtype));
+}
+
+// A tensor over an existing buffer (device memory the caller owns).
+static inline Tensor make_tensor_external(void* ptr, const uint32_t* shapes, int32_t ndim, int32_t dtype) {
+  Tensor t;
+  memset(&t, 0, sizeof(t));
+  t.addr = (uint64_t)(uintptr_t)ptr;
+  t.dtype = dtype;
+  t.ndim = ndim;
+  for (int32_t i = 0; i < ndim && i < PTO2_MAX_DIMS; ++i) {
+    t.raw_shape[i] = shapes[i];
+    t.shapes[i] = shapes[i];
+  }
+  return t;
+}
+// An intermediate tensor: no storage until a task names it as OUTPUT; the
+// runtime then allocates it from the heap ring and writes addr/owner back.
+static inline Tensor make_tensor(const uint32_t* shapes, int32_t ndim, int32_t dtype) {
+  return make_tensor_external(NULL, shapes, ndim, dtype);
+}
+// A sub-box of t: offsets are relative to t's view, shapes must fit inside it.
+// The view shares t's buffer (and so its dependencies and lifetime). An
+// out-of-range view is rejected when it is submitted.
+static inline Tensor tensor_view(const Tensor& t, const uint32_t* offsets, const uint32_t* shapes) {
+  Tensor v = t;
+  for (int32_t i = 0; i < t.ndim && i < PTO2_MAX_DIMS; ++i) {
+    v.offsets[i] = t.offsets[i] + offsets[i];
+    v.shapes[i] = shapes[i];
+  }
+  return v;
+}
+
+enum PTOParamType : int32_t {
+  PTO_PARAM_INPUT = 0,
+  PTO_PARAM_OUTPUT = 1,
+  PTO_PARAM_INOUT = 2,
+  PTO_PARAM_SCALAR = 3,
+};
+
+// A task parameter. Tensor parameters point at the caller's Tensor so that
+// an OUTPUT allocated by the runtime is visible to later submits.
+struct PTOParam {
+  PTOParamType type;
+  Tensor* tensor;
+  uint64_t scalar;
+};
+
+static inline PTOParam make_input_param(Tensor& t) { PTOParam p = {PTO_PARAM_INPUT, &t, 0}; return p; }
+static inline PTOParam make_output_param(Tensor& t) { PTOParam p = {PTO_PARAM_OUTPUT, &t, 0}; return p; }
+static inline PTOParam make_inout_param(Tensor& t) { PTOParam p = {PTO_PARAM_INOUT, &t, 0}; return p; }
+static inline PTOParam make_scalar_param(uint64_t v) { PTOParam p = {PTO_PARAM_SCALAR, NULL, v}; return p; }
+
+struct PTO2Runtime;
+
+struct PTO2RuntimeOps {
+  int64_t (*submit_task)(PTO2Runtime* rt, int32_t kernel_id, int32_t worker_type, PTOParam* params,
+                         int32_t num_params, const int64_t* extra_deps, int32_t num_extra_deps);
+  void (*scope_begin)(PTO2Runtime* rt);
+  void (*scope_end)(PTO2Runtime* rt);
+  void (*orchestration_done)(PTO2Runtime* rt);
+  int32_t (*read_tensor)(PTO2Runtime* rt, const Tensor* t, void* dst, uint64_t dst_bytes);
+  int32_t (*error_code)(PTO2Runtime* rt);
+  const char* (*error_message)(PTO2Runtime* rt);
+};
+
+struct PTO2Runtime {
+  const PTO2RuntimeOps* ops;
+  void* impl;
+};
+
+// Kernel id used by dependency-only tasks (see pto2_rt_submit_dummy_task).
+#define PTO2_KERNEL_DUMMY (-1)
+
+// Submits one task. Returns its task id (>= 0) or a negative PTO2 error code.
+static inline int64_t pto2_rt_submit_task(PTO2Runtime* rt, int32_t kernel_id, int32_t worker_type,
+                                          PTOParam* params, int32_t num_params) {
+  return rt->ops->submit_task(rt, kernel_id, worker_type, params, num_params, NULL, 0);
+}
+// Submits a task that also waits for the given task ids (explicit edges on top
+// of the ones the TensorMap derives).
+static inline int64_t pto2_rt_submit_task_after(PTO2Runtime* rt, int32_t kernel_id, int32_t worker_type,
+                                                PTOParam* params, int32_t num_params, const int64_t* deps,
+                                                int32_t num_deps) {
+  return rt->ops->submit_task(rt, kernel_id, worker_type, params, num_params, deps, num_deps);
+}
+// A dependency-only task: runs no kernel and occupies no core. It completes as
+// soon as everything its parameters depend on has completed, and later tasks
+// that touch its OUTPUT/INOUT tensors are ordered after it (a join point).
+static inline int64_t pto2_rt_submit_dummy_task(PTO2Runtime* rt, PTOParam* params, int32_t num_params) {
+  return rt->ops->submit_task(rt, PTO2_KERNEL_DUMMY, PTO2_WORKER_VECTOR, params, num_params, NULL, 0);
+}
+static inline void pto2_rt_scope_begin(PTO2Runtime* rt) { rt->ops->scope_begin(rt); }
+static inline void pto2_rt_scope_end(PTO2Runtime* rt) { rt->ops->scope_end(rt); }
+static inline void pto2_rt_orchestration_done(PTO2Runtime* rt) { rt->ops->orchestration_done(rt); }
+// Waits until every task that writes any part of t has completed, then copies
+// the view's elements (row-major, dense) into dst. Returns 0 or an error code.
+static inline int32_t pto2_rt_read_tensor(PTO2Runtime* rt, const Tensor* t, void* dst, uint64_t dst_bytes) {
+  return rt->ops->read_tensor(rt, t, dst, dst_bytes);
+}
+static inline int32_t pto2_rt_error(PTO2Runtime* rt) { return rt->ops->error_code(rt); }
+static inline const char* pto2_rt_error_message(PTO2Runtime* rt) { return rt->ops->error_message(rt); }
+// Kept for source compatibility with the seed; the tensor pool needs no setup.
+static inline void pto2_rt_init_tensor_pool(PTO2Runtime* rt) { (void)rt; }
+
+#ifdef __cplusplus
+// RAII scope: PTO2_SCOPE(rt) { ... } — tasks submitted inside belong to it and
+// its runtime-allocated buffers live until it ends and their last user is done.
+struct PTO2ScopeGuard {
+  PTO2Runtime* rt;
+  bool once;
+  explicit PTO2ScopeGuard(PTO2Runtime* r) : rt(r), once(true) { pto2_rt_scope_begin(rt); }
+  ~PTO2ScopeGuard() { pto2_rt_scope_end(rt); }
+  PTO2ScopeGuard(const PTO2ScopeGuard&) = delete;
+  PTO2ScopeGuard& operator=(const PTO2ScopeGuard&) = delete;
+};
+#define PTO2_SCOPE(rt) for (PTO2ScopeGuard pto2_scope_guard_((rt)); pto2_scope_guard_.once; pto2_scope_guard_.once = false)
+#endif
+
+// What an orchestration library exports (seed §11.4).
+struct PTO2OrchestrationConfig {
+  int32_t expected_arg_count;
+};
+typedef PTO2OrchestrationConfig (*PTO2OrchestrationConfigFn)(uint64_t* args, int arg_count);
+typedef int (*PTO2OrchestrationEntryFn)(PTO2Runtime* rt, uint64_t* args, int arg_count);
+#define PTO2_ORCHESTRATION_CONFIG_SYMBOL "aicpu_orchestration_config"
+#define PTO2_ORCHESTRATION_ENTRY_SYMBOL "aicpu_orchestration_entry"

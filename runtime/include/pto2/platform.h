@@ -1,0 +1,64 @@
+// The platform interface: how the runtime reaches cores. The runtime knows
+// nothing of processes, sockets or registers; a platform (the simulated chip in
+// sim/, the host-thread platform for tests, a real chip) implements this.
+//
+// Threading contract:
+//  * dispatch() and poll_finished() for one core are called only by the one
+//    scheduler thread that owns that core, never concurrently.
+//  * dispatch() is only called for an idle core (nothing dispatched, or the
+//    last task's completion was already reported by poll_finished()).
+//  * The platform calls Wakeup::notify() after a core finishes so that a
+//    parked scheduler thread looks again. It may call it from any thread.
+#pragma once
+
+#include <cstdint>
+
+#include "pto2/orchestration_api.h"
+
+namespace pto2 {
+
+enum class WorkerType : int32_t { kCube = PTO2_WORKER_CUBE, kVector = PTO2_WORKER_VECTOR };
+inline constexpr int kNumWorkerTypes = 2;
+
+// What a scheduler hands a core (seed §9.3). args points at the task
+// descriptor's argument array: tensor parameters are pointers to Tensor,
+// scalars are the values. It stays valid until the core's completion is seen.
+struct DispatchPayload {
+  uint64_t task_id = 0;
+  int32_t kernel_id = 0;
+  uint64_t function_bin_addr = 0;
+  int32_t num_args = 0;
+  int64_t* args = nullptr;
+};
+
+// A way to wake parked scheduler threads; implemented by the runtime.
+class Wakeup {
+ public:
+  virtual ~Wakeup() = default;
+  virtual void notify() = 0;
+};
+
+class Platform {
+ public:
+  virtual ~Platform() = default;
+
+  virtual int core_count() const = 0;
+  virtual WorkerType core_type(int core) const = 0;
+
+  // func_id_to_addr: the address a core needs to run kernel_id on a core of
+  // `type`. False if the platform has no such kernel for that core type.
+  virtual bool resolve_kernel(int32_t kernel_id, WorkerType type, uint64_t* function_bin_addr) = 0;
+
+  // Starts payload on an idle core. Must not wait for the kernel to finish,
+  // though a platform may run it inline (the host-thread platform does).
+  virtual void dispatch(int core, const DispatchPayload& payload) = 0;
+
+  // True once the core has finished the task last dispatched to it; reports
+  // that task's id. Non-blocking.
+  virtual bool poll_finished(int core, uint64_t* task_id) = 0;
+
+  // Installed by the runtime before the first dispatch (nullptr to detach).
+  virtual void set_wakeup(Wakeup* wakeup) = 0;
+};
+
+}  // namespace pto2

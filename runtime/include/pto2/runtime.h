@@ -1,0 +1,66 @@
+// pto2::Runtime — one chip's PTO2 ring-buffer runtime (tensormap_and_ringbuffer).
+//
+// A Runtime owns the shared region (header, task descriptors, dep-list pool),
+// the heap rings, the TensorMap and a set of scheduler threads that stay parked
+// between runs. run() executes one orchestration on the calling thread while the
+// scheduler threads dispatch its tasks to the platform's cores; it returns when
+// every submitted task has completed and retired, or with the error that
+// stopped the run. One run at a time per Runtime. The Platform must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "pto2/config.h"
+#include "pto2/errors.h"
+#include "pto2/orchestration_api.h"
+#include "pto2/platform.h"
+
+namespace pto2 {
+
+class RuntimeImpl;
+
+struct RunStats {
+  uint64_t tasks_submitted = 0;
+  uint64_t tasks_completed = 0;
+  uint64_t orchestrator_ns = 0;  // wall time inside the orchestration function
+  uint64_t wall_ns = 0;          // whole run
+  uint64_t blocked_waits = 0;    // times the orchestrator waited on a full ring/pool
+};
+
+struct RunResult {
+  Status status;
+  RunStats stats;
+  bool ok() const { return status.ok(); }
+};
+
+// Signature of an orchestration run through the C++ API; the int return is the
+// orchestration's own verdict (non-zero fails the run).
+using OrchestrationFn = std::function<int(PTO2Runtime* rt)>;
+
+class Runtime {
+ public:
+  // Validates config, maps the shared region and heap, starts the scheduler
+  // threads (parked). Returns nullptr and fills *error on failure.
+  static std::unique_ptr<Runtime> create(const RuntimeConfig& config, Platform& platform, Status* error);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  RunResult run(const OrchestrationFn& orchestration);
+  // The exported-symbol form (seed §11.4): checks arg_count against config.
+  RunResult run(PTO2OrchestrationConfigFn config_fn, PTO2OrchestrationEntryFn entry, uint64_t* args,
+                int arg_count);
+
+  const RuntimeConfig& config() const;
+  // Bytes of the shared region for this config (header + descriptors + pools).
+  uint64_t shared_region_bytes() const;
+
+ private:
+  explicit Runtime(std::unique_ptr<RuntimeImpl> impl);
+  std::unique_ptr<RuntimeImpl> impl_;
+};
+
+}  // namespace pto2

@@ -1,0 +1,102 @@
+#include "pto2/config.h"
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace pto2 {
+
+namespace {
+
+constexpr uint64_t kMaxDepPool = (1ull << 28) - 1;  // dep links keep the index in 29 bits
+
+bool parse_u64(const char* text, uint64_t* out) {
+  if (text == nullptr || *text == '\0' || *text == '-') return false;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 0);
+  if (errno != 0 || end == text) return false;
+  uint64_t mult = 1;
+  if (*end == 'k' || *end == 'K') mult = 1ull << 10, ++end;
+  else if (*end == 'm' || *end == 'M') mult = 1ull << 20, ++end;
+  else if (*end == 'g' || *end == 'G') mult = 1ull << 30, ++end;
+  if (*end != '\0') return false;
+  *out = static_cast<uint64_t>(v) * mult;
+  return true;
+}
+
+}  // namespace
+
+Status RuntimeConfig::validate() const {
+  auto bad = [](std::string m) { return Status::Error(kInvalidConfig, std::move(m)); };
+  if (task_window < 4 || !std::has_single_bit(task_window))
+    return bad(fmt::format("task_window (PTO2_RING_TASK_WINDOW) = {}: must be a power of two >= 4", task_window));
+  if (task_window > (1ull << 24))
+    return bad(fmt::format("task_window (PTO2_RING_TASK_WINDOW) = {}: must be <= {}", task_window, 1ull << 24));
+  if (heap_size < 1024)
+    return bad(fmt::format("heap_size (PTO2_RING_HEAP) = {}: must be >= 1024 bytes", heap_size));
+  if (heap_size % 1024 != 0)
+    return bad(fmt::format("heap_size (PTO2_RING_HEAP) = {}: must be a multiple of 1024 (the output alignment)",
+                           heap_size));
+  if (dep_pool_size < 16 || dep_pool_size > kMaxDepPool)
+    return bad(fmt::format("dep_pool_size (PTO2_RING_DEP_POOL) = {}: must be in 16..{}", dep_pool_size, kMaxDepPool));
+  if (tensormap_pool_size < 16 || tensormap_pool_size > (1ull << 30))
+    return bad(fmt::format("tensormap_pool_size (PTO2_TENSORMAP_POOL) = {}: must be in 16..{}", tensormap_pool_size,
+                           1ull << 30));
+  if (tensormap_buckets < 1 || !std::has_single_bit(tensormap_buckets) || tensormap_buckets > (1ull << 26))
+    return bad(fmt::format("tensormap_buckets (PTO2_TENSORMAP_BUCKETS) = {}: must be a power of two in 1..{}",
+                           tensormap_buckets, 1ull << 26));
+  if (ready_queue_shards < 1 || ready_queue_shards > 16)
+    return bad(fmt::format("ready_queue_shards (PTO2_READY_QUEUE_SHARDS) = {}: must be in 1..16", ready_queue_shards));
+  if (scheduler_threads < 0 || scheduler_threads > 16)
+    return bad(fmt::format("scheduler_threads (PTO2_SCHEDULER_THREADS) = {}: must be in 0..16 (0 = automatic)",
+                           scheduler_threads));
+  if (cleanup_interval < 1)
+    return bad(fmt::format("cleanup_interval = {}: must be >= 1", cleanup_interval));
+  if (blocked_warn_ms < 1) return bad(fmt::format("blocked_warn_ms = {}: must be >= 1", blocked_warn_ms));
+  return Status::Ok();
+}
+
+Status RuntimeConfig::apply_env() {
+  struct Var {
+    const char* name;
+    uint64_t* u64;
+    int32_t* i32;
+  };
+  uint64_t shards = static_cast<uint64_t>(ready_queue_shards);
+  uint64_t threads = static_cast<uint64_t>(scheduler_threads);
+  const Var vars[] = {
+      {"PTO2_RING_TASK_WINDOW", &task_window, nullptr}, {"PTO2_RING_HEAP", &heap_size, nullptr},
+      {"PTO2_RING_DEP_POOL", &dep_pool_size, nullptr},  {"PTO2_TENSORMAP_POOL", &tensormap_pool_size, nullptr},
+      {"PTO2_TENSORMAP_BUCKETS", &tensormap_buckets, nullptr}, {"PTO2_READY_QUEUE_SHARDS", &shards, nullptr},
+      {"PTO2_SCHEDULER_THREADS", &threads, nullptr},
+  };
+  for (const Var& v : vars) {
+    const char* text = std::getenv(v.name);
+    if (text == nullptr) continue;
+    uint64_t value = 0;
+    if (!parse_u64(text, &value))
+      return Status::Error(kInvalidConfig,
+                           fmt::format("{}='{}': not a non-negative integer (suffixes k, m, g allowed)", v.name, text));
+    *v.u64 = value;
+  }
+  if (shards > 1024 || threads > 1024)
+    return Status::Error(kInvalidConfig, fmt::format("PTO2_READY_QUEUE_SHARDS={} / PTO2_SCHEDULER_THREADS={}: too "
+                                                     "large",
+                                                     shards, threads));
+  ready_queue_shards = static_cast<int32_t>(shards);
+  scheduler_threads = static_cast<int32_t>(threads);
+  return validate();
+}
+
+int32_t RuntimeConfig::resolved_scheduler_threads() const {
+  if (scheduler_threads > 0) return scheduler_threads;
+  const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::clamp(cpus - 1, 1, 3);
+}
+
+}  // namespace pto2

@@ -1,0 +1,586 @@
+#include "orchestrator.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "log.h"
+
+namespace pto2 {
+
+namespace {
+
+constexpr uint64_t kParkSliceNs = 1000000;  // 1 ms between liveness checks while parked
+constexpr int32_t kMaxCachedKernelId = 4096;
+
+Orchestrator* self(PTO2Runtime* rt) { return static_cast<Orchestrator*>(rt->impl); }
+
+int64_t api_submit(PTO2Runtime* rt, int32_t kernel_id, int32_t worker_type, PTOParam* params, int32_t n,
+                   const int64_t* deps, int32_t ndeps) {
+  return self(rt)->submit(kernel_id, worker_type, params, n, deps, ndeps);
+}
+void api_scope_begin(PTO2Runtime* rt) { self(rt)->scope_begin(); }
+void api_scope_end(PTO2Runtime* rt) { self(rt)->scope_end(); }
+void api_done(PTO2Runtime* rt) { self(rt)->orchestration_done(); }
+int32_t api_read(PTO2Runtime* rt, const Tensor* t, void* dst, uint64_t n) { return self(rt)->read_tensor(t, dst, n); }
+int32_t api_error(PTO2Runtime* rt) { return self(rt)->error().code; }
+const char* api_error_message(PTO2Runtime* rt) { return self(rt)->error().message.c_str(); }
+
+const PTO2RuntimeOps kOps = {api_submit, api_scope_begin, api_scope_end, api_done,
+                             api_read,   api_error,       api_error_message};
+
+const char* kind_name(int32_t type) {
+  switch (type) {
+    case PTO_PARAM_INPUT: return "INPUT";
+    case PTO_PARAM_OUTPUT: return "OUTPUT";
+    case PTO_PARAM_INOUT: return "INOUT";
+    default: return "SCALAR";
+  }
+}
+
+uint64_t recommend(uint64_t needed) { return std::bit_ceil(std::max<uint64_t>(needed, 4) * 2); }
+
+}  // namespace
+
+Orchestrator::Orchestrator(RuntimeState& state) : s_(state) {
+  api_.ops = &kOps;
+  api_.impl = this;
+  std::atomic<uint64_t>* last_alive[kMaxRings];
+  for (int r = 0; r < kMaxRings; ++r) {
+    RingFlowControl& fc = s_.rings[r].flow();
+    heaps_[r].init(s_.heap_base + r * s_.config.heap_size, s_.config.heap_size, &fc.heap_top, &fc.heap_tail);
+    deps_[r].init(s_.dep_entries[r], s_.config.dep_pool_size, &fc.dep_top, &fc.dep_tail);
+    scope_held_[r].assign(s_.config.task_window, 0);
+    last_alive[r] = &fc.last_task_alive;
+  }
+  tensor_map_ = std::make_unique<TensorMap>(s_.config.tensormap_pool_size, s_.config.tensormap_buckets,
+                                            s_.config.task_window, last_alive);
+  tensor_map_->set_cleanup_interval(s_.config.cleanup_interval);
+  scope_tasks_.reserve(s_.config.task_window * kMaxRings);
+  producers_.reserve(64);
+}
+
+int Orchestrator::current_ring() const { return std::min(scope_depth(), kMaxRings - 1); }
+
+void Orchestrator::fail(int32_t code, std::string message) {
+  if (!error_.ok()) return;  // the first error is the one reported
+  error_ = Status::Error(code, std::move(message));
+  component_logger("orchestrator")->error("{} ({}): {}", error_name(code), code, error_.message);
+}
+
+void Orchestrator::begin_run() {
+  error_ = Status::Ok();
+  done_ = false;
+  submitted_ = 0;
+  blocked_waits_ = 0;
+  scope_tasks_.clear();
+  scope_begin_.assign(1, 0);  // the implicit scope around the orchestration (seed §10.2 step 6)
+}
+
+void Orchestrator::end_run() {
+  if (scope_begin_.size() > 1) {
+    component_logger("orchestrator")
+        ->warn("orchestration returned with {} scope(s) still open; closing them", scope_begin_.size() - 1);
+  }
+  while (!scope_begin_.empty()) {
+    const size_t begin = scope_begin_.back();
+    scope_begin_.pop_back();
+    for (size_t i = begin; i < scope_tasks_.size(); ++i) {
+      const uint64_t id = scope_tasks_[i];
+      scope_held_[task_ring(id)][s_.ring_of(id).slot(task_seq(id))] = 0;
+      s_.release(id);
+    }
+    scope_tasks_.resize(begin);
+  }
+  orchestration_done();
+}
+
+void Orchestrator::scope_begin() { scope_begin_.push_back(scope_tasks_.size()); }
+
+void Orchestrator::scope_end() {
+  if (scope_begin_.size() <= 1) {
+    fail(kInvalidArgument, "pto2_rt_scope_end without a matching pto2_rt_scope_begin");
+    return;
+  }
+  const size_t begin = scope_begin_.back();
+  scope_begin_.pop_back();
+  // The scope's reference on each task it owns (seed 000: one reference, from
+  // the innermost scope). Tasks of nested scopes were released by those.
+  for (size_t i = begin; i < scope_tasks_.size(); ++i) {
+    const uint64_t id = scope_tasks_[i];
+    scope_held_[task_ring(id)][s_.ring_of(id).slot(task_seq(id))] = 0;
+    s_.release(id);
+  }
+  scope_tasks_.resize(begin);
+}
+
+void Orchestrator::orchestration_done() {
+  done_ = true;
+  s_.region.header()->orchestrator_done.store(1, std::memory_order_release);
+  s_.sched_ec.notify();
+}
+
+bool Orchestrator::resolve_kernel(int32_t kernel_id, int32_t worker_type, uint64_t* addr) {
+  std::vector<uint64_t>& cache = kernel_addr_cache_[worker_type];
+  if (kernel_id >= 0 && kernel_id < kMaxCachedKernelId && static_cast<size_t>(kernel_id) < cache.size() &&
+      cache[kernel_id] != 0) {
+    *addr = cache[kernel_id];
+    return true;
+  }
+  if (!s_.platform.resolve_kernel(kernel_id, static_cast<WorkerType>(worker_type), addr)) return false;
+  if (kernel_id >= 0 && kernel_id < kMaxCachedKernelId && *addr != 0) {
+    if (cache.size() <= static_cast<size_t>(kernel_id)) cache.resize(kernel_id + 1, 0);
+    cache[kernel_id] = *addr;
+  }
+  return true;
+}
+
+bool Orchestrator::validate_params(int32_t worker_type, const PTOParam* params, int32_t n) {
+  if (n < 0 || n > PTO2_MAX_PARAMS) {
+    fail(kInvalidArgument, fmt::format("num_params {} is outside 0..{}", n, PTO2_MAX_PARAMS));
+    return false;
+  }
+  if (n > 0 && params == nullptr) {
+    fail(kInvalidArgument, fmt::format("params is null with num_params {}", n));
+    return false;
+  }
+  if (worker_type != PTO2_WORKER_CUBE && worker_type != PTO2_WORKER_VECTOR) {
+    fail(kInvalidArgument, fmt::format("worker_type {} is neither PTO2_WORKER_CUBE (0) nor PTO2_WORKER_VECTOR (1)",
+                                       worker_type));
+    return false;
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    const PTOParam& p = params[i];
+    if (p.type < PTO_PARAM_INPUT || p.type > PTO_PARAM_SCALAR) {
+      fail(kInvalidArgument, fmt::format("param {}: type {} is not INPUT/OUTPUT/INOUT/SCALAR", i, int(p.type)));
+      return false;
+    }
+    if (p.type == PTO_PARAM_SCALAR) continue;
+    const Tensor* t = p.tensor;
+    if (t == nullptr) {
+      fail(kInvalidArgument, fmt::format("param {} ({}): tensor pointer is null", i, kind_name(p.type)));
+      return false;
+    }
+    if (t->ndim < 1 || t->ndim > PTO2_MAX_DIMS) {
+      fail(kInvalidArgument, fmt::format("param {} ({}): ndim {} is outside 1..{}", i, kind_name(p.type), t->ndim,
+                                         PTO2_MAX_DIMS));
+      return false;
+    }
+    if (pto2_dtype_size(t->dtype) == 0) {
+      fail(kInvalidArgument, fmt::format("param {} ({}): unknown dtype {}", i, kind_name(p.type), t->dtype));
+      return false;
+    }
+    for (int32_t d = 0; d < t->ndim; ++d) {
+      if (static_cast<uint64_t>(t->offsets[d]) + t->shapes[d] > t->raw_shape[d]) {
+        fail(kInvalidArgument,
+             fmt::format("param {} ({}): view offsets[{}] + shapes[{}] = {} exceeds raw_shape[{}] = {}", i,
+                         kind_name(p.type), d, d, static_cast<uint64_t>(t->offsets[d]) + t->shapes[d], d,
+                         t->raw_shape[d]));
+        return false;
+      }
+    }
+    if (t->addr == 0 && p.type != PTO_PARAM_OUTPUT) {
+      fail(kInvalidArgument, fmt::format("param {} ({}): tensor has no storage (addr 0); a runtime-allocated "
+                                         "tensor must first be produced by an OUTPUT parameter",
+                                         i, kind_name(p.type)));
+      return false;
+    }
+    if (t->owner != 0) {
+      const uint64_t owner = task_from_owner(t->owner);
+      const uint32_t r = task_ring(owner);
+      const uint64_t seq = task_seq(owner);
+      const bool alive = seq < s_.rings[r].next_seq() && s_.descriptor_of(owner).task_id == owner &&
+                         scope_held_[r][s_.rings[r].slot(seq)] != 0;
+      if (!alive) {
+        fail(kTensorOutOfScope,
+             fmt::format("param {} ({}): tensor at {:#x} was allocated by task {} in a scope that has ended, so "
+                         "its buffer may already be reused; allocate it in an enclosing scope",
+                         i, kind_name(p.type), t->addr, owner));
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool Orchestrator::ring_blocked_by_scope(uint32_t ring, uint64_t below) const {
+  const TaskRing& tr = s_.rings[ring];
+  const uint64_t la = s_.rings[ring].flow().last_task_alive.load(std::memory_order_acquire);
+  if (la >= below) return true;  // nothing older is live: waiting frees nothing more
+  const uint64_t slot = tr.slot(la);
+  if (s_.rings[ring].descriptor(la).task_id != make_task_id(ring, la)) return false;
+  return scope_held_[ring][slot] != 0;
+}
+
+template <typename Try, typename Diagnose, typename Describe>
+bool Orchestrator::wait_for(Try&& try_once, Diagnose&& diagnose, Describe&& describe) {
+  if (try_once()) return true;
+  ++blocked_waits_;
+  if (Status st = diagnose(); !st.ok()) {
+    fail(st.code, st.message);
+    return false;
+  }
+  const uint64_t start = now_ns();
+  uint64_t last_warn = start, last_progress = start;
+  uint64_t seen = s_.completed_count.load(std::memory_order_acquire);
+  const uint64_t warn_ns = uint64_t(s_.config.blocked_warn_ms) * 1000000;
+  const uint64_t stall_ns = uint64_t(s_.config.stall_timeout_ms) * 1000000;
+  return spin_then_park(s_.orch_ec, uint64_t(s_.config.spin_before_park_us) * 1000, kParkSliceNs, try_once, [&] {
+    if (Status st = diagnose(); !st.ok()) {
+      fail(st.code, st.message);
+      return false;
+    }
+    const uint64_t now = now_ns();
+    const uint64_t c = s_.completed_count.load(std::memory_order_acquire);
+    if (c != seen) {
+      seen = c;
+      last_progress = now;
+    } else if (stall_ns != 0 && now - last_progress >= stall_ns) {
+      fail(kStalled, fmt::format("{}: no task completed for {} ms", describe(), s_.config.stall_timeout_ms));
+      return false;
+    }
+    if (now - last_warn >= warn_ns) {
+      component_logger("orchestrator")->warn("{}, waited={}ms", describe(), (now - start) / 1000000);
+      last_warn = now;
+    }
+    return true;
+  });
+}
+
+Status Orchestrator::diagnose_task_ring(uint32_t ring) {
+  TaskRing& tr = s_.rings[ring];
+  if (!ring_blocked_by_scope(ring, tr.next_seq())) return Status::Ok();
+  const uint64_t active = tr.next_seq() - tr.last_alive();
+  const uint64_t in_scope = scope_tasks_.size() - scope_begin_.back();
+  const bool one_scope = in_scope >= tr.window() - 1;
+  return Status::Error(
+      one_scope ? kScopeExceedsWindow : kTaskRingDeadlock,
+      fmt::format("FATAL: Flow Control Deadlock Detected! Task ring {} is FULL: active tasks {} / window {}, the "
+                  "innermost scope (depth {}) holds {} of them. Root cause: every active task still holds its "
+                  "owning scope's reference, which only scope_end() releases, and scope_end() needs this "
+                  "orchestrator to continue. Solution: PTO2_RING_TASK_WINDOW >= {} (at least 2x the tasks of the "
+                  "largest scope), or split the scope.",
+                  ring, active, tr.window(), scope_depth(), in_scope, recommend(active + 1)));
+}
+
+void Orchestrator::publish_as_noop(uint32_t ring, uint64_t seq) {
+  // A slot that was allocated but could not be filled becomes a dependency-
+  // free no-op so the ring's order of retirement stays intact.
+  TaskRing& tr = s_.rings[ring];
+  TaskDescriptor& d = tr.descriptor(seq);
+  const uint64_t id = make_task_id(ring, seq);
+  d.worker_type = kWorkerDummy;
+  d.kernel_id = PTO2_KERNEL_DUMMY;
+  d.num_params = 0;
+  d.fanin_count = 0;
+  d.fanin_head = 0;
+  d.heap_end_pos = heaps_[ring].top();
+  d.dep_end_pos = deps_[ring].top();
+  scope_tasks_.push_back(id);
+  scope_held_[ring][tr.slot(seq)] = 1;
+  tr.slot_state(seq).scan_id.store(id | TaskSlotState::kRootBit, std::memory_order_release);
+  tr.publish(seq);
+  s_.sched_ec.notify();
+}
+
+void Orchestrator::add_producer(uint64_t consumer, uint64_t producer, int32_t* edges) {
+  if (s_.descriptor_of(producer).task_id != producer) return;  // retired, slot reused
+  TaskSlotState& pst = s_.slot_of(producer);
+  // Take a fanout reference unless the producer is already consumed.
+  int32_t refs = pst.refs.load(std::memory_order_acquire);
+  do {
+    if (refs == 0) return;
+  } while (!pst.refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+
+  const uint32_t ring = task_ring(consumer);
+  TaskSlotState& cst = s_.slot_of(consumer);
+  TaskDescriptor& cd = s_.descriptor_of(consumer);
+  // Seed §7.3: under the producer's lock, either it has completed (no edge),
+  // or the consumer goes on its fanout list and the completion will count it.
+  lock_fanout(pst);
+  if (!pst.completed) {
+    pst.fanout_head = make_dep_link(ring, deps_[ring].alloc(consumer, pst.fanout_head));
+    ++pst.fanout_count;
+    cst.fanin_pending.fetch_add(1, std::memory_order_relaxed);
+    ++*edges;
+  }
+  unlock_fanout(pst);
+  // Consumer's list of producers to release when it completes.
+  cd.fanin_head = make_dep_link(ring, deps_[ring].alloc(producer, cd.fanin_head));
+}
+
+int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* params, int32_t n,
+                             const int64_t* extra_deps, int32_t num_extra_deps) {
+  if (!error_.ok()) return -error_.code;
+  if (done_) {
+    fail(kOrchestrationDone, "task submitted after pto2_rt_orchestration_done");
+    return -error_.code;
+  }
+  const bool dummy = kernel_id == PTO2_KERNEL_DUMMY;
+  if (dummy) worker_type = PTO2_WORKER_VECTOR;  // validated as a normal type, stored as dummy below
+  if (!validate_params(worker_type, params, n)) return -error_.code;
+  if (num_extra_deps < 0 || (num_extra_deps > 0 && extra_deps == nullptr)) {
+    fail(kInvalidArgument, fmt::format("num_deps {} with deps {}", num_extra_deps, extra_deps ? "set" : "null"));
+    return -error_.code;
+  }
+  uint64_t function_addr = 0;
+  if (!dummy && !resolve_kernel(kernel_id, worker_type, &function_addr)) {
+    fail(kUnknownKernel, fmt::format("kernel id {} is not registered for {} cores", kernel_id,
+                                     worker_type == PTO2_WORKER_CUBE ? "CUBE (AIC)" : "VECTOR (AIV)"));
+    return -error_.code;
+  }
+
+  const uint32_t ring = static_cast<uint32_t>(current_ring());
+  TaskRing& tr = s_.rings[ring];
+
+  // Step 0: batch cleanup of retired tasks' TensorMap entries.
+  tensor_map_->sync(/*force=*/false);
+
+  // Step 1: task slot.
+  uint64_t seq = 0;
+  if (!wait_for([&] { return tr.try_alloc(&seq); }, [&] { return diagnose_task_ring(ring); },
+                [&] {
+                  const uint64_t active = tr.next_seq() - tr.last_alive();
+                  return fmt::format("[TaskRing] BLOCKED (Flow Control): ring={} current={}, last_alive={}, "
+                                     "active={}/{} ({:.1f}%)",
+                                     ring, tr.next_seq(), tr.last_alive(), active, tr.window(),
+                                     100.0 * double(active) / double(tr.window()));
+                }))
+    return -error_.code;
+  const uint64_t id = make_task_id(ring, seq);
+
+  // Step 1b: reset the recycled slot.
+  TaskSlotState& st = tr.slot_state(seq);
+  st.state.store(kSlotInitial, std::memory_order_relaxed);
+  st.fanin_pending.store(1, std::memory_order_relaxed);  // submit in progress
+  st.refs.store(2, std::memory_order_relaxed);           // owning scope + own completion
+  st.fanout_head = 0;
+  st.fanout_count = 0;
+  st.completed = false;
+  st.scan_id.store(TaskSlotState::kNoScanId, std::memory_order_relaxed);
+  tensor_map_->before_slot_reuse(ring, seq);
+
+  // Step 2: descriptor.
+  TaskDescriptor& d = tr.descriptor(seq);
+  d.task_id = id;
+  d.kernel_id = kernel_id;
+  d.worker_type = dummy ? kWorkerDummy : worker_type;
+  d.function_bin_addr = function_addr;
+  d.num_params = n;
+  d.fanin_head = 0;
+  d.fanin_count = 0;
+  d.packed_buffer_base = 0;
+  d.packed_buffer_end = 0;
+  uint64_t out_bytes = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const PTOParam& p = params[i];
+    d.param_kind[i] = static_cast<uint8_t>(p.type);
+    if (p.type == PTO_PARAM_SCALAR) {
+      d.args[i] = static_cast<int64_t>(p.scalar);
+      continue;
+    }
+    d.tensors[i] = *p.tensor;
+    d.args[i] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&d.tensors[i]));
+    if (p.type == PTO_PARAM_OUTPUT && p.tensor->addr == 0)
+      out_bytes += align_up(std::max<uint64_t>(pto2_tensor_buffer_bytes(p.tensor), 1), kOutputAlign);
+  }
+
+  // Step 3: producers (TensorMap) and buffer owners (lifetime), no references yet.
+  producers_.clear();
+  for (int32_t i = 0; i < n; ++i) {
+    const PTOParam& p = params[i];
+    if (p.type == PTO_PARAM_SCALAR || (p.type == PTO_PARAM_OUTPUT && p.tensor->addr == 0)) continue;
+    tensor_map_->lookup(*p.tensor, /*as_writer=*/p.type != PTO_PARAM_INPUT, &producers_);
+    if (p.tensor->owner != 0) producers_.push_back(task_from_owner(p.tensor->owner));
+  }
+  for (int32_t i = 0; i < num_extra_deps; ++i) {
+    const uint64_t dep = static_cast<uint64_t>(extra_deps[i]);
+    const uint32_t dr = task_ring(dep);
+    const uint64_t limit = dr == ring ? seq : s_.rings[dr].next_seq();
+    if (extra_deps[i] < 0 || task_seq(dep) >= limit) {
+      publish_as_noop(ring, seq);
+      fail(kInvalidArgument, fmt::format("dependency {} is not a task submitted before this one", extra_deps[i]));
+      return -error_.code;
+    }
+    producers_.push_back(dep);
+  }
+  if (producers_.size() > 1) {
+    std::sort(producers_.begin(), producers_.end());
+    producers_.erase(std::unique(producers_.begin(), producers_.end()), producers_.end());
+  }
+
+  // Step 5: one packed heap allocation for every runtime-allocated output.
+  HeapRing& heap = heaps_[ring];
+  if (out_bytes > 0) {
+    uint64_t base = 0;
+    if (out_bytes > heap.size()) {
+      publish_as_noop(ring, seq);
+      fail(kHeapRequestTooLarge,
+           fmt::format("task needs {} bytes of packed outputs but heap ring {} has {} bytes in all; "
+                       "Recommended: PTO2_RING_HEAP >= {}",
+                       out_bytes, ring, heap.size(), recommend(out_bytes)));
+      return -error_.code;
+    }
+    const bool ok = wait_for(
+        [&] { return heap.try_alloc(out_bytes, &base) == HeapRing::Alloc::kOk; },
+        [&]() -> Status {
+          if (!ring_blocked_by_scope(ring, seq)) return Status::Ok();
+          return Status::Error(
+              kHeapRingDeadlock,
+              fmt::format("FATAL: Heap ring {} deadlock: requesting {} bytes, used {} of {} (top={}, tail={}); "
+                          "the oldest live task {} is held by an open scope, so nothing can be reclaimed. "
+                          "Recommended: PTO2_RING_HEAP >= {}",
+                          ring, out_bytes, heap.used(), heap.size(), heap.top(), heap.tail(),
+                          make_task_id(ring, tr.last_alive()), recommend(heap.used() + out_bytes)));
+        },
+        [&] {
+          return fmt::format("[HeapRing] BLOCKED: ring={} requesting {} bytes, used={}/{}, top={}, tail={}", ring,
+                             out_bytes, heap.used(), heap.size(), heap.top(), heap.tail());
+        });
+    if (!ok) {
+      publish_as_noop(ring, seq);
+      return -error_.code;
+    }
+    d.packed_buffer_base = base;
+    d.packed_buffer_end = base + out_bytes;
+    uint64_t off = 0;
+    for (int32_t i = 0; i < n; ++i) {
+      PTOParam& p = params[i];
+      if (p.type != PTO_PARAM_OUTPUT || p.tensor->addr != 0) continue;
+      p.tensor->addr = base + off;
+      p.tensor->owner = owner_from_task(id);
+      d.tensors[i].addr = p.tensor->addr;
+      d.tensors[i].owner = p.tensor->owner;
+      off += align_up(std::max<uint64_t>(pto2_tensor_buffer_bytes(p.tensor), 1), kOutputAlign);
+    }
+  }
+  d.heap_end_pos = heap.top();
+
+  // Reserve what linking and inserting will use.
+  DepPool& deps = deps_[ring];
+  const uint64_t dep_needed = 2 * producers_.size();
+  if (!wait_for([&] { return deps.can_reserve(dep_needed); },
+                [&]() -> Status {
+                  if (!ring_blocked_by_scope(ring, seq)) return Status::Ok();
+                  return Status::Error(
+                      kDepPoolDeadlock,
+                      fmt::format("FATAL: Dependency list pool of ring {} deadlock: task needs {} entries, {} of "
+                                  "{} in use by tasks that cannot retire while their scope is open. "
+                                  "Recommended: PTO2_RING_DEP_POOL >= {}",
+                                  ring, dep_needed, deps.used(), deps.size(), recommend(deps.used() + dep_needed)));
+                },
+                [&] {
+                  return fmt::format("[DepPool] BLOCKED: ring={} requesting {} entries, used={}/{}", ring,
+                                     dep_needed, deps.used(), deps.size());
+                })) {
+    publish_as_noop(ring, seq);
+    return -error_.code;
+  }
+  uint64_t tm_needed = 0;
+  for (int32_t i = 0; i < n; ++i) tm_needed += params[i].type != PTO_PARAM_SCALAR;
+  if (!wait_for([&] { return tensor_map_->reserve(tm_needed); },
+                [&]() -> Status {
+                  if (tm_needed > tensor_map_->pool_size())
+                    return Status::Error(kTensorMapDeadlock,
+                                         fmt::format("task needs {} TensorMap entries, pool has {}", tm_needed,
+                                                     tensor_map_->pool_size()));
+                  for (uint32_t r = 0; r < kMaxRings; ++r) {
+                    if (tensor_map_->entries_in_use(r) == 0) continue;
+                    if (!ring_blocked_by_scope(r, r == ring ? seq : s_.rings[r].next_seq())) return Status::Ok();
+                  }
+                  uint64_t used = tensor_map_->pool_size() - tensor_map_->free_entries();
+                  return Status::Error(
+                      kTensorMapDeadlock,
+                      fmt::format("FATAL: TensorMap entry pool deadlock: {} of {} entries belong to tasks that "
+                                  "cannot retire while their scopes are open. Recommended: PTO2_TENSORMAP_POOL >= {}",
+                                  used, tensor_map_->pool_size(), recommend(used + tm_needed)));
+                },
+                [&] {
+                  return fmt::format("[TensorMap] BLOCKED: pool exhausted, requesting {} entries, free={}/{}",
+                                     tm_needed, tensor_map_->free_entries(), tensor_map_->pool_size());
+                })) {
+    publish_as_noop(ring, seq);
+    return -error_.code;
+  }
+
+  // Step 4: dependencies.
+  int32_t edges = 0;
+  for (uint64_t p : producers_) add_producer(id, p, &edges);
+  d.dep_end_pos = deps.top();
+  deps.publish();
+
+  // Step 6: this task's accesses become visible to later lookups.
+  for (int32_t i = 0; i < n; ++i) {
+    const PTOParam& p = params[i];
+    if (p.type == PTO_PARAM_SCALAR) continue;
+    tensor_map_->insert(d.tensors[i], id, p.type == PTO_PARAM_INPUT ? TensorMap::kReader : TensorMap::kWriter);
+  }
+
+  scope_tasks_.push_back(id);
+  scope_held_[ring][tr.slot(seq)] = 1;
+
+  // Step 7: a task with no pending producer is found by the schedulers'
+  // incremental scan; one whose producers all finished while it was being
+  // submitted goes to the orchestrator ready queue.
+  d.fanin_count = edges;
+  if (edges == 0) {
+    st.scan_id.store(id | TaskSlotState::kRootBit, std::memory_order_release);
+  } else {
+    st.scan_id.store(id, std::memory_order_release);
+    if (st.fanin_pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      st.state.store(kSlotReady, std::memory_order_relaxed);
+      while (!s_.orch_ready->try_push(id)) cpu_relax();
+    }
+  }
+
+  // Step 8: publish.
+  tr.publish(seq);
+  s_.sched_ec.notify();
+  ++submitted_;
+  return static_cast<int64_t>(id);
+}
+
+int32_t Orchestrator::read_tensor(const Tensor* t, void* dst, uint64_t dst_bytes) {
+  if (!error_.ok()) return error_.code;
+  if (t == nullptr || dst == nullptr) {
+    fail(kInvalidArgument, "pto2_rt_read_tensor: tensor or destination is null");
+    return error_.code;
+  }
+  const uint64_t esz = pto2_dtype_size(t->dtype);
+  const uint64_t bytes = pto2_tensor_numel(t) * esz;
+  if (bytes > dst_bytes) {
+    fail(kInvalidArgument,
+         fmt::format("pto2_rt_read_tensor: view holds {} bytes but the destination has {}", bytes, dst_bytes));
+    return error_.code;
+  }
+  // A dependency-only task that reads t completes once every writer of t has.
+  Tensor view = *t;
+  PTOParam p = make_input_param(view);
+  const int64_t id = submit(PTO2_KERNEL_DUMMY, PTO2_WORKER_VECTOR, &p, 1, nullptr, 0);
+  if (id < 0) return error_.code;
+  TaskSlotState& st = s_.slot_of(static_cast<uint64_t>(id));
+  if (!wait_for([&] { return st.state.load(std::memory_order_acquire) >= kSlotCompleted; },
+                [] { return Status::Ok(); },
+                [&] { return fmt::format("[ReadTensor] waiting for the writers of {:#x}", t->addr); }))
+    return error_.code;
+  // Copy the view row by row into dense row-major order.
+  const int32_t nd = t->ndim;
+  const uint64_t row = t->shapes[nd - 1] * esz;
+  uint64_t idx[PTO2_MAX_DIMS] = {};
+  const uint64_t rows = pto2_tensor_numel(t) / std::max<uint32_t>(t->shapes[nd - 1], 1);
+  auto* out = static_cast<uint8_t*>(dst);
+  for (uint64_t r = 0; r < rows && row > 0; ++r) {
+    uint64_t elem = 0;
+    for (int32_t dd = 0; dd < nd; ++dd) elem += (t->offsets[dd] + idx[dd]) * pto2_tensor_stride(t, dd);
+    std::memcpy(out + r * row, reinterpret_cast<const uint8_t*>(t->addr) + elem * esz, row);
+    for (int32_t dd = nd - 2; dd >= 0; --dd) {
+      if (++idx[dd] < t->shapes[dd]) break;
+      idx[dd] = 0;
+    }
+  }
+  return kOk;
+}
+
+}  // namespace pto2

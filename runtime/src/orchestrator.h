@@ -1,0 +1,93 @@
+// Orchestrator (seed 000 §7): runs on the thread that calls Runtime::run and
+// turns pto2_rt_submit_task calls into published tasks.
+//
+// Submit steps (seed §7.2), reordered so that every wait happens before the
+// task takes references on other tasks (a task that holds a reference while
+// waiting for space could keep that space from ever being freed):
+//   0  sync TensorMap (batch cleanup of retired tasks' entries)
+//   1  allocate a task slot (back-pressure), 1b reset its state
+//   2  fill the descriptor, copy parameters
+//   3  TensorMap lookups -> producer list (no references taken yet)
+//   5  heap allocation of the packed outputs (back-pressure)
+//      reserve dep-list and TensorMap entries (back-pressure)
+//   4  link producers with the fanout-lock protocol (seed §7.3)
+//   6  insert this task's writes/reads into the TensorMap
+//   7  finalize fanin; early-ready tasks go to the orchestrator ready queue
+//   8  publish current_task_index (release)
+//
+// A wait that cannot end (the space it needs is held by tasks whose scope is
+// still open, so only this thread could free it) is diagnosed at once and
+// fails the run with a numeric error and a recommended size.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "heap_ring.h"
+#include "pto2/errors.h"
+#include "pto2/orchestration_api.h"
+#include "runtime_state.h"
+#include "tensor_map.h"
+
+namespace pto2 {
+
+class Orchestrator {
+ public:
+  explicit Orchestrator(RuntimeState& state);
+
+  // Opens the run's implicit outermost scope (depth 0 -> ring 0).
+  void begin_run();
+  // Closes scopes the orchestration left open and marks orchestration done.
+  void end_run();
+
+  int64_t submit(int32_t kernel_id, int32_t worker_type, PTOParam* params, int32_t num_params,
+                 const int64_t* extra_deps, int32_t num_extra_deps);
+  void scope_begin();
+  void scope_end();
+  void orchestration_done();
+  int32_t read_tensor(const Tensor* t, void* dst, uint64_t dst_bytes);
+
+  // Sticky error of the current run.
+  const Status& error() const { return error_; }
+  void fail(int32_t code, std::string message);
+
+  uint64_t tasks_submitted() const { return submitted_; }
+  uint64_t blocked_waits() const { return blocked_waits_; }
+  int scope_depth() const { return static_cast<int>(scope_begin_.size()) - 1; }
+
+  PTO2Runtime* api() { return &api_; }
+
+ private:
+  int current_ring() const;
+  bool validate_params(int32_t worker_type, const PTOParam* params, int32_t n);
+  bool resolve_kernel(int32_t kernel_id, int32_t worker_type, uint64_t* addr);
+  // Waits until try_once() succeeds; diagnose() returning a non-OK status
+  // (a deadlock) ends the wait at once with that error.
+  template <typename Try, typename Diagnose, typename Describe>
+  bool wait_for(Try&& try_once, Diagnose&& diagnose, Describe&& describe);
+  // Why ring r cannot free anything: its oldest live task is held by an open
+  // scope (or nothing older than `below` is live). Empty if it can progress.
+  bool ring_blocked_by_scope(uint32_t ring, uint64_t below) const;
+  Status diagnose_task_ring(uint32_t ring);
+  void publish_as_noop(uint32_t ring, uint64_t seq);
+  void add_producer(uint64_t consumer, uint64_t producer, int32_t* edges);
+
+  RuntimeState& s_;
+  PTO2Runtime api_;
+  HeapRing heaps_[kMaxRings];
+  DepPool deps_[kMaxRings];
+  std::unique_ptr<TensorMap> tensor_map_;
+  std::vector<uint8_t> scope_held_[kMaxRings];  // per slot: owning scope still open
+  std::vector<uint64_t> scope_tasks_;           // tasks of all open scopes, innermost last
+  std::vector<size_t> scope_begin_;             // index into scope_tasks_ per open scope
+  std::vector<uint64_t> producers_;             // scratch for one submit
+  std::vector<uint64_t> kernel_addr_cache_[kNumWorkerTypes];
+  Status error_;
+  bool done_ = false;
+  uint64_t submitted_ = 0;
+  uint64_t blocked_waits_ = 0;
+};
+
+}  // namespace pto2

@@ -1,0 +1,76 @@
+#include "ready_queue.h"
+
+#include <bit>
+#include <cstdlib>
+
+namespace pto2 {
+
+MpmcQueue::MpmcQueue(uint64_t capacity_pow2) : cells_(new Cell[capacity_pow2]), mask_(capacity_pow2 - 1) {
+  for (uint64_t i = 0; i < capacity_pow2; ++i) cells_[i].seq.store(i, std::memory_order_relaxed);
+}
+
+bool MpmcQueue::try_push(uint64_t v) {
+  uint64_t pos = enqueue_pos_.load(std::memory_order_relaxed);
+  for (;;) {
+    Cell& c = cells_[pos & mask_];
+    const uint64_t seq = c.seq.load(std::memory_order_acquire);
+    const int64_t dif = static_cast<int64_t>(seq) - static_cast<int64_t>(pos);
+    if (dif == 0) {
+      if (enqueue_pos_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+        c.value = v;
+        c.seq.store(pos + 1, std::memory_order_release);
+        return true;
+      }
+    } else if (dif < 0) {
+      return false;  // full
+    } else {
+      pos = enqueue_pos_.load(std::memory_order_relaxed);
+    }
+  }
+}
+
+bool MpmcQueue::try_pop(uint64_t* v) {
+  uint64_t pos = dequeue_pos_.load(std::memory_order_relaxed);
+  for (;;) {
+    Cell& c = cells_[pos & mask_];
+    const uint64_t seq = c.seq.load(std::memory_order_acquire);
+    const int64_t dif = static_cast<int64_t>(seq) - static_cast<int64_t>(pos + 1);
+    if (dif == 0) {
+      if (dequeue_pos_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+        *v = c.value;
+        c.seq.store(pos + mask_ + 1, std::memory_order_release);
+        return true;
+      }
+    } else if (dif < 0) {
+      return false;  // empty
+    } else {
+      pos = dequeue_pos_.load(std::memory_order_relaxed);
+    }
+  }
+}
+
+ShardedReadyQueue::ShardedReadyQueue(int shards, uint64_t total_capacity) {
+  const uint64_t per_shard = std::bit_ceil((total_capacity + shards - 1) / shards + 1);
+  for (int i = 0; i < shards; ++i) shards_.push_back(std::make_unique<MpmcQueue>(per_shard));
+}
+
+void ShardedReadyQueue::push(int hint, uint64_t task_id) {
+  const int n = shards();
+  for (int i = 0;; ++i) {
+    if (shards_[(hint + i) % n]->try_push(task_id)) return;
+    // Capacity covers every in-flight task, so some shard has room; a full
+    // sweep failing means a concurrent pop is about to free a cell.
+    if (i >= n - 1) i = -1;
+  }
+}
+
+bool ShardedReadyQueue::pop(int hint, uint64_t* task_id) {
+  const int n = shards();
+  for (int i = 0; i < n; ++i) {
+    MpmcQueue& q = *shards_[(hint + i) % n];
+    if (!q.empty_hint() && q.try_pop(task_id)) return true;
+  }
+  return false;
+}
+
+}  // namespace pto2

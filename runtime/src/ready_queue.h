@@ -1,0 +1,48 @@
+// Ready queues (seed 000 §8.3): one set per worker type, sharded to spread
+// contention; a thread pushes to its own shard and pops from it first, then
+// steals from the others. Each shard is a bounded lock-free MPMC queue
+// (sequence-numbered cells), sized so that all shards together can hold every
+// task the rings can have in flight: a push never fails for lack of room.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace pto2 {
+
+class MpmcQueue {
+ public:
+  explicit MpmcQueue(uint64_t capacity_pow2);
+  bool try_push(uint64_t v);
+  bool try_pop(uint64_t* v);
+  bool empty_hint() const {
+    return enqueue_pos_.load(std::memory_order_relaxed) == dequeue_pos_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  struct Cell {
+    std::atomic<uint64_t> seq;
+    uint64_t value;
+  };
+  std::unique_ptr<Cell[]> cells_;
+  uint64_t mask_;
+  alignas(64) std::atomic<uint64_t> enqueue_pos_{0};
+  alignas(64) std::atomic<uint64_t> dequeue_pos_{0};
+};
+
+class ShardedReadyQueue {
+ public:
+  ShardedReadyQueue(int shards, uint64_t total_capacity);
+  // Pushes to shard `hint % shards`, or the next one with room.
+  void push(int hint, uint64_t task_id);
+  // Pops from shard `hint % shards` first, then steals round-robin.
+  bool pop(int hint, uint64_t* task_id);
+  int shards() const { return static_cast<int>(shards_.size()); }
+
+ private:
+  std::vector<std::unique_ptr<MpmcQueue>> shards_;
+};
+
+}  // namespace pto2

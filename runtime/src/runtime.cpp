@@ -1,0 +1,132 @@
+#include "pto2/runtime.h"
+
+#include <fmt/format.h>
+
+#include "log.h"
+#include "orchestrator.h"
+#include "runtime_state.h"
+#include "scheduler.h"
+
+namespace pto2 {
+
+class RuntimeImpl {
+ public:
+  RuntimeImpl(const RuntimeConfig& config, Platform& platform)
+      : state_(config, platform), orchestrator_(state_), scheduler_(state_, config.resolved_scheduler_threads()) {
+    platform.set_wakeup(&state_);
+  }
+  ~RuntimeImpl() { state_.platform.set_wakeup(nullptr); }
+
+  RunResult run(const OrchestrationFn& orchestration);
+  RuntimeState& state() { return state_; }
+
+ private:
+  RuntimeState state_;
+  Orchestrator orchestrator_;
+  Scheduler scheduler_;
+  bool broken_ = false;
+};
+
+RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
+  RunResult result;
+  if (broken_) {
+    result.status = Status::Error(kRuntimeBroken, "an earlier run stalled with kernels still running; "
+                                                  "create a new Runtime");
+    return result;
+  }
+  const uint64_t t0 = now_ns();
+  const uint64_t completed0 = state_.completed_count.load(std::memory_order_acquire);
+  state_.abort.store(0, std::memory_order_release);
+  state_.region.header()->orchestrator_done.store(0, std::memory_order_release);
+  orchestrator_.begin_run();
+  scheduler_.start_run();
+
+  const int rc = orchestration(orchestrator_.api());
+  const uint64_t t1 = now_ns();
+  if (rc != 0) orchestrator_.fail(kOrchestrationFailed, fmt::format("orchestration function returned {}", rc));
+  orchestrator_.end_run();
+
+  // Drain: every submitted task completes and retires. Liveness: something
+  // must complete at least every stall_timeout_ms.
+  uint64_t seen = state_.completed_count.load(std::memory_order_acquire);
+  uint64_t last_progress = now_ns();
+  const uint64_t stall_ns = uint64_t(state_.config.stall_timeout_ms) * 1000000;
+  const bool drained = scheduler_.wait_run_finished([&] {
+    const uint64_t c = state_.completed_count.load(std::memory_order_acquire);
+    const uint64_t now = now_ns();
+    if (c != seen) {
+      seen = c;
+      last_progress = now;
+      return true;
+    }
+    return stall_ns == 0 || now - last_progress < stall_ns;
+  });
+  if (!drained) {
+    state_.abort.store(1, std::memory_order_release);
+    state_.sched_ec.notify();
+    broken_ = true;
+    state_.leak_mappings = true;
+    component_logger("runtime")->error("run abandoned with kernels still running; this Runtime's shared region "
+                                       "and heap ({} bytes) will not be unmapped",
+                                       state_.region.layout().total_bytes + state_.heap_mapping_bytes);
+    orchestrator_.fail(kStalled, fmt::format("no task completed for {} ms while draining the run; kernels may "
+                                             "still be running",
+                                             state_.config.stall_timeout_ms));
+  }
+  result.status = orchestrator_.error();
+  result.stats.tasks_submitted = orchestrator_.tasks_submitted();
+  result.stats.tasks_completed = state_.completed_count.load(std::memory_order_acquire) - completed0;
+  result.stats.orchestrator_ns = t1 - t0;
+  result.stats.wall_ns = now_ns() - t0;
+  result.stats.blocked_waits = orchestrator_.blocked_waits();
+  return result;
+}
+
+Runtime::Runtime(std::unique_ptr<RuntimeImpl> impl) : impl_(std::move(impl)) {}
+Runtime::~Runtime() = default;
+
+std::unique_ptr<Runtime> Runtime::create(const RuntimeConfig& config, Platform& platform, Status* error) {
+  Status st = config.validate();
+  if (st.ok() && platform.core_count() <= 0)
+    st = Status::Error(kInvalidConfig, fmt::format("platform has {} cores", platform.core_count()));
+  if (!st.ok()) {
+    if (error) *error = st;
+    return nullptr;
+  }
+  auto impl = std::make_unique<RuntimeImpl>(config, platform);
+  if (!impl->state().valid()) {
+    if (error)
+      *error = Status::Error(kInvalidConfig, fmt::format("could not map {} bytes of shared region plus {} of heap",
+                                                         SharedRegionLayout::compute(config).total_bytes,
+                                                         config.heap_size * kMaxRings));
+    return nullptr;
+  }
+  if (error) *error = Status::Ok();
+  return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
+}
+
+RunResult Runtime::run(const OrchestrationFn& orchestration) { return impl_->run(orchestration); }
+
+RunResult Runtime::run(PTO2OrchestrationConfigFn config_fn, PTO2OrchestrationEntryFn entry, uint64_t* args,
+                       int arg_count) {
+  if (entry == nullptr) {
+    RunResult r;
+    r.status = Status::Error(kInvalidArgument, "orchestration entry is null");
+    return r;
+  }
+  if (config_fn != nullptr) {
+    const PTO2OrchestrationConfig cfg = config_fn(args, arg_count);
+    if (cfg.expected_arg_count != arg_count) {
+      RunResult r;
+      r.status = Status::Error(kInvalidArgument, fmt::format("orchestration expects {} arguments, got {}",
+                                                             cfg.expected_arg_count, arg_count));
+      return r;
+    }
+  }
+  return impl_->run([&](PTO2Runtime* rt) { return entry(rt, args, arg_count); });
+}
+
+const RuntimeConfig& Runtime::config() const { return impl_->state().config; }
+uint64_t Runtime::shared_region_bytes() const { return impl_->state().region.layout().total_bytes; }
+
+}  // namespace pto2

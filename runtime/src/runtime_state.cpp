@@ -1,0 +1,92 @@
+#include "runtime_state.h"
+
+#include <bit>
+
+#include <sys/mman.h>
+
+namespace pto2 {
+
+RuntimeState::RuntimeState(const RuntimeConfig& cfg, Platform& plat) : config(cfg), platform(plat), region(cfg) {
+  if (!region.valid()) return;
+  heap_mapping_bytes = config.heap_size * kMaxRings;
+  void* h = mmap(nullptr, heap_mapping_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                 0);
+  if (h == MAP_FAILED) return;
+  heap_base = static_cast<uint8_t*>(h);
+  for (int r = 0; r < kMaxRings; ++r) {
+    rings[r].init(r, region);
+    dep_entries[r] = region.dep_pool(r);
+  }
+  const uint64_t in_flight = config.task_window * kMaxRings;
+  for (auto& q : ready) q = std::make_unique<ShardedReadyQueue>(config.ready_queue_shards, in_flight);
+  orch_ready = std::make_unique<MpmcQueue>(std::bit_ceil(in_flight));
+}
+
+RuntimeState::~RuntimeState() {
+  if (leak_mappings) {
+    region.leak();
+    return;
+  }
+  if (heap_base) munmap(heap_base, heap_mapping_bytes);
+}
+
+void RuntimeState::push_ready(uint64_t id, int shard_hint) {
+  TaskSlotState& st = slot_of(id);
+  st.state.store(kSlotReady, std::memory_order_relaxed);
+  const int32_t type = descriptor_of(id).worker_type;
+  ready[type]->push(shard_hint, id);
+  sched_ec.notify();
+}
+
+void RuntimeState::complete(uint64_t id, int shard_hint) {
+  TaskSlotState& st = slot_of(id);
+  const TaskDescriptor& d = descriptor_of(id);
+  // Seed §7.3, scheduler side: after `completed` is set under the lock, the
+  // orchestrator will not link new consumers, so the list read here is final.
+  lock_fanout(st);
+  st.completed = true;
+  const int32_t fanout = st.fanout_head;
+  unlock_fanout(st);
+  st.state.store(kSlotCompleted, std::memory_order_release);
+
+  for (int32_t link = fanout; link != 0;) {
+    // Read the entry before the consumer can run: once it is ready it may
+    // retire, and its ring may reuse this entry.
+    const DepListEntry& e = dep_entry(link);
+    const uint64_t consumer = e.task_id;
+    link = e.next;
+    if (slot_of(consumer).fanin_pending.fetch_sub(1, std::memory_order_acq_rel) == 1) push_ready(consumer, shard_hint);
+  }
+  // This task no longer needs its producers (their buffers) ...
+  for (int32_t link = d.fanin_head; link != 0;) {
+    const DepListEntry& e = dep_entry(link);
+    link = e.next;
+    release(e.task_id);
+  }
+  // ... and drops the reference its own execution held.
+  release(id);
+  completed_count.fetch_add(1, std::memory_order_release);
+  orch_ec.notify();
+}
+
+void RuntimeState::release(uint64_t id) {
+  TaskSlotState& st = slot_of(id);
+  if (st.refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  st.state.store(kSlotConsumed, std::memory_order_seq_cst);
+  if (ring_of(id).retire_consumed()) {
+    orch_ec.notify();
+    sched_ec.notify();
+  }
+}
+
+bool RuntimeState::run_drained() {
+  if (region.header()->orchestrator_done.load(std::memory_order_acquire) == 0) return false;
+  for (auto& r : rings) {
+    RingFlowControl& fc = r.flow();
+    if (fc.last_task_alive.load(std::memory_order_acquire) != fc.current_task_index.load(std::memory_order_acquire))
+      return false;
+  }
+  return true;
+}
+
+}  // namespace pto2

@@ -1,0 +1,92 @@
+// State shared by the orchestrator and the scheduler threads of one Runtime,
+// and the task life-cycle transitions both sides perform:
+//
+//   submit (orchestrator) ──► READY ──dispatch──► running ──► COMPLETED ──► CONSUMED ──► retired
+//
+//   * fanin_pending: producers still running, +1 while the submit is in
+//     progress; whoever brings it to 0 makes the task ready.
+//   * refs (fanout references): +1 owning scope, +1 own completion, +1 per
+//     consumer linked; whoever brings it to 0 marks the task CONSUMED and
+//     advances last_task_alive (which frees its slot, heap and dep entries).
+// docs/runtime.md describes the protocol and why each count is exact.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "dep_pool.h"
+#include "event_count.h"
+#include "pto2/config.h"
+#include "pto2/platform.h"
+#include "ready_queue.h"
+#include "shared_region.h"
+#include "task_ref.h"
+#include "task_ring.h"
+
+namespace pto2 {
+
+inline constexpr int kReadyQueueTypes = 3;  // CUBE, VECTOR, dependency-only
+
+// Dep-list links name the pool (ring) and the entry: link = index << 2 | ring.
+// 0 is the NULL sentinel (entry 0 of ring 0).
+inline int32_t make_dep_link(uint32_t ring, int32_t index) { return (index << 2) | static_cast<int32_t>(ring); }
+
+// The per-task fanout lock (seed §7.3). Held for a few instructions by the
+// orchestrator (linking a consumer) or a scheduler (completing the task), so
+// a waiter only spins.
+inline void lock_fanout(TaskSlotState& st) {
+  while (st.fanout_lock.exchange(1, std::memory_order_acquire) != 0) {
+    while (st.fanout_lock.load(std::memory_order_relaxed) != 0) cpu_relax();
+  }
+}
+inline void unlock_fanout(TaskSlotState& st) { st.fanout_lock.store(0, std::memory_order_release); }
+
+class RuntimeState : public Wakeup {
+ public:
+  RuntimeState(const RuntimeConfig& config, Platform& platform);
+  ~RuntimeState() override;
+  bool valid() const { return region.valid() && heap_base != nullptr; }
+
+  // Wakeup: a core finished.
+  void notify() override { sched_ec.notify(); }
+
+  const DepListEntry& dep_entry(int32_t link) { return dep_entries[link & 3][link >> 2]; }
+  TaskRing& ring_of(uint64_t id) { return rings[task_ring(id)]; }
+  TaskSlotState& slot_of(uint64_t id) { return ring_of(id).slot_state(task_seq(id)); }
+  TaskDescriptor& descriptor_of(uint64_t id) { return ring_of(id).descriptor(task_seq(id)); }
+
+  // Task finished executing (called by the scheduler that saw it finish, or
+  // for a dependency-only task by the scheduler that popped it).
+  void complete(uint64_t id, int shard_hint);
+  // Drops one fanout reference.
+  void release(uint64_t id);
+  // Queues a task whose producers have all completed.
+  void push_ready(uint64_t id, int shard_hint);
+
+  // True when the orchestration is done and every ring has retired everything.
+  bool run_drained();
+
+  const RuntimeConfig config;
+  Platform& platform;
+  SharedRegion region;
+  TaskRing rings[kMaxRings];
+  DepListEntry* dep_entries[kMaxRings] = {};
+  uint8_t* heap_base = nullptr;  // kMaxRings heaps of config.heap_size each
+  uint64_t heap_mapping_bytes = 0;
+
+  std::unique_ptr<ShardedReadyQueue> ready[kReadyQueueTypes];
+  std::unique_ptr<MpmcQueue> orch_ready;  // early-ready tasks found at submit (step 7)
+
+  EventCount sched_ec;  // schedulers park here: new work, core finished, run start/stop
+  EventCount orch_ec;   // orchestrator / run() park here: tail moved, task completed, thread done
+
+  // Set when a run was abandoned with kernels still executing: the mappings
+  // they point into are then leaked rather than unmapped under them.
+  bool leak_mappings = false;
+
+  std::atomic<uint64_t> completed_count{0};  // progress measure for liveness checks
+  std::atomic<uint32_t> abort{0};            // stop the run's scheduler loops now
+};
+
+}  // namespace pto2

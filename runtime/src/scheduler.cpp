@@ -1,0 +1,202 @@
+#include "scheduler.h"
+
+#include <algorithm>
+
+#include "log.h"
+
+namespace pto2 {
+
+namespace {
+constexpr uint64_t kScanBatch = 32;
+constexpr int kDummyBatch = 64;
+constexpr int kDrainBatch = 64;
+constexpr uint64_t kParkBusyNs = 1000000;      // cores busy: look again within 1 ms
+constexpr uint64_t kParkIdleNs = 10000000;     // nothing in flight: 10 ms
+constexpr uint64_t kParkBetweenRunsNs = 100000000;
+}  // namespace
+
+SchedulerThread::SchedulerThread(RuntimeState& state, int index, std::vector<int> cores)
+    : s_(state), index_(index) {
+  for (int c : cores) cores_.push_back({c, static_cast<int32_t>(s_.platform.core_type(c)), kNoTask, {}});
+}
+
+bool SchedulerThread::poll_completions() {
+  if (busy_ == 0) return false;
+  bool progress = false;
+  for (Core& c : cores_) {
+    if (c.running == kNoTask) continue;
+    uint64_t finished = 0;
+    if (!s_.platform.poll_finished(c.id, &finished)) continue;
+    if (finished != c.running) {
+      component_logger("scheduler")
+          ->error("core {} reported task {} finished but was running task {}", c.id, finished, c.running);
+    }
+    const uint64_t id = c.running;
+    c.running = kNoTask;
+    --busy_;
+    s_.complete(id, index_);
+    progress = true;
+  }
+  return progress;
+}
+
+bool SchedulerThread::drain_orchestrator_queue() {
+  uint64_t id;
+  int n = 0;
+  while (n < kDrainBatch && s_.orch_ready->try_pop(&id)) {
+    const int32_t type = s_.descriptor_of(id).worker_type;
+    s_.ready[type]->push(index_, id);
+    ++n;
+  }
+  return n > 0;
+}
+
+bool SchedulerThread::scan() {
+  bool progress = false;
+  for (TaskRing& tr : s_.rings) {
+    RingFlowControl& fc = tr.flow();
+    const uint64_t head = fc.current_task_index.load(std::memory_order_acquire);
+    uint64_t begin = fc.next_scan_index.load(std::memory_order_relaxed);
+    uint64_t end = 0;
+    bool claimed = false;
+    while (begin < head) {
+      end = std::min(begin + kScanBatch, head);
+      if (fc.next_scan_index.compare_exchange_weak(begin, end, std::memory_order_acq_rel)) {
+        claimed = true;
+        break;
+      }
+    }
+    if (!claimed) continue;
+    progress = true;
+    for (uint64_t seq = begin; seq < end; ++seq) {
+      // Only roots are ours; other tasks become ready through their producers.
+      // A non-root may already have retired and its slot been reused: the id
+      // in scan_id tells.
+      const uint64_t want = make_task_id(tr.ring(), seq) | TaskSlotState::kRootBit;
+      TaskSlotState& st = tr.slot_state(seq);
+      if (st.scan_id.load(std::memory_order_acquire) != want) continue;
+      uint32_t expected = kSlotInitial;
+      if (st.state.compare_exchange_strong(expected, kSlotReady, std::memory_order_acq_rel))
+        s_.ready[tr.descriptor(seq).worker_type]->push(index_, make_task_id(tr.ring(), seq));
+    }
+  }
+  return progress;
+}
+
+bool SchedulerThread::dispatch() {
+  bool progress = false;
+  uint64_t id;
+  for (int n = 0; n < kDummyBatch && s_.ready[kWorkerDummy]->pop(index_, &id); ++n) {
+    s_.complete(id, index_);
+    progress = true;
+  }
+  bool empty[kNumWorkerTypes] = {false, false};
+  for (Core& c : cores_) {
+    if (c.running != kNoTask || empty[c.type]) continue;
+    if (!s_.ready[c.type]->pop(index_, &id)) {
+      empty[c.type] = true;
+      continue;
+    }
+    const TaskDescriptor& d = s_.descriptor_of(id);
+    c.payload.task_id = id;
+    c.payload.kernel_id = d.kernel_id;
+    c.payload.function_bin_addr = d.function_bin_addr;
+    c.payload.num_args = d.num_params;
+    c.payload.args = const_cast<int64_t*>(d.args);
+    c.running = id;
+    ++busy_;
+    s_.platform.dispatch(c.id, c.payload);
+    progress = true;
+  }
+  return progress;
+}
+
+bool SchedulerThread::step() {
+  bool progress = poll_completions();
+  progress |= drain_orchestrator_queue();
+  progress |= scan();
+  progress |= dispatch();
+  return progress;
+}
+
+void SchedulerThread::run_until_drained() {
+  const uint64_t spin_ns = uint64_t(s_.config.spin_before_park_us) * 1000;
+  uint64_t idle_since = 0;
+  for (;;) {
+    if (s_.abort.load(std::memory_order_acquire)) return;
+    if (step()) {
+      idle_since = 0;
+      continue;
+    }
+    if (busy_ == 0 && s_.run_drained()) return;
+    const uint64_t now = now_ns();
+    if (idle_since == 0) idle_since = now;
+    if (now - idle_since < spin_ns) {
+      cpu_relax();
+      continue;
+    }
+    const uint32_t key = s_.sched_ec.prepare_wait();
+    if (step()) {
+      s_.sched_ec.cancel_wait();
+      idle_since = 0;
+      continue;
+    }
+    if ((busy_ == 0 && s_.run_drained()) || s_.abort.load(std::memory_order_acquire)) {
+      s_.sched_ec.cancel_wait();
+      return;
+    }
+    s_.sched_ec.commit_wait(key, busy_ > 0 ? kParkBusyNs : kParkIdleNs);
+    idle_since = 0;
+  }
+}
+
+Scheduler::Scheduler(RuntimeState& state, int threads) : s_(state) {
+  // Cores of each type are dealt round-robin, so every thread gets an equal
+  // share of AICs and of AIVs (seed §8.1).
+  std::vector<std::vector<int>> share(threads);
+  int next[kNumWorkerTypes] = {0, 0};
+  for (int c = 0; c < s_.platform.core_count(); ++c) {
+    const int type = static_cast<int>(s_.platform.core_type(c));
+    share[next[type]++ % threads].push_back(c);
+  }
+  for (int t = 0; t < threads; ++t) workers_.push_back(std::make_unique<SchedulerThread>(s_, t, share[t]));
+  for (int t = 0; t < threads; ++t) threads_.emplace_back([this, t] { thread_main(t); });
+}
+
+Scheduler::~Scheduler() {
+  shutdown_.store(true, std::memory_order_seq_cst);
+  s_.abort.store(1, std::memory_order_seq_cst);
+  s_.sched_ec.notify();
+  for (auto& t : threads_) t.join();
+}
+
+void Scheduler::thread_main(int index) {
+  uint64_t seen = 0;
+  const uint64_t spin_ns = uint64_t(s_.config.spin_before_park_us) * 1000;
+  for (;;) {
+    spin_then_park(
+        s_.sched_ec, spin_ns, kParkBetweenRunsNs,
+        [&] { return shutdown_.load(std::memory_order_acquire) || run_generation_.load(std::memory_order_acquire) != seen; },
+        [] { return true; });
+    if (shutdown_.load(std::memory_order_acquire)) return;
+    seen = run_generation_.load(std::memory_order_acquire);
+    workers_[index]->run_until_drained();
+    threads_done_.fetch_add(1, std::memory_order_acq_rel);
+    s_.orch_ec.notify();
+  }
+}
+
+void Scheduler::start_run() {
+  threads_done_.store(0, std::memory_order_relaxed);
+  run_generation_.fetch_add(1, std::memory_order_release);
+  s_.sched_ec.notify();
+}
+
+bool Scheduler::wait_run_finished(const std::function<bool()>& on_slice) {
+  const int n = threads();
+  return spin_then_park(
+      s_.orch_ec, uint64_t(s_.config.spin_before_park_us) * 1000, kParkBusyNs,
+      [&] { return threads_done_.load(std::memory_order_acquire) == n; }, on_slice);
+}
+
+}  // namespace pto2

@@ -1,0 +1,72 @@
+// Scheduler threads (seed 000 §8). Each thread owns a share of the cores
+// (AICs and AIVs divided evenly) and loops over four phases:
+//   1. completion: poll its busy cores; a finished task releases its consumers
+//   2. drain the orchestrator's early-ready queue
+//   3. incremental scan: claim newly published root tasks
+//   4. dispatch: ready tasks to its idle cores (own shard first, then steal);
+//      dependency-only tasks complete here without a core
+// When a pass finds nothing to do the thread spins for spin_before_park_us,
+// then parks until notified (new work, core finished) — never a pure spin.
+// Threads stay parked between runs.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "runtime_state.h"
+
+namespace pto2 {
+
+class SchedulerThread {
+ public:
+  SchedulerThread(RuntimeState& state, int index, std::vector<int> cores);
+  // Schedules until the run is drained or aborted.
+  void run_until_drained();
+  int core_count() const { return static_cast<int>(cores_.size()); }
+
+ private:
+  struct Core {
+    int id;
+    int32_t type;
+    uint64_t running;
+    DispatchPayload payload;
+  };
+  bool step();
+  bool poll_completions();
+  bool drain_orchestrator_queue();
+  bool scan();
+  bool dispatch();
+
+  RuntimeState& s_;
+  int index_;
+  std::vector<Core> cores_;
+  int busy_ = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(RuntimeState& state, int threads);
+  ~Scheduler();  // stops and joins the threads
+  int threads() const { return static_cast<int>(workers_.size()); }
+
+  // Wakes every thread for a new run.
+  void start_run();
+  // Waits until every thread has finished the run. on_slice() runs between
+  // parks; returning false gives up (the caller aborts the run).
+  bool wait_run_finished(const std::function<bool()>& on_slice);
+
+ private:
+  void thread_main(int index);
+  RuntimeState& s_;
+  std::vector<std::unique_ptr<SchedulerThread>> workers_;
+  std::vector<std::thread> threads_;
+  std::atomic<uint64_t> run_generation_{0};
+  std::atomic<int> threads_done_{0};
+  std::atomic<bool> shutdown_{false};
+};
+
+}  // namespace pto2

@@ -1,0 +1,144 @@
+// The shared region (seed 000 §3): one contiguous, 64-byte aligned block that
+// orchestrator and scheduler threads communicate through.
+//
+//   offset 0   SharedHeader        flow-control watermarks per ring, config, flags
+//              per ring r:
+//                TaskDescriptor[window_r]       written by the orchestrator
+//                TaskSlotState[window_r]        scheduler-side state of each slot
+//                DepListEntry[dep_pool_r + 1]   entry 0 is the NULL sentinel
+//
+// Every array starts on a 64-byte boundary; sizes come from RuntimeConfig.
+// docs/runtime.md has the same picture with the field owners.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "pto2/config.h"
+#include "pto2/orchestration_api.h"
+
+namespace pto2 {
+
+inline constexpr uint64_t kAlign = 64;              // PTO2_ALIGN_SIZE
+inline constexpr uint64_t kOutputAlign = 1024;      // PTO2_PACKED_OUTPUT_ALIGN
+inline constexpr uint32_t kRegionMagic = 0x50544F32; // "PTO2"
+inline constexpr uint32_t kRegionVersion = 1;
+
+inline constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+// Flow control of one ring (seed §3.1). Orchestrator-written and
+// scheduler-written fields sit on separate cache lines.
+struct RingFlowControl {
+  // --- written by the orchestrator ---
+  alignas(64) std::atomic<uint64_t> current_task_index{0};  // task ring head: next seq (published at step 8)
+  std::atomic<uint64_t> heap_top{0};                         // heap ring allocation position (virtual, monotonic)
+  std::atomic<uint64_t> dep_top{0};                          // dep-pool allocation position (virtual, monotonic)
+  // --- written by scheduler threads ---
+  alignas(64) std::atomic<uint64_t> last_task_alive{0};      // task ring tail: oldest not-yet-retired seq
+  std::atomic<uint64_t> heap_tail{0};                        // heap reclaimed up to here (virtual)
+  std::atomic<uint64_t> dep_tail{0};                         // dep entries reclaimed up to here (virtual)
+  std::atomic<uint32_t> advance_lock{0};                     // one thread advances last_task_alive at a time
+  std::atomic<uint64_t> next_scan_index{0};                  // incremental scan claim position
+  // --- set once at init ---
+  alignas(64) uint64_t task_window_size = 0;
+  uint64_t heap_size = 0;
+  uint64_t dep_pool_size = 0;
+  uint64_t descriptors_offset = 0;  // byte offsets inside the region
+  uint64_t slot_states_offset = 0;
+  uint64_t dep_pool_offset = 0;
+};
+
+struct SharedHeader {
+  uint32_t magic = kRegionMagic;
+  uint32_t version = kRegionVersion;
+  uint32_t num_rings = kMaxRings;
+  uint64_t total_size = 0;
+  alignas(64) std::atomic<uint32_t> orchestrator_done{0};
+  RingFlowControl rings[kMaxRings];
+};
+
+enum ParamKind : uint8_t { kParamInput = 0, kParamOutput = 1, kParamInOut = 2, kParamScalar = 3 };
+
+// Written by the orchestrator during submit; read-only for schedulers after
+// the task is published. Tensor parameters are copied in, so a kernel's
+// args[i] can point at tensors[i].
+struct alignas(64) TaskDescriptor {
+  uint64_t task_id = 0;
+  int32_t kernel_id = 0;
+  int32_t worker_type = 0;          // PTO2WorkerType, or kWorkerDummy
+  uint64_t function_bin_addr = 0;
+  int32_t num_params = 0;
+  int32_t fanin_count = 0;          // producers this task waits for (edges)
+  int32_t fanin_head = 0;           // dep-list of those producers (released when this task completes)
+  int32_t pad0 = 0;
+  uint64_t packed_buffer_base = 0;  // this task's outputs, packed in one heap allocation
+  uint64_t packed_buffer_end = 0;
+  uint64_t heap_end_pos = 0;        // heap_top after this task's allocation (tail moves here on retire)
+  uint64_t dep_end_pos = 0;         // dep_top after this task's entries (tail moves here on retire)
+  uint8_t param_kind[PTO2_MAX_PARAMS] = {};
+  int64_t args[PTO2_MAX_PARAMS] = {};
+  Tensor tensors[PTO2_MAX_PARAMS] = {};
+};
+inline constexpr int32_t kWorkerDummy = 2;
+
+// Slot states (seed §6.2).
+enum SlotState : uint32_t { kSlotInitial = 0, kSlotReady = 1, kSlotCompleted = 2, kSlotConsumed = 3 };
+
+// Scheduler-side state of a slot, one cache line each so neighbouring tasks
+// completed by different threads do not share lines.
+struct alignas(64) TaskSlotState {
+  std::atomic<uint32_t> state{kSlotInitial};
+  std::atomic<int32_t> fanin_pending{0};  // producers not yet completed, +1 while submit is in progress
+  std::atomic<int32_t> refs{0};           // fanout references: owning scope + own completion + one per consumer
+  std::atomic<uint32_t> fanout_lock{0};   // seed §7.3
+  int32_t fanout_head = 0;                // consumers (dep-list), guarded by fanout_lock
+  int32_t fanout_count = 0;               // consumers linked, guarded by fanout_lock
+  bool completed = false;                 // guarded by fanout_lock
+  std::atomic<uint64_t> scan_id{kNoScanId};  // task id | kRootBit for roots, written before publish
+  static constexpr uint64_t kNoScanId = ~0ull;
+  static constexpr uint64_t kRootBit = 1ull << 63;
+};
+
+struct DepListEntry {
+  uint64_t task_id;  // kNoTask in the sentinel
+  int32_t next;      // index of the next entry; 0 ends the list
+  int32_t pad;
+};
+
+// Byte layout for a config (seed §3.2).
+struct SharedRegionLayout {
+  uint64_t header_bytes = 0;
+  uint64_t descriptors_offset[kMaxRings] = {};
+  uint64_t slot_states_offset[kMaxRings] = {};
+  uint64_t dep_pool_offset[kMaxRings] = {};
+  uint64_t total_bytes = 0;
+  static SharedRegionLayout compute(const RuntimeConfig& config);
+};
+
+// Owns the mapping. Memory is reserved with mmap and committed as pages are
+// touched, so a large window costs address space, not RSS, until used.
+class SharedRegion {
+ public:
+  explicit SharedRegion(const RuntimeConfig& config);
+  ~SharedRegion();
+  SharedRegion(const SharedRegion&) = delete;
+  SharedRegion& operator=(const SharedRegion&) = delete;
+
+  bool valid() const { return base_ != nullptr; }
+  // Forget the mapping without unmapping it (see RuntimeState::leak_mappings).
+  void leak() { base_ = nullptr; }
+  SharedHeader* header() { return reinterpret_cast<SharedHeader*>(base_); }
+  TaskDescriptor* descriptors(int ring) { return at<TaskDescriptor>(layout_.descriptors_offset[ring]); }
+  TaskSlotState* slot_states(int ring) { return at<TaskSlotState>(layout_.slot_states_offset[ring]); }
+  DepListEntry* dep_pool(int ring) { return at<DepListEntry>(layout_.dep_pool_offset[ring]); }
+  const SharedRegionLayout& layout() const { return layout_; }
+
+ private:
+  template <typename T>
+  T* at(uint64_t off) { return reinterpret_cast<T*>(static_cast<char*>(base_) + off); }
+  SharedRegionLayout layout_;
+  void* base_ = nullptr;
+};
+
+}  // namespace pto2
