@@ -41,10 +41,19 @@ class EventCount {
   void commit_wait(uint32_t key, uint64_t timeout_ns);
 
   void notify() {
+#if defined(PTO_UNDER_TSAN)
+    // ThreadSanitizer does not model fences. An RMW on waiters_ orders the
+    // same way: a waiter whose increment comes later in waiters_'s
+    // modification order reads from this release and sees our state change.
+    if (waiters_.fetch_add(0, std::memory_order_acq_rel) > 0) wake_all();
+#else
     // The seq_cst fence pairs with the waiter's seq_cst increment: either the
-    // waiter's re-check sees the producer's state change, or we see the waiter.
+    // waiter's re-check sees the producer's state change, or we see the
+    // waiter. A fence plus a load keeps waiters_'s line shared among the many
+    // notifiers, where an RMW would bounce it on every call.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (waiters_.load(std::memory_order_relaxed) > 0) wake_all();
+#endif
   }
 
  private:

@@ -130,12 +130,12 @@ TEST_CASE("one task's outputs larger than the heap: HEAP_REQUEST_TOO_LARGE", "[d
 
 TEST_CASE("dependency-list pool full of entries held by an open scope: DEP_POOL_DEADLOCK", "[deadlock]") {
   RuntimeConfig cfg = small_config(2);
-  cfg.dep_pool_size = 16;  // 2 entries per edge: 8 edges
+  cfg.dep_pool_size = 16;  // an edge takes 1 entry (producer done) or 2: 24 edges exhaust it either way
   Chip chip(cfg, 0);
   std::vector<int64_t> acc(8, 0), one(8, 1);
   RunResult r = chip.runtime->run([&](PTO2Runtime* rt) {
     PTO2_SCOPE(rt) {
-      for (int i = 0; i < 12; ++i) {
+      for (int i = 0; i < 25; ++i) {
         Tensor v = row_of(acc, 1, 0), u = row_of(one, 1, 0);
         PTOParam p[] = {make_inout_param(v), make_input_param(u), make_scalar_param(i)};
         pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, p, 3);
@@ -169,10 +169,11 @@ TEST_CASE("TensorMap pool full of entries of unretirable tasks: TENSORMAP_DEADLO
 }
 
 TEST_CASE("a kernel that never finishes in time: STALLED, then the runtime refuses runs", "[deadlock]") {
+  // The buffers outlive the chip: the abandoned kernel still writes them.
+  std::vector<int64_t> in(8, 1), out(8, 0);
   RuntimeConfig cfg = small_config(1);
   cfg.stall_timeout_ms = 200;
   Chip chip(cfg, /*executor_threads=*/1);
-  std::vector<int64_t> in(8, 1), out(8, 0);
   const auto t0 = std::chrono::steady_clock::now();
   RunResult r = chip.runtime->run([&](PTO2Runtime* rt) {
     Tensor a = row_of(in, 1, 0), o = row_of(out, 1, 0);

@@ -57,7 +57,9 @@ class Platform {
   // that task's id. Non-blocking.
   virtual bool poll_finished(int core, uint64_t* task_id) = 0;
 
-  // Installed by the runtime before the first dispatch (nullptr to detach).
+  // Installed by the runtime before the first dispatch; nullptr detaches.
+  // Once set_wakeup(nullptr) returns, no call to the previous Wakeup may be
+  // in progress or start later (the runtime frees it next).
   virtual void set_wakeup(Wakeup* wakeup) = 0;
 };
 
