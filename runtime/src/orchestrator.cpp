@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -302,7 +303,39 @@ void Orchestrator::publish_as_noop(uint32_t ring, uint64_t seq) {
   scope_held_[ring][tr.slot(seq)] = 1;
   tr.slot_state(seq).scan_id.store(id | TaskSlotState::kRootBit, std::memory_order_release);
   tr.publish(seq);
-  s_.sched_ec.notify();
+  s_.notify_work();
+}
+
+void Orchestrator::prefetch_next(uint32_t ring, uint64_t seq) {
+  // A ring reuses a slot only after walking its whole window, so the lines
+  // the next submit writes are cold. Start fetching them for writing now; the
+  // orchestration's own code between two submits hides the latency.
+  TaskRing& tr = s_.rings[ring];
+  const char* d = reinterpret_cast<const char*>(&tr.descriptor(seq));
+  for (size_t off = 0; off < offsetof(TaskDescriptor, tensors) + 3 * sizeof(Tensor); off += 64)
+    __builtin_prefetch(d + off, 1, 3);
+  __builtin_prefetch(&tr.slot_state(seq), 1, 3);
+  deps_[ring].prefetch_next();
+  tensor_map_->prefetch_next(ring, seq);
+}
+
+void Orchestrator::dedup_producers() {
+  // A task usually has a handful of producers: a quadratic pass beats a sort.
+  const size_t n = producers_.size();
+  if (n < 2) return;
+  if (n > 16) {
+    std::sort(producers_.begin(), producers_.end());
+    producers_.erase(std::unique(producers_.begin(), producers_.end()), producers_.end());
+    return;
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t p = producers_[i];
+    bool seen = false;
+    for (size_t j = 0; j < kept && !seen; ++j) seen = producers_[j] == p;
+    if (!seen) producers_[kept++] = p;
+  }
+  producers_.resize(kept);
 }
 
 void Orchestrator::add_producer(uint64_t consumer, uint64_t producer, int32_t* edges) {
@@ -426,10 +459,7 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
     }
     producers_.push_back(dep);
   }
-  if (producers_.size() > 1) {
-    std::sort(producers_.begin(), producers_.end());
-    producers_.erase(std::unique(producers_.begin(), producers_.end()), producers_.end());
-  }
+  dedup_producers();
 
   // Step 5: one packed heap allocation for every runtime-allocated output.
   HeapRing& heap = heaps_[ring];
@@ -557,8 +587,9 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
 
   // Step 8: publish.
   tr.publish(seq);
-  s_.sched_ec.notify();
+  s_.notify_work();
   ++submitted_;
+  prefetch_next(ring, seq + 1);
   return static_cast<int64_t>(id);
 }
 

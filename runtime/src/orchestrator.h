@@ -73,6 +73,8 @@ class Orchestrator {
   Status diagnose_task_ring(uint32_t ring);
   void publish_as_noop(uint32_t ring, uint64_t seq);
   void add_producer(uint64_t consumer, uint64_t producer, int32_t* edges);
+  void dedup_producers();
+  void prefetch_next(uint32_t ring, uint64_t seq);
 
   RuntimeState& s_;
   PTO2Runtime api_;

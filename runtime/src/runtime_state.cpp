@@ -35,7 +35,7 @@ void RuntimeState::push_ready(uint64_t id, int shard_hint) {
   st.state.store(kSlotReady, std::memory_order_relaxed);
   const int32_t type = descriptor_of(id).worker_type;
   ready[type]->push(shard_hint, id);
-  sched_ec.notify();
+  notify_work();
 }
 
 void RuntimeState::complete(uint64_t id, int shard_hint) {

@@ -48,8 +48,26 @@ class RuntimeState : public Wakeup {
   ~RuntimeState() override;
   bool valid() const { return region.valid() && heap_base != nullptr; }
 
-  // Wakeup: a core finished.
+  // Wakeup: a core finished. Wakes every parked scheduler: only the one
+  // owning that core can handle it.
   void notify() override { sched_ec.notify(); }
+
+  // New work any scheduler can take (a published task, a ready task). A
+  // scheduler that is spinning will find it, so the futex wake — a syscall on
+  // the publisher's path — is only paid when all of them are parked.
+  // Ordering: the publisher's store, then a seq_cst fence (or RMW), then the
+  // load of spinning; a scheduler leaves the spinning state with a seq_cst
+  // RMW before its last look for work (see SchedulerThread::run_until_drained).
+  void notify_work() {
+#if defined(PTO_UNDER_TSAN)
+    if (spinning.fetch_add(0, std::memory_order_acq_rel) > 0) return;
+#else
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (spinning.load(std::memory_order_relaxed) > 0) return;
+#endif
+    sched_ec.notify();
+  }
+  std::atomic<int32_t> spinning{0};  // scheduler threads looking for work without parking
 
   const DepListEntry& dep_entry(int32_t link) { return dep_entries[link & 3][link >> 2]; }
   TaskRing& ring_of(uint64_t id) { return rings[task_ring(id)]; }

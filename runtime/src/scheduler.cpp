@@ -122,32 +122,38 @@ bool SchedulerThread::step() {
 void SchedulerThread::run_until_drained() {
   const uint64_t spin_ns = uint64_t(s_.config.spin_before_park_us) * 1000;
   uint64_t idle_since = 0;
+  // While in the loop below the thread counts as spinning, except around a
+  // park; publishers skip their futex wake while anyone spins.
+  s_.spinning.fetch_add(1, std::memory_order_seq_cst);
   for (;;) {
-    if (s_.abort.load(std::memory_order_acquire)) return;
+    if (s_.abort.load(std::memory_order_acquire)) break;
     if (step()) {
       idle_since = 0;
       continue;
     }
-    if (busy_ == 0 && s_.run_drained()) return;
+    if (busy_ == 0 && s_.run_drained()) break;
     const uint64_t now = now_ns();
     if (idle_since == 0) idle_since = now;
     if (now - idle_since < spin_ns) {
       cpu_relax();
       continue;
     }
+    // Stop counting as spinning *before* the last look for work, so a
+    // publisher either sees us parked-to-be and wakes us, or we see its work.
+    s_.spinning.fetch_sub(1, std::memory_order_seq_cst);
     const uint32_t key = s_.sched_ec.prepare_wait();
-    if (step()) {
+    const bool progress = step();
+    const bool done = (busy_ == 0 && s_.run_drained()) || s_.abort.load(std::memory_order_acquire);
+    if (progress || done) {
       s_.sched_ec.cancel_wait();
-      idle_since = 0;
-      continue;
+    } else {
+      s_.sched_ec.commit_wait(key, busy_ > 0 ? kParkBusyNs : kParkIdleNs);
     }
-    if ((busy_ == 0 && s_.run_drained()) || s_.abort.load(std::memory_order_acquire)) {
-      s_.sched_ec.cancel_wait();
-      return;
-    }
-    s_.sched_ec.commit_wait(key, busy_ > 0 ? kParkBusyNs : kParkIdleNs);
+    s_.spinning.fetch_add(1, std::memory_order_seq_cst);
+    if (done && !progress) break;
     idle_since = 0;
   }
+  s_.spinning.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 Scheduler::Scheduler(RuntimeState& state, int threads) : s_(state) {

@@ -156,6 +156,19 @@ void TensorMap::insert(const Tensor& t, uint64_t task_id, Kind kind) {
   ++linked_;
 }
 
+void TensorMap::prefetch_next(uint32_t ring, uint64_t seq) const {
+  __builtin_prefetch(&task_entry_head_[ring][seq & window_mask_], 1, 3);
+  const size_t n = free_list_.size();
+  for (size_t k = 0; k < 3; ++k) {
+    const Entry* e = nullptr;
+    if (k < n) e = &pool_[free_list_[n - 1 - k]];
+    else if (bump_ + (k - n) < pool_.size()) e = &pool_[bump_ + (k - n)];
+    if (e == nullptr) break;
+    __builtin_prefetch(e, 1, 3);
+    __builtin_prefetch(reinterpret_cast<const char*>(e) + 64, 1, 3);
+  }
+}
+
 void TensorMap::cleanup_ring(uint32_t ring, uint64_t upto) {
   for (uint64_t seq = cleaned_upto_[ring]; seq < upto; ++seq) {
     int32_t& h = task_entry_head_[ring][seq & window_mask_];

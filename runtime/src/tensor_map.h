@@ -62,6 +62,10 @@ class TensorMap {
   // Before a slot of `ring` is reused: frees the previous occupant's entries.
   void before_slot_reuse(uint32_t ring, uint64_t seq);
 
+  // The entries the next inserts will write, and the per-task chain head of
+  // the next task (ring, seq).
+  void prefetch_next(uint32_t ring, uint64_t seq) const;
+
   void set_cleanup_interval(uint32_t n) { cleanup_interval_ = n; }
   uint64_t pool_size() const { return pool_.size(); }
   uint64_t free_entries() const { return free_list_.size() + (pool_.size() - bump_); }
@@ -70,7 +74,8 @@ class TensorMap {
   uint64_t linked_entries() const { return linked_; }
 
  private:
-  struct Entry {
+  // Two whole cache lines: an insert touches exactly two (prefetched) lines.
+  struct alignas(64) Entry {
     Tensor view;
     uint64_t task_id;
     int32_t next_in_chain;

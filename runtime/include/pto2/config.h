@@ -18,7 +18,10 @@ struct RuntimeConfig {
   uint64_t heap_size = 1ull << 30;       // PTO2_RING_HEAP: bytes, >= 1024 (address space; committed on use)
   uint64_t dep_pool_size = 65536;        // PTO2_RING_DEP_POOL: entries, >= 16
   uint64_t tensormap_pool_size = 65536;  // PTO2_TENSORMAP_POOL: entries, >= 16
-  uint64_t tensormap_buckets = 65536;    // PTO2_TENSORMAP_BUCKETS: power of two
+  // PTO2_TENSORMAP_BUCKETS: power of two. The seed uses 65536; 4096 keeps the
+  // bucket heads (32 B each) in L2, and chain truncation keeps chains short.
+  // Measured: 0.60 -> 0.43 us per contended submit (docs/runtime.md).
+  uint64_t tensormap_buckets = 4096;
   int32_t ready_queue_shards = 3;        // PTO2_READY_QUEUE_SHARDS: 1..16
   int32_t scheduler_threads = 0;         // PTO2_SCHEDULER_THREADS: 1..16; 0 = min(3, CPUs - 1), at least 1
   uint32_t cleanup_interval = 64;        // retired tasks between TensorMap batch cleanups
