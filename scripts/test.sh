@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README.md; .ci/run calls exactly this).
-# Installs dependencies, builds from scratch into build/ and build-tsan/, runs
-# the whole suite, then runs the runtime's concurrency tests again under
-# ThreadSanitizer. Exits non-zero on any failure.
+# Installs dependencies, builds into build/, build-tsan/ and build-asan/, runs
+# the runtime's concurrency tests under ThreadSanitizer, the whole suite under
+# AddressSanitizer + UBSan, and last the whole suite on the normal build (so
+# the closing CTest summary is the normal build's). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,5 +23,11 @@ cmake --build build-tsan -j "$JOBS"
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1" setarch "$(uname -m)" -R \
    ctest --output-on-failure -j "$JOBS" -L concurrency)
 
-echo "== full suite"
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build (whole suite)"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_ASAN=ON -DPTO_BUILD_BENCH=OFF
+cmake --build build-asan -j "$JOBS"
+(cd build-asan && ASAN_OPTIONS="detect_leaks=0" setarch "$(uname -m)" -R \
+   ctest --output-on-failure -j "$JOBS")
+
+echo "== full suite (normal build)"
 (cd build && ctest --output-on-failure -j "$JOBS")

@@ -104,7 +104,7 @@ TEST_CASE("chain: each task waits for the previous writer (INOUT chain)", "[grap
   REQUIRE(r.ok());
   for (int i = 1; i < n; ++i) CHECK(before(log, i - 1, i));
   int64_t golden = 1;
-  for (int i = 0; i < n; ++i) golden = golden * 31 + 1 + i;
+  for (int i = 0; i < n; ++i) golden = mix_step(golden, 1, i);
   CHECK(acc[0] == golden);
   CHECK(acc[7] == golden);
 }
@@ -206,7 +206,7 @@ TEST_CASE("nested scopes: tasks in inner rings reclaim while outer scope stays o
   REQUIRE(r.ok());
   CHECK(r.stats.tasks_completed == 200);
   int64_t golden = 0;
-  for (int i = 0; i < submitted; ++i) golden = golden * 31 + 1 + i;
+  for (int i = 0; i < submitted; ++i) golden = mix_step(golden, 1, i);
   CHECK(out[0] == golden);
 }
 
@@ -305,4 +305,34 @@ TEST_CASE("a Runtime runs many orchestrations in a row", "[graph]") {
     REQUIRE(r.ok());
     REQUIRE(r.stats.tasks_completed == 50);
   }
+}
+
+TEST_CASE("outputs of one task are packed into one 1024-aligned heap allocation", "[graph][heap]") {
+  Chip chip(small_config(1), 0);
+  std::vector<int64_t> in(8, 4);
+  uint64_t a0 = 0, a1 = 0, a2 = 0;
+  std::vector<int64_t> r0(8), r1(8);
+  RunResult r = chip.runtime->run([&](PTO2Runtime* rt) {
+    PTO2_SCOPE(rt) {
+      const uint32_t small[1] = {8}, big[1] = {200};  // 64 B and 1600 B
+      Tensor x = make_tensor(small, 1, PTO2_INT64), y = make_tensor(big, 1, PTO2_INT64),
+             z = make_tensor(small, 1, PTO2_INT64);
+      Tensor src = make_tensor_external(in.data(), small, 1, PTO2_INT64);
+      // kSlowCopy copies args[0] into args[1]; the extra outputs ride along.
+      PTOParam p[] = {make_input_param(src), make_output_param(x), make_scalar_param(0), make_output_param(y),
+                      make_output_param(z)};
+      REQUIRE(pto2_rt_submit_task(rt, kSlowCopy, PTO2_WORKER_VECTOR, p, 5) >= 0);
+      a0 = x.addr;
+      a1 = y.addr;
+      a2 = z.addr;
+      REQUIRE(x.owner == y.owner);  // one creator owns the packed buffer
+      REQUIRE(pto2_rt_read_tensor(rt, &x, r0.data(), 64) == 0);
+    }
+    return 0;
+  });
+  REQUIRE(r.ok());
+  CHECK(a0 % 1024 == 0);
+  CHECK(a1 == a0 + 1024);         // 64 B rounded up to the output alignment
+  CHECK(a2 == a1 + 2048);         // 1600 B rounded up to 2048
+  CHECK(r0 == in);
 }

@@ -51,7 +51,7 @@ void replay(std::vector<std::vector<int64_t>>& bufs, const std::vector<Op>& ops)
     const uint64_t n = (op.v.r1 - op.v.r0) * kCols, m = (op.u.r1 - op.u.r0) * kCols;
     for (uint64_t k = 0; k < n; ++k) {
       int64_t& v = bufs[op.v.buf][op.v.r0 * kCols + k];
-      v = v * 31 + bufs[op.u.buf][op.u.r0 * kCols + k % m] + int64_t(i);
+      v = mix_step(v, bufs[op.u.buf][op.u.r0 * kCols + k % m], int64_t(i));
     }
   }
 }

@@ -71,7 +71,7 @@ void k_mix(int64_t* a) {
   stamp_start(a[2]);
   const Tensor *v = T(a, 0), *u = T(a, 1);
   const uint64_t n = pto2_tensor_numel(v), m = pto2_tensor_numel(u);
-  for (uint64_t i = 0; i < n; ++i) at<int64_t>(v, i) = at<int64_t>(v, i) * 31 + at<int64_t>(u, i % m) + a[2];
+  for (uint64_t i = 0; i < n; ++i) at<int64_t>(v, i) = mix_step(at<int64_t>(v, i), at<int64_t>(u, i % m), a[2]);
   stamp_end(a[2]);
 }
 void k_fill(int64_t* a) {

@@ -48,6 +48,12 @@ struct Chip {
 
 RuntimeConfig small_config(int scheduler_threads = 2);
 
+// One step of the order-sensitive mixer kMix computes: v * 31 + u + tag,
+// wrapping (unsigned arithmetic; a signed overflow would be undefined).
+inline int64_t mix_step(int64_t v, int64_t u, int64_t tag) {
+  return static_cast<int64_t>(static_cast<uint64_t>(v) * 31u + static_cast<uint64_t>(u) + static_cast<uint64_t>(tag));
+}
+
 inline uint64_t f32_bits(float f) {
   uint32_t u;
   static_assert(sizeof(u) == sizeof(f));
