@@ -26,7 +26,7 @@ cmake --build build-tsan -j "$JOBS"
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build (whole suite)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_ASAN=ON -DPTO_BUILD_BENCH=OFF
 cmake --build build-asan -j "$JOBS"
-(cd build-asan && ASAN_OPTIONS="detect_leaks=0" setarch "$(uname -m)" -R \
+(cd build-asan && setarch "$(uname -m)" -R \
    ctest --output-on-failure -j "$JOBS")
 
 echo "== full suite (normal build)"
