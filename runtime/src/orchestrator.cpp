@@ -85,16 +85,7 @@ void Orchestrator::end_run() {
     component_logger("orchestrator")
         ->warn("orchestration returned with {} scope(s) still open; closing them", scope_begin_.size() - 1);
   }
-  while (!scope_begin_.empty()) {
-    const size_t begin = scope_begin_.back();
-    scope_begin_.pop_back();
-    for (size_t i = begin; i < scope_tasks_.size(); ++i) {
-      const uint64_t id = scope_tasks_[i];
-      scope_held_[task_ring(id)][s_.ring_of(id).slot(task_seq(id))] = 0;
-      s_.release(id);
-    }
-    scope_tasks_.resize(begin);
-  }
+  while (!scope_begin_.empty()) close_innermost_scope();
   orchestration_done();
 }
 
@@ -105,6 +96,10 @@ void Orchestrator::scope_end() {
     fail(kInvalidArgument, "pto2_rt_scope_end without a matching pto2_rt_scope_begin");
     return;
   }
+  close_innermost_scope();
+}
+
+void Orchestrator::close_innermost_scope() {
   const size_t begin = scope_begin_.back();
   scope_begin_.pop_back();
   // The scope's reference on each task it owns (seed 000: one reference, from
@@ -504,6 +499,14 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
       d.tensors[i].addr = p.tensor->addr;
       d.tensors[i].owner = p.tensor->owner;
       off += align_up(std::max<uint64_t>(pto2_tensor_buffer_bytes(p.tensor), 1), kOutputAlign);
+    }
+    // The same Tensor named twice as OUTPUT was allocated once: every copy
+    // in the descriptor gets that address.
+    for (int32_t i = 0; i < n; ++i) {
+      if (params[i].type == PTO_PARAM_OUTPUT && d.tensors[i].addr == 0) {
+        d.tensors[i].addr = params[i].tensor->addr;
+        d.tensors[i].owner = params[i].tensor->owner;
+      }
     }
   }
   d.heap_end_pos = heap.top();

@@ -61,6 +61,7 @@ class Orchestrator {
 
  private:
   int current_ring() const;
+  void close_innermost_scope();
   bool validate_params(int32_t worker_type, const PTOParam* params, int32_t n);
   bool resolve_kernel(int32_t kernel_id, int32_t worker_type, uint64_t* addr);
   // Waits until try_once() succeeds; diagnose() returning a non-OK status
