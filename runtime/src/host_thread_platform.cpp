@@ -75,20 +75,6 @@ bool HostThreadPlatform::poll_finished(int core, uint64_t* task_id) {
   return true;
 }
 
-void HostThreadPlatform::notify_wakeup() {
-  // Dekker-style with set_wakeup: either set_wakeup(nullptr) sees us in
-  // flight and waits, or we see nullptr.
-  notifying_.fetch_add(1, std::memory_order_seq_cst);
-  if (Wakeup* w = wakeup_.load(std::memory_order_seq_cst)) w->notify();
-  notifying_.fetch_sub(1, std::memory_order_release);
-}
-
-void HostThreadPlatform::set_wakeup(Wakeup* wakeup) {
-  wakeup_.store(wakeup, std::memory_order_seq_cst);
-  // A notify in flight is a few instructions and at most one futex wake.
-  while (notifying_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
-}
-
 void HostThreadPlatform::executor_main() {
   const uint64_t spin_ns = uint64_t(config_.spin_before_park_us) * 1000;
   uint64_t core = 0;
@@ -98,7 +84,7 @@ void HostThreadPlatform::executor_main() {
         [&] { return stop_.load(std::memory_order_acquire) || jobs_->try_pop(&core); }, [] { return true; });
     if (!got || stop_.load(std::memory_order_acquire)) return;
     execute(static_cast<int>(core));
-    notify_wakeup();
+    wakeup_.notify();
   }
 }
 

@@ -8,9 +8,14 @@
 #include <vector>
 
 #include "test_support.h"
+#include "vector_example.h"
 
 using namespace pto2;
 using namespace pto2::test;
+
+// The shared orchestration names kernels by these ids.
+static_assert(int(vector_example::kAdd) == int(kAdd) && int(vector_example::kAddScalar) == int(kAddScalar) &&
+              int(vector_example::kMul) == int(kMul));
 
 namespace {
 
@@ -42,22 +47,7 @@ TEST_CASE("vector example f = (a+b+1)(a+b+2) on 16384 fp32 matches golden", "[gr
     b[i] = float(i % 13) - 3.f;
   }
   RunResult r = chip.runtime->run([&](PTO2Runtime* rt) {
-    const uint32_t shape[1] = {n};
-    Tensor ta = make_tensor_external(a.data(), shape, 1, PTO2_FLOAT32);
-    Tensor tb = make_tensor_external(b.data(), shape, 1, PTO2_FLOAT32);
-    Tensor tf = make_tensor_external(f.data(), shape, 1, PTO2_FLOAT32);
-    PTO2_SCOPE(rt) {
-      Tensor c = make_tensor(shape, 1, PTO2_FLOAT32), d = make_tensor(shape, 1, PTO2_FLOAT32),
-             e = make_tensor(shape, 1, PTO2_FLOAT32);
-      PTOParam p0[] = {make_input_param(ta), make_input_param(tb), make_output_param(c)};
-      pto2_rt_submit_task(rt, kAdd, PTO2_WORKER_VECTOR, p0, 3);
-      PTOParam p1[] = {make_input_param(c), make_scalar_param(f32_bits(1.f)), make_output_param(d)};
-      pto2_rt_submit_task(rt, kAddScalar, PTO2_WORKER_VECTOR, p1, 3);
-      PTOParam p2[] = {make_input_param(c), make_scalar_param(f32_bits(2.f)), make_output_param(e)};
-      pto2_rt_submit_task(rt, kAddScalar, PTO2_WORKER_VECTOR, p2, 3);
-      PTOParam p3[] = {make_input_param(d), make_input_param(e), make_output_param(tf)};
-      pto2_rt_submit_task(rt, kMul, PTO2_WORKER_VECTOR, p3, 3);
-    }
+    vector_example::orchestrate(rt, a.data(), b.data(), f.data(), n);
     return 0;
   });
   REQUIRE(r.ok());

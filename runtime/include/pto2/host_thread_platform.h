@@ -49,7 +49,7 @@ class HostThreadPlatform : public Platform {
   bool resolve_kernel(int32_t kernel_id, WorkerType type, uint64_t* function_bin_addr) override;
   void dispatch(int core, const DispatchPayload& payload) override;
   bool poll_finished(int core, uint64_t* task_id) override;
-  void set_wakeup(Wakeup* wakeup) override;
+  void set_wakeup(Wakeup* wakeup) override { wakeup_.set(wakeup); }
 
   uint64_t tasks_executed() const { return executed_.load(std::memory_order_relaxed); }
 
@@ -60,7 +60,6 @@ class HostThreadPlatform : public Platform {
     std::atomic<uint64_t> finished{0};  // task id + 1 once done, 0 otherwise
   };
   void execute(int core);
-  void notify_wakeup();
   void executor_main();
 
   HostThreadPlatformConfig config_;
@@ -71,8 +70,7 @@ class HostThreadPlatform : public Platform {
   std::unique_ptr<EventCount> jobs_ec_;
   std::vector<std::thread> executors_;
   std::atomic<bool> stop_{false};
-  std::atomic<Wakeup*> wakeup_{nullptr};
-  std::atomic<int> notifying_{0};  // executors inside notify_wakeup()
+  WakeupSlot wakeup_;
   std::atomic<uint64_t> executed_{0};
 };
 

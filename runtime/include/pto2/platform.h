@@ -11,7 +11,9 @@
 //    parked scheduler thread looks again. It may call it from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <thread>
 
 #include "pto2/orchestration_api.h"
 
@@ -36,6 +38,28 @@ class Wakeup {
  public:
   virtual ~Wakeup() = default;
   virtual void notify() = 0;
+};
+
+// What a platform keeps of the runtime's Wakeup: implements the contract of
+// Platform::set_wakeup for it. notify() may be called from any thread.
+class WakeupSlot {
+ public:
+  // Dekker-style with notify(): either set() sees a notify in flight and
+  // waits for it (a few instructions and at most one futex wake), or the
+  // notify sees the new value.
+  void set(Wakeup* wakeup) {
+    wakeup_.store(wakeup, std::memory_order_seq_cst);
+    while (notifying_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  }
+  void notify() {
+    notifying_.fetch_add(1, std::memory_order_seq_cst);
+    if (Wakeup* w = wakeup_.load(std::memory_order_seq_cst)) w->notify();
+    notifying_.fetch_sub(1, std::memory_order_release);
+  }
+
+ private:
+  std::atomic<Wakeup*> wakeup_{nullptr};
+  std::atomic<int> notifying_{0};
 };
 
 class Platform {

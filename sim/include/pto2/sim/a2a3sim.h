@@ -1,0 +1,119 @@
+// a2a3sim: the simulated Ascend a2a3 chip, as a pto2::Platform.
+//
+// Chip model (seed 000 §2, §8.1, §9):
+//   * block_dim clusters (at most PLATFORM_MAX_BLOCKDIM = 24), each one AIC
+//     (cube) core and two AIV (vector) cores. Core ids: AICs 0..block_dim-1,
+//     then AIVs block_dim..3*block_dim-1 (cluster c owns AIC c and AIVs
+//     block_dim+2c, block_dim+2c+1).
+//   * Per core a Handshake (the dispatch payload) and two registers:
+//       DATA_MAIN_BASE  AICPU -> AICore: task_id + 1 dispatches; kExitSignal stops
+//       COND            AICore -> AICPU: bit 31 = state (0 ACK, 1 FIN),
+//                       bits 30..0 = low 31 bits of the task id
+//     A core polls DATA_MAIN_BASE, reads the payload, writes ACK, runs the
+//     kernel, writes FIN. The scheduler learns of completion only through COND.
+//   * Bounded threads: the logical cores (up to 72) run on executor_threads OS
+//     threads, never one thread per core. With 0 executors a core's work runs
+//     on the scheduler thread that dispatches it (the right choice when the
+//     process has no spare CPU); otherwise a dispatch rings a doorbell and a
+//     parked executor picks the core up. Every wait spins briefly, then parks.
+//
+// docs/sim.md has the register protocol step by step.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pto2/errors.h"
+#include "pto2/platform.h"
+#include "pto2/sim/device_memory.h"
+
+namespace pto2::sim {
+
+inline constexpr int PLATFORM_MAX_BLOCKDIM = 24;
+inline constexpr int PLATFORM_AIV_PER_CLUSTER = 2;
+inline constexpr int PLATFORM_MAX_AICPU_THREADS = 4;
+inline constexpr uint32_t kCondFin = 1u << 31;
+inline constexpr uint32_t kCondTaskMask = kCondFin - 1;
+inline constexpr uint64_t kExitSignal = ~0ull;
+
+// A kernel as the simulator runs it: the seed's kernel_entry signature.
+using KernelEntry = void (*)(int64_t* args);
+
+struct A2A3SimConfig {
+  int block_dim = PLATFORM_MAX_BLOCKDIM;
+  // AICPU threads of the chip: 1 orchestrator + (aicpu_threads - 1) schedulers.
+  int aicpu_threads = PLATFORM_MAX_AICPU_THREADS;
+  // OS threads that run AICore work; -1 = the CPUs this process may use minus
+  // the AICPU threads that get a CPU (so 0, inline, on a 2-CPU machine).
+  int executor_threads = -1;
+  uint64_t gm_bytes = 4ull << 30;  // simulated global memory capacity
+  uint32_t spin_before_park_us = 50;
+
+  Status validate() const;
+  // Scheduler OS threads for the runtime: aicpu_threads - 1, capped so the
+  // orchestrator and the schedulers do not outnumber the usable CPUs.
+  int scheduler_threads() const;
+  int resolved_executor_threads() const;
+};
+
+// CPUs this process may run on (sched_getaffinity), at least 1.
+int usable_cpus();
+
+class A2A3SimPlatform : public Platform {
+ public:
+  // Use create(): the config is validated first.
+  static std::unique_ptr<A2A3SimPlatform> create(const A2A3SimConfig& config, Status* error);
+  ~A2A3SimPlatform() override;
+
+  // Registers the kernel for func_id on cores of one type (the seed's
+  // upload_kernel_binary + func_id_to_addr). Before runs start.
+  void register_kernel(int32_t func_id, WorkerType type, KernelEntry entry);
+
+  DeviceMemory& memory() { return memory_; }
+  const A2A3SimConfig& config() const { return config_; }
+  int executor_threads() const { return static_cast<int>(executors_.size()); }
+
+  // Register views for tests and tracing.
+  uint64_t data_main_base(int core) const { return cores_[core]->data_main_base.load(std::memory_order_acquire); }
+  uint32_t cond(int core) const { return cores_[core]->cond.load(std::memory_order_acquire); }
+  uint64_t tasks_executed(int core) const { return cores_[core]->executed.load(std::memory_order_relaxed); }
+  int cluster_of(int core) const;
+
+  // Platform
+  int core_count() const override { return static_cast<int>(cores_.size()); }
+  WorkerType core_type(int core) const override { return cores_[core]->type; }
+  bool resolve_kernel(int32_t kernel_id, WorkerType type, uint64_t* function_bin_addr) override;
+  void dispatch(int core, const DispatchPayload& payload) override;
+  bool poll_finished(int core, uint64_t* task_id) override;
+  void set_wakeup(Wakeup* wakeup) override { wakeup_.set(wakeup); }
+
+ private:
+  struct alignas(64) Core {
+    WorkerType type = WorkerType::kCube;
+    // Handshake (seed §9.1): the payload the AICPU prepared for this core.
+    DispatchPayload task;
+    std::atomic<uint64_t> data_main_base{0};
+    std::atomic<uint32_t> cond{0};
+    std::atomic<uint64_t> executed{0};
+  };
+  explicit A2A3SimPlatform(const A2A3SimConfig& config);
+  // The AICore side: take the dispatched task, ACK, run, FIN.
+  void run_core(int core);
+  void executor_main();
+
+  A2A3SimConfig config_;
+  DeviceMemory memory_;
+  std::vector<std::unique_ptr<Core>> cores_;
+  std::vector<std::pair<int32_t, KernelEntry>> kernels_[kNumWorkerTypes];
+  struct Doorbells;
+  std::unique_ptr<Doorbells> doorbells_;
+  std::vector<std::thread> executors_;
+  std::atomic<bool> stop_{false};
+  WakeupSlot wakeup_;
+};
+
+}  // namespace pto2::sim

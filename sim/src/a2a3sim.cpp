@@ -1,0 +1,161 @@
+#include "pto2/sim/a2a3sim.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <bit>
+
+#include <fmt/format.h>
+
+#include "event_count.h"
+#include "ready_queue.h"
+
+namespace pto2::sim {
+
+namespace {
+constexpr uint64_t kExecutorParkNs = 50000000;  // 50 ms slices while idle
+}
+
+// Doorbells: a dispatch to a core run by executors queues the core id here.
+struct A2A3SimPlatform::Doorbells {
+  explicit Doorbells(uint64_t capacity) : queue(capacity) {}
+  MpmcQueue queue;
+  EventCount ec;
+};
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, CPU_COUNT(&set));
+}
+
+Status A2A3SimConfig::validate() const {
+  auto bad = [](std::string m) { return Status::Error(kInvalidConfig, std::move(m)); };
+  if (block_dim < 1 || block_dim > PLATFORM_MAX_BLOCKDIM)
+    return bad(fmt::format("block_dim = {}: must be in 1..{} (PLATFORM_MAX_BLOCKDIM)", block_dim,
+                           PLATFORM_MAX_BLOCKDIM));
+  if (aicpu_threads < 2 || aicpu_threads > PLATFORM_MAX_AICPU_THREADS)
+    return bad(fmt::format("aicpu_threads = {}: must be in 2..{} (1 orchestrator + at least 1 scheduler)",
+                           aicpu_threads, PLATFORM_MAX_AICPU_THREADS));
+  if (executor_threads < -1 || executor_threads > 64)
+    return bad(fmt::format("executor_threads = {}: must be -1 (automatic) or 0..64", executor_threads));
+  if (gm_bytes < (1ull << 20)) return bad(fmt::format("gm_bytes = {}: must be at least 1 MiB", gm_bytes));
+  return Status::Ok();
+}
+
+int A2A3SimConfig::scheduler_threads() const {
+  return std::max(1, std::min(aicpu_threads - 1, usable_cpus() - 1));
+}
+
+int A2A3SimConfig::resolved_executor_threads() const {
+  if (executor_threads >= 0) return executor_threads;
+  return std::max(0, usable_cpus() - 1 - scheduler_threads());
+}
+
+std::unique_ptr<A2A3SimPlatform> A2A3SimPlatform::create(const A2A3SimConfig& config, Status* error) {
+  Status st = config.validate();
+  if (error) *error = st;
+  if (!st.ok()) return nullptr;
+  return std::unique_ptr<A2A3SimPlatform>(new A2A3SimPlatform(config));
+}
+
+A2A3SimPlatform::A2A3SimPlatform(const A2A3SimConfig& config) : config_(config), memory_(config.gm_bytes) {
+  const int bd = config.block_dim;
+  for (int i = 0; i < bd * (1 + PLATFORM_AIV_PER_CLUSTER); ++i) {
+    cores_.push_back(std::make_unique<Core>());
+    cores_.back()->type = i < bd ? WorkerType::kCube : WorkerType::kVector;
+  }
+  const int executors = config.resolved_executor_threads();
+  if (executors > 0) {
+    doorbells_ = std::make_unique<Doorbells>(std::bit_ceil(static_cast<uint64_t>(cores_.size()) + 1));
+    for (int i = 0; i < executors; ++i) executors_.emplace_back([this] { executor_main(); });
+  }
+}
+
+A2A3SimPlatform::~A2A3SimPlatform() {
+  // Seed §9.2: the exit signal in DATA_MAIN_BASE shuts each core down.
+  for (auto& c : cores_) c->data_main_base.store(kExitSignal, std::memory_order_release);
+  stop_.store(true, std::memory_order_seq_cst);
+  if (doorbells_) doorbells_->ec.notify();
+  for (auto& t : executors_) t.join();
+}
+
+int A2A3SimPlatform::cluster_of(int core) const {
+  const int bd = config_.block_dim;
+  return core < bd ? core : (core - bd) / PLATFORM_AIV_PER_CLUSTER;
+}
+
+void A2A3SimPlatform::register_kernel(int32_t func_id, WorkerType type, KernelEntry entry) {
+  auto& list = kernels_[static_cast<int>(type)];
+  for (auto& [id, e] : list) {
+    if (id == func_id) {
+      e = entry;
+      return;
+    }
+  }
+  list.emplace_back(func_id, entry);
+}
+
+bool A2A3SimPlatform::resolve_kernel(int32_t kernel_id, WorkerType type, uint64_t* function_bin_addr) {
+  for (auto& [id, e] : kernels_[static_cast<int>(type)]) {
+    if (id == kernel_id) {
+      *function_bin_addr = reinterpret_cast<uint64_t>(e);
+      return true;
+    }
+  }
+  return false;
+}
+
+void A2A3SimPlatform::dispatch(int core, const DispatchPayload& payload) {
+  Core& c = *cores_[core];
+  c.task = payload;  // Handshake.task
+  c.data_main_base.store(payload.task_id + 1, std::memory_order_release);
+  if (executors_.empty()) {
+    run_core(core);  // no spare CPU: the core's work runs on this AICPU thread
+    return;
+  }
+  while (!doorbells_->queue.try_push(static_cast<uint64_t>(core))) cpu_relax();
+  doorbells_->ec.notify();
+}
+
+void A2A3SimPlatform::run_core(int core) {
+  Core& c = *cores_[core];
+  const uint64_t reg = c.data_main_base.load(std::memory_order_acquire);
+  if (reg == 0 || reg == kExitSignal) return;
+  c.data_main_base.store(0, std::memory_order_relaxed);  // the core took the dispatch
+  const DispatchPayload& t = c.task;
+  const uint32_t id_bits = static_cast<uint32_t>(reg - 1) & kCondTaskMask;
+  c.cond.store(id_bits, std::memory_order_release);  // ACK
+  reinterpret_cast<KernelEntry>(t.function_bin_addr)(t.args);
+  c.executed.fetch_add(1, std::memory_order_relaxed);
+  c.cond.store(kCondFin | id_bits, std::memory_order_release);  // FIN
+}
+
+bool A2A3SimPlatform::poll_finished(int core, uint64_t* task_id) {
+  Core& c = *cores_[core];
+  const uint32_t v = c.cond.load(std::memory_order_acquire);
+  if ((v & kCondFin) == 0) return false;
+  if ((v & kCondTaskMask) != (static_cast<uint32_t>(c.task.task_id) & kCondTaskMask)) return false;  // stale
+  // The AICPU consumed the FIN: clear it so no later dispatch can mistake it
+  // for its own completion.
+  c.cond.store(0, std::memory_order_relaxed);
+  *task_id = c.task.task_id;
+  return true;
+}
+
+void A2A3SimPlatform::executor_main() {
+  const uint64_t spin_ns = uint64_t(config_.spin_before_park_us) * 1000;
+  uint64_t core = 0;
+  for (;;) {
+    const bool got = spin_then_park(
+        doorbells_->ec, spin_ns, kExecutorParkNs,
+        [&] { return stop_.load(std::memory_order_acquire) || doorbells_->queue.try_pop(&core); },
+        [] { return true; });
+    if (!got || stop_.load(std::memory_order_acquire)) return;
+    run_core(static_cast<int>(core));
+    wakeup_.notify();
+  }
+}
+
+}  // namespace pto2::sim

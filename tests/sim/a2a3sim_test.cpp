@@ -1,0 +1,178 @@
+// a2a3sim: chip layout, the DATA_MAIN_BASE / COND handshake as the scheduler
+// sees it, and the PTO2 runtime running real graphs on 72 logical cores with
+// a bounded number of OS threads.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "pto2/runtime.h"
+#include "pto2/sim/a2a3sim.h"
+#include "vector_example.h"
+
+using namespace pto2;
+using namespace pto2::sim;
+namespace vx = pto2::vector_example;
+
+namespace {
+
+std::atomic<int> g_gate{0};
+std::atomic<int> g_ran{0};
+
+void k_gated(int64_t*) {
+  while (g_gate.load() == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  g_ran.fetch_add(1);
+}
+
+void k_empty(int64_t*) {}
+
+}  // namespace
+
+TEST_CASE("config is validated and the chip has block_dim clusters of 1 AIC + 2 AIV", "[a2a3sim]") {
+  A2A3SimConfig bad;
+  bad.block_dim = 25;
+  Status st;
+  CHECK(A2A3SimPlatform::create(bad, &st) == nullptr);
+  CHECK_THAT(st.message, Catch::Contains("block_dim = 25") && Catch::Contains("PLATFORM_MAX_BLOCKDIM"));
+  bad = A2A3SimConfig{};
+  bad.aicpu_threads = 1;
+  CHECK(A2A3SimPlatform::create(bad, &st) == nullptr);
+
+  A2A3SimConfig cfg;
+  cfg.executor_threads = 0;
+  auto chip = A2A3SimPlatform::create(cfg, &st);
+  REQUIRE(chip);
+  REQUIRE(chip->core_count() == 72);
+  int cubes = 0;
+  for (int c = 0; c < 72; ++c) cubes += chip->core_type(c) == WorkerType::kCube;
+  CHECK(cubes == 24);
+  CHECK(chip->cluster_of(5) == 5);                 // AIC 5
+  CHECK(chip->cluster_of(24 + 2 * 5) == 5);        // its two AIVs
+  CHECK(chip->cluster_of(24 + 2 * 5 + 1) == 5);
+  CHECK(cfg.scheduler_threads() >= 1);
+  CHECK(cfg.scheduler_threads() <= 3);
+}
+
+TEST_CASE("handshake: DATA_MAIN_BASE dispatches, COND reports ACK then FIN", "[a2a3sim]") {
+  A2A3SimConfig cfg;
+  cfg.block_dim = 2;
+  cfg.executor_threads = 1;  // the core runs on another thread, so its states can be watched
+  Status st;
+  auto chip = A2A3SimPlatform::create(cfg, &st);
+  REQUIRE(chip);
+  chip->register_kernel(7, WorkerType::kVector, k_gated);
+  uint64_t addr = 0;
+  REQUIRE(chip->resolve_kernel(7, WorkerType::kVector, &addr));
+  CHECK_FALSE(chip->resolve_kernel(7, WorkerType::kCube, &addr));  // registered for AIV only
+  REQUIRE(chip->resolve_kernel(7, WorkerType::kVector, &addr));
+
+  g_gate = 0;
+  g_ran = 0;
+  const int core = 3;  // an AIV
+  DispatchPayload p;
+  p.task_id = (41ull << 2) | 1;
+  p.kernel_id = 7;
+  p.function_bin_addr = addr;
+  chip->dispatch(core, p);
+  // ACK: the core took the task (DATA_MAIN_BASE cleared) and is running it.
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (chip->cond(core) != (uint32_t(p.task_id) & kCondTaskMask) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  CHECK(chip->cond(core) == (uint32_t(p.task_id) & kCondTaskMask));
+  CHECK(chip->data_main_base(core) == 0);
+  uint64_t done = 0;
+  CHECK_FALSE(chip->poll_finished(core, &done));  // ACK is not completion
+  g_gate = 1;
+  while (!chip->poll_finished(core, &done) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  CHECK(done == p.task_id);
+  CHECK(g_ran == 1);
+  CHECK(chip->cond(core) == 0);  // the FIN was consumed
+  CHECK_FALSE(chip->poll_finished(core, &done));
+  CHECK(chip->tasks_executed(core) == 1);
+}
+
+TEST_CASE("PTO2 runtime on a2a3sim: vector example on 72 cores, bounded OS threads", "[a2a3sim][runtime]") {
+  const int executors = GENERATE(0, 1, 2);
+  A2A3SimConfig cfg;
+  cfg.executor_threads = executors;
+  Status st;
+  auto chip = A2A3SimPlatform::create(cfg, &st);
+  REQUIRE(chip);
+  chip->register_kernel(vx::kAdd, WorkerType::kVector, vx::add);
+  chip->register_kernel(vx::kAddScalar, WorkerType::kVector, vx::add_scalar);
+  chip->register_kernel(vx::kMul, WorkerType::kVector, vx::mul);
+  RuntimeConfig rc;
+  rc.task_window = 1024;
+  rc.heap_size = 1 << 20;
+  rc.scheduler_threads = cfg.scheduler_threads();
+  auto rt = Runtime::create(rc, *chip, &st);
+  REQUIRE(rt);
+
+  // Inputs and output live in simulated GM, moved with the host API.
+  const uint32_t n = 16384;
+  std::vector<float> a(n), b(n), f(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    a[i] = float(i % 31);
+    b[i] = float(i % 7) * 0.25f;
+  }
+  void *da, *db, *df;
+  REQUIRE(chip->memory().alloc(n * 4, &da).ok());
+  REQUIRE(chip->memory().alloc(n * 4, &db).ok());
+  REQUIRE(chip->memory().alloc(n * 4, &df).ok());
+  REQUIRE(chip->memory().copy_to_device(da, a.data(), n * 4).ok());
+  REQUIRE(chip->memory().copy_to_device(db, b.data(), n * 4).ok());
+
+  RunResult r = rt->run([&](PTO2Runtime* p) {
+    vx::orchestrate(p, da, db, df, n);
+    return 0;
+  });
+  REQUIRE(r.ok());
+  REQUIRE(chip->memory().copy_from_device(f.data(), df, n * 4).ok());
+  uint32_t matched = 0;
+  for (uint32_t i = 0; i < n; ++i) matched += f[i] == (a[i] + b[i] + 1.f) * (a[i] + b[i] + 2.f);
+  CHECK(matched == n);
+  CHECK(chip->executor_threads() == executors);
+  for (void* p : {da, db, df}) REQUIRE(chip->memory().free(p).ok());
+}
+
+TEST_CASE("thousands of independent cube/vector tasks spread over the cores", "[a2a3sim][runtime]") {
+  const int executors = GENERATE(0, 2);
+  A2A3SimConfig cfg;
+  cfg.executor_threads = executors;
+  cfg.aicpu_threads = 3;
+  Status st;
+  auto chip = A2A3SimPlatform::create(cfg, &st);
+  chip->register_kernel(0, WorkerType::kCube, k_empty);
+  chip->register_kernel(0, WorkerType::kVector, k_empty);
+  RuntimeConfig rc;
+  rc.task_window = 256;
+  rc.scheduler_threads = 2;  // more logical AICPU threads than CPUs is fine: they park
+  auto rt = Runtime::create(rc, *chip, &st);
+  REQUIRE(rt);
+  const int n = 5000;
+  RunResult r = rt->run([&](PTO2Runtime* p) {
+    for (int i = 0; i < n; i += 100) {
+      PTO2_SCOPE(p) {
+        for (int j = 0; j < 100; ++j) {
+          PTOParam s[] = {make_scalar_param(uint64_t(i + j))};
+          pto2_rt_submit_task(p, 0, (i + j) % 3 == 0 ? PTO2_WORKER_CUBE : PTO2_WORKER_VECTOR, s, 1);
+        }
+      }
+    }
+    return 0;
+  });
+  REQUIRE(r.ok());
+  uint64_t total = 0;
+  int used = 0;
+  for (int c = 0; c < chip->core_count(); ++c) {
+    total += chip->tasks_executed(c);
+    used += chip->tasks_executed(c) > 0;
+  }
+  CHECK(total == uint64_t(n));
+  CHECK(used >= 2);  // both core types and both schedulers' shares were used
+}
