@@ -77,7 +77,9 @@ struct alignas(64) TaskDescriptor {
   uint64_t heap_end_pos = 0;        // heap_top after this task's allocation (tail moves here on retire)
   uint64_t dep_end_pos = 0;         // dep_top after this task's entries (tail moves here on retire)
   uint8_t param_kind[PTO2_MAX_PARAMS] = {};
-  int64_t args[PTO2_MAX_PARAMS] = {};
+  // The kernel's argument array; the slot after the last argument belongs to
+  // the platform (a2a3sim puts the kernel context there).
+  int64_t args[PTO2_MAX_PARAMS + 1] = {};
   Tensor tensors[PTO2_MAX_PARAMS] = {};
 };
 inline constexpr int32_t kWorkerDummy = 2;

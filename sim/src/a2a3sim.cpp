@@ -64,7 +64,12 @@ A2A3SimPlatform::A2A3SimPlatform(const A2A3SimConfig& config) : config_(config),
   const int bd = config.block_dim;
   for (int i = 0; i < bd * (1 + PLATFORM_AIV_PER_CLUSTER); ++i) {
     cores_.push_back(std::make_unique<Core>());
-    cores_.back()->type = i < bd ? WorkerType::kCube : WorkerType::kVector;
+    Core& c = *cores_.back();
+    c.type = i < bd ? WorkerType::kCube : WorkerType::kVector;
+    c.context.block_idx = cluster_of(i);
+    c.context.block_num = bd;
+    c.context.core_id = i;
+    c.context.core_type = static_cast<int32_t>(c.type);
   }
   const int executors = config.resolved_executor_threads();
   if (executors > 0) {
@@ -127,6 +132,8 @@ void A2A3SimPlatform::run_core(int core) {
   const DispatchPayload& t = c.task;
   const uint32_t id_bits = static_cast<uint32_t>(reg - 1) & kCondTaskMask;
   c.cond.store(id_bits, std::memory_order_release);  // ACK
+  c.context.task_id = t.task_id;
+  if (t.args != nullptr) t.args[t.num_args] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&c.context));
   reinterpret_cast<KernelEntry>(t.function_bin_addr)(t.args);
   c.executed.fetch_add(1, std::memory_order_relaxed);
   c.cond.store(kCondFin | id_bits, std::memory_order_release);  // FIN

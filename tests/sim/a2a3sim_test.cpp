@@ -73,7 +73,9 @@ TEST_CASE("handshake: DATA_MAIN_BASE dispatches, COND reports ACK then FIN", "[a
   g_gate = 0;
   g_ran = 0;
   const int core = 3;  // an AIV
+  int64_t args[1] = {0};  // room for the kernel context after 0 arguments
   DispatchPayload p;
+  p.args = args;
   p.task_id = (41ull << 2) | 1;
   p.kernel_id = 7;
   p.function_bin_addr = addr;
@@ -94,6 +96,12 @@ TEST_CASE("handshake: DATA_MAIN_BASE dispatches, COND reports ACK then FIN", "[a
   CHECK(chip->cond(core) == 0);  // the FIN was consumed
   CHECK_FALSE(chip->poll_finished(core, &done));
   CHECK(chip->tasks_executed(core) == 1);
+  // The kernel got its context after its (zero) arguments: cluster of AIV 3.
+  const auto* ctx = reinterpret_cast<const PTO2KernelContext*>(args[0]);
+  CHECK(ctx->block_idx == chip->cluster_of(core));
+  CHECK(ctx->block_num == 2);
+  CHECK(ctx->core_type == PTO2_WORKER_VECTOR);
+  CHECK(ctx->task_id == p.task_id);
 }
 
 TEST_CASE("PTO2 runtime on a2a3sim: vector example on 72 cores, bounded OS threads", "[a2a3sim][runtime]") {

@@ -25,6 +25,7 @@ inline constexpr int kNumWorkerTypes = 2;
 // What a scheduler hands a core (seed §9.3). args points at the task
 // descriptor's argument array: tensor parameters are pointers to Tensor,
 // scalars are the values. It stays valid until the core's completion is seen.
+// args[num_args] exists and is the platform's to use while the task runs.
 struct DispatchPayload {
   uint64_t task_id = 0;
   int32_t kernel_id = 0;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "pto2/errors.h"
+#include "pto2/kernel_abi.h"
 #include "pto2/platform.h"
 #include "pto2/sim/device_memory.h"
 
@@ -96,6 +97,7 @@ class A2A3SimPlatform : public Platform {
     WorkerType type = WorkerType::kCube;
     // Handshake (seed §9.1): the payload the AICPU prepared for this core.
     DispatchPayload task;
+    PTO2KernelContext context{};  // handed to the kernel in args[num_args]
     std::atomic<uint64_t> data_main_base{0};
     std::atomic<uint32_t> cond{0};
     std::atomic<uint64_t> executed{0};

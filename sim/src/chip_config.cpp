@@ -1,0 +1,191 @@
+#include "pto2/sim/chip_config.h"
+
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "pto2/orchestration_api.h"
+
+namespace pto2::sim {
+
+namespace {
+
+Status bad(const std::string& file, const std::string& msg) {
+  return Status::Error(kInvalidConfig, fmt::format("{}: {}", file, msg));
+}
+
+// Rejects keys outside `allowed` in table t (named `where`).
+Status only_keys(const std::string& file, const toml::table& t, const std::string& where,
+                 std::initializer_list<const char*> allowed) {
+  std::set<std::string> ok(allowed.begin(), allowed.end());
+  for (auto&& [k, v] : t) {
+    (void)v;
+    if (!ok.count(std::string(k.str())))
+      return bad(file, fmt::format("unknown key '{}' in {} (allowed: {})", k.str(), where,
+                                   fmt::join(allowed.begin(), allowed.end(), ", ")));
+  }
+  return Status::Ok();
+}
+
+std::string resolve(const std::string& dir, const std::string& p) {
+  if (p.empty() || p[0] == '/') return p;
+  return (std::filesystem::path(dir) / p).lexically_normal().string();
+}
+
+}  // namespace
+
+int32_t dtype_from_name(const std::string& n) {
+  if (n == "float32") return PTO2_FLOAT32;
+  if (n == "float16") return PTO2_FLOAT16;
+  if (n == "bfloat16") return PTO2_BFLOAT16;
+  if (n == "float64") return PTO2_FLOAT64;
+  if (n == "int8") return PTO2_INT8;
+  if (n == "uint8") return PTO2_UINT8;
+  if (n == "int16") return PTO2_INT16;
+  if (n == "int32") return PTO2_INT32;
+  if (n == "int64") return PTO2_INT64;
+  return -1;
+}
+
+uint64_t ArgSpec::elements() const {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return n;
+}
+uint64_t ArgSpec::bytes() const { return elements() * pto2_dtype_size(dtype); }
+
+Status ChipConfig::load(const std::string& path, ChipConfig* out) {
+  *out = ChipConfig{};
+  out->path = path;
+  toml::table doc;
+  try {
+    doc = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    return bad(path, fmt::format("line {}: {}", e.source().begin.line, e.description()));
+  } catch (const std::exception& e) {
+    return bad(path, e.what());
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (Status s = only_keys(path, doc, "the file", {"orchestration", "kernels", "runtime", "args", "golden"}); !s.ok())
+    return s;
+
+  const toml::table* orch = doc["orchestration"].as_table();
+  if (!orch || !(*orch)["library"].is_string()) return bad(path, "[orchestration] needs library = \"...so\"");
+  if (Status s = only_keys(path, *orch, "[orchestration]", {"library"}); !s.ok()) return s;
+  out->orchestration = resolve(dir, *(*orch)["library"].value<std::string>());
+
+  if (const toml::table* g = doc["golden"].as_table()) {
+    if (Status s = only_keys(path, *g, "[golden]", {"library"}); !s.ok()) return s;
+    out->reference = resolve(dir, (*g)["library"].value_or(std::string()));
+  }
+
+  const toml::array* kernels = doc["kernels"].as_array();
+  if (!kernels || kernels->empty()) return bad(path, "needs at least one [[kernels]] entry");
+  std::set<std::pair<int32_t, int>> seen;
+  for (size_t i = 0; i < kernels->size(); ++i) {
+    const toml::table* k = (*kernels)[i].as_table();
+    if (!k) return bad(path, fmt::format("kernels[{}] is not a table", i));
+    if (Status s = only_keys(path, *k, fmt::format("kernels[{}]", i), {"func_id", "name", "library", "core_type"});
+        !s.ok())
+      return s;
+    KernelSpec spec;
+    auto id = (*k)["func_id"].value<int64_t>();
+    auto lib = (*k)["library"].value<std::string>();
+    auto type = (*k)["core_type"].value<std::string>();
+    if (!id || *id < 0 || *id > 1 << 20) return bad(path, fmt::format("kernels[{}].func_id missing or not in 0..2^20", i));
+    if (!lib) return bad(path, fmt::format("kernels[{}].library missing", i));
+    if (!type || (*type != "aic" && *type != "aiv"))
+      return bad(path, fmt::format("kernels[{}].core_type = '{}': must be \"aic\" or \"aiv\"", i, type.value_or("")));
+    spec.func_id = static_cast<int32_t>(*id);
+    spec.name = (*k)["name"].value_or(fmt::format("func{}", *id));
+    spec.library = resolve(dir, *lib);
+    spec.core_type = *type == "aic" ? WorkerType::kCube : WorkerType::kVector;
+    if (!seen.insert({spec.func_id, static_cast<int>(spec.core_type)}).second)
+      return bad(path, fmt::format("kernels[{}]: func_id {} on {} is defined twice", i, spec.func_id, *type));
+    out->kernels.push_back(spec);
+  }
+
+  if (const toml::table* r = doc["runtime"].as_table()) {
+    if (Status s = only_keys(path, *r, "[runtime]",
+                             {"variant", "aicpu_thread_num", "block_dim", "task_window", "heap_size", "dep_pool_size",
+                              "tensormap_pool_size", "ready_queue_shards", "seed"});
+        !s.ok())
+      return s;
+    out->variant = (*r)["variant"].value_or(out->variant);
+    if (out->variant != "tensormap_and_ringbuffer")
+      return bad(path, fmt::format("[runtime] variant = '{}': pto2-run runs \"tensormap_and_ringbuffer\"", out->variant));
+    out->aicpu_threads = static_cast<int>((*r)["aicpu_thread_num"].value_or(int64_t(out->aicpu_threads)));
+    out->block_dim = static_cast<int>((*r)["block_dim"].value_or(int64_t(out->block_dim)));
+    out->seed = static_cast<uint64_t>((*r)["seed"].value_or(int64_t(1)));
+    RuntimeConfig& rc = out->runtime;
+    rc.task_window = static_cast<uint64_t>((*r)["task_window"].value_or(int64_t(rc.task_window)));
+    rc.heap_size = static_cast<uint64_t>((*r)["heap_size"].value_or(int64_t(rc.heap_size)));
+    rc.dep_pool_size = static_cast<uint64_t>((*r)["dep_pool_size"].value_or(int64_t(rc.dep_pool_size)));
+    rc.tensormap_pool_size = static_cast<uint64_t>((*r)["tensormap_pool_size"].value_or(int64_t(rc.tensormap_pool_size)));
+    rc.ready_queue_shards = static_cast<int32_t>((*r)["ready_queue_shards"].value_or(int64_t(rc.ready_queue_shards)));
+    if (Status s = rc.validate(); !s.ok()) return bad(path, "[runtime] " + s.message);
+  }
+
+  const toml::array* args = doc["args"].as_array();
+  if (!args) return bad(path, "needs [[args]] entries: the orchestration's arguments in order");
+  for (size_t i = 0; i < args->size(); ++i) {
+    const toml::table* a = (*args)[i].as_table();
+    if (!a) return bad(path, fmt::format("args[{}] is not a table", i));
+    if (Status s = only_keys(path, *a, fmt::format("args[{}]", i),
+                             {"name", "role", "dtype", "shape", "generate", "low", "high", "value", "rtol", "atol"});
+        !s.ok())
+      return s;
+    ArgSpec spec;
+    spec.name = (*a)["name"].value_or(fmt::format("arg{}", i));
+    const std::string role = (*a)["role"].value_or(std::string());
+    if (role == "input") spec.role = ArgSpec::Role::kInput;
+    else if (role == "output") spec.role = ArgSpec::Role::kOutput;
+    else if (role == "scalar") spec.role = ArgSpec::Role::kScalar;
+    else return bad(path, fmt::format("args[{}] ({}): role = '{}': must be input, output or scalar", i, spec.name, role));
+    const std::string dtype = (*a)["dtype"].value_or(std::string(spec.role == ArgSpec::Role::kScalar ? "int64" : ""));
+    spec.dtype = dtype_from_name(dtype);
+    if (spec.dtype < 0) return bad(path, fmt::format("args[{}] ({}): unknown dtype '{}'", i, spec.name, dtype));
+    if (spec.role == ArgSpec::Role::kScalar) {
+      const toml::node* v = (*a)["value"].node();
+      if (!v) return bad(path, fmt::format("args[{}] ({}): a scalar needs value", i, spec.name));
+      if (spec.dtype == PTO2_FLOAT32) {
+        const float f = static_cast<float>(v->value<double>().value_or(0.0));
+        uint32_t u;
+        std::memcpy(&u, &f, sizeof(u));
+        spec.scalar = u;
+      } else if (spec.dtype == PTO2_FLOAT64) {
+        const double d = v->value<double>().value_or(0.0);
+        std::memcpy(&spec.scalar, &d, sizeof(d));
+      } else {
+        auto iv = v->value<int64_t>();
+        if (!iv) return bad(path, fmt::format("args[{}] ({}): value must be an integer for {}", i, spec.name, dtype));
+        spec.scalar = static_cast<uint64_t>(*iv);
+      }
+    } else {
+      const toml::array* shape = (*a)["shape"].as_array();
+      if (!shape || shape->empty() || shape->size() > PTO2_MAX_DIMS)
+        return bad(path, fmt::format("args[{}] ({}): shape must list 1..{} dimensions", i, spec.name, PTO2_MAX_DIMS));
+      for (auto&& d : *shape) {
+        auto v = d.value<int64_t>();
+        if (!v || *v <= 0) return bad(path, fmt::format("args[{}] ({}): shape entries must be positive", i, spec.name));
+        spec.shape.push_back(static_cast<uint64_t>(*v));
+      }
+      spec.generate = (*a)["generate"].value_or(spec.role == ArgSpec::Role::kOutput ? std::string("zeros") : spec.generate);
+      if (spec.generate != "random" && spec.generate != "constant" && spec.generate != "arange" && spec.generate != "zeros")
+        return bad(path, fmt::format("args[{}] ({}): generate = '{}': must be random, constant, arange or zeros", i,
+                                     spec.name, spec.generate));
+      spec.low = (*a)["low"].value_or(spec.low);
+      spec.high = (*a)["high"].value_or(spec.high);
+      spec.value = (*a)["value"].value_or(spec.value);
+      spec.rtol = (*a)["rtol"].value_or(spec.rtol);
+      spec.atol = (*a)["atol"].value_or(spec.atol);
+    }
+    out->args.push_back(spec);
+  }
+  return Status::Ok();
+}
+
+}  // namespace pto2::sim

@@ -1,0 +1,330 @@
+// pto2-run: runs one orchestration on one simulated a2a3 chip.
+//
+//   pto2-run examples/vector/kernels.toml
+//
+// Loads the kernel config (TOML), the kernel and orchestration libraries;
+// prepares the orchestration's arguments in simulated device memory (inputs
+// from .npy files or generated from the config), runs, writes every output as
+// .npy, and compares each output with a golden (a .npy file, or the example's
+// reference library run on the same inputs) within the configured tolerances:
+//
+//   f: PASS (16384/16384 elements matched)
+//
+// Exit status: 0 all outputs match, 1 a mismatch, 2 an error (config, loading,
+// the run itself).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "pto2/runtime.h"
+#include "pto2/sim/a2a3sim.h"
+#include "pto2/sim/chip_config.h"
+#include "pto2/sim/loader.h"
+#include "pto2/sim/npy.h"
+
+using namespace pto2;
+using namespace pto2::sim;
+
+namespace {
+
+constexpr int kExitMismatch = 1;
+constexpr int kExitError = 2;
+
+// The reference ("golden") library of an example exports this: it receives
+// the same argument array as the orchestration, with host pointers, and fills
+// the outputs. Non-zero return = failure.
+using ReferenceFn = int (*)(uint64_t* args, int arg_count);
+constexpr const char* kReferenceSymbol = "pto2_reference";
+
+double element_as_double(const uint8_t* p, int32_t dtype) {
+  switch (dtype) {
+    case PTO2_FLOAT32: { float v; std::memcpy(&v, p, 4); return v; }
+    case PTO2_FLOAT64: { double v; std::memcpy(&v, p, 8); return v; }
+    case PTO2_INT32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case PTO2_INT64: { int64_t v; std::memcpy(&v, p, 8); return double(v); }
+    case PTO2_INT16: { int16_t v; std::memcpy(&v, p, 2); return v; }
+    case PTO2_INT8: return double(int8_t(*p));
+    case PTO2_UINT8: return double(*p);
+    default: return std::nan("");
+  }
+}
+
+void store_double(uint8_t* p, int32_t dtype, double x) {
+  switch (dtype) {
+    case PTO2_FLOAT32: { float v = float(x); std::memcpy(p, &v, 4); break; }
+    case PTO2_FLOAT64: std::memcpy(p, &x, 8); break;
+    case PTO2_INT32: { int32_t v = int32_t(x); std::memcpy(p, &v, 4); break; }
+    case PTO2_INT64: { int64_t v = int64_t(x); std::memcpy(p, &v, 8); break; }
+    case PTO2_INT16: { int16_t v = int16_t(x); std::memcpy(p, &v, 2); break; }
+    case PTO2_INT8: *p = uint8_t(int8_t(x)); break;
+    case PTO2_UINT8: *p = uint8_t(x); break;
+    default: break;
+  }
+}
+
+void generate(const ArgSpec& a, std::mt19937_64& rng, std::vector<uint8_t>& buf) {
+  const uint32_t esz = pto2_dtype_size(a.dtype);
+  const bool integer = a.dtype != PTO2_FLOAT32 && a.dtype != PTO2_FLOAT64;
+  std::uniform_real_distribution<double> real(a.low, a.high);
+  for (uint64_t i = 0; i < a.elements(); ++i) {
+    double x = 0;
+    if (a.generate == "random") x = integer ? std::floor(real(rng)) : real(rng);
+    else if (a.generate == "constant") x = a.value;
+    else if (a.generate == "arange") x = a.low + double(i);
+    store_double(buf.data() + i * esz, a.dtype, x);
+  }
+}
+
+std::map<std::string, std::string> parse_pairs(const std::vector<std::string>& items, const char* flag, bool* ok) {
+  std::map<std::string, std::string> m;
+  for (const std::string& s : items) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::fprintf(stderr, "pto2-run: %s '%s': expected NAME=FILE.npy\n", flag, s.c_str());
+      *ok = false;
+      continue;
+    }
+    m[s.substr(0, eq)] = s.substr(eq + 1);
+  }
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pto2-run — run one orchestration on one simulated a2a3 chip and check its outputs.\n\n"
+               "Example:\n  pto2-run build/examples/vector/kernels.toml\n"
+               "  pto2-run build/examples/vector/kernels.toml --input a=a.npy --golden f=f_ref.npy --output-dir out\n"};
+  std::string config_path, output_dir = "pto2-run-out";
+  std::vector<std::string> inputs, goldens;
+  int block_dim = -1, aicpu_threads = -1, scheduler_threads = -1, executors = -2;
+  uint64_t task_window = 0, heap = 0, dep_pool = 0;
+  uint64_t seed = 0;
+  bool no_golden = false;
+  app.add_option("config", config_path, "kernel config (TOML) of the example")->required();
+  app.add_option("-i,--input", inputs, "NAME=FILE.npy: take input NAME from a file (default: generate it)");
+  app.add_option("-g,--golden", goldens, "NAME=FILE.npy: compare output NAME with a file (default: reference library)");
+  app.add_option("-o,--output-dir", output_dir, "where outputs are written as NAME.npy")->capture_default_str();
+  app.add_option("--block-dim", block_dim, "clusters of the chip, 1..24 (default: the config's)");
+  app.add_option("--aicpu-threads", aicpu_threads, "AICPU threads, 1 orchestrator + schedulers, 2..4");
+  app.add_option("--scheduler-threads", scheduler_threads, "scheduler OS threads (default: from --aicpu-threads and CPUs)");
+  app.add_option("--executor-threads", executors, "OS threads running AICore work (-1 automatic, 0 inline)");
+  app.add_option("--task-window", task_window, "task ring slots per ring (PTO2_RING_TASK_WINDOW)");
+  app.add_option("--heap", heap, "heap ring bytes per ring (PTO2_RING_HEAP)");
+  app.add_option("--dep-pool", dep_pool, "dependency-list entries per ring (PTO2_RING_DEP_POOL)");
+  app.add_option("--seed", seed, "seed for generated inputs (default: the config's)");
+  app.add_flag("--no-golden", no_golden, "run and write outputs without comparing");
+  CLI11_PARSE(app, argc, argv);
+
+  ChipConfig cfg;
+  if (Status st = ChipConfig::load(config_path, &cfg); !st.ok()) {
+    std::fprintf(stderr, "pto2-run: %s\n", st.message.c_str());
+    return kExitError;
+  }
+  bool pairs_ok = true;
+  const auto input_files = parse_pairs(inputs, "--input", &pairs_ok);
+  const auto golden_files = parse_pairs(goldens, "--golden", &pairs_ok);
+  if (!pairs_ok) return kExitError;
+  for (const auto& [name, file] : input_files) {
+    (void)file;
+    if (std::none_of(cfg.args.begin(), cfg.args.end(),
+                     [&](const ArgSpec& a) { return a.name == name && a.role == ArgSpec::Role::kInput; })) {
+      std::fprintf(stderr, "pto2-run: --input %s: the config has no input named '%s'\n", name.c_str(), name.c_str());
+      return kExitError;
+    }
+  }
+
+  // Runtime config: the file's [runtime], then PTO2_* variables, then flags.
+  RuntimeConfig rc = cfg.runtime;
+  if (Status st = rc.apply_env(); !st.ok()) {
+    std::fprintf(stderr, "pto2-run: %s\n", st.message.c_str());
+    return kExitError;
+  }
+  if (task_window) rc.task_window = task_window;
+  if (heap) rc.heap_size = heap;
+  if (dep_pool) rc.dep_pool_size = dep_pool;
+
+  A2A3SimConfig sc;
+  sc.block_dim = block_dim > 0 ? block_dim : cfg.block_dim;
+  sc.aicpu_threads = aicpu_threads > 0 ? aicpu_threads : cfg.aicpu_threads;
+  if (executors >= -1) sc.executor_threads = executors;
+  Status st;
+  auto chip = A2A3SimPlatform::create(sc, &st);
+  if (!chip) {
+    std::fprintf(stderr, "pto2-run: %s\n", st.message.c_str());
+    return kExitError;
+  }
+  rc.scheduler_threads = scheduler_threads > 0 ? scheduler_threads : sc.scheduler_threads();
+
+  // User code.
+  std::vector<KernelLibrary> kernels(cfg.kernels.size());
+  for (size_t i = 0; i < cfg.kernels.size(); ++i) {
+    if (Status ls = load_kernel(cfg.kernels[i].library, &kernels[i]); !ls.ok()) {
+      std::fprintf(stderr, "pto2-run: kernel %d (%s): %s\n", cfg.kernels[i].func_id, cfg.kernels[i].name.c_str(),
+                   ls.message.c_str());
+      return kExitError;
+    }
+    chip->register_kernel(cfg.kernels[i].func_id, cfg.kernels[i].core_type, kernels[i].entry);
+  }
+  OrchestrationLibrary orch;
+  if (Status ls = load_orchestration(cfg.orchestration, &orch); !ls.ok()) {
+    std::fprintf(stderr, "pto2-run: orchestration: %s\n", ls.message.c_str());
+    return kExitError;
+  }
+
+  // Arguments: host copies, device buffers.
+  std::mt19937_64 rng(seed ? seed : cfg.seed);
+  const size_t nargs = cfg.args.size();
+  std::vector<std::vector<uint8_t>> host(nargs);
+  std::vector<void*> device(nargs, nullptr);
+  std::vector<uint64_t> dev_args(nargs), host_args(nargs);
+  auto free_all = [&] {
+    for (void* p : device)
+      if (p) (void)chip->memory().free(p);
+  };
+  for (size_t i = 0; i < nargs; ++i) {
+    const ArgSpec& a = cfg.args[i];
+    if (a.role == ArgSpec::Role::kScalar) {
+      dev_args[i] = host_args[i] = a.scalar;
+      continue;
+    }
+    host[i].assign(a.bytes(), 0);
+    if (a.role == ArgSpec::Role::kInput) {
+      auto f = input_files.find(a.name);
+      if (f != input_files.end()) {
+        NpyArray arr;
+        Status rs = read_npy(f->second, &arr);
+        if (rs.ok() && (arr.descr != npy_descr(a.dtype) || arr.shape != a.shape))
+          rs = Status::Error(kInvalidArgument, fmt::format("'{}' holds {} {}, the config wants {} [{}]", f->second,
+                                                           arr.descr, fmt::join(arr.shape, "x"), npy_descr(a.dtype),
+                                                           fmt::join(a.shape, "x")));
+        if (!rs.ok()) {
+          std::fprintf(stderr, "pto2-run: input %s: %s\n", a.name.c_str(), rs.message.c_str());
+          free_all();
+          return kExitError;
+        }
+        host[i] = std::move(arr.data);
+      } else {
+        generate(a, rng, host[i]);
+      }
+    }
+    if (Status ms = chip->memory().alloc(a.bytes(), &device[i]); !ms.ok()) {
+      std::fprintf(stderr, "pto2-run: argument %s: %s\n", a.name.c_str(), ms.message.c_str());
+      free_all();
+      return kExitError;
+    }
+    (void)chip->memory().copy_to_device(device[i], host[i].data(), a.bytes());
+    dev_args[i] = reinterpret_cast<uint64_t>(device[i]);
+    host_args[i] = reinterpret_cast<uint64_t>(host[i].data());
+  }
+
+  auto runtime = Runtime::create(rc, *chip, &st);
+  if (!runtime) {
+    std::fprintf(stderr, "pto2-run: %s\n", st.message.c_str());
+    free_all();
+    return kExitError;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult run = runtime->run(orch.config, orch.entry, dev_args.data(), static_cast<int>(nargs));
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!run.ok()) {
+    std::fprintf(stderr, "pto2-run: %s: run failed: %s (%d): %s\n", cfg.orchestration.c_str(),
+                 error_name(run.status.code), run.status.code, run.status.message.c_str());
+    free_all();
+    return kExitError;
+  }
+
+  // Outputs.
+  std::error_code ec;
+  std::filesystem::create_directories(output_dir, ec);
+  std::vector<std::vector<uint8_t>> got(nargs);
+  for (size_t i = 0; i < nargs; ++i) {
+    const ArgSpec& a = cfg.args[i];
+    if (a.role != ArgSpec::Role::kOutput) continue;
+    got[i].resize(a.bytes());
+    (void)chip->memory().copy_from_device(got[i].data(), device[i], a.bytes());
+    const std::string file = (std::filesystem::path(output_dir) / (a.name + ".npy")).string();
+    if (Status ws = write_npy(file, npy_descr(a.dtype), a.shape, got[i].data(), a.bytes()); !ws.ok()) {
+      std::fprintf(stderr, "pto2-run: output %s: %s\n", a.name.c_str(), ws.message.c_str());
+      free_all();
+      return kExitError;
+    }
+  }
+  free_all();
+  std::printf("ran %s: %llu tasks in %.3f ms (orchestration %.3f ms), block_dim %d, %d scheduler thread(s), %d "
+              "executor thread(s)\n",
+              std::filesystem::path(cfg.orchestration).filename().c_str(),
+              (unsigned long long)run.stats.tasks_completed, wall_ms, double(run.stats.orchestrator_ns) / 1e6,
+              sc.block_dim, rc.scheduler_threads, chip->executor_threads());
+  if (no_golden) return 0;
+
+  // Goldens: files first, then the reference library on the same inputs.
+  bool need_reference = false;
+  for (const ArgSpec& a : cfg.args)
+    need_reference |= a.role == ArgSpec::Role::kOutput && !golden_files.count(a.name);
+  if (need_reference) {
+    if (cfg.reference.empty()) {
+      std::fprintf(stderr, "pto2-run: no golden for some outputs: give --golden NAME=FILE.npy or a [golden] library\n");
+      return kExitError;
+    }
+    Status ls;
+    auto ref_lib = SharedLibrary::open(cfg.reference, &ls);
+    auto ref = ref_lib ? reinterpret_cast<ReferenceFn>(ref_lib->symbol(kReferenceSymbol, &ls)) : nullptr;
+    if (!ref) {
+      std::fprintf(stderr, "pto2-run: golden: %s\n", ls.message.c_str());
+      return kExitError;
+    }
+    if (int rcode = ref(host_args.data(), static_cast<int>(nargs)); rcode != 0) {
+      std::fprintf(stderr, "pto2-run: golden: %s returned %d\n", cfg.reference.c_str(), rcode);
+      return kExitError;
+    }
+  }
+  bool all_pass = true;
+  for (size_t i = 0; i < nargs; ++i) {
+    const ArgSpec& a = cfg.args[i];
+    if (a.role != ArgSpec::Role::kOutput) continue;
+    const std::vector<uint8_t>* want = &host[i];
+    NpyArray file;
+    if (auto g = golden_files.find(a.name); g != golden_files.end()) {
+      Status rs = read_npy(g->second, &file);
+      if (rs.ok() && (file.descr != npy_descr(a.dtype) || file.data.size() != a.bytes()))
+        rs = Status::Error(kInvalidArgument, fmt::format("'{}' holds {} with {} bytes; expected {} with {}",
+                                                         g->second, file.descr, file.data.size(), npy_descr(a.dtype),
+                                                         a.bytes()));
+      if (!rs.ok()) {
+        std::fprintf(stderr, "pto2-run: golden %s: %s\n", a.name.c_str(), rs.message.c_str());
+        return kExitError;
+      }
+      want = &file.data;
+    }
+    const uint32_t esz = pto2_dtype_size(a.dtype);
+    uint64_t matched = 0, first_bad = ~0ull;
+    for (uint64_t e = 0; e < a.elements(); ++e) {
+      const double x = element_as_double(got[i].data() + e * esz, a.dtype);
+      const double y = element_as_double(want->data() + e * esz, a.dtype);
+      if (std::fabs(x - y) <= a.atol + a.rtol * std::fabs(y)) ++matched;
+      else if (first_bad == ~0ull) first_bad = e;
+    }
+    const bool pass = matched == a.elements();
+    all_pass &= pass;
+    std::printf("%s: %s (%llu/%llu elements matched)\n", a.name.c_str(), pass ? "PASS" : "FAIL",
+                (unsigned long long)matched, (unsigned long long)a.elements());
+    if (!pass) {
+      std::printf("  first mismatch at element %llu: got %.9g, expected %.9g (rtol %g, atol %g)\n",
+                  (unsigned long long)first_bad, element_as_double(got[i].data() + first_bad * esz, a.dtype),
+                  element_as_double(want->data() + first_bad * esz, a.dtype), a.rtol, a.atol);
+    }
+  }
+  return all_pass ? 0 : kExitMismatch;
+}

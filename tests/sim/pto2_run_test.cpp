@@ -1,0 +1,149 @@
+// pto2-run as a user runs it: a real process on the vector example's
+// libraries, with configs broken in each way the loader must explain.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string output;  // stdout + stderr
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(PTO2_RUN_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+struct TempDir {
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "pto2-run-test-XXXXXX").string();
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { fs::remove_all(path); }
+  fs::path path;
+};
+
+// The vector example's config with `from` replaced by `to`, written in dir
+// with absolute library paths.
+std::string variant(const TempDir& dir, const std::string& from, const std::string& to) {
+  std::ifstream in(std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text = std::regex_replace(text, std::regex("library = \"lib"), std::string("library = \"") + VECTOR_EXAMPLE_DIR + "/lib");
+  if (!from.empty()) {
+    const size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+  }
+  const fs::path file = dir.path / "kernels.toml";
+  std::ofstream(file) << text;
+  return file.string();
+}
+
+}  // namespace
+
+TEST_CASE("pto2-run runs the vector example, writes .npy outputs and reads .npy inputs", "[pto2-run]") {
+  TempDir dir;
+  const std::string cfg = std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml";
+  Result r = run(cfg + " -o " + (dir.path / "out").string());
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("f: PASS (16384/16384 elements matched)"));
+  REQUIRE(fs::exists(dir.path / "out" / "f.npy"));
+  CHECK(fs::file_size(dir.path / "out" / "f.npy") == 128 + 16384 * 4);
+
+  // The output as input a and b: the reference sees the same inputs, so it still passes.
+  const std::string f = (dir.path / "out" / "f.npy").string();
+  r = run(cfg + " -o " + (dir.path / "out2").string() + " --input a=" + f + " --input b=" + f);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("f: PASS"));
+
+  // A golden file that does not match: FAIL, exit 1, the first mismatch shown.
+  r = run(cfg + " -o " + (dir.path / "out3").string() + " --seed 99 --golden f=" + f);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("f: FAIL") && Catch::Contains("first mismatch"));
+}
+
+TEST_CASE("pto2-run explains each way user code fails to load or run, naming the file", "[pto2-run]") {
+  TempDir dir;
+  SECTION("orchestration library that does not exist") {
+    const std::string cfg = variant(dir, "liborch_vector.so", "liborch_missing.so");
+    Result r = run(cfg);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("cannot load") && Catch::Contains("liborch_missing.so"));
+  }
+  SECTION("kernel library without kernel_entry") {
+    const std::string cfg = variant(dir, "libkernel_vector_mul.so", "libgolden_vector.so");
+    Result r = run(cfg);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("libgolden_vector.so' does not export 'kernel_entry'"));
+  }
+  SECTION("orchestration library without the orchestration symbols") {
+    const std::string cfg = variant(dir, "liborch_vector.so", "libkernel_vector_add.so");
+    Result r = run(cfg);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("does not export 'aicpu_orchestration_config'"));
+  }
+  SECTION("wrong argument count") {
+    const std::string cfg = variant(dir, "[[args]]\nname = \"n\"", "[[args]]\nname = \"n2\"\nrole = \"scalar\"\nvalue = 1\n\n[[args]]\nname = \"n\"");
+    Result r = run(cfg);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("liborch_vector.so") && Catch::Contains("expects 4 arguments, got 5"));
+  }
+  SECTION("a func_id the orchestration uses but the config does not define") {
+    const std::string cfg = variant(dir, "func_id = 1", "func_id = 7");
+    Result r = run(cfg);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("liborch_vector.so") && Catch::Contains("kernel id 1 is not registered"));
+  }
+  SECTION("an unknown key in the config") {
+    const std::string cfg = variant(dir, "core_type = \"aiv\"", "core_type = \"aiv\"\ncore_typ = \"aic\"");
+    Result r = run(cfg);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("unknown key 'core_typ'"));
+  }
+  SECTION("an input file of the wrong shape") {
+    const std::string npy = (dir.path / "small.npy").string();
+    {
+      // 4 fp32 zeros as a .npy, written by hand.
+      std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }";
+      header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+      header.push_back('\n');
+      std::ofstream out(npy, std::ios::binary);
+      out.write("\x93NUMPY\x01\x00", 8);
+      const char len[2] = {char(header.size()), 0};
+      out.write(len, 2);
+      out << header;
+      out.write(std::string(16, '\0').data(), 16);
+    }
+    Result r = run(std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml -o " + (dir.path / "o").string() + " --input a=" + npy);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("input a") && Catch::Contains("16384"));
+  }
+  SECTION("--help is there for a newcomer") {
+    Result r = run("--help");
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output, Catch::Contains("--block-dim") && Catch::Contains("--input") && Catch::Contains("Example"));
+  }
+}
