@@ -4,6 +4,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 #include <fmt/format.h>
@@ -88,6 +89,11 @@ Status RuntimeConfig::apply_env() {
     return Status::Error(kInvalidConfig, fmt::format("PTO2_READY_QUEUE_SHARDS={} / PTO2_SCHEDULER_THREADS={}: too "
                                                      "large",
                                                      shards, threads));
+  if (const char* p = std::getenv("PTO2_PROFILING")) {
+    if (std::string(p) != "0" && std::string(p) != "1")
+      return Status::Error(kInvalidConfig, fmt::format("PTO2_PROFILING='{}': must be 0 or 1", p));
+    profiling = std::string(p) == "1";
+  }
   ready_queue_shards = static_cast<int32_t>(shards);
   scheduler_threads = static_cast<int32_t>(threads);
   return validate();

@@ -578,12 +578,14 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
   // incremental scan; one whose producers all finished while it was being
   // submitted goes to the orchestrator ready queue.
   d.fanin_count = edges;
+  if (s_.config.profiling) d.submit_ns = now_ns();
   if (edges == 0) {
     st.scan_id.store(id | TaskSlotState::kRootBit, std::memory_order_release);
   } else {
     st.scan_id.store(id, std::memory_order_release);
     if (st.fanin_pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       st.state.store(kSlotReady, std::memory_order_relaxed);
+      if (s_.config.profiling) st.ready_ns = d.submit_ns;
       while (!s_.orch_ready->try_push(id)) cpu_relax();
     }
   }

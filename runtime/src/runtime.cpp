@@ -73,6 +73,9 @@ RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
                                              "still be running",
                                              state_.config.stall_timeout_ms));
   }
+  result.start_ns = t0;
+  result.orchestration_end_ns = t1;
+  if (state_.config.profiling && drained) scheduler_.take_records(&result.records);
   result.status = orchestrator_.error();
   result.stats.tasks_submitted = orchestrator_.tasks_submitted();
   result.stats.tasks_completed = state_.completed_count.load(std::memory_order_acquire) - completed0;

@@ -33,6 +33,7 @@ RuntimeState::~RuntimeState() {
 void RuntimeState::push_ready(uint64_t id, int shard_hint) {
   TaskSlotState& st = slot_of(id);
   st.state.store(kSlotReady, std::memory_order_relaxed);
+  if (config.profiling) st.ready_ns = now_ns();
   const int32_t type = descriptor_of(id).worker_type;
   ready[type]->push(shard_hint, id);
   notify_work();

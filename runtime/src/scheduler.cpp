@@ -34,6 +34,7 @@ bool SchedulerThread::poll_completions() {
     const uint64_t id = c.running;
     c.running = kNoTask;
     --busy_;
+    if (s_.config.profiling) record(id, c.id, c.dispatch_ns);
     s_.complete(id, index_);
     progress = true;
   }
@@ -76,8 +77,10 @@ bool SchedulerThread::scan() {
       TaskSlotState& st = tr.slot_state(seq);
       if (st.scan_id.load(std::memory_order_acquire) != want) continue;
       uint32_t expected = kSlotInitial;
-      if (st.state.compare_exchange_strong(expected, kSlotReady, std::memory_order_acq_rel))
+      if (st.state.compare_exchange_strong(expected, kSlotReady, std::memory_order_acq_rel)) {
+        if (s_.config.profiling) st.ready_ns = now_ns();
         s_.ready[tr.descriptor(seq).worker_type]->push(index_, make_task_id(tr.ring(), seq));
+      }
     }
   }
   return progress;
@@ -87,6 +90,7 @@ bool SchedulerThread::dispatch() {
   bool progress = false;
   uint64_t id;
   for (int n = 0; n < kDummyBatch && s_.ready[kWorkerDummy]->pop(index_, &id); ++n) {
+    if (s_.config.profiling) record(id, -1, now_ns());
     s_.complete(id, index_);
     progress = true;
   }
@@ -105,10 +109,31 @@ bool SchedulerThread::dispatch() {
     c.payload.args = const_cast<int64_t*>(d.args);
     c.running = id;
     ++busy_;
+    if (s_.config.profiling) c.dispatch_ns = now_ns();
     s_.platform.dispatch(c.id, c.payload);
     progress = true;
   }
   return progress;
+}
+
+void SchedulerThread::record(uint64_t id, int core, uint64_t dispatch_ns) {
+  // Read before complete(): after it the task may retire and its slot be reused.
+  const TaskDescriptor& d = s_.descriptor_of(id);
+  TaskRecord r;
+  r.task_id = id;
+  r.kernel_id = d.kernel_id;
+  r.core = core;
+  r.scheduler = index_;
+  r.worker_type = d.worker_type;
+  r.submit_ns = d.submit_ns;
+  r.ready_ns = std::max(s_.slot_of(id).ready_ns, r.submit_ns);
+  r.dispatch_ns = std::max(dispatch_ns, r.ready_ns);
+  r.complete_ns = now_ns();
+  if (core < 0 || !s_.platform.core_times(core, &r.start_ns, &r.end_ns)) {
+    r.start_ns = r.dispatch_ns;
+    r.end_ns = r.complete_ns;
+  }
+  records_.push_back(r);
 }
 
 bool SchedulerThread::step() {
@@ -167,6 +192,10 @@ Scheduler::Scheduler(RuntimeState& state, int threads) : s_(state) {
   }
   for (int t = 0; t < threads; ++t) workers_.push_back(std::make_unique<SchedulerThread>(s_, t, share[t]));
   for (int t = 0; t < threads; ++t) threads_.emplace_back([this, t] { thread_main(t); });
+}
+
+void Scheduler::take_records(std::vector<TaskRecord>* out) {
+  for (auto& w : workers_) w->take_records(out);
 }
 
 Scheduler::~Scheduler() {

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "pto2/runtime.h"
 #include "runtime_state.h"
 
 namespace pto2 {
@@ -27,6 +28,11 @@ class SchedulerThread {
   // Schedules until the run is drained or aborted.
   void run_until_drained();
   int core_count() const { return static_cast<int>(cores_.size()); }
+  // Moves this thread's profiling records of the last run into *out.
+  void take_records(std::vector<TaskRecord>* out) {
+    out->insert(out->end(), records_.begin(), records_.end());
+    records_.clear();
+  }
 
  private:
   struct Core {
@@ -34,7 +40,9 @@ class SchedulerThread {
     int32_t type;
     uint64_t running;
     DispatchPayload payload;
+    uint64_t dispatch_ns = 0;
   };
+  void record(uint64_t id, int core, uint64_t dispatch_ns);
   bool step();
   bool poll_completions();
   bool drain_orchestrator_queue();
@@ -45,6 +53,7 @@ class SchedulerThread {
   int index_;
   std::vector<Core> cores_;
   int busy_ = 0;
+  std::vector<TaskRecord> records_;  // profiling
 };
 
 class Scheduler {
@@ -58,6 +67,8 @@ class Scheduler {
   // Waits until every thread has finished the run. on_slice() runs between
   // parks; returning false gives up (the caller aborts the run).
   bool wait_run_finished(const std::function<bool()>& on_slice);
+  // After wait_run_finished: every thread's profiling records of the run.
+  void take_records(std::vector<TaskRecord>* out);
 
  private:
   void thread_main(int index);

@@ -76,6 +76,7 @@ struct alignas(64) TaskDescriptor {
   uint64_t packed_buffer_end = 0;
   uint64_t heap_end_pos = 0;        // heap_top after this task's allocation (tail moves here on retire)
   uint64_t dep_end_pos = 0;         // dep_top after this task's entries (tail moves here on retire)
+  uint64_t submit_ns = 0;           // profiling: when it was published
   uint8_t param_kind[PTO2_MAX_PARAMS] = {};
   // The kernel's argument array; the slot after the last argument belongs to
   // the platform (a2a3sim puts the kernel context there).
@@ -97,6 +98,7 @@ struct alignas(64) TaskSlotState {
   int32_t fanout_head = 0;                // consumers (dep-list), guarded by fanout_lock
   int32_t fanout_count = 0;               // consumers linked, guarded by fanout_lock
   bool completed = false;                 // guarded by fanout_lock
+  uint64_t ready_ns = 0;                  // profiling: written by whoever makes it ready, before queueing it
   std::atomic<uint64_t> scan_id{kNoScanId};  // task id | kRootBit for roots, written before publish
   static constexpr uint64_t kNoScanId = ~0ull;
   static constexpr uint64_t kRootBit = 1ull << 63;

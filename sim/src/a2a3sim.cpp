@@ -134,7 +134,9 @@ void A2A3SimPlatform::run_core(int core) {
   c.cond.store(id_bits, std::memory_order_release);  // ACK
   c.context.task_id = t.task_id;
   if (t.args != nullptr) t.args[t.num_args] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&c.context));
+  if (config_.record_core_times) c.start_ns = now_ns();
   reinterpret_cast<KernelEntry>(t.function_bin_addr)(t.args);
+  if (config_.record_core_times) c.end_ns = now_ns();
   c.executed.fetch_add(1, std::memory_order_relaxed);
   c.cond.store(kCondFin | id_bits, std::memory_order_release);  // FIN
 }
@@ -148,6 +150,13 @@ bool A2A3SimPlatform::poll_finished(int core, uint64_t* task_id) {
   // for its own completion.
   c.cond.store(0, std::memory_order_relaxed);
   *task_id = c.task.task_id;
+  return true;
+}
+
+bool A2A3SimPlatform::core_times(int core, uint64_t* start_ns, uint64_t* end_ns) {
+  if (!config_.record_core_times) return false;
+  *start_ns = cores_[core]->start_ns;
+  *end_ns = cores_[core]->end_ns;
   return true;
 }
 

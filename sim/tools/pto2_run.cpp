@@ -32,6 +32,7 @@
 #include "pto2/sim/chip_config.h"
 #include "pto2/sim/loader.h"
 #include "pto2/sim/npy.h"
+#include "pto2/sim/trace.h"
 
 using namespace pto2;
 using namespace pto2::sim;
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
   CLI::App app{"pto2-run — run one orchestration on one simulated a2a3 chip and check its outputs.\n\n"
                "Example:\n  pto2-run build/examples/vector/kernels.toml\n"
                "  pto2-run build/examples/vector/kernels.toml --input a=a.npy --golden f=f_ref.npy --output-dir out\n"};
-  std::string config_path, output_dir = "pto2-run-out";
+  std::string config_path, output_dir = "pto2-run-out", trace_path;
   std::vector<std::string> inputs, goldens;
   int block_dim = -1, aicpu_threads = -1, scheduler_threads = -1, executors = -2;
   uint64_t task_window = 0, heap = 0, dep_pool = 0;
@@ -125,6 +126,8 @@ int main(int argc, char** argv) {
   app.add_option("--dep-pool", dep_pool, "dependency-list entries per ring (PTO2_RING_DEP_POOL)");
   app.add_option("--seed", seed, "seed for generated inputs (default: the config's)");
   app.add_flag("--no-golden", no_golden, "run and write outputs without comparing");
+  app.add_option("--trace", trace_path,
+                 "write a Chrome/Perfetto JSON swimlane trace (open at ui.perfetto.dev) and print a summary");
   CLI11_PARSE(app, argc, argv);
 
   ChipConfig cfg;
@@ -159,6 +162,7 @@ int main(int argc, char** argv) {
   sc.block_dim = block_dim > 0 ? block_dim : cfg.block_dim;
   sc.aicpu_threads = aicpu_threads > 0 ? aicpu_threads : cfg.aicpu_threads;
   if (executors >= -1) sc.executor_threads = executors;
+  sc.record_core_times = !trace_path.empty();
   Status st;
   auto chip = A2A3SimPlatform::create(sc, &st);
   if (!chip) {
@@ -166,6 +170,7 @@ int main(int argc, char** argv) {
     return kExitError;
   }
   rc.scheduler_threads = scheduler_threads > 0 ? scheduler_threads : sc.scheduler_threads();
+  if (!trace_path.empty()) rc.profiling = true;
 
   // User code.
   std::vector<KernelLibrary> kernels(cfg.kernels.size());
@@ -267,6 +272,19 @@ int main(int argc, char** argv) {
               std::filesystem::path(cfg.orchestration).filename().c_str(),
               (unsigned long long)run.stats.tasks_completed, wall_ms, double(run.stats.orchestrator_ns) / 1e6,
               sc.block_dim, rc.scheduler_threads, chip->executor_threads());
+  if (!trace_path.empty()) {
+    auto name_of = [&](int32_t id, int32_t type) -> std::string {
+      if (type == 2) return "dependency-only";
+      for (const KernelSpec& k : cfg.kernels)
+        if (k.func_id == id && static_cast<int32_t>(k.core_type) == type) return k.name;
+      return fmt::format("func{}", id);
+    };
+    if (Status ts = write_chrome_trace(trace_path, run, *chip, rc.scheduler_threads, name_of); !ts.ok()) {
+      std::fprintf(stderr, "pto2-run: %s\n", ts.message.c_str());
+      return kExitError;
+    }
+    std::printf("%s\ntrace: %s (open at https://ui.perfetto.dev)\n", summarize(run, *chip).c_str(), trace_path.c_str());
+  }
   if (no_golden) return 0;
 
   // Goldens: files first, then the reference library on the same inputs.

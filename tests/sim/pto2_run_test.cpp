@@ -147,3 +147,28 @@ TEST_CASE("pto2-run explains each way user code fails to load or run, naming the
     CHECK_THAT(r.output, Catch::Contains("--block-dim") && Catch::Contains("--input") && Catch::Contains("Example"));
   }
 }
+
+TEST_CASE("pto2-run --trace writes a swimlane trace with a slice per task and prints a summary", "[pto2-run][trace]") {
+  TempDir dir;
+  const std::string trace = (dir.path / "trace.json").string();
+  Result r = run(std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml -o " + (dir.path / "o").string() + " --trace " + trace);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("summary: 4 tasks") && Catch::Contains("AIV cores") &&
+                           Catch::Contains("scheduler overhead per task"));
+  std::ifstream in(trace);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.rfind("{\n  \"displayTimeUnit\"", 0) == 0);
+  CHECK(text.size() > 6);
+  CHECK(text.substr(text.size() - 6) == "  ]\n}\n");
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count("\"cat\": \"kernel\"") == 4);        // one slice per task, on its core's lane
+  CHECK(count("\"name\": \"add_scalar\"") == 2);
+  CHECK(count("orchestrator (AICPU)") == 1);
+  CHECK(count("scheduler 0 (AICPU)") == 1);
+  CHECK(count("AIV ") >= 1);
+}

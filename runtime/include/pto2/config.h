@@ -28,6 +28,7 @@ struct RuntimeConfig {
   uint32_t blocked_warn_ms = 1000;       // period of BLOCKED warnings while back-pressured
   uint32_t stall_timeout_ms = 60000;     // fail a run when nothing completes for this long (0 = never)
   uint32_t spin_before_park_us = 50;     // idle spin budget before a thread parks
+  bool profiling = false;                // per-task timestamps in RunResult::records (PTO2_PROFILING=1)
 
   // Rejects values that break the rules above; the message names the value.
   Status validate() const;

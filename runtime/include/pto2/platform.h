@@ -82,6 +82,15 @@ class Platform {
   // that task's id. Non-blocking.
   virtual bool poll_finished(int core, uint64_t* task_id) = 0;
 
+  // Optional, for profiling: when the task poll_finished() last reported on
+  // this core started and ended, in steady_clock nanoseconds.
+  virtual bool core_times(int core, uint64_t* start_ns, uint64_t* end_ns) {
+    (void)core;
+    (void)start_ns;
+    (void)end_ns;
+    return false;
+  }
+
   // Installed by the runtime before the first dispatch; nullptr detaches.
   // Once set_wakeup(nullptr) returns, no call to the previous Wakeup may be
   // in progress or start later (the runtime frees it next).

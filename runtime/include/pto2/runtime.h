@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pto2/config.h"
 #include "pto2/errors.h"
@@ -30,9 +31,29 @@ struct RunStats {
   uint64_t blocked_waits = 0;    // times the orchestrator waited on a full ring/pool
 };
 
+// One task's life, when RuntimeConfig::profiling is on. Times are
+// steady_clock nanoseconds; a stage a task skipped (a dependency-only task
+// has no core) repeats the previous stage's time.
+struct TaskRecord {
+  uint64_t task_id = 0;
+  int32_t kernel_id = 0;
+  int32_t core = -1;       // platform core id, -1 for dependency-only tasks
+  int32_t scheduler = 0;   // scheduler thread that dispatched and completed it
+  int32_t worker_type = 0; // PTO2_WORKER_CUBE / VECTOR, 2 = dependency-only
+  uint64_t submit_ns = 0;  // orchestrator published it
+  uint64_t ready_ns = 0;   // its last producer completed (or it was found ready)
+  uint64_t dispatch_ns = 0;
+  uint64_t start_ns = 0;   // the core started the kernel (platform's clock)
+  uint64_t end_ns = 0;     // the kernel returned
+  uint64_t complete_ns = 0;  // the scheduler saw FIN and released consumers
+};
+
 struct RunResult {
   Status status;
   RunStats stats;
+  uint64_t start_ns = 0;              // run() entered
+  uint64_t orchestration_end_ns = 0;  // the orchestration function returned
+  std::vector<TaskRecord> records;    // profiling only, in completion order per scheduler
   bool ok() const { return status.ok(); }
 };
 

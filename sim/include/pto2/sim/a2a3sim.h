@@ -53,6 +53,7 @@ struct A2A3SimConfig {
   int executor_threads = -1;
   uint64_t gm_bytes = 4ull << 30;  // simulated global memory capacity
   uint32_t spin_before_park_us = 50;
+  bool record_core_times = false;  // start/end of each kernel, for profiling (two clock reads per task)
 
   Status validate() const;
   // Scheduler OS threads for the runtime: aicpu_threads - 1, capped so the
@@ -91,6 +92,7 @@ class A2A3SimPlatform : public Platform {
   void dispatch(int core, const DispatchPayload& payload) override;
   bool poll_finished(int core, uint64_t* task_id) override;
   void set_wakeup(Wakeup* wakeup) override { wakeup_.set(wakeup); }
+  bool core_times(int core, uint64_t* start_ns, uint64_t* end_ns) override;
 
  private:
   struct alignas(64) Core {
@@ -101,6 +103,7 @@ class A2A3SimPlatform : public Platform {
     std::atomic<uint64_t> data_main_base{0};
     std::atomic<uint32_t> cond{0};
     std::atomic<uint64_t> executed{0};
+    uint64_t start_ns = 0, end_ns = 0;  // written before FIN, read after it
   };
   explicit A2A3SimPlatform(const A2A3SimConfig& config);
   // The AICore side: take the dispatched task, ACK, run, FIN.

@@ -1,0 +1,120 @@
+#include "pto2/sim/trace.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace pto2::sim {
+
+namespace {
+
+constexpr int kOrchestratorLane = 1;
+constexpr int kSchedulerLane0 = 10;
+constexpr int kCoreLane0 = 100;
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::string core_name(const A2A3SimPlatform& chip, int core) {
+  const bool cube = chip.core_type(core) == WorkerType::kCube;
+  const int first = cube ? 0 : chip.config().block_dim;
+  return fmt::format("{} {} (cluster {})", cube ? "AIC" : "AIV", core - first, chip.cluster_of(core));
+}
+
+}  // namespace
+
+Status write_chrome_trace(const std::string& path, const RunResult& run, const A2A3SimPlatform& chip,
+                          int scheduler_threads, const KernelNamer& name_of) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return Status::Error(kInvalidArgument, fmt::format("cannot write trace '{}'", path));
+  const uint64_t t0 = run.start_ns;
+  auto us = [&](uint64_t ns) { return double(ns >= t0 ? ns - t0 : 0) / 1000.0; };
+  bool first = true;
+  auto emit = [&](const std::string& ev) {
+    std::fprintf(f, "%s\n    %s", first ? "" : ",", ev.c_str());
+    first = false;
+  };
+  std::fprintf(f, "{\n  \"displayTimeUnit\": \"ns\",\n  \"traceEvents\": [");
+  auto lane = [&](int tid, const std::string& name, int order) {
+    emit(fmt::format(R"({{"name": "thread_name", "ph": "M", "pid": 1, "tid": {}, "args": {{"name": "{}"}}}})", tid,
+                     json_escape(name)));
+    emit(fmt::format(R"({{"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": {}, "args": {{"sort_index": {}}}}})",
+                     tid, order));
+  };
+  emit(R"({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "a2a3sim chip"}})");
+  lane(kOrchestratorLane, "orchestrator (AICPU)", 0);
+  for (int s = 0; s < scheduler_threads; ++s) lane(kSchedulerLane0 + s, fmt::format("scheduler {} (AICPU)", s), 1 + s);
+  std::vector<bool> used(chip.core_count(), false);
+  for (const TaskRecord& r : run.records)
+    if (r.core >= 0) used[r.core] = true;
+  for (int c = 0; c < chip.core_count(); ++c)
+    if (used[c]) lane(kCoreLane0 + c, core_name(chip, c), 100 + c);
+
+  emit(fmt::format(R"({{"name": "orchestration", "ph": "X", "pid": 1, "tid": {}, "ts": {:.3f}, "dur": {:.3f}}})",
+                   kOrchestratorLane, 0.0, us(run.orchestration_end_ns)));
+  for (const TaskRecord& r : run.records) {
+    const std::string name = json_escape(name_of(r.kernel_id, r.worker_type));
+    const std::string args =
+        fmt::format(R"("task": {}, "kernel": {}, "core": {}, "submit_us": {:.3f}, "ready_us": {:.3f}, "dispatch_us": {:.3f}, "start_us": {:.3f}, "end_us": {:.3f}, "complete_us": {:.3f})",
+                    r.task_id, r.kernel_id, r.core, us(r.submit_ns), us(r.ready_ns), us(r.dispatch_ns),
+                    us(r.start_ns), us(r.end_ns), us(r.complete_ns));
+    emit(fmt::format(R"({{"name": "submit {}", "ph": "i", "s": "t", "pid": 1, "tid": {}, "ts": {:.3f}}})", name,
+                     kOrchestratorLane, us(r.submit_ns)));
+    const int sched_lane = kSchedulerLane0 + r.scheduler;
+    emit(fmt::format(R"({{"name": "dispatch {}", "ph": "i", "s": "t", "pid": 1, "tid": {}, "ts": {:.3f}}})", name,
+                     sched_lane, us(r.dispatch_ns)));
+    emit(fmt::format(R"({{"name": "complete {}", "ph": "i", "s": "t", "pid": 1, "tid": {}, "ts": {:.3f}}})", name,
+                     sched_lane, us(r.complete_ns)));
+    const int tid = r.core >= 0 ? kCoreLane0 + r.core : sched_lane;
+    emit(fmt::format(R"({{"name": "{}", "cat": "kernel", "ph": "X", "pid": 1, "tid": {}, "ts": {:.3f}, "dur": {:.3f}, "args": {{{}}}}})",
+                     name, tid, us(r.start_ns), double(r.end_ns - r.start_ns) / 1000.0, args));
+  }
+  std::fprintf(f, "\n  ]\n}\n");
+  const bool ok = std::fclose(f) == 0;
+  return ok ? Status::Ok() : Status::Error(kInvalidArgument, fmt::format("short write to trace '{}'", path));
+}
+
+std::string summarize(const RunResult& run, const A2A3SimPlatform& chip) {
+  const double wall_us = double(run.stats.wall_ns) / 1000.0;
+  std::vector<double> busy(chip.core_count(), 0.0);
+  double ready_to_dispatch = 0, end_to_complete = 0;
+  uint64_t on_cores = 0;
+  for (const TaskRecord& r : run.records) {
+    if (r.core < 0) continue;
+    busy[r.core] += double(r.end_ns - r.start_ns) / 1000.0;
+    ready_to_dispatch += double(r.dispatch_ns - r.ready_ns) / 1000.0;
+    end_to_complete += double(r.complete_ns > r.end_ns ? r.complete_ns - r.end_ns : 0) / 1000.0;
+    ++on_cores;
+  }
+  std::string out = fmt::format("summary: {} tasks ({} on cores), wall {:.1f} us", run.records.size(), on_cores,
+                                wall_us);
+  for (WorkerType type : {WorkerType::kCube, WorkerType::kVector}) {
+    double sum = 0, max = 0;
+    int n = 0, used = 0;
+    for (int c = 0; c < chip.core_count(); ++c) {
+      if (chip.core_type(c) != type) continue;
+      ++n;
+      used += busy[c] > 0;
+      sum += busy[c];
+      max = std::max(max, busy[c]);
+    }
+    out += fmt::format("\n  {} cores: {}/{} used, utilisation avg {:.1f}% max {:.1f}% of the wall time",
+                       type == WorkerType::kCube ? "AIC" : "AIV", used, n, wall_us > 0 ? 100.0 * sum / n / wall_us : 0,
+                       wall_us > 0 ? 100.0 * max / wall_us : 0);
+  }
+  if (on_cores > 0)
+    out += fmt::format("\n  scheduler overhead per task: ready->dispatch {:.2f} us, kernel end->completion seen {:.2f} us",
+                       ready_to_dispatch / double(on_cores), end_to_complete / double(on_cores));
+  return out;
+}
+
+}  // namespace pto2::sim
