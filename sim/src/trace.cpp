@@ -111,6 +111,15 @@ std::string summarize(const RunResult& run, const A2A3SimPlatform& chip) {
                        type == WorkerType::kCube ? "AIC" : "AIV", used, n, wall_us > 0 ? 100.0 * sum / n / wall_us : 0,
                        wall_us > 0 ? 100.0 * max / wall_us : 0);
   }
+  std::string per_core;
+  int listed = 0;
+  for (int c = 0; c < chip.core_count(); ++c) {
+    if (busy[c] <= 0) continue;
+    per_core += fmt::format("{}{} {:.1f}%", listed % 8 == 0 ? "\n    " : "  ", core_name(chip, c).substr(0, core_name(chip, c).find(' ', 4)),
+                            wall_us > 0 ? 100.0 * busy[c] / wall_us : 0);
+    ++listed;
+  }
+  if (listed > 0) out += "\n  per core (busy, % of wall):" + per_core;
   if (on_cores > 0)
     out += fmt::format("\n  scheduler overhead per task: ready->dispatch {:.2f} us, kernel end->completion seen {:.2f} us",
                        ready_to_dispatch / double(on_cores), end_to_complete / double(on_cores));
