@@ -22,14 +22,15 @@ bool is_whole_buffer(const Tensor& t) {
   return true;
 }
 
-// [lo, hi) bytes of the buffer that the view's elements span.
+// [lo, hi) bytes of the buffer that the view's elements span (one pass,
+// innermost dimension first, so each stride is one multiply).
 void byte_span(const Tensor& t, uint64_t* lo, uint64_t* hi) {
   const uint64_t esz = pto2_dtype_size(t.dtype);
-  uint64_t first = 0, last = 0;
-  for (int32_t d = 0; d < t.ndim; ++d) {
-    const uint64_t stride = pto2_tensor_stride(&t, d);
+  uint64_t first = 0, last = 0, stride = 1;
+  for (int32_t d = t.ndim - 1; d >= 0; --d) {
     first += static_cast<uint64_t>(t.offsets[d]) * stride;
     last += static_cast<uint64_t>(t.offsets[d] + (t.shapes[d] ? t.shapes[d] - 1 : 0)) * stride;
+    stride *= t.raw_shape[d];
   }
   *lo = first * esz;
   *hi = (last + 1) * esz;
@@ -90,6 +91,8 @@ void TensorMap::unlink(int32_t idx) {
 
 void TensorMap::lookup(const Tensor& t, bool as_writer, std::vector<uint64_t>* tasks) {
   const uint32_t b = bucket_of(t.addr);
+  uint64_t lo, hi;
+  byte_span(t, &lo, &hi);
   const int kinds = as_writer ? 2 : 1;
   for (int kind = 0; kind < kinds; ++kind) {
     for (int ring = 0; ring < kMaxRings; ++ring) {
@@ -109,7 +112,8 @@ void TensorMap::lookup(const Tensor& t, bool as_writer, std::vector<uint64_t>* t
           break;
         }
         const int32_t next = e.next_in_chain;
-        if (e.view.addr == t.addr) {
+        // Disjoint byte spans cannot overlap: rejected without the view.
+        if (e.addr == t.addr && lo < e.span_hi && e.span_lo < hi) {
           const Overlap o = view_overlap(t, e.view);
           if (o != Overlap::kNone) {
             tasks->push_back(e.task_id);
@@ -139,6 +143,8 @@ void TensorMap::insert(const Tensor& t, uint64_t task_id, Kind kind) {
   const uint32_t ring = task_ring(task_id);
   const uint64_t slot = task_seq(task_id) & window_mask_;
   Entry& e = pool_[idx];
+  e.addr = t.addr;
+  byte_span(t, &e.span_lo, &e.span_hi);
   e.view = t;
   e.task_id = task_id;
   e.bucket = bucket_of(t.addr);

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -74,9 +75,13 @@ class TensorMap {
   uint64_t linked_entries() const { return linked_; }
 
  private:
-  // Two whole cache lines: an insert touches exactly two (prefetched) lines.
+  // Two cache lines. The first holds what every chain walk reads — the base
+  // address, the view's byte span, the task and the links — so walking past
+  // entries whose spans miss the query touches one line each; the full view
+  // (second line) is read only when the spans intersect.
   struct alignas(64) Entry {
-    Tensor view;
+    uint64_t addr;
+    uint64_t span_lo, span_hi;  // bytes of the buffer the view's elements span
     uint64_t task_id;
     int32_t next_in_chain;
     int32_t prev_in_chain;  // -1: this entry is the chain head
@@ -85,7 +90,10 @@ class TensorMap {
     uint8_t ring;
     uint8_t kind;
     bool in_chain;
+    Tensor view;  // from byte 56: the hot fields above stay within the first line
   };
+  static_assert(sizeof(Entry) == 128, "two cache lines");
+  static_assert(offsetof(Entry, in_chain) < 64, "the fields a walk reads share the first line");
   static constexpr int kChains = 2 * kMaxRings;  // per bucket: [kind][ring]
 
   uint32_t bucket_of(uint64_t addr) const;
