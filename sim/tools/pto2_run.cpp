@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   int block_dim = -1, aicpu_threads = -1, scheduler_threads = -1, executors = -2;
   uint64_t task_window = 0, heap = 0, dep_pool = 0;
   uint64_t seed = 0;
-  bool no_golden = false;
+  bool no_golden = false, summary = false;
   app.add_option("config", config_path, "kernel config (TOML) of the example")->required();
   app.add_option("-i,--input", inputs, "NAME=FILE.npy: take input NAME from a file (default: generate it)");
   app.add_option("-g,--golden", goldens, "NAME=FILE.npy: compare output NAME with a file (default: reference library)");
@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
   app.add_option("--dep-pool", dep_pool, "dependency-list entries per ring (PTO2_RING_DEP_POOL)");
   app.add_option("--seed", seed, "seed for generated inputs (default: the config's)");
   app.add_flag("--no-golden", no_golden, "run and write outputs without comparing");
+  app.add_flag("--summary", summary, "profile the run and print tasks, wall time, per-core utilisation, scheduler overhead");
   app.add_option("--trace", trace_path,
                  "write a Chrome/Perfetto JSON swimlane trace (open at ui.perfetto.dev) and print a summary");
   CLI11_PARSE(app, argc, argv);
@@ -162,7 +163,8 @@ int main(int argc, char** argv) {
   sc.block_dim = block_dim > 0 ? block_dim : cfg.block_dim;
   sc.aicpu_threads = aicpu_threads > 0 ? aicpu_threads : cfg.aicpu_threads;
   if (executors >= -1) sc.executor_threads = executors;
-  sc.record_core_times = !trace_path.empty();
+  const bool profile = summary || !trace_path.empty();
+  sc.record_core_times = profile;
   Status st;
   auto chip = A2A3SimPlatform::create(sc, &st);
   if (!chip) {
@@ -170,7 +172,7 @@ int main(int argc, char** argv) {
     return kExitError;
   }
   rc.scheduler_threads = scheduler_threads > 0 ? scheduler_threads : sc.scheduler_threads();
-  if (!trace_path.empty()) rc.profiling = true;
+  if (profile) rc.profiling = true;
 
   // User code.
   std::vector<KernelLibrary> kernels(cfg.kernels.size());
@@ -283,8 +285,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "pto2-run: %s\n", ts.message.c_str());
       return kExitError;
     }
-    std::printf("%s\ntrace: %s (open at https://ui.perfetto.dev)\n", summarize(run, *chip).c_str(), trace_path.c_str());
+    std::printf("trace: %s (open at https://ui.perfetto.dev)\n", trace_path.c_str());
   }
+  if (profile) std::printf("%s\n", summarize(run, *chip).c_str());
   if (no_golden) return 0;
 
   // Goldens: files first, then the reference library on the same inputs.

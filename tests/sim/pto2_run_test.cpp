@@ -171,4 +171,10 @@ TEST_CASE("pto2-run --trace writes a swimlane trace with a slice per task and pr
   CHECK(count("orchestrator (AICPU)") == 1);
   CHECK(count("scheduler 0 (AICPU)") == 1);
   CHECK(count("AIV ") >= 1);
+
+  // --summary alone: the same summary, no trace file.
+  r = run(std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml -o " + (dir.path / "o2").string() + " --summary");
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("summary: 4 tasks") && Catch::Contains("per core"));
+  CHECK_FALSE(Catch::Contains("trace:").match(r.output));
 }
