@@ -40,6 +40,8 @@ Status RuntimeConfig::validate() const {
     return bad(fmt::format("task_window (PTO2_RING_TASK_WINDOW) = {}: must be <= {}", task_window, 1ull << 24));
   if (heap_size < 1024)
     return bad(fmt::format("heap_size (PTO2_RING_HEAP) = {}: must be >= 1024 bytes", heap_size));
+  if (heap_size > (1ull << 40))
+    return bad(fmt::format("heap_size (PTO2_RING_HEAP) = {}: must be <= {} (1 TiB)", heap_size, 1ull << 40));
   if (heap_size % 1024 != 0)
     return bad(fmt::format("heap_size (PTO2_RING_HEAP) = {}: must be a multiple of 1024 (the output alignment)",
                            heap_size));

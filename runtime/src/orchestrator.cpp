@@ -73,6 +73,8 @@ void Orchestrator::fail(int32_t code, std::string message) {
 
 void Orchestrator::begin_run() {
   error_ = Status::Ok();
+  // A platform may re-register kernels between runs.
+  for (auto& cache : kernel_addr_cache_) cache.clear();
   done_ = false;
   submitted_ = 0;
   blocked_waits_ = 0;
@@ -176,6 +178,23 @@ bool Orchestrator::validate_params(int32_t worker_type, const PTOParam* params, 
                          t->raw_shape[d]));
         return false;
       }
+    }
+    // The buffer's byte size must not overflow: sizes, strides and byte spans
+    // are all computed from raw_shape.
+    uint64_t bytes = pto2_dtype_size(t->dtype);
+    for (int32_t d = 0; d < t->ndim; ++d) {
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(t->raw_shape[d]), &bytes)) {
+        fail(kInvalidArgument, fmt::format("param {} ({}): raw_shape overflows 64-bit byte sizes", i,
+                                           kind_name(p.type)));
+        return false;
+      }
+    }
+    if (t->addr == 0 && p.type == PTO_PARAM_OUTPUT && bytes > s_.config.heap_size) {
+      fail(kHeapRequestTooLarge,
+           fmt::format("param {} (OUTPUT): a {}-byte buffer cannot come from a heap ring of {} bytes; "
+                       "Recommended: PTO2_RING_HEAP >= {}",
+                       i, bytes, s_.config.heap_size, recommend(bytes)));
+      return false;
     }
     if (t->addr == 0 && p.type != PTO_PARAM_OUTPUT) {
       fail(kInvalidArgument, fmt::format("param {} ({}): tensor has no storage (addr 0); a runtime-allocated "
@@ -514,6 +533,13 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
   // Reserve what linking and inserting will use.
   DepPool& deps = deps_[ring];
   const uint64_t dep_needed = 2 * producers_.size();
+  if (dep_needed > deps.size()) {
+    publish_as_noop(ring, seq);
+    fail(kDepPoolDeadlock, fmt::format("task has {} producers and needs {} dependency-list entries, but the pool of "
+                                       "ring {} has {}; Recommended: PTO2_RING_DEP_POOL >= {}",
+                                       producers_.size(), dep_needed, ring, deps.size(), recommend(dep_needed)));
+    return -error_.code;
+  }
   if (!wait_for([&] { return deps.can_reserve(dep_needed); },
                 [&]() -> Status {
                   if (!ring_blocked_by_scope(ring, seq)) return Status::Ok();

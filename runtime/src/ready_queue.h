@@ -14,6 +14,7 @@ namespace pto2 {
 
 class MpmcQueue {
  public:
+  // Cells come zeroed from calloc: a large queue commits memory as it is used.
   explicit MpmcQueue(uint64_t capacity_pow2);
   bool try_push(uint64_t v);
   bool try_pop(uint64_t* v);
@@ -22,11 +23,16 @@ class MpmcQueue {
   }
 
  private:
+  // A cell's sequence number is stored relative to its index, so the
+  // all-zero state of fresh (lazily committed) memory is the initial state.
   struct Cell {
-    std::atomic<uint64_t> seq;
+    std::atomic<uint64_t> seq_minus_index;
     uint64_t value;
   };
-  std::unique_ptr<Cell[]> cells_;
+  struct FreeCells {
+    void operator()(Cell* p) const;
+  };
+  std::unique_ptr<Cell[], FreeCells> cells_;
   uint64_t mask_;
   alignas(64) std::atomic<uint64_t> enqueue_pos_{0};
   alignas(64) std::atomic<uint64_t> dequeue_pos_{0};
@@ -40,6 +46,12 @@ class ShardedReadyQueue {
   // Pops from shard `hint % shards` first, then steals round-robin.
   bool pop(int hint, uint64_t* task_id);
   int shards() const { return static_cast<int>(shards_.size()); }
+  // True when every shard looked empty (racy: a hint for wake-up decisions).
+  bool empty_hint() const {
+    for (const auto& q : shards_)
+      if (!q->empty_hint()) return false;
+    return true;
+  }
 
  private:
   std::vector<std::unique_ptr<MpmcQueue>> shards_;

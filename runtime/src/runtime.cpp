@@ -1,5 +1,9 @@
 #include "pto2/runtime.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
+
 #include <fmt/format.h>
 
 #include "log.h"
@@ -19,6 +23,8 @@ class RuntimeImpl {
 
   RunResult run(const OrchestrationFn& orchestration);
   RuntimeState& state() { return state_; }
+  bool broken() const { return broken_; }
+  void abandon() { scheduler_.abandon(); }
 
  private:
   RuntimeState state_;
@@ -86,7 +92,22 @@ RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
 }
 
 Runtime::Runtime(std::unique_ptr<RuntimeImpl> impl) : impl_(std::move(impl)) {}
-Runtime::~Runtime() = default;
+Runtime::~Runtime() {
+  if (impl_ && impl_->broken()) {
+    // A kernel of the abandoned run may still be executing on a scheduler
+    // thread: joining could hang forever, and freeing the state would pull
+    // memory from under it. Stop what can stop, then leak the rest.
+    component_logger("runtime")->error("Runtime destroyed after a stalled run: its threads are detached and its "
+                                       "memory leaked; the Platform must stay alive while they may run");
+    impl_->abandon();
+    RuntimeImpl* leaked = impl_.release();
+#if defined(__SANITIZE_ADDRESS__)
+    __lsan_ignore_object(leaked);  // deliberate: see above
+#else
+    (void)leaked;
+#endif
+  }
+}
 
 std::unique_ptr<Runtime> Runtime::create(const RuntimeConfig& config, Platform& platform, Status* error) {
   Status st = config.validate();

@@ -76,7 +76,8 @@ void RuntimeState::release(uint64_t id) {
   st.state.store(kSlotConsumed, std::memory_order_seq_cst);
   if (ring_of(id).retire_consumed()) {
     orch_ec.notify();
-    sched_ec.notify();
+    // Parked schedulers care about retirement only when it ends the run.
+    if (run_drained()) sched_ec.notify();
   }
 }
 

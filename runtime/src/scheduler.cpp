@@ -113,6 +113,14 @@ bool SchedulerThread::dispatch() {
     s_.platform.dispatch(c.id, c.payload);
     progress = true;
   }
+  // Ready work this thread has no idle core for: wake parked peers, whose
+  // cores may be idle (a no-op when nobody is parked).
+  for (int type = 0; type < kNumWorkerTypes; ++type) {
+    if (!empty[type] && !s_.ready[type]->empty_hint()) {
+      s_.sched_ec.notify();
+      break;
+    }
+  }
   return progress;
 }
 
@@ -147,12 +155,18 @@ bool SchedulerThread::step() {
 void SchedulerThread::run_until_drained() {
   const uint64_t spin_ns = uint64_t(s_.config.spin_before_park_us) * 1000;
   uint64_t idle_since = 0;
-  // While in the loop below the thread counts as spinning, except around a
-  // park; publishers skip their futex wake while anyone spins.
-  s_.spinning.fetch_add(1, std::memory_order_seq_cst);
+  // `spinning` counts threads in the idle-spin phase only: a thread that is
+  // busy (running inline kernels, completing tasks) may not look at new work
+  // for a while, so publishers must still wake parked peers.
+  bool counted = false;
+  auto stop_counting = [&] {
+    if (counted) s_.spinning.fetch_sub(1, std::memory_order_seq_cst);
+    counted = false;
+  };
   for (;;) {
     if (s_.abort.load(std::memory_order_acquire)) break;
     if (step()) {
+      stop_counting();
       idle_since = 0;
       continue;
     }
@@ -160,12 +174,18 @@ void SchedulerThread::run_until_drained() {
     const uint64_t now = now_ns();
     if (idle_since == 0) idle_since = now;
     if (now - idle_since < spin_ns) {
+      if (!counted) {
+        // Counted before the next look for work (the next step()), so a
+        // publisher either sees us spinning or we see its work.
+        s_.spinning.fetch_add(1, std::memory_order_seq_cst);
+        counted = true;
+      }
       cpu_relax();
       continue;
     }
-    // Stop counting as spinning *before* the last look for work, so a
-    // publisher either sees us parked-to-be and wakes us, or we see its work.
-    s_.spinning.fetch_sub(1, std::memory_order_seq_cst);
+    // Leave the spinning state *before* the last look for work: a publisher
+    // either sees us uncounted and wakes us, or we see its work.
+    stop_counting();
     const uint32_t key = s_.sched_ec.prepare_wait();
     const bool progress = step();
     const bool done = (busy_ == 0 && s_.run_drained()) || s_.abort.load(std::memory_order_acquire);
@@ -174,11 +194,10 @@ void SchedulerThread::run_until_drained() {
     } else {
       s_.sched_ec.commit_wait(key, busy_ > 0 ? kParkBusyNs : kParkIdleNs);
     }
-    s_.spinning.fetch_add(1, std::memory_order_seq_cst);
     if (done && !progress) break;
     idle_since = 0;
   }
-  s_.spinning.fetch_sub(1, std::memory_order_seq_cst);
+  stop_counting();
 }
 
 Scheduler::Scheduler(RuntimeState& state, int threads) : s_(state) {
@@ -196,6 +215,14 @@ Scheduler::Scheduler(RuntimeState& state, int threads) : s_(state) {
 
 void Scheduler::take_records(std::vector<TaskRecord>* out) {
   for (auto& w : workers_) w->take_records(out);
+}
+
+void Scheduler::abandon() {
+  shutdown_.store(true, std::memory_order_seq_cst);
+  s_.abort.store(1, std::memory_order_seq_cst);
+  s_.sched_ec.notify();
+  for (auto& t : threads_) t.detach();
+  threads_.clear();
 }
 
 Scheduler::~Scheduler() {

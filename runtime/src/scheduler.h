@@ -69,6 +69,10 @@ class Scheduler {
   bool wait_run_finished(const std::function<bool()>& on_slice);
   // After wait_run_finished: every thread's profiling records of the run.
   void take_records(std::vector<TaskRecord>* out);
+  // After an abandoned run: tells every thread to stop and detaches them
+  // instead of joining (one may be stuck in a kernel). The caller must keep
+  // this object and the RuntimeState alive for good.
+  void abandon();
 
  private:
   void thread_main(int index);

@@ -44,8 +44,11 @@ bool TaskRing::retire_consumed() {
     }
     fc_->advance_lock.store(0, std::memory_order_seq_cst);
     // A task consumed after our scan whose consumer lost the try-lock is ours.
+    // The state first: its seq_cst load pairs with the consumer's store and
+    // the failed exchange; the head read after it is at least as new.
+    const uint32_t state = slots_[la & mask_].state.load(std::memory_order_seq_cst);
     const uint64_t head2 = fc_->current_task_index.load(std::memory_order_acquire);
-    if (!(la < head2 && slots_[la & mask_].state.load(std::memory_order_seq_cst) == kSlotConsumed)) return moved;
+    if (!(la < head2 && state == kSlotConsumed)) return moved;
   }
 }
 

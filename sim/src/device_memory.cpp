@@ -20,6 +20,9 @@ Status DeviceMemory::alloc(uint64_t bytes, void** ptr) {
   if (ptr == nullptr) return Status::Error(kInvalidArgument, "device alloc: ptr is null");
   *ptr = nullptr;
   if (bytes == 0) return Status::Error(kInvalidArgument, "device alloc of 0 bytes");
+  if (bytes > capacity_)
+    return Status::Error(kInvalidArgument,
+                         fmt::format("device out of memory: requested {} bytes, capacity {}", bytes, capacity_));
   const uint64_t size = rounded(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   if (size > capacity_ - in_use_)
@@ -65,27 +68,25 @@ Status DeviceMemory::check_range(const void* p, uint64_t bytes, const char* what
   if (it == live_.begin())
     return Status::Error(kInvalidArgument, fmt::format("{}: {:#x} is not in device memory", what, addr));
   --it;
-  if (addr + bytes > it->first + it->second)
+  if (addr < it->first || bytes > it->second || addr - it->first > it->second - bytes)
     return Status::Error(kInvalidArgument,
                          fmt::format("{}: [{:#x}, +{}) leaves the allocation [{:#x}, +{})", what, addr, bytes,
                                      it->first, it->second));
   return Status::Ok();
 }
 
+// Copies hold the lock so a concurrent free() cannot release the memory
+// mid-copy (copies of one device serialize, as on a single DMA engine).
 Status DeviceMemory::copy_to_device(void* device_dst, const void* host_src, uint64_t bytes) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (Status st = check_range(device_dst, bytes, "copy to device"); !st.ok()) return st;
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Status st = check_range(device_dst, bytes, "copy to device"); !st.ok()) return st;
   std::memcpy(device_dst, host_src, bytes);
   return Status::Ok();
 }
 
 Status DeviceMemory::copy_from_device(void* host_dst, const void* device_src, uint64_t bytes) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (Status st = check_range(device_src, bytes, "copy from device"); !st.ok()) return st;
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Status st = check_range(device_src, bytes, "copy from device"); !st.ok()) return st;
   std::memcpy(host_dst, device_src, bytes);
   return Status::Ok();
 }

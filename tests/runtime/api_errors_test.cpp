@@ -92,6 +92,20 @@ TEST_CASE("bad submits fail the run with a message naming the value", "[api]") {
          PTOParam p[] = {make_output_param(t), make_scalar_param(0)};
          return pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, p, 2);
        }},
+      {"raw_shape whose byte size overflows", kInvalidArgument, "overflows",
+       [&](PTO2Runtime* rt) {
+         const uint32_t huge[2] = {0x80000000u, 0x80000000u};
+         Tensor t = make_tensor(huge, 2, PTO2_FLOAT32);
+         PTOParam p[] = {make_output_param(t), make_scalar_param(0)};
+         return pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, p, 2);
+       }},
+      {"runtime-allocated output larger than the heap", kHeapRequestTooLarge, "PTO2_RING_HEAP >=",
+       [&](PTO2Runtime* rt) {
+         const uint32_t big[1] = {1u << 20};  // 8 MiB of int64, heap is 1 MiB
+         Tensor t = make_tensor(big, 1, PTO2_INT64);
+         PTOParam p[] = {make_output_param(t), make_scalar_param(0)};
+         return pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, p, 2);
+       }},
       {"dependency on a task not yet submitted", kInvalidArgument, "dependency 4000",
        [&](PTO2Runtime* rt) {
          const int64_t dep = 4000;

@@ -2,10 +2,16 @@
 // code and a diagnosis — never a hang — and the Runtime stays usable.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include "test_support.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
 
 using namespace pto2;
 using namespace pto2::test;
@@ -166,6 +172,38 @@ TEST_CASE("TensorMap pool full of entries of unretirable tasks: TENSORMAP_DEADLO
   CHECK(r.status.code == kTensorMapDeadlock);
   CHECK_THAT(r.status.message, Catch::Contains("PTO2_TENSORMAP_POOL >="));
   check_still_usable(*chip.runtime);
+}
+
+namespace {
+std::atomic<bool> g_release_hung{false};
+}
+
+TEST_CASE("a hung kernel running inline: STALLED, and destroying the Runtime does not hang", "[deadlock]") {
+  // The kernel runs on the scheduler thread itself and waits for the test.
+  // The platform is leaked on purpose: the stuck thread returns into it later.
+  auto* platform = new HostThreadPlatform(HostThreadPlatformConfig{1, 1, 0, 50});
+#if defined(__SANITIZE_ADDRESS__)
+  __lsan_ignore_object(platform);
+#endif
+  platform->register_kernel(0, WorkerType::kVector, [](int64_t*) {
+    while (!g_release_hung.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  RuntimeConfig cfg = small_config(1);
+  cfg.stall_timeout_ms = 200;
+  Status st;
+  auto rt = Runtime::create(cfg, *platform, &st);
+  REQUIRE(rt);
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult r = rt->run([](PTO2Runtime* p) {
+    PTOParam s[] = {make_scalar_param(0)};
+    pto2_rt_submit_task(p, 0, PTO2_WORKER_VECTOR, s, 1);
+    return 0;
+  });
+  CHECK(r.status.code == kStalled);
+  rt.reset();  // must return although the kernel is still running
+  CHECK(seconds_since(t0) < 2.0);
+  g_release_hung = true;  // let the detached thread finish and exit
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }
 
 TEST_CASE("a kernel that never finishes in time: STALLED, then the runtime refuses runs", "[deadlock]") {

@@ -48,6 +48,10 @@ TEST_CASE("GM errors name the values: out of memory, double free, foreign pointe
   CHECK_FALSE(twice.ok());
   CHECK_THAT(twice.message, Catch::Contains("double free"));
   CHECK_FALSE(gm.alloc(0, &a).ok());
+  CHECK_FALSE(gm.alloc(~0ull - 100, &a).ok());  // no wrap-around in the size
+  REQUIRE(gm.alloc(1024, &a).ok());
+  CHECK_FALSE(gm.copy_to_device(static_cast<uint8_t*>(a) + 8, buf, ~0ull - 4).ok());  // no wrap in the range
+  REQUIRE(gm.free(a).ok());
   REQUIRE(gm.alloc(4096, &a).ok());  // everything was given back
   REQUIRE(gm.free(a).ok());
 }

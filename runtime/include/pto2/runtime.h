@@ -6,6 +6,9 @@
 // scheduler threads dispatch its tasks to the platform's cores; it returns when
 // every submitted task has completed and retired, or with the error that
 // stopped the run. One run at a time per Runtime. The Platform must outlive it.
+// After a run fails with STALLED (a kernel did not finish in time) the Runtime
+// refuses further runs; destroying it then detaches its threads and leaks its
+// memory rather than wait for the kernel — keep the Platform alive.
 #pragma once
 
 #include <cstdint>
