@@ -148,6 +148,10 @@ Status ChipConfig::load(const std::string& path, ChipConfig* out) {
     const std::string dtype = (*a)["dtype"].value_or(std::string(spec.role == ArgSpec::Role::kScalar ? "int64" : ""));
     spec.dtype = dtype_from_name(dtype);
     if (spec.dtype < 0) return bad(path, fmt::format("args[{}] ({}): unknown dtype '{}'", i, spec.name, dtype));
+    if (spec.role != ArgSpec::Role::kScalar && (spec.dtype == PTO2_FLOAT16 || spec.dtype == PTO2_BFLOAT16))
+      return bad(path, fmt::format("args[{}] ({}): dtype '{}' is not supported by pto2-run (it generates and "
+                                   "compares float32, float64 and integer tensors)",
+                                   i, spec.name, dtype));
     if (spec.role == ArgSpec::Role::kScalar) {
       const toml::node* v = (*a)["value"].node();
       if (!v) return bad(path, fmt::format("args[{}] ({}): a scalar needs value", i, spec.name));

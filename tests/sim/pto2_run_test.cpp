@@ -123,6 +123,13 @@ TEST_CASE("pto2-run explains each way user code fails to load or run, naming the
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.output, Catch::Contains("unknown key 'core_typ'"));
   }
+  SECTION("a tensor dtype pto2-run cannot compare") {
+    const std::string cfg = variant(dir, "name = \"f\"\nrole = \"output\"\ndtype = \"float32\"",
+                                    "name = \"f\"\nrole = \"output\"\ndtype = \"float16\"");
+    Result r = run(cfg);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("dtype 'float16' is not supported by pto2-run"));
+  }
   SECTION("an input file of the wrong shape") {
     const std::string npy = (dir.path / "small.npy").string();
     {
