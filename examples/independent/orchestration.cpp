@@ -3,17 +3,7 @@
 // AIC task fills X[i] with i, an AIV task fills Y[i] with -i. Scopes of 128
 // pairs let the ring recycle slots.
 // Arguments: X [P, 16], Y [P, 16] (fp32, device), P.
-#include <cstring>
-
 #include "pto2/orchestration_api.h"
-
-namespace {
-uint64_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-}  // namespace
 
 extern "C" PTO2OrchestrationConfig aicpu_orchestration_config(uint64_t*, int) { return {3}; }
 
@@ -27,9 +17,9 @@ extern "C" int aicpu_orchestration_entry(PTO2Runtime* rt, uint64_t* args, int) {
       for (uint32_t i = base; i < P && i < base + 128; ++i) {
         const uint32_t off[2] = {i, 0};
         Tensor x = tensor_view(X, off, row), y = tensor_view(Y, off, row);
-        PTOParam pc[] = {make_output_param(x), make_scalar_param(f32_bits(float(i)))};
+        PTOParam pc[] = {make_output_param(x), make_scalar_param_f32(float(i))};
         pto2_rt_submit_task(rt, 0, PTO2_WORKER_CUBE, pc, 2);
-        PTOParam pv[] = {make_output_param(y), make_scalar_param(f32_bits(-float(i)))};
+        PTOParam pv[] = {make_output_param(y), make_scalar_param_f32(-float(i))};
         pto2_rt_submit_task(rt, 1, PTO2_WORKER_VECTOR, pv, 2);
       }
     }

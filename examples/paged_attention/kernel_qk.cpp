@@ -8,7 +8,7 @@ extern "C" void kernel_entry(int64_t* args) {
   const uint64_t H = q->shapes[1], D = q->shapes[2], BS = k->shapes[1];
   const float *qp = pa_f32(args, 0), *kp = pa_f32(args, 1);
   float* s = pa_f32(args, 2);
-  const float scale = pa_bits_to_f32(args[3]);
+  const float scale = pto2_scalar_f32(args[3]);
   for (uint64_t h = 0; h < H; ++h)
     for (uint64_t j = 0; j < BS; ++j) {
       float acc = 0.f;

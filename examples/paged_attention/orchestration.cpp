@@ -9,17 +9,11 @@
 //            B, H, D, BS, MB.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "pto2/orchestration_api.h"
 
 namespace {
 enum : int32_t { kQK = 0, kSF = 1, kPV = 2, kUP = 3, kHUB = 5 };
-uint64_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
 }  // namespace
 
 extern "C" PTO2OrchestrationConfig aicpu_orchestration_config(uint64_t*, int) { return {11}; }
@@ -35,7 +29,7 @@ extern "C" int aicpu_orchestration_entry(PTO2Runtime* rt, uint64_t* args, int) {
   Tensor kcache = make_tensor_external(reinterpret_cast<void*>(args[1]), kvshape, 3, PTO2_FLOAT32);
   Tensor vcache = make_tensor_external(reinterpret_cast<void*>(args[2]), kvshape, 3, PTO2_FLOAT32);
   Tensor out = make_tensor_external(reinterpret_cast<void*>(args[5]), qshape, 3, PTO2_FLOAT32);
-  const uint64_t scale = f32_bits(1.f / std::sqrt(float(D)));
+  const float scale = 1.f / std::sqrt(float(D));
   const uint32_t hd[2] = {H, D}, h1[1] = {H}, hbs[2] = {H, BS};
 
   for (uint32_t b = 0; b < B; ++b) {
@@ -57,7 +51,7 @@ extern "C" int aicpu_orchestration_entry(PTO2Runtime* rt, uint64_t* args, int) {
         Tensor sij = make_tensor(hbs, 2, PTO2_FLOAT32), pij = make_tensor(hbs, 2, PTO2_FLOAT32),
                mij = make_tensor(h1, 1, PTO2_FLOAT32), lij = make_tensor(h1, 1, PTO2_FLOAT32),
                oij = make_tensor(hd, 2, PTO2_FLOAT32);
-        PTOParam qk[] = {make_input_param(q), make_input_param(k), make_output_param(sij), make_scalar_param(scale)};
+        PTOParam qk[] = {make_input_param(q), make_input_param(k), make_output_param(sij), make_scalar_param_f32(scale)};
         pto2_rt_submit_task(rt, kQK, PTO2_WORKER_CUBE, qk, 4);
         const uint32_t valid = std::min<uint32_t>(BS, uint32_t(ctx) - j * BS);
         PTOParam sf[] = {make_input_param(sij), make_output_param(pij), make_output_param(mij), make_output_param(lij),

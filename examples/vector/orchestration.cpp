@@ -3,17 +3,7 @@
 //   d = c + 1        (func 1)      e = c + 2   (func 1)
 //   f = d * e        (func 2)
 // Arguments: a, b, f (device pointers to n fp32 each), n.
-#include <cstring>
-
 #include "pto2/orchestration_api.h"
-
-namespace {
-uint64_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-}  // namespace
 
 extern "C" PTO2OrchestrationConfig aicpu_orchestration_config(uint64_t*, int) { return {4}; }
 
@@ -29,9 +19,9 @@ extern "C" int aicpu_orchestration_entry(PTO2Runtime* rt, uint64_t* args, int) {
     Tensor e = make_tensor(shape, 1, PTO2_FLOAT32);
     PTOParam p0[] = {make_input_param(a), make_input_param(b), make_output_param(c)};
     pto2_rt_submit_task(rt, 0, PTO2_WORKER_VECTOR, p0, 3);
-    PTOParam p1[] = {make_input_param(c), make_scalar_param(f32_bits(1.f)), make_output_param(d)};
+    PTOParam p1[] = {make_input_param(c), make_scalar_param_f32(1.f), make_output_param(d)};
     pto2_rt_submit_task(rt, 1, PTO2_WORKER_VECTOR, p1, 3);
-    PTOParam p2[] = {make_input_param(c), make_scalar_param(f32_bits(2.f)), make_output_param(e)};
+    PTOParam p2[] = {make_input_param(c), make_scalar_param_f32(2.f), make_output_param(e)};
     pto2_rt_submit_task(rt, 1, PTO2_WORKER_VECTOR, p2, 3);
     PTOParam p3[] = {make_input_param(d), make_input_param(e), make_output_param(f)};
     pto2_rt_submit_task(rt, 2, PTO2_WORKER_VECTOR, p3, 3);

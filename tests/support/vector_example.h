@@ -25,7 +25,7 @@ inline void add(int64_t* a) {
 inline void add_scalar(int64_t* a) {
   float s;
   const uint32_t bits = static_cast<uint32_t>(a[1]);
-  std::memcpy(&s, &bits, sizeof(s));
+  std::memcpy(&s, &bits, sizeof(s));  // what pto2_scalar_f32 does (kernel_abi.h is the simulator's header)
   const uint64_t n = pto2_tensor_numel(arg_tensor(a, 2));
   for (uint64_t i = 0; i < n; ++i) arg_f32(a, 2)[i] = arg_f32(a, 0)[i] + s;
 }
@@ -33,12 +33,6 @@ inline void add_scalar(int64_t* a) {
 inline void mul(int64_t* a) {
   const uint64_t n = pto2_tensor_numel(arg_tensor(a, 2));
   for (uint64_t i = 0; i < n; ++i) arg_f32(a, 2)[i] = arg_f32(a, 0)[i] * arg_f32(a, 1)[i];
-}
-
-inline uint64_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
 }
 
 // Submits the 4 tasks over n floats at a, b (inputs) and f (output).
@@ -51,9 +45,9 @@ inline void orchestrate(PTO2Runtime* rt, void* a, void* b, void* f, uint32_t n) 
            e = make_tensor(shape, 1, PTO2_FLOAT32);
     PTOParam p0[] = {make_input_param(ta), make_input_param(tb), make_output_param(c)};
     pto2_rt_submit_task(rt, kAdd, PTO2_WORKER_VECTOR, p0, 3);
-    PTOParam p1[] = {make_input_param(c), make_scalar_param(f32_bits(1.f)), make_output_param(d)};
+    PTOParam p1[] = {make_input_param(c), make_scalar_param_f32(1.f), make_output_param(d)};
     pto2_rt_submit_task(rt, kAddScalar, PTO2_WORKER_VECTOR, p1, 3);
-    PTOParam p2[] = {make_input_param(c), make_scalar_param(f32_bits(2.f)), make_output_param(e)};
+    PTOParam p2[] = {make_input_param(c), make_scalar_param_f32(2.f), make_output_param(e)};
     pto2_rt_submit_task(rt, kAddScalar, PTO2_WORKER_VECTOR, p2, 3);
     PTOParam p3[] = {make_input_param(d), make_input_param(e), make_output_param(tf)};
     pto2_rt_submit_task(rt, kMul, PTO2_WORKER_VECTOR, p3, 3);

@@ -138,6 +138,12 @@ static inline PTOParam make_input_param(Tensor& t) { PTOParam p = {PTO_PARAM_INP
 static inline PTOParam make_output_param(Tensor& t) { PTOParam p = {PTO_PARAM_OUTPUT, &t, 0}; return p; }
 static inline PTOParam make_inout_param(Tensor& t) { PTOParam p = {PTO_PARAM_INOUT, &t, 0}; return p; }
 static inline PTOParam make_scalar_param(uint64_t v) { PTOParam p = {PTO_PARAM_SCALAR, NULL, v}; return p; }
+// An fp32 scalar travels as its bit pattern; kernels read it with pto2_scalar_f32.
+static inline PTOParam make_scalar_param_f32(float v) {
+  uint32_t bits;
+  memcpy(&bits, &v, sizeof(bits));
+  return make_scalar_param(bits);
+}
 
 struct PTO2Runtime;
 

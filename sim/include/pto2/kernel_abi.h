@@ -16,6 +16,7 @@
 #pragma once
 
 #include <stdint.h>
+#include <string.h>
 
 #include "pto2/orchestration_api.h"
 
@@ -31,6 +32,13 @@ typedef void (*PTO2KernelEntryFn)(int64_t* args);
 #define PTO2_KERNEL_ENTRY_SYMBOL "kernel_entry"
 
 static inline const Tensor* pto2_arg_tensor(int64_t* args, int i) { return (const Tensor*)(uintptr_t)args[i]; }
+// An fp32 scalar passed with make_scalar_param_f32.
+static inline float pto2_scalar_f32(int64_t arg) {
+  const uint32_t bits = (uint32_t)arg;
+  float f;
+  memcpy(&f, &bits, sizeof(f));
+  return f;
+}
 static inline const PTO2KernelContext* pto2_kernel_context(int64_t* args, int num_params) {
   return (const PTO2KernelContext*)(uintptr_t)args[num_params];
 }
