@@ -46,10 +46,6 @@ class HeapRing {
   uint64_t tail() const { return tail_->load(std::memory_order_acquire); }
   uint64_t size() const { return size_; }
   uint64_t used() const { return top_ - tail(); }
-  uint8_t* base() const { return base_; }
-  bool contains(uint64_t addr) const {
-    return addr >= reinterpret_cast<uint64_t>(base_) && addr < reinterpret_cast<uint64_t>(base_) + size_;
-  }
 
  private:
   uint8_t* base_ = nullptr;

@@ -41,8 +41,8 @@ inline constexpr uint32_t kCondFin = 1u << 31;
 inline constexpr uint32_t kCondTaskMask = kCondFin - 1;
 inline constexpr uint64_t kExitSignal = ~0ull;
 
-// A kernel as the simulator runs it: the seed's kernel_entry signature.
-using KernelEntry = void (*)(int64_t* args);
+// A kernel as the simulator runs it: the kernel ABI's kernel_entry signature.
+using KernelEntry = PTO2KernelEntryFn;
 
 struct A2A3SimConfig {
   int block_dim = PLATFORM_MAX_BLOCKDIM;
