@@ -1,0 +1,98 @@
+// Callable identity: fixed vectors for the canonical descriptor and its
+// SHA-256, equality across processes, content (not path) hashing.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "pto/callable.h"
+
+using namespace pto;
+
+namespace {
+std::string hex(const std::vector<uint8_t>& v) {
+  std::string s;
+  char b[3];
+  for (uint8_t x : v) {
+    snprintf(b, sizeof b, "%02x", x);
+    s += b;
+  }
+  return s;
+}
+std::string tmp_path(const char* stem) {
+  return std::filesystem::temp_directory_path() / (std::string(stem) + "-" + std::to_string(getpid()) + ".so");
+}
+}  // namespace
+
+TEST_CASE("fixed vectors - descriptor bytes and digests") {
+  // Computed independently (Python hashlib) from the layout in docs/worker.md.
+  const auto d = descriptor::function(EntryAbi::SUB, "hello");
+  CHECK(hex(d) == "50544f2d43414c4c41424c45010004020500000068656c6c6f");
+  CHECK(to_hex(sha256(d.data(), d.size())) == "3dc395fc3ccd3870ae54dac72ee87d8031d39afd3ef829eb970c8fa5b866a5a3");
+  const Digest abc = sha256("abc", 3);
+  CHECK(to_hex(abc) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");  // FIPS 180-2
+  const auto imp = descriptor::import_or_blob(CallableKind::NATIVE_IMPORT, EntryAbi::SUB, "f", abc);
+  CHECK(to_hex(sha256(imp.data(), imp.size())) == "3564670ccf80a80ef3fc95a11eeb8e06841847c0213bb2100d1ca03826f9b137");
+  const auto blob = descriptor::import_or_blob(CallableKind::NATIVE_BLOB, EntryAbi::SUB, "f", abc);
+  CHECK(to_hex(sha256(blob.data(), blob.size())) == "d915b8a3f2550d7fa32feed5cafa19806f08e5253d1a4d3005d5fdc936726395");
+  // A blob of the bytes "abc" with symbol f is exactly that descriptor.
+  Callable c = NativeCallable::blob({'a', 'b', 'c'}, "f");
+  REQUIRE(c.status.ok());
+  CHECK(c.identity().hex() == "d915b8a3f2550d7fa32feed5cafa19806f08e5253d1a4d3005d5fdc936726395");
+  CHECK(c.identity().kind == CallableKind::NATIVE_BLOB);
+  CHECK(c.identity().target_namespace == TargetNamespace::LOCAL_NATIVE);
+}
+
+TEST_CASE("the same descriptor gives the same digest in another process") {
+  const Callable chip = ChipCallable::from_config(VECTOR_CONFIG);
+  const Callable imp = NativeCallable::import(NATIVE_SUBS, "pto_test_noop");
+  REQUIRE(chip.status.ok());
+  REQUIRE(imp.status.ok());
+  CHECK(chip.identity().target_namespace == TargetNamespace::LOCAL_CHIP);
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  if (pid == 0) {  // recompute from scratch in a fresh process image
+    close(fds[0]);
+    Digest a = ChipCallable::from_config(VECTOR_CONFIG).identity().digest;
+    Digest b = NativeCallable::import(NATIVE_SUBS, "pto_test_noop").identity().digest;
+    bool ok = write(fds[1], a.data(), 32) == 32 && write(fds[1], b.data(), 32) == 32;
+    _exit(ok ? 0 : 1);
+  }
+  close(fds[1]);
+  Digest a{}, b{};
+  REQUIRE(read(fds[0], a.data(), 32) == 32);
+  REQUIRE(read(fds[0], b.data(), 32) == 32);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(a == chip.identity().digest);
+  CHECK(b == imp.identity().digest);
+  CHECK(a != b);
+}
+
+TEST_CASE("a native import is hashed by content - same bytes elsewhere match - a changed file does not") {
+  const std::string copy = tmp_path("pto-identity");
+  std::filesystem::copy_file(NATIVE_SUBS, copy, std::filesystem::copy_options::overwrite_existing);
+  const auto original = NativeCallable::import(NATIVE_SUBS, "pto_test_noop").identity();
+  const auto moved = NativeCallable::import(copy, "pto_test_noop").identity();
+  CHECK(original == moved);
+  CHECK_FALSE(NativeCallable::import(NATIVE_SUBS, "pto_test_fail").identity() == original);
+  std::ofstream(copy, std::ios::app) << "x";
+  CHECK_FALSE(NativeCallable::import(copy, "pto_test_noop").identity() == original);
+  // The kind and the entry ABI are part of the identity.
+  CHECK_FALSE(OrchestrationCallable::import(NATIVE_SUBS, "pto_test_noop").identity() == original);
+  std::filesystem::remove(copy);
+}
+
+TEST_CASE("factory errors name the file and are carried to registration") {
+  Callable c = ChipCallable::from_config("/nonexistent/kernels.toml");
+  CHECK_FALSE(c.status.ok());
+  CHECK_THAT(c.status.message, Catch::Contains("/nonexistent/kernels.toml"));
+  CHECK_FALSE(NativeCallable::import(NATIVE_SUBS, "").status.ok());
+  CHECK_FALSE(NativeCallable::blob({}, "f").status.ok());
+  CHECK_FALSE(NativeCallable::function("", nullptr).status.ok());
+}

@@ -1,0 +1,350 @@
+// The failure model and bad input: task failures poison their consumers,
+// children killed mid-task are noticed and replaced, timeouts, clear errors at
+// the call, shutdown and cleanup after a crashed parent.
+#include <dirent.h>
+#include <sys/mman.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "worker_support.h"
+
+using namespace pto;
+using namespace pto_test;
+
+namespace {
+
+std::vector<std::string> shm_segments_of(int pid) {
+  std::vector<std::string> out;
+  const std::string prefix = "pto-" + std::to_string(pid) + "-";
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path().filename().string());
+  return out;
+}
+
+RunResult run_empty(Worker& w) {
+  return w.run([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; });
+}
+
+}  // namespace
+
+TEST_CASE("a failing task poisons its consumers and the run names it") {
+  Worker w({.level = 3, .num_sub_workers = 2});
+  auto fail = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_fail"));
+  auto add_one = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
+  REQUIRE(w.init().ok());
+  ContinuousTensor x = alloc_f32(w, 16), y = alloc_f32(w, 16);
+  fill(x, 0.f, 0.f);
+  fill(y, 0.f, 0.f);
+  uint64_t failing_id = 0;
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    auto s = o.submit_sub(fail, TaskArgs().add_tensor(x, OUT_EXISTING));
+    failing_id = s.task_id;
+    REQUIRE(o.submit_sub(add_one, TaskArgs().add_tensor(x, INOUT)).ok());  // consumer: skipped
+    REQUIRE(o.submit_sub(add_one, TaskArgs().add_tensor(x, INOUT)).ok());  // its consumer: skipped
+    REQUIRE(o.submit_sub(add_one, TaskArgs().add_tensor(y, INOUT)).ok());  // independent: runs
+    return 0;
+  });
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.outcome == Outcome::TASK_FAILURE);
+  REQUIRE(r.first_failure);
+  CHECK(r.first_failure->task_id == failing_id);
+  CHECK(r.first_failure->callable == fail.id.hex());
+  CHECK_THAT(r.first_failure->worker, Catch::StartsWith("sub "));
+  CHECK_THAT(r.first_failure->message, Catch::Contains("deliberate failure"));
+  CHECK_THAT(r.status.message, Catch::Contains("deliberate failure") && Catch::Contains("TASK_FAILURE"));
+  CHECK(r.tasks_failed == 1);
+  CHECK(r.tasks_skipped == 2);
+  CHECK(r.tasks_succeeded == 1);
+  CHECK(f32(x)[0] == 0.f);
+  CHECK(f32(y)[0] == 1.f);
+  // The Worker keeps working.
+  REQUIRE(run_empty(w).ok());
+}
+
+TEST_CASE("a chip task with arguments that do not match its signature fails with the reason") {
+  Worker w({.level = 3, .num_chips = 1});
+  auto chip = w.register_callable(ChipCallable::from_config(VECTOR_CONFIG));
+  REQUIRE(w.init().ok());
+  ContinuousTensor small = alloc_f32(w, 100);
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    TaskArgs t;
+    t.add_tensor(small, IN).add_tensor(small, IN).add_tensor(small, OUT_EXISTING);
+    return o.submit_next_level(chip, t).ok() ? 0 : 1;
+  });
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.outcome == Outcome::TASK_FAILURE);
+  CHECK_THAT(r.first_failure->message, Catch::Contains("tensor 0 ('a')") && Catch::Contains("65536 bytes"));
+  CHECK(r.first_failure->worker == "chip 0");
+}
+
+TEST_CASE("SIGKILL of a chip child mid-task fails its lane promptly - the next run gets a replacement") {
+  Worker w({.level = 3, .num_chips = 1});
+  auto sleep = w.register_callable(ChipCallable::from_config(SLEEP_CONFIG));
+  REQUIRE(w.init().ok());
+  const int old_pid = child(w.children(), ChildKind::CHIP, 0)->pid;
+  std::thread killer([&] {
+    REQUIRE(eventually([&] { return child(w.children(), ChildKind::CHIP, 0)->state == ChildState::BUSY; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    kill(old_pid, SIGKILL);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    return o.submit_next_level(sleep, TaskArgs().add_scalar(20000)).ok() ? 0 : 1;
+  });
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  killer.join();
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.outcome == Outcome::ENDPOINT_FAILURE);
+  CHECK(r.first_failure->worker == "chip 0");
+  CHECK_THAT(r.first_failure->message, Catch::Contains("signal 9"));
+  CHECK(secs < 5.0);  // the sleep was 20 s
+  CHECK(process_gone(old_pid));  // reaped: no zombie
+  CHECK(child(w.children(), ChildKind::CHIP, 0)->state == ChildState::DEAD);
+  RunResult again = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    return o.submit_next_level(sleep, TaskArgs().add_scalar(1)).ok() ? 0 : 1;
+  });
+  INFO(again.status.message);
+  REQUIRE(again.ok());
+  auto c = *child(w.children(), ChildKind::CHIP, 0);
+  CHECK(c.restarts == 1);
+  CHECK(c.pid != old_pid);
+}
+
+TEST_CASE("SIGKILL of a sub child mid-task fails that task and poisons its consumers") {
+  Worker w({.level = 3, .num_sub_workers = 2});
+  auto sleep = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_sleep"));
+  auto add_one = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
+  REQUIRE(w.init().ok());
+  ContinuousTensor x = alloc_f32(w, 4);
+  fill(x, 0.f, 0.f);
+  std::atomic<int> victim{0};
+  std::thread killer([&] {
+    REQUIRE(eventually([&] {
+      for (const auto& c : w.children())
+        if (c.state == ChildState::BUSY) {
+          victim = c.pid;
+          return true;
+        }
+      return false;
+    }));
+    kill(victim, SIGKILL);
+  });
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    REQUIRE(o.submit_sub(sleep, TaskArgs().add_tensor(x, OUT_EXISTING).add_scalar(20000)).ok());
+    REQUIRE(o.submit_sub(add_one, TaskArgs().add_tensor(x, INOUT)).ok());
+    return 0;
+  });
+  killer.join();
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.outcome == Outcome::ENDPOINT_FAILURE);
+  CHECK(r.tasks_skipped == 1);
+  CHECK_THAT(r.first_failure->message, Catch::Contains("killed by signal 9"));
+  CHECK(f32(x)[0] == 0.f);
+  CHECK(process_gone(victim));
+  REQUIRE(run_empty(w).ok());
+  int restarts = 0;
+  for (const auto& c : w.children()) {
+    restarts += c.restarts;
+    CHECK(c.state == ChildState::IDLE);
+  }
+  CHECK(restarts == 1);
+}
+
+TEST_CASE("a task over its timeout ends with ENDPOINT_FAILURE and its child is replaced") {
+  Worker w({.level = 3, .num_sub_workers = 1, .task_timeout_ms = 200});
+  auto sleep = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_sleep"));
+  REQUIRE(w.init().ok());
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    return o.submit_sub(sleep, TaskArgs().add_scalar(30000)).ok() ? 0 : 1;
+  });
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.outcome == Outcome::ENDPOINT_FAILURE);
+  CHECK_THAT(r.first_failure->message, Catch::Contains("timed out") && Catch::Contains("200 ms"));
+  REQUIRE(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+             return o.submit_sub(sleep, TaskArgs().add_scalar(1)).ok() ? 0 : 1;
+           }).ok());
+}
+
+TEST_CASE("a failing group counts as one failed task and an independent group still runs") {
+  Worker w({.level = 3, .num_sub_workers = 2});
+  auto noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
+  auto fail = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_fail"));
+  REQUIRE(w.init().ok());
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    std::vector<TaskArgs> m(2);
+    REQUIRE(o.submit_sub_group(fail, m).ok());
+    REQUIRE(o.submit_sub_group(noop, m).ok());
+    return 0;
+  });
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.tasks_failed == 1);     // the group is one task
+  CHECK(r.tasks_succeeded == 1);  // no data dependency: the second group runs
+}
+
+TEST_CASE("bad input gives a clear error at the call") {
+  Worker w({.level = 3, .num_chips = 1, .num_sub_workers = 2, .heap_ring_bytes = 1 << 16});
+  auto chip = w.register_callable(ChipCallable::from_config(VECTOR_CONFIG));
+  auto noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
+  REQUIRE(w.init().ok());
+  ContinuousTensor shared = alloc_f32(w, 16);
+  std::vector<float> private_memory(16);
+
+  auto expect_error = [&](auto&& submit, const char* needle) {
+    RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+      SubmitResult s = submit(o);
+      CHECK_FALSE(s.ok());
+      CHECK_THAT(s.status.message, Catch::Contains(needle));
+      return 0;
+    });
+    CHECK_FALSE(r.ok());  // a rejected submit also fails the run
+    CHECK_THAT(r.status.message, Catch::Contains(needle));
+  };
+  SECTION("more tensors than the mailbox holds") {
+    TaskArgs big;
+    for (int i = 0; i < 1000; ++i) big.add_tensor(shared, IN);
+    expect_error([&](Orchestrator& o) { return o.submit_sub(noop, big); }, "the mailbox holds");
+  }
+  SECTION("more scalars than the mailbox holds") {
+    TaskArgs big;
+    for (int i = 0; i < 5000; ++i) big.add_scalar(i);
+    expect_error([&](Orchestrator& o) { return o.submit_sub(noop, big); }, "5000 scalars");
+  }
+  SECTION("OUTPUT_EXISTING without an address") {
+    expect_error([&](Orchestrator& o) {
+      return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {4}, PTO2_FLOAT32), OUT_EXISTING));
+    }, "has no address");
+  }
+  SECTION("a tensor in memory the children cannot see") {
+    expect_error([&](Orchestrator& o) {
+      return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(private_memory.data(), {16}, PTO2_FLOAT32), IN));
+    }, "is not in memory the children share");
+  }
+  SECTION("an unknown dtype and too many dims") {
+    expect_error([&](Orchestrator& o) { return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(f32(shared), {4}, 99), IN)); },
+                 "unknown dtype 99");
+    ContinuousTensor t = shared;
+    t.ndims = 9;
+    expect_error([&](Orchestrator& o) { return o.submit_sub(noop, TaskArgs().add_tensor(t, IN)); }, "ndims 9");
+  }
+  SECTION("group sizes that don't match") {
+    expect_error([&](Orchestrator& o) { return o.submit_sub_group(noop, std::vector<TaskArgs>(3)); },
+                 "a group of 3 needs 3 distinct sub workers; this Worker has 2");
+    expect_error([&](Orchestrator& o) { return o.submit_sub_group(noop, {}); }, "at least one member");
+    expect_error([&](Orchestrator& o) { return o.submit_next_level_group(chip, std::vector<TaskArgs>(1), {}, {0, 0}); },
+                 "1 members but 2 worker ids");
+  }
+  SECTION("worker ids out of range") {
+    expect_error([&](Orchestrator& o) { return o.submit_next_level(chip, TaskArgs(), {}, 5); },
+                 "worker id 5 is out of range");
+  }
+  SECTION("a callable of the wrong kind for the call") {
+    expect_error([&](Orchestrator& o) { return o.submit_sub(chip, TaskArgs()); }, "is a chip callable");
+  }
+  SECTION("an output larger than the heap ring") {
+    expect_error([&](Orchestrator& o) {
+      return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {1 << 20}, PTO2_FLOAT32), OUT));
+    }, "exceed heap ring 0");
+  }
+  SECTION("a heap ring held by an open scope is an error, not a hang") {
+    expect_error([&](Orchestrator& o) {
+      SubmitResult last;
+      for (int i = 0; i < 8 && (i == 0 || last.ok()); ++i)
+        last = o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {4096}, PTO2_FLOAT32), OUT));
+      return last;
+    }, "still open");
+  }
+  SECTION("a function callable registered after init") {
+    auto h = w.register_callable(NativeCallable::function("late", [](const TaskArgsView&, std::string&) { return 0; }));
+    CHECK_FALSE(h.ok());
+    CHECK_THAT(h.status.message, Catch::Contains("before init()"));
+  }
+  SECTION("a callable whose library does not exist") {
+    auto h = w.register_callable(NativeCallable::import("/nonexistent/libx.so", "f"));
+    CHECK_FALSE(h.ok());
+    CHECK_THAT(h.status.message, Catch::Contains("/nonexistent/libx.so"));
+  }
+  SECTION("a symbol the library does not have: every child refuses, nothing is published") {
+    auto h = w.register_callable(NativeCallable::import(NATIVE_SUBS, "no_such_symbol"));
+    CHECK_FALSE(h.ok());
+    CHECK_THAT(h.status.message, Catch::Contains("no_such_symbol"));
+  }
+  // Whatever was rejected, the Worker still runs work.
+  REQUIRE(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+             return o.submit_sub(noop, TaskArgs().add_tensor(shared, IN)).ok() ? 0 : 1;
+           }).ok());
+}
+
+TEST_CASE("bad configuration is refused - naming the value") {
+  Worker bad_level({.level = 2});
+  Status s = bad_level.init();
+  CHECK_THAT(s.message, Catch::Contains("level 2"));
+  Worker chips_at_l4({.level = 4, .num_chips = 2});
+  CHECK_THAT(chips_at_l4.init().message, Catch::Contains("num_chips 2 at level 4"));
+  Worker unknown({.level = 3, .platform = "gpu"});
+  CHECK_THAT(unknown.init().message, Catch::Contains("'gpu'"));
+}
+
+TEST_CASE("a library changed after registration is refused by the children") {
+  const std::string copy = std::filesystem::temp_directory_path() / ("pto-subs-" + std::to_string(getpid()) + ".so");
+  std::filesystem::copy_file(NATIVE_SUBS, copy, std::filesystem::copy_options::overwrite_existing);
+  Worker w({.level = 3, .num_sub_workers = 1});
+  REQUIRE(w.register_callable(NativeCallable::import(copy, "pto_test_noop")).ok());
+  std::ofstream(copy, std::ios::app) << "changed";
+  Status s = w.init();
+  CHECK_FALSE(s.ok());
+  CHECK_THAT(s.message, Catch::Contains("changed since it was registered"));
+  std::filesystem::remove(copy);
+}
+
+TEST_CASE("calls after close() fail clearly - close() twice is harmless - nothing is left behind") {
+  auto w = std::make_unique<Worker>(WorkerConfig{.level = 3, .num_chips = 1, .num_sub_workers = 1});
+  auto noop = w->register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
+  REQUIRE(w->init().ok());
+  std::vector<int> pids;
+  for (const auto& c : w->children()) pids.push_back(c.pid);
+  REQUIRE(w->close().ok());
+  REQUIRE(w->close().ok());
+  for (int pid : pids) CHECK(process_gone(pid));
+  CHECK(shm_segments_of(getpid()).empty());
+  for (const auto& c : w->children()) CHECK(c.state == ChildState::STOPPED);
+  RunResult r = run_empty(*w);
+  CHECK(r.status.code == kWorkerClosed);
+  CHECK(w->submit([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; }).result().status.code ==
+        kWorkerClosed);
+  CHECK(w->register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop")).status.code == kWorkerClosed);
+  CHECK(w->alloc({4}, PTO2_FLOAT32).status.code == kWorkerClosed);
+}
+
+TEST_CASE("when the parent is killed its children die and no segment is left") {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t parent = fork();
+  if (parent == 0) {
+    close(fds[0]);
+    Worker w({.level = 3, .num_chips = 1, .num_sub_workers = 2});
+    if (!w.init().ok()) _exit(1);
+    for (const auto& c : w.children()) {
+      int pid = c.pid;
+      if (write(fds[1], &pid, sizeof pid) != sizeof pid) _exit(1);
+    }
+    close(fds[1]);
+    pause();
+    _exit(0);
+  }
+  close(fds[1]);
+  std::vector<int> kids;
+  int pid;
+  while (kids.size() < 3 && read(fds[0], &pid, sizeof pid) == sizeof pid) kids.push_back(pid);
+  close(fds[0]);
+  REQUIRE(kids.size() == 3);
+  kill(parent, SIGKILL);
+  int status;
+  waitpid(parent, &status, 0);
+  CHECK(eventually([&] {
+    for (int k : kids)
+      if (!process_dead(k)) return false;
+    return true;
+  }));
+  CHECK(shm_segments_of(parent).empty());
+}

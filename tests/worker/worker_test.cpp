@@ -1,0 +1,320 @@
+// The engine end to end with real forked children: chips running the L2
+// runtime on the simulator, native and function sub callables, groups,
+// dependencies inferred from address regions, registration after init, L4 ->
+// L3 recursion and asynchronous runs. Golden checks compare computed outputs.
+#include <set>
+
+#include "worker_support.h"
+
+using namespace pto;
+using namespace pto_test;
+
+namespace {
+constexpr uint32_t N = 16384;  // the vector example's size
+}
+
+TEST_CASE("two chips each run the vector example on disjoint tensors") {
+  Worker w({.level = 3, .num_chips = 2, .num_sub_workers = 0});
+  auto chip = w.register_callable(ChipCallable::from_config(VECTOR_CONFIG));
+  REQUIRE(chip.ok());
+  REQUIRE(w.init().ok());
+  ContinuousTensor a[2], b[2], f[2];
+  for (int c = 0; c < 2; ++c) {
+    a[c] = alloc_f32(w, N);
+    b[c] = alloc_f32(w, N);
+    f[c] = alloc_f32(w, N);
+    fill(a[c], -1.f + c, 0.01f);
+    fill(b[c], 0.5f * c, -0.02f);
+  }
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig& cfg) {
+    for (int c = 0; c < 2; ++c) {
+      TaskArgs t;
+      t.add_tensor(a[c], IN).add_tensor(b[c], IN).add_tensor(f[c], OUT).add_scalar(N);
+      REQUIRE(o.submit_next_level(chip, t, cfg, c).ok());
+    }
+    return 0;
+  }, {}, CallConfig{.block_dim = 4});
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  CHECK(r.tasks_succeeded == 2);
+  for (int c = 0; c < 2; ++c)
+    for (uint32_t i = 0; i < N; ++i) REQUIRE(f32(f[c])[i] == Approx(vector_f(f32(a[c])[i], f32(b[c])[i])).epsilon(1e-5));
+  auto cs = w.children();
+  CHECK(child(cs, ChildKind::CHIP, 0)->tasks_run == 1);
+  CHECK(child(cs, ChildKind::CHIP, 1)->tasks_run == 1);
+  REQUIRE(w.close().ok());
+}
+
+TEST_CASE("a chain chip -> sub -> chip orders itself through an inferred dependency") {
+  Worker w({.level = 3, .num_chips = 1, .num_sub_workers = 1});
+  auto chip = w.register_callable(ChipCallable::from_config(VECTOR_CONFIG));
+  auto add_one = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
+  REQUIRE(chip.ok());
+  REQUIRE(add_one.ok());
+  REQUIRE(w.init().ok());
+  ContinuousTensor a = alloc_f32(w, N), b = alloc_f32(w, N), g = alloc_f32(w, N);
+  fill(a, 0.25f, 0.003f);
+  fill(b, -0.5f, 0.001f);
+  ContinuousTensor f_seen{};
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig& cfg) {
+    // f has no address: the Worker allocates it in the heap ring.
+    ContinuousTensor f = make_tensor(nullptr, {N}, PTO2_FLOAT32);
+    auto s1 = o.submit_next_level(chip, TaskArgs().add_tensor(a, IN).add_tensor(b, IN).add_tensor(f, OUT).add_scalar(N), cfg);
+    REQUIRE(s1.ok());
+    f = s1.tensor(2);
+    REQUIRE(f.data != 0);
+    f_seen = f;
+    REQUIRE(o.submit_sub(add_one, TaskArgs().add_tensor(f, INOUT)).ok());
+    REQUIRE(o.submit_next_level(chip, TaskArgs().add_tensor(f, IN).add_tensor(b, IN).add_tensor(g, OUT).add_scalar(N), cfg).ok());
+    return 0;
+  });
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  CHECK(r.tasks_succeeded == 3);
+  for (uint32_t i = 0; i < N; ++i) {
+    const float f1 = vector_f(f32(a)[i], f32(b)[i]) + 1.f;
+    REQUIRE(f32(g)[i] == Approx(vector_f(f1, f32(b)[i])).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("overlapping views order each other - disjoint views do not wait") {
+  // Function callables (registered before init) are inherited by the children.
+  Worker w({.level = 3, .num_sub_workers = 2});
+  auto fill_slow = w.register_callable(NativeCallable::function("fill_slow", [](const TaskArgsView& a, std::string&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(a.scalars[1]));
+    float* x = reinterpret_cast<float*>(a.tensors[0].data);
+    for (uint64_t i = 0; i < pto_tensor_numel(&a.tensors[0]); ++i) x[i] = static_cast<float>(a.scalars[0]);
+    return 0;
+  }));
+  // Copies the first element of tensor 0 into tensor 1's first element.
+  auto peek = w.register_callable(NativeCallable::function("peek", [](const TaskArgsView& a, std::string&) {
+    reinterpret_cast<float*>(a.tensors[1].data)[0] = reinterpret_cast<const float*>(a.tensors[0].data)[0];
+    return 0;
+  }));
+  REQUIRE(w.init().ok());
+  ContinuousTensor buf = alloc_f32(w, 1024), out1 = alloc_f32(w, 1), out2 = alloc_f32(w, 1);
+  f32(buf)[0] = f32(buf)[600] = -1.f;
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    ContinuousTensor lo = make_tensor(f32(buf), {512}, PTO2_FLOAT32);          // [0, 512)
+    ContinuousTensor mid = make_tensor(f32(buf) + 256, {512}, PTO2_FLOAT32);   // [256, 768): overlaps lo
+    ContinuousTensor hi = make_tensor(f32(buf) + 600, {100}, PTO2_FLOAT32);    // [600, 700): disjoint from lo
+    REQUIRE(o.submit_sub(fill_slow, TaskArgs().add_tensor(lo, OUT_EXISTING).add_scalar(7).add_scalar(100)).ok());
+    // Reads mid (overlaps lo): must see the 7s.
+    REQUIRE(o.submit_sub(peek, TaskArgs().add_tensor(mid, IN).add_tensor(out1, OUT_EXISTING)).ok());
+    // Reads hi (disjoint): runs at once on the other sub worker, sees -1.
+    REQUIRE(o.submit_sub(peek, TaskArgs().add_tensor(hi, IN).add_tensor(out2, OUT_EXISTING)).ok());
+    return 0;
+  });
+  REQUIRE(r.ok());
+  CHECK(f32(out1)[0] == 7.f);
+  CHECK(f32(out2)[0] == -1.f);
+}
+
+TEST_CASE("a group runs its members on distinct workers at once and completes once") {
+  Worker w({.level = 3, .num_sub_workers = 3});
+  auto pid = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_write_pid"));
+  auto after = w.register_callable(NativeCallable::function("count", [](const TaskArgsView& a, std::string&) {
+    int32_t* p = reinterpret_cast<int32_t*>(a.tensors[0].data);
+    reinterpret_cast<int32_t*>(a.tensors[1].data)[0] = (p[0] != 0) + (p[16] != 0) + (p[32] != 0);
+    return 0;
+  }));
+  REQUIRE(w.init().ok());
+  auto pids = w.alloc({48}, PTO2_INT32);
+  auto seen = w.alloc({1}, PTO2_INT32);
+  REQUIRE(pids.ok());
+  int32_t* p = reinterpret_cast<int32_t*>(pids.value.data);
+  std::fill(p, p + 48, 0);
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    std::vector<TaskArgs> members(3);
+    for (int m = 0; m < 3; ++m) members[m].add_tensor(make_tensor(p + 16 * m, {16}, PTO2_INT32), OUT_EXISTING);
+    auto g = o.submit_sub_group(pid, members);
+    REQUIRE(g.ok());
+    // Depends on all three members (their regions lie inside pids).
+    REQUIRE(o.submit_sub(after, TaskArgs().add_tensor(pids.value, IN).add_tensor(seen.value, OUT_EXISTING)).ok());
+    return 0;
+  });
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  CHECK(r.tasks_submitted == 2);
+  std::set<int> got{p[0], p[16], p[32]}, children;
+  for (const auto& c : w.children()) children.insert(c.pid);
+  CHECK(got == children);
+  CHECK(reinterpret_cast<int32_t*>(seen.value.data)[0] == 3);
+}
+
+TEST_CASE("a pinned next-level group uses exactly the named chips") {
+  Worker w({.level = 3, .num_chips = 2});
+  auto sleep = w.register_callable(ChipCallable::from_config(SLEEP_CONFIG));
+  REQUIRE(w.init().ok());
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    std::vector<TaskArgs> m(2);
+    m[0].add_scalar(1);
+    m[1].add_scalar(1);
+    return o.submit_next_level_group(sleep, m, CallConfig{}, {1, 0}).ok() ? 0 : 1;
+  });
+  REQUIRE(r.ok());
+  for (const auto& c : w.children()) CHECK(c.tasks_run == 1);
+}
+
+TEST_CASE("registration after init is broadcast - published - and usable - unregister removes it") {
+  Worker w({.level = 3, .num_sub_workers = 2});
+  REQUIRE(w.init().ok());
+  auto add_one = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
+  INFO(add_one.status.message);
+  REQUIRE(add_one.ok());
+  for (int i = 0; i < 2; ++i) {
+    auto has = w.child_has_callable(add_one, ChildKind::SUB, i);
+    REQUIRE(has.ok());
+    CHECK(has.value);
+  }
+  // The same descriptor again: the same digest, no second broadcast needed.
+  auto again = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
+  CHECK(again.id.hex() == add_one.id.hex());
+  ContinuousTensor x = alloc_f32(w, 8);
+  fill(x, 1.f, 0.f);
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    for (int i = 0; i < 4; ++i) REQUIRE(o.submit_sub(add_one, TaskArgs().add_tensor(x, INOUT)).ok());
+    return 0;
+  });
+  REQUIRE(r.ok());
+  CHECK(f32(x)[7] == 5.f);  // four ordered increments
+
+  REQUIRE(w.unregister_callable(add_one).ok());
+  CHECK_FALSE(w.child_has_callable(add_one, ChildKind::SUB, 0).value);
+  r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    auto s = o.submit_sub(add_one, TaskArgs().add_tensor(x, INOUT));
+    CHECK_FALSE(s.ok());
+    CHECK_THAT(s.status.message, Catch::Contains(add_one.id.hex()) && Catch::Contains("not registered"));
+    return 0;
+  });
+  CHECK_FALSE(r.ok());
+  CHECK_THAT(r.status.message, Catch::Contains("not registered"));
+}
+
+TEST_CASE("a registration that fails on one child is rolled back on the others") {
+  Worker w({.level = 3, .num_sub_workers = 2});
+  REQUIRE(w.init().ok());
+  // Sub 1 dies; a registration now reaches sub 0 only, so it must not stay there.
+  const int victim = child(w.children(), ChildKind::SUB, 1)->pid;
+  kill(victim, SIGKILL);
+  REQUIRE(eventually([&] { return child(w.children(), ChildKind::SUB, 1)->state == ChildState::DEAD; }));
+  auto noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
+  REQUIRE_FALSE(noop.ok());
+  CHECK_THAT(noop.status.message, Catch::Contains("sub 1") && Catch::Contains("rolled back"));
+  CallableHandle probe = noop;
+  probe.status = Status::Ok();
+  auto has = w.child_has_callable(probe, ChildKind::SUB, 0);
+  REQUIRE(has.ok());
+  CHECK_FALSE(has.value);
+  // The next run replaces sub 1; registering again succeeds everywhere.
+  REQUIRE(w.run([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; }).ok());
+  CHECK(child(w.children(), ChildKind::SUB, 1)->restarts == 1);
+  noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
+  INFO(noop.status.message);
+  REQUIRE(noop.ok());
+  CHECK(w.child_has_callable(noop, ChildKind::SUB, 1).value);
+}
+
+TEST_CASE("native blob callables are stored content-addressed and run") {
+  std::ifstream f(NATIVE_SUBS, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  Worker w({.level = 3, .num_sub_workers = 1});
+  REQUIRE(w.init().ok());
+  auto h = w.register_callable(NativeCallable::blob(bytes, "pto_test_add_one"));
+  INFO(h.status.message);
+  REQUIRE(h.ok());
+  CHECK(h.id.kind == CallableKind::NATIVE_BLOB);
+  ContinuousTensor x = alloc_f32(w, 4);
+  fill(x, 2.f, 0.f);
+  REQUIRE(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+             return o.submit_sub(h, TaskArgs().add_tensor(x, INOUT)).ok() ? 0 : 1;
+           }).ok());
+  CHECK(f32(x)[3] == 3.f);
+}
+
+TEST_CASE("L4 -> L3 -> chips and subs - end to end") {
+  Worker w4({.level = 4});
+  CallableHandle chip, add_one;
+  for (int i = 0; i < 2; ++i) {
+    auto w3 = std::make_unique<Worker>(WorkerConfig{.level = 3, .num_chips = 1, .num_sub_workers = 1});
+    chip = w3->register_callable(ChipCallable::from_config(VECTOR_CONFIG));
+    add_one = w3->register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
+    REQUIRE(chip.ok());
+    REQUIRE(add_one.ok());
+    REQUIRE(w4.add_next_level_worker(std::move(w3)).ok());
+  }
+  // The L3 orchestration: f = vector(a, b) on its chip, then f += 1 on its sub.
+  auto l3 = w4.register_callable(OrchestrationCallable::function(
+      "l3_vector_then_add_one", [&](Orchestrator& o, const TaskArgsView& in, const CallConfig& cfg) {
+        TaskArgs t;
+        t.add_tensor(in.tensors[0], IN).add_tensor(in.tensors[1], IN).add_tensor(in.tensors[2], OUT).add_scalar(N);
+        if (!o.submit_next_level(chip, t, cfg).ok()) return 1;
+        return o.submit_sub(add_one, TaskArgs().add_tensor(in.tensors[2], INOUT)).ok() ? 0 : 1;
+      }));
+  REQUIRE(l3.ok());
+  REQUIRE(w4.init().ok());
+  CHECK(w4.children().size() == 2);
+  ContinuousTensor a[2], b[2], f[2];
+  for (int c = 0; c < 2; ++c) {
+    a[c] = alloc_f32(w4, N);
+    b[c] = alloc_f32(w4, N);
+    f[c] = alloc_f32(w4, N);
+    fill(a[c], 0.1f * c, 0.002f);
+    fill(b[c], -0.3f, 0.004f);
+  }
+  RunResult r = w4.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    for (int c = 0; c < 2; ++c) {
+      TaskArgs t;
+      t.add_tensor(a[c], IN).add_tensor(b[c], IN).add_tensor(f[c], OUT);
+      REQUIRE(o.submit_next_level(l3, t).ok());
+    }
+    return 0;
+  });
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  for (int c = 0; c < 2; ++c)
+    for (uint32_t i = 0; i < N; i += 7) REQUIRE(f32(f[c])[i] == Approx(vector_f(f32(a[c])[i], f32(b[c])[i]) + 1.f).epsilon(1e-5));
+  for (const auto& ci : w4.children()) CHECK(ci.tasks_run == 1);
+}
+
+TEST_CASE("submit() runs asynchronously and its handle reports the result") {
+  Worker w({.level = 3, .num_sub_workers = 1});
+  auto sleep = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_sleep"));
+  REQUIRE(w.init().ok());
+  RunHandle h = w.submit([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    return o.submit_sub(sleep, TaskArgs().add_scalar(50)).ok() ? 0 : 1;
+  });
+  RunHandle h2 = w.submit([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 3; });
+  REQUIRE(h.wait(std::chrono::milliseconds(10000)));
+  CHECK(h.done());
+  CHECK(h.result().ok());
+  CHECK(h.result().tasks_succeeded == 1);
+  REQUIRE(h2.wait(std::chrono::milliseconds(10000)));
+  CHECK_FALSE(h2.result().ok());
+  CHECK_THAT(h2.result().status.message, Catch::Contains("returned 3"));
+}
+
+TEST_CASE("scoped heap buffers are reclaimed FIFO - so a long run fits a small ring") {
+  Worker w({.level = 3, .num_sub_workers = 2, .heap_ring_bytes = 1 << 20});
+  auto add_one = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
+  REQUIRE(w.init().ok());
+  ContinuousTensor sum = alloc_f32(w, 1);
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    for (int i = 0; i < 64; ++i) {  // 64 x 256 KiB through a 1 MiB ring at depth 1
+      Scope scope(o);
+      CHECK(o.scope_depth() == 1);
+      auto t = o.alloc({65536}, PTO2_FLOAT32);
+      REQUIRE(t.ok());
+      std::fill(f32(t.value), f32(t.value) + 65536, 0.f);
+      REQUIRE(o.submit_sub(add_one, TaskArgs().add_tensor(t.value, INOUT)).ok());
+      // An intermediate OUTPUT with no address, also from the ring.
+      auto s = o.submit_sub(add_one, TaskArgs().add_tensor(t.value, INOUT));
+      REQUIRE(s.ok());
+    }
+    return 0;
+  });
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  CHECK(r.tasks_succeeded == 128);
+  (void)sum;
+}

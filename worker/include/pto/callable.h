@@ -1,0 +1,108 @@
+// Callable identity (seed 001 §2): what a task runs is named by a 32-byte
+// SHA-256 digest of a canonical, versioned, little-endian descriptor, so the
+// same descriptor gives the same digest in every process and on every
+// machine; each receiving child resolves the digest to its own prepared
+// callable. docs/worker.md documents the descriptor bytes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "pto/task_args.h"
+#include "pto2/errors.h"
+
+namespace pto {
+
+using Status = pto2::Status;
+class Orchestrator;
+
+enum class CallableKind : uint8_t {
+  CHIP = 1,           // orchestration + kernel libraries + signature, hashed by content
+  NATIVE_IMPORT = 2,  // library:symbol on this host, hashed with the library's content
+  NATIVE_BLOB = 3,    // library bytes + symbol (code that arrives over the network)
+  FUNCTION = 4,       // an in-process C++ function, registered before init() only
+};
+enum class TargetNamespace : uint8_t { LOCAL_CHIP = 1, LOCAL_NATIVE = 2, REMOTE = 3 };
+// How a child calls it: a chip run, a sub callable (native_abi.h), or an
+// orchestration run on the child's own inner Worker (L4 -> L3).
+enum class EntryAbi : uint8_t { CHIP = 1, SUB = 2, ORCHESTRATION = 3 };
+
+const char* kind_name(CallableKind k);
+const char* abi_name(EntryAbi a);
+
+using Digest = std::array<uint8_t, 32>;
+std::string to_hex(const Digest& d);
+Digest sha256(const void* data, size_t bytes);
+// SHA-256 of a file's bytes; the error names the file.
+Status file_sha256(const std::string& path, Digest* out);
+
+struct CallableIdentity {
+  Digest digest{};
+  CallableKind kind = CallableKind::FUNCTION;
+  TargetNamespace target_namespace = TargetNamespace::LOCAL_NATIVE;
+  std::string hex() const { return to_hex(digest); }
+  std::string short_hex() const { return to_hex(digest).substr(0, 16); }
+  bool operator==(const CallableIdentity& o) const { return digest == o.digest; }
+};
+
+using SubFunction = std::function<int(const TaskArgsView& args, std::string& error)>;
+using OrchestrationFunction =
+    std::function<int(Orchestrator& orch, const TaskArgsView& args, const CallConfig& config)>;
+// The exported-symbol form of an orchestration (OrchestrationCallable::import):
+//   extern "C" int fn(pto::Orchestrator*, const PtoTaskArgsView*, const pto::CallConfig*);
+using OrchestrationEntryFn = int (*)(Orchestrator*, const PtoTaskArgsView*, const CallConfig*);
+
+// A callable before registration: its canonical descriptor (what is hashed)
+// plus what a child needs to prepare it. Factory errors are kept in `status`
+// and returned by Worker::register_callable.
+struct Callable {
+  CallableKind kind = CallableKind::FUNCTION;
+  EntryAbi abi = EntryAbi::SUB;
+  std::string path;    // CHIP: kernel config; NATIVE_IMPORT: library; NATIVE_BLOB: stored file
+  std::string symbol;  // NATIVE_*
+  std::string name;    // FUNCTION
+  std::vector<uint8_t> blob;  // NATIVE_BLOB library bytes (until stored)
+  SubFunction sub_fn;
+  OrchestrationFunction orch_fn;
+  bool retryable = false;  // may be re-run elsewhere after an endpoint failure (remote L3)
+  std::vector<uint8_t> descriptor;  // canonical bytes
+  Status status;
+
+  CallableIdentity identity() const;
+  TargetNamespace target_namespace() const;
+};
+
+struct ChipCallable {
+  // A kernel config (TOML, docs/sim.md): orchestration, kernels, signature.
+  static Callable from_config(const std::string& path);
+};
+struct NativeCallable {
+  static Callable import(const std::string& library, const std::string& symbol);
+  static Callable blob(std::vector<uint8_t> library_bytes, const std::string& symbol);
+  static Callable function(const std::string& name, SubFunction fn);
+};
+struct OrchestrationCallable {
+  static Callable import(const std::string& library, const std::string& symbol);
+  static Callable function(const std::string& name, OrchestrationFunction fn);
+};
+
+// What register_callable returns: the identity to submit with, or the error.
+struct CallableHandle {
+  CallableIdentity id;
+  EntryAbi abi = EntryAbi::SUB;
+  Status status;
+  bool ok() const { return status.ok(); }
+};
+
+// Canonical descriptor encoding, exposed for tests and the remote protocol.
+namespace descriptor {
+inline constexpr uint16_t kVersion = 1;
+std::vector<uint8_t> import_or_blob(CallableKind kind, EntryAbi abi, const std::string& symbol,
+                                    const Digest& library_hash);
+std::vector<uint8_t> function(EntryAbi abi, const std::string& name);
+}  // namespace descriptor
+
+}  // namespace pto

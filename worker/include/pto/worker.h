@@ -1,0 +1,213 @@
+// pto::Worker — the hierarchical engine (seed 001, ARCHITECTURE.md §5).
+//
+// One class serves every level >= 3; the level is a label. A Worker forks its
+// children at init(): at level 3 simulated chips (each runs the L2 runtime)
+// and sub workers (native callables); at level 4 its next-level children are
+// L3 Workers, each running its own inner Worker. It talks to every child
+// through a shared-memory mailbox. run() executes an orchestration function on
+// the caller's thread; the Orchestrator it receives derives dependencies from
+// the tensors' address regions and one scheduler thread dispatches ready tasks
+// to idle children. docs/worker.md describes the layout, the mailbox protocol
+// and the failure model.
+//
+// Tensor data must be visible to the children: allocate it with
+// Worker::alloc (the buffer arena), Orchestrator::alloc / an OUTPUT without an
+// address (the heap rings), or register a MAP_SHARED mapping made before
+// init() with register_shared_memory. A tensor anywhere else is refused at
+// submit, naming its address.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pto/callable.h"
+#include "pto/task_args.h"
+
+namespace pto {
+
+class WorkerImpl;
+
+enum class Outcome : uint8_t { SUCCESS = 0, TASK_FAILURE = 1, ENDPOINT_FAILURE = 2, SKIPPED = 3 };
+const char* outcome_name(Outcome o);
+
+// Error codes of the engine (pto2::Status::code), beside the runtime's.
+enum WorkerError : int32_t {
+  kWorkerInvalidConfig = 20,   // a WorkerConfig value breaks its rule
+  kWorkerInvalidArgument = 21, // a submit / register / alloc call with bad parameters
+  kWorkerNotRegistered = 22,   // a callable digest the target does not know
+  kWorkerClosed = 23,          // call after close()
+  kWorkerChildFailed = 24,     // a child could not start, died, or broke the protocol
+  kWorkerHeapExhausted = 25,   // a heap ring / the buffer arena cannot satisfy a request
+  kWorkerTimeout = 26,         // a bounded wait ran out
+  kWorkerRunFailed = 27,       // a run ended with a failed task
+};
+
+struct WorkerConfig {
+  int level = 3;
+  int num_chips = 0;        // level 3: simulated chips (next-level children)
+  int num_sub_workers = 0;  // sub children (native callables)
+  std::string platform = "a2a3sim";
+  uint64_t heap_ring_bytes = 64ull << 20;      // each of the 4 heap rings (lazily backed)
+  uint64_t buffer_arena_bytes = 256ull << 20;  // Worker::alloc buffers (lazily backed)
+  uint32_t spin_us = 50;             // spin before parking, parent and children
+  uint32_t init_timeout_ms = 30000;  // children must report INIT_READY within this
+  uint32_t control_timeout_ms = 10000;
+  uint64_t task_timeout_ms = 600000;  // a task running longer fails its child (0 = never)
+  uint32_t shutdown_timeout_ms = 5000;  // then SIGKILL
+  std::string state_dir;  // where uploaded libraries are stored; empty = a private temp dir
+  std::string name = "worker";  // diagnostic label
+
+  Status validate() const;
+};
+
+// Why a task did not succeed (the first one is the run's verdict).
+struct TaskFailure {
+  uint64_t task_id = 0;
+  std::string callable;  // digest, hex
+  std::string worker;    // "chip 1", "sub 0", "l3 0"; empty when never launched
+  Outcome outcome = Outcome::SUCCESS;
+  std::string message;
+  std::string describe() const;
+};
+
+struct RunResult {
+  Status status;            // ok, the first failure (kWorkerRunFailed) or an orchestration error
+  Outcome outcome = Outcome::SUCCESS;
+  uint64_t tasks_submitted = 0, tasks_succeeded = 0, tasks_failed = 0, tasks_skipped = 0;
+  std::optional<TaskFailure> first_failure;
+  std::vector<TaskFailure> failures;  // failed tasks (not the skipped ones), at most 64
+  uint64_t wall_ns = 0;
+  bool ok() const { return status.ok(); }
+};
+
+template <class T>
+struct Result {
+  Status status;
+  T value{};
+  bool ok() const { return status.ok(); }
+};
+
+struct SubmitResult {
+  Status status;
+  uint64_t task_id = 0;
+  // Each member's tensors after submit: OUTPUTs without an address now have one.
+  std::vector<std::vector<ContinuousTensor>> tensors;
+  bool ok() const { return status.ok(); }
+  const ContinuousTensor& tensor(int i, int member = 0) const { return tensors[member][i]; }
+};
+
+// Handed to an orchestration function; valid only during that run, on the
+// thread that runs it. A rejected submit returns its error and also fails the
+// run, so an ignored return value cannot hide it.
+class Orchestrator {
+ public:
+  SubmitResult submit_next_level(const CallableHandle& h, const TaskArgs& args, const CallConfig& cfg = {},
+                                 int worker = -1);
+  SubmitResult submit_next_level_group(const CallableHandle& h, const std::vector<TaskArgs>& args,
+                                       const CallConfig& cfg = {}, const std::vector<int>& workers = {});
+  SubmitResult submit_sub(const CallableHandle& h, const TaskArgs& args = {});
+  SubmitResult submit_sub_group(const CallableHandle& h, const std::vector<TaskArgs>& args);
+  // A buffer in the current scope's heap ring, freed once the scope has ended
+  // and every task using it has finished.
+  Result<ContinuousTensor> alloc(const std::vector<uint32_t>& shape, int32_t dtype);
+  void scope_begin();
+  Status scope_end();
+  int scope_depth() const;
+  int level() const;
+  int num_next_level() const;
+  int num_sub_workers() const;
+
+ private:
+  friend class WorkerImpl;
+  explicit Orchestrator(WorkerImpl* w) : w_(w) {}
+  WorkerImpl* w_;
+};
+
+// RAII scope: scope_begin() now, scope_end() when it goes.
+class Scope {
+ public:
+  explicit Scope(Orchestrator& o) : o_(o) { o_.scope_begin(); }
+  ~Scope() { (void)o_.scope_end(); }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  Orchestrator& o_;
+};
+
+// An asynchronous run (Worker::submit).
+class RunHandle {
+ public:
+  RunHandle() = default;
+  bool valid() const { return state_ != nullptr; }
+  bool done() const;
+  // True when the run finished within timeout.
+  bool wait(std::chrono::milliseconds timeout) const;
+  // Waits for the run and returns its result.
+  const RunResult& result() const;
+
+ private:
+  friend class WorkerImpl;
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+enum class ChildKind : uint8_t { CHIP = 0, SUB = 1, L3 = 2 };
+enum class ChildState : uint8_t { NOT_STARTED, IDLE, BUSY, DEAD, STOPPED };
+struct ChildInfo {
+  ChildKind kind = ChildKind::SUB;
+  int index = 0;  // within its kind
+  int pid = -1;
+  ChildState state = ChildState::NOT_STARTED;
+  uint64_t tasks_run = 0;
+  uint32_t restarts = 0;
+  std::string label() const;
+};
+const char* child_state_name(ChildState s);
+
+class Worker {
+ public:
+  explicit Worker(const WorkerConfig& config);
+  ~Worker();  // close()
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Level >= 4 only, before init(): an L3 Worker (not initialised, with its
+  // callables registered) that becomes a next-level child process.
+  Status add_next_level_worker(std::unique_ptr<Worker> inner);
+
+  // Before init(): captured and inherited by the children. After: broadcast to
+  // every target child, published only when all installed it, rolled back
+  // otherwise. Registering the same descriptor twice returns the same digest.
+  CallableHandle register_callable(const Callable& c);
+  Status unregister_callable(const CallableHandle& h);
+  // Diagnostic: asks one child whether it has the digest installed.
+  Result<bool> child_has_callable(const CallableHandle& h, ChildKind kind, int index);
+
+  Status init();
+  RunResult run(const OrchestrationFunction& fn, const TaskArgs& args = {}, const CallConfig& cfg = {});
+  // Queues a run on the Worker's run thread; runs execute one at a time.
+  RunHandle submit(OrchestrationFunction fn, TaskArgs args = {}, CallConfig cfg = {});
+  Status close();  // idempotent
+
+  // A buffer in the shared arena that lives until free().
+  Result<ContinuousTensor> alloc(const std::vector<uint32_t>& shape, int32_t dtype);
+  Status free(const ContinuousTensor& t);
+
+  std::vector<ChildInfo> children() const;
+  const WorkerConfig& config() const;
+  bool initialized() const;
+
+ private:
+  std::unique_ptr<WorkerImpl> impl_;
+};
+
+// Declares a MAP_SHARED mapping (made before the Worker's init()) as memory
+// that tensors may live in. Process-wide and inherited by forked children.
+Status register_shared_memory(void* base, uint64_t bytes);
+
+}  // namespace pto

@@ -1,0 +1,279 @@
+// The child side of a mailbox (seed 001 §5, §9): after fork, a child installs
+// the callables it inherited, reports INIT_READY (or INIT_FAILED with the
+// reason), then serves TASK_READY and CONTROL_REQUEST until SHUTDOWN. Chip
+// children run chip callables on their own simulated chip (ChipWorker); sub
+// children call native functions; L3 children run orchestrations on their own
+// inner Worker. A child never returns into the parent's stack: it leaves with
+// _exit, and it dies with its parent (PR_SET_PDEATHSIG).
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+#include <linux/close_range.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "chip_worker.h"
+#include "pto2/sim/loader.h"
+#include "worker_impl.h"
+
+namespace pto {
+namespace {
+
+bool wanted(uint32_t s) { return s == MB_TASK_READY || s == MB_CONTROL_REQUEST || s == MB_SHUTDOWN; }
+
+EntryAbi abi_of(ChildKind k) {
+  switch (k) {
+    case ChildKind::CHIP: return EntryAbi::CHIP;
+    case ChildKind::SUB: return EntryAbi::SUB;
+    case ChildKind::L3: return EntryAbi::ORCHESTRATION;
+  }
+  return EntryAbi::SUB;
+}
+
+// Recomputes a descriptor from what the child will load, so a library that
+// changed since registration is refused rather than run under the old digest.
+Status verify(const Digest& want, const ControlDescriptor& d) {
+  Callable c;
+  switch (d.kind) {
+    case CallableKind::CHIP: c = ChipCallable::from_config(d.path); break;
+    case CallableKind::NATIVE_IMPORT:
+      c = d.abi == EntryAbi::ORCHESTRATION ? OrchestrationCallable::import(d.path, d.symbol)
+                                           : NativeCallable::import(d.path, d.symbol);
+      break;
+    case CallableKind::NATIVE_BLOB: {
+      std::ifstream f(d.path, std::ios::binary);
+      std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      c = NativeCallable::blob(std::move(bytes), d.symbol);
+      break;
+    }
+    case CallableKind::FUNCTION:
+      return Status::Error(kWorkerInvalidArgument, "FUNCTION callables cannot be installed after fork");
+  }
+  if (!c.status.ok()) return c.status;
+  const Digest got = c.identity().digest;
+  if (got != want)
+    return Status::Error(kWorkerInvalidArgument,
+                         fmt::format("{} changed since it was registered: digest is now {}, registered as {}", d.path,
+                                     to_hex(got), to_hex(want)));
+  return Status::Ok();
+}
+
+class ChildRunner {
+ public:
+  ChildRunner(Endpoint& ep, SharedDoorbell* bell, pid_t parent, uint32_t spin_us, Worker* inner)
+      : ep_(ep), mb_(ep.mb), bell_(bell), parent_(parent), spin_ns_(uint64_t(spin_us) * 1000), inner_(inner) {}
+
+  Status install(const Digest& digest, const ControlDescriptor& d, const Callable* local) {
+    if (d.abi != abi_of(ep_.kind))
+      return Status::Error(kWorkerInvalidArgument, fmt::format("a {} callable cannot run on {}", abi_name(d.abi), ep_.label()));
+    if (local && d.kind == CallableKind::FUNCTION) {
+      Native n;
+      n.sub = local->sub_fn;
+      n.orch = local->orch_fn;
+      natives_[digest] = std::move(n);
+      return Status::Ok();
+    }
+    if (Status s = verify(digest, d); !s.ok()) return s;
+    if (d.kind == CallableKind::CHIP) return chip_.install(digest, d.path);
+    Native n;
+    Status st;
+    n.lib = pto2::sim::SharedLibrary::open(d.path, &st);
+    if (!n.lib) return st;
+    void* sym = n.lib->symbol(d.symbol.c_str(), &st);
+    if (!sym) return st;
+    if (d.abi == EntryAbi::ORCHESTRATION) n.orch_entry = reinterpret_cast<OrchestrationEntryFn>(sym);
+    else n.entry = reinterpret_cast<PtoSubEntryFn>(sym);
+    natives_[digest] = std::move(n);
+    return Status::Ok();
+  }
+
+  bool installed(const Digest& d) const { return natives_.count(d) || chip_.has(d); }
+  void uninstall(const Digest& d) {
+    natives_.erase(d);
+    chip_.remove(d);
+  }
+
+  // Returns the process exit code.
+  int serve() {
+    for (;;) {
+      const uint32_t s = wait_request();
+      if (s == MB_SHUTDOWN) return 0;
+      if (s == MB_TASK_READY) run_task();
+      else if (s == MB_CONTROL_REQUEST) run_control();
+    }
+  }
+
+ private:
+  struct Native {
+    std::unique_ptr<pto2::sim::SharedLibrary> lib;
+    PtoSubEntryFn entry = nullptr;
+    OrchestrationEntryFn orch_entry = nullptr;
+    SubFunction sub;
+    OrchestrationFunction orch;
+  };
+
+  uint32_t wait_request() {
+    const uint64_t t0 = now_ns();
+    for (;;) {
+      uint32_t s = mb_->state.load(std::memory_order_acquire);
+      if (wanted(s)) return s;
+      if (now_ns() - t0 < spin_ns_) {
+        for (int i = 0; i < 16; ++i) cpu_relax();
+        continue;
+      }
+      mb_->child_parked.store(1, std::memory_order_seq_cst);
+      s = mb_->state.load(std::memory_order_seq_cst);
+      if (!wanted(s)) futex_wait_shared(&mb_->state, s, 100'000'000);
+      mb_->child_parked.store(0, std::memory_order_relaxed);
+      if (getppid() != parent_) _exit(3);  // orphaned (PDEATHSIG normally got here first)
+    }
+  }
+
+  void reply(uint32_t state) {
+    mb_->done_sequence = mb_->sequence;
+    mb_->state.store(state, std::memory_order_seq_cst);
+    bell_->ring();
+  }
+
+  void run_task() {
+    Digest d;
+    std::memcpy(d.data(), mb_->digest, 32);
+    TaskArgsView view{};
+    Status st = mb_->blob_bytes > kMailboxBlobCapacity
+                    ? Status::Error(kWorkerChildFailed, fmt::format("blob_bytes {} exceeds the mailbox", mb_->blob_bytes))
+                    : decode_args(mb_->blob, mb_->blob_bytes, &view);
+    const CallConfig cfg = mb_->config;
+    if (st.ok()) {
+      try {
+        st = execute(d, view, cfg);
+      } catch (const std::exception& e) {
+        st = Status::Error(kWorkerRunFailed, fmt::format("callable threw: {}", e.what()));
+      } catch (...) {
+        st = Status::Error(kWorkerRunFailed, "callable threw a non-std exception");
+      }
+    }
+    if (st.ok()) {
+      mb_->error_code = 0;
+      mb_->error_text[0] = '\0';
+      reply(MB_TASK_DONE);
+    } else {
+      mb_->set_error(st.code ? st.code : 1, st.message);
+      reply(MB_TASK_FAILED);
+    }
+  }
+
+  Status execute(const Digest& d, const TaskArgsView& view, const CallConfig& cfg) {
+    if (ep_.kind == ChildKind::CHIP) {
+      if (!chip_.has(d))
+        return Status::Error(kWorkerNotRegistered, fmt::format("callable {} is not registered on {}", to_hex(d), ep_.label()));
+      return chip_.run(d, view, cfg);
+    }
+    auto it = natives_.find(d);
+    if (it == natives_.end())
+      return Status::Error(kWorkerNotRegistered, fmt::format("callable {} is not registered on {}", to_hex(d), ep_.label()));
+    Native& n = it->second;
+    if (ep_.kind == ChildKind::SUB) {
+      if (n.sub) {
+        std::string err;
+        const int rc = n.sub(view, err);
+        if (rc != 0) return Status::Error(rc, err.empty() ? fmt::format("returned {}", rc) : err);
+        return Status::Ok();
+      }
+      char err[kMailboxErrorText] = {};
+      const int rc = n.entry(&view, err, sizeof err);
+      if (rc != 0) {
+        err[sizeof err - 1] = '\0';
+        return Status::Error(rc, err[0] ? std::string(err) : fmt::format("returned {}", rc));
+      }
+      return Status::Ok();
+    }
+    // L3: an orchestration on the inner Worker.
+    OrchestrationFunction fn = n.orch;
+    if (!fn) {
+      OrchestrationEntryFn e = n.orch_entry;
+      fn = [e](Orchestrator& o, const TaskArgsView& a, const CallConfig& c) { return e(&o, &a, &c); };
+    }
+    RunResult r = inner_->run(fn, TaskArgs::from_view(view), cfg);
+    if (!r.ok()) return r.status;
+    return Status::Ok();
+  }
+
+  void run_control() {
+    Digest d;
+    std::memcpy(d.data(), mb_->digest, 32);
+    Status st;
+    mb_->control_result = 0;
+    switch (mb_->control_op) {
+      case CTRL_REGISTER: {
+        ControlDescriptor desc;
+        st = mb_->blob_bytes > kMailboxBlobCapacity
+                 ? Status::Error(kWorkerChildFailed, "control payload exceeds the mailbox")
+                 : decode_control(mb_->blob, mb_->blob_bytes, &desc);
+        if (st.ok()) st = install(d, desc, nullptr);
+        break;
+      }
+      case CTRL_UNREGISTER: uninstall(d); break;
+      case CTRL_QUERY: mb_->control_result = installed(d) ? 1 : 0; break;
+      default: st = Status::Error(kWorkerChildFailed, fmt::format("unknown control op {}", mb_->control_op));
+    }
+    if (st.ok()) {
+      mb_->error_code = 0;
+      mb_->error_text[0] = '\0';
+    } else {
+      mb_->set_error(st.code ? st.code : 1, fmt::format("{}: {}", ep_.label(), st.message));
+    }
+    reply(MB_CONTROL_DONE);
+  }
+
+  Endpoint& ep_;
+  Mailbox* mb_;
+  SharedDoorbell* bell_;
+  pid_t parent_;
+  uint64_t spin_ns_;
+  Worker* inner_;
+  std::map<Digest, Native> natives_;
+  ChipWorker chip_;
+};
+
+}  // namespace
+
+void WorkerImpl::child_main(Endpoint& ep) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != owner_pid_) _exit(3);
+  // The parent coordinates shutdown: a terminal's Ctrl-C or systemd's SIGTERM
+  // to the whole group must not kill children under a draining parent.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  // Keep nothing of the parent's but stdio and the mappings: a child holding a
+  // daemon's listening socket or a pipe's write end would keep them alive.
+  close_range(3, ~0u, 0);
+  Worker* inner = ep.kind == ChildKind::L3 ? inner_[ep.index].get() : nullptr;
+  ChildRunner runner(ep, bell_, owner_pid_, cfg_.spin_us, inner);
+  Status st;
+  if (inner) st = inner->init();
+  for (auto& [digest, reg] : registry_) {
+    if (!st.ok()) break;
+    if (reg.handle.abi != abi_of(ep.kind)) continue;
+    ControlDescriptor d{reg.callable.kind, reg.callable.abi, reg.callable.path, reg.callable.symbol, reg.callable.name};
+    st = runner.install(digest, d, &reg.callable);
+    if (!st.ok()) st.message = fmt::format("callable {}: {}", to_hex(digest).substr(0, 16), st.message);
+  }
+  if (!st.ok()) {
+    ep.mb->set_error(st.code ? st.code : 1, st.message);
+    ep.mb->state.store(MB_INIT_FAILED, std::memory_order_seq_cst);
+    futex_wake_shared(&ep.mb->state);
+    if (inner) (void)inner->close();
+    _exit(2);
+  }
+  ep.mb->state.store(MB_INIT_READY, std::memory_order_seq_cst);
+  futex_wake_shared(&ep.mb->state);
+  const int code = runner.serve();
+  if (inner) (void)inner->close();
+  _exit(code);
+}
+
+}  // namespace pto

@@ -1,0 +1,133 @@
+#include "chip_worker.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "pto/worker.h"
+
+namespace pto {
+
+using pto2::sim::ArgSpec;
+
+Status ChipWorker::install(const Digest& digest, const std::string& config_path) {
+  if (has(digest)) return Status::Ok();
+  auto p = std::make_unique<Prepared>();
+  if (Status s = pto2::sim::ChipConfig::load(config_path, &p->cfg); !s.ok()) return s;
+  p->kernels.resize(p->cfg.kernels.size());
+  for (size_t i = 0; i < p->cfg.kernels.size(); ++i)
+    if (Status s = pto2::sim::load_kernel(p->cfg.kernels[i].library, &p->kernels[i]); !s.ok()) return s;
+  if (Status s = pto2::sim::load_orchestration(p->cfg.orchestration, &p->orch); !s.ok()) return s;
+  prepared_[digest] = std::move(p);
+  return Status::Ok();
+}
+
+Status ChipWorker::engine_for(Prepared& p, int block_dim, int aicpu, Engine** out) {
+  auto key = std::make_pair(block_dim, aicpu);
+  auto it = p.engines.find(key);
+  if (it != p.engines.end()) {
+    *out = &it->second;
+    return Status::Ok();
+  }
+  pto2::sim::A2A3SimConfig sc;
+  sc.block_dim = block_dim;
+  sc.aicpu_threads = aicpu;
+  Status st;
+  Engine e;
+  e.chip = pto2::sim::A2A3SimPlatform::create(sc, &st);
+  if (!e.chip) return st;
+  for (size_t i = 0; i < p.cfg.kernels.size(); ++i)
+    e.chip->register_kernel(p.cfg.kernels[i].func_id, p.cfg.kernels[i].core_type, p.kernels[i].entry);
+  pto2::RuntimeConfig rc = p.cfg.runtime;
+  if (Status s = rc.apply_env(); !s.ok()) return s;
+  rc.scheduler_threads = sc.scheduler_threads();
+  e.runtime = pto2::Runtime::create(rc, *e.chip, &st);
+  if (!e.runtime) return st;
+  *out = &(p.engines[key] = std::move(e));
+  return Status::Ok();
+}
+
+Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const CallConfig& cfg) {
+  auto it = prepared_.find(digest);
+  if (it == prepared_.end())
+    return Status::Error(kWorkerNotRegistered, "chip callable " + to_hex(digest) + " is not installed on this chip");
+  Prepared& p = *it->second;
+  const auto& specs = p.cfg.args;
+  int n_tensors = 0, n_scalars = 0;
+  std::string names;
+  for (const ArgSpec& a : specs) {
+    if (a.role == ArgSpec::Role::kScalar) {
+      ++n_scalars;
+    } else {
+      names += (n_tensors++ ? ", " : "") + a.name;
+    }
+  }
+  if (args.tensor_count != n_tensors)
+    return Status::Error(kWorkerInvalidArgument, fmt::format("chip callable {} takes {} tensors ({}); the task passed {}",
+                                                             p.cfg.path, n_tensors, names, args.tensor_count));
+  if (args.scalar_count != 0 && args.scalar_count != n_scalars)
+    return Status::Error(kWorkerInvalidArgument,
+                         fmt::format("chip callable {} takes {} scalars (or none, for the config's values); the task "
+                                     "passed {}",
+                                     p.cfg.path, n_scalars, args.scalar_count));
+  for (int i = 0, t = 0; i < static_cast<int>(specs.size()); ++i) {
+    const ArgSpec& a = specs[i];
+    if (a.role == ArgSpec::Role::kScalar) continue;
+    const ContinuousTensor& x = args.tensors[t++];
+    if (x.dtype != a.dtype || tensor_bytes(x) != a.bytes() || x.data == 0)
+      return Status::Error(kWorkerInvalidArgument,
+                           fmt::format("chip callable {}: tensor {} ('{}') must be dtype {} with {} bytes; the task "
+                                       "passed dtype {} with {} bytes at 0x{:x}",
+                                       p.cfg.path, t - 1, a.name, a.dtype, a.bytes(), x.dtype, tensor_bytes(x), x.data));
+  }
+  Engine* e = nullptr;
+  if (Status s = engine_for(p, cfg.block_dim > 0 ? cfg.block_dim : p.cfg.block_dim,
+                            cfg.aicpu_thread_num > 0 ? cfg.aicpu_thread_num : p.cfg.aicpu_threads, &e);
+      !s.ok())
+    return s;
+
+  // Host (shared) tensors -> the chip's global memory, in the config's argument order.
+  auto& gm = e->chip->memory();
+  std::vector<uint64_t> dev(specs.size());
+  std::vector<void*> owned;
+  auto free_all = [&] {
+    for (void* q : owned) (void)gm.free(q);
+  };
+  Status status;
+  for (int i = 0, t = 0, s = 0; i < static_cast<int>(specs.size()); ++i) {
+    const ArgSpec& a = specs[i];
+    if (a.role == ArgSpec::Role::kScalar) {
+      dev[i] = args.scalar_count ? args.scalars[s] : a.scalar;
+      ++s;
+      continue;
+    }
+    const ContinuousTensor& x = args.tensors[t++];
+    void* d = nullptr;
+    if (status = gm.alloc(a.bytes(), &d); !status.ok()) break;
+    owned.push_back(d);
+    if (status = gm.copy_to_device(d, reinterpret_cast<const void*>(x.data), a.bytes()); !status.ok()) break;
+    dev[i] = reinterpret_cast<uint64_t>(d);
+  }
+  if (!status.ok()) {
+    free_all();
+    return status;
+  }
+  pto2::RunResult rr = e->runtime->run(p.orch.config, p.orch.entry, dev.data(), static_cast<int>(dev.size()));
+  if (rr.ok()) {
+    for (int i = 0, t = 0; i < static_cast<int>(specs.size()); ++i) {
+      const ArgSpec& a = specs[i];
+      if (a.role == ArgSpec::Role::kScalar) continue;
+      const ContinuousTensor& x = args.tensors[t++];
+      if (a.role == ArgSpec::Role::kOutput)
+        (void)gm.copy_from_device(reinterpret_cast<void*>(x.data), reinterpret_cast<void*>(dev[i]), a.bytes());
+    }
+  }
+  free_all();
+  if (!rr.ok())
+    return Status::Error(rr.status.code, fmt::format("chip run of {} failed: {} ({}): {}", p.cfg.path,
+                                                     pto2::error_name(rr.status.code), rr.status.code,
+                                                     rr.status.message));
+  return Status::Ok();
+}
+
+}  // namespace pto

@@ -1,0 +1,101 @@
+#include "mailbox.h"
+
+#include <cstring>
+
+#include "pto/worker.h"
+
+namespace pto {
+
+const char* mailbox_state_name(uint32_t s) {
+  switch (s) {
+    case MB_IDLE: return "IDLE";
+    case MB_TASK_READY: return "TASK_READY";
+    case MB_TASK_DONE: return "TASK_DONE";
+    case MB_TASK_FAILED: return "TASK_FAILED";
+    case MB_CONTROL_REQUEST: return "CONTROL_REQUEST";
+    case MB_CONTROL_DONE: return "CONTROL_DONE";
+    case MB_INIT_READY: return "INIT_READY";
+    case MB_INIT_FAILED: return "INIT_FAILED";
+    case MB_SHUTDOWN: return "SHUTDOWN";
+  }
+  return "UNKNOWN";
+}
+
+void Mailbox::set_error(int32_t code, const std::string& text) {
+  error_code = code;
+  const size_t n = std::min(text.size(), kMailboxErrorText - 1);
+  std::memcpy(error_text, text.data(), n);
+  error_text[n] = '\0';
+}
+
+std::string Mailbox::error() const { return std::string(error_text, strnlen(error_text, kMailboxErrorText)); }
+
+void encode_args(const TaskArgsView& view, std::vector<uint8_t>* out) {
+  out->resize(blob_size(view.tensor_count, view.scalar_count));
+  uint8_t* p = out->data();
+  std::memcpy(p, &view.tensor_count, 4);
+  std::memcpy(p + 4, &view.scalar_count, 4);
+  p += kBlobHeaderBytes;
+  const size_t tb = sizeof(ContinuousTensor) * static_cast<size_t>(view.tensor_count);
+  if (tb) std::memcpy(p, view.tensors, tb);
+  if (view.scalar_count) std::memcpy(p + tb, view.scalars, sizeof(uint64_t) * static_cast<size_t>(view.scalar_count));
+}
+
+Status decode_args(const uint8_t* blob, size_t bytes, TaskArgsView* view) {
+  if (bytes < kBlobHeaderBytes)
+    return Status::Error(kWorkerChildFailed, "args blob of " + std::to_string(bytes) + " bytes has no header");
+  int32_t t, s;
+  std::memcpy(&t, blob, 4);
+  std::memcpy(&s, blob + 4, 4);
+  if (t < 0 || s < 0 || blob_size(t, s) > bytes)
+    return Status::Error(kWorkerChildFailed, "args blob header says " + std::to_string(t) + " tensors and " +
+                                                 std::to_string(s) + " scalars, which do not fit its " +
+                                                 std::to_string(bytes) + " bytes");
+  view->tensor_count = t;
+  view->scalar_count = s;
+  // The blob starts 1024-B aligned and tensors are 40 B, so both arrays are
+  // 8-byte aligned.
+  view->tensors = reinterpret_cast<const ContinuousTensor*>(blob + kBlobHeaderBytes);
+  view->scalars = reinterpret_cast<const uint64_t*>(blob + kBlobHeaderBytes + sizeof(ContinuousTensor) * t);
+  return Status::Ok();
+}
+
+namespace {
+void put_str(std::vector<uint8_t>& out, const std::string& s) {
+  const uint32_t n = static_cast<uint32_t>(s.size());
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
+  out.insert(out.end(), s.begin(), s.end());
+}
+bool get_str(const uint8_t*& p, const uint8_t* end, std::string* s) {
+  if (end - p < 4) return false;
+  uint32_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(p[i]) << (8 * i);
+  p += 4;
+  if (static_cast<size_t>(end - p) < n) return false;
+  s->assign(reinterpret_cast<const char*>(p), n);
+  p += n;
+  return true;
+}
+}  // namespace
+
+std::vector<uint8_t> encode_control(const ControlDescriptor& d) {
+  std::vector<uint8_t> out{static_cast<uint8_t>(d.kind), static_cast<uint8_t>(d.abi)};
+  put_str(out, d.path);
+  put_str(out, d.symbol);
+  put_str(out, d.name);
+  return out;
+}
+
+Status decode_control(const uint8_t* blob, size_t bytes, ControlDescriptor* out) {
+  const uint8_t* p = blob;
+  const uint8_t* end = blob + bytes;
+  if (bytes < 2) return Status::Error(kWorkerChildFailed, "control payload too short");
+  out->kind = static_cast<CallableKind>(p[0]);
+  out->abi = static_cast<EntryAbi>(p[1]);
+  p += 2;
+  if (!get_str(p, end, &out->path) || !get_str(p, end, &out->symbol) || !get_str(p, end, &out->name))
+    return Status::Error(kWorkerChildFailed, "control payload truncated");
+  return Status::Ok();
+}
+
+}  // namespace pto

@@ -1,0 +1,94 @@
+// The mailbox between a parent Worker and one child process (seed 001 §3, §7;
+// docs/worker.md has the byte layout and the state machine).
+//
+// One fixed-size shared-memory segment per child. The state word is the only
+// synchronisation: the writer of a payload fills it, then publishes the new
+// state with a release store; the reader acquires the state before reading.
+// Ownership alternates: the parent writes TASK_READY / CONTROL_REQUEST /
+// SHUTDOWN and resets to IDLE; the child writes INIT_*, TASK_DONE /
+// TASK_FAILED and CONTROL_DONE. A parked child sleeps on the state word
+// itself (shared futex); the parent wakes it only when it announced parking.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "futex.h"
+#include "pto/callable.h"
+#include "pto/task_args.h"
+
+namespace pto {
+
+enum MailboxState : uint32_t {
+  MB_IDLE = 0,
+  MB_TASK_READY = 1,
+  MB_TASK_DONE = 2,
+  MB_TASK_FAILED = 3,
+  MB_CONTROL_REQUEST = 4,
+  MB_CONTROL_DONE = 5,
+  MB_INIT_READY = 6,
+  MB_INIT_FAILED = 7,
+  MB_SHUTDOWN = 8,
+};
+const char* mailbox_state_name(uint32_t s);
+
+enum ControlOp : uint32_t { CTRL_REGISTER = 1, CTRL_UNREGISTER = 2, CTRL_QUERY = 3 };
+
+inline constexpr size_t kMailboxBytes = 32 * 1024;
+inline constexpr size_t kMailboxErrorText = 480;
+inline constexpr size_t kMailboxBlobOffset = 1024;
+inline constexpr size_t kMailboxBlobCapacity = kMailboxBytes - kMailboxBlobOffset;
+// The blob header: [int32 T][int32 S].
+inline constexpr size_t kBlobHeaderBytes = 8;
+inline constexpr int32_t kMaxBlobTensors =
+    static_cast<int32_t>((kMailboxBlobCapacity - kBlobHeaderBytes) / sizeof(ContinuousTensor));
+
+struct Mailbox {
+  std::atomic<uint32_t> state;         // MailboxState; the futex word
+  std::atomic<uint32_t> child_parked;  // 1 while the child sleeps on `state`
+  int32_t error_code;                  // 0 = success
+  uint32_t control_op;                 // ControlOp of a CONTROL_REQUEST
+  uint64_t sequence;                   // parent's dispatch number, echoed in `done_sequence`
+  uint64_t done_sequence;
+  char error_text[kMailboxErrorText];  // NUL-terminated
+  CallConfig config;
+  uint8_t digest[32];
+  uint32_t blob_bytes;
+  uint32_t control_result;  // CTRL_QUERY: 1 installed, 0 not
+  uint8_t reserved[kMailboxBlobOffset - 840];
+  uint8_t blob[kMailboxBlobCapacity];
+
+  void set_error(int32_t code, const std::string& text);
+  std::string error() const;
+};
+static_assert(offsetof(Mailbox, error_text) == 32);
+static_assert(offsetof(Mailbox, config) == 512);
+static_assert(offsetof(Mailbox, digest) == 800);
+static_assert(offsetof(Mailbox, blob_bytes) == 832);
+static_assert(offsetof(Mailbox, blob) == kMailboxBlobOffset);
+static_assert(sizeof(Mailbox) == kMailboxBytes);
+
+// Bytes the blob of `view` needs: 8 + 40 T + 8 S.
+inline size_t blob_size(int32_t tensors, int32_t scalars) {
+  return kBlobHeaderBytes + sizeof(ContinuousTensor) * static_cast<size_t>(tensors) +
+         sizeof(uint64_t) * static_cast<size_t>(scalars);
+}
+// Encodes into `out` (resized); the caller has checked the size.
+void encode_args(const TaskArgsView& view, std::vector<uint8_t>* out);
+// Decodes the blob in place: the view points into `blob`. The error names the
+// counts when they do not fit `bytes`.
+Status decode_args(const uint8_t* blob, size_t bytes, TaskArgsView* view);
+
+// CTRL_REGISTER payload: what a child needs to prepare a callable.
+struct ControlDescriptor {
+  CallableKind kind = CallableKind::FUNCTION;
+  EntryAbi abi = EntryAbi::SUB;
+  std::string path, symbol, name;
+};
+std::vector<uint8_t> encode_control(const ControlDescriptor& d);
+Status decode_control(const uint8_t* blob, size_t bytes, ControlDescriptor* out);
+
+}  // namespace pto

@@ -1,0 +1,299 @@
+// The scheduler thread (seed 001 §7–§8): one thread drives every endpoint. A
+// round polls busy mailboxes for TASK_DONE / TASK_FAILED, advances control
+// requests, and dispatches ready tasks to idle children (per-worker FIFOs for
+// pinned next-level tasks, shared FIFOs otherwise; a group launches only when
+// it has as many idle workers as members). With nothing to do it spins for
+// spin_us, then parks on the doorbell that children and the orchestrator
+// ring; while tasks are in flight it parks at most 1 ms so child deaths and
+// task timeouts are noticed promptly.
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstring>
+
+#include "worker_impl.h"
+
+namespace pto {
+namespace {
+
+std::string describe_exit(int status) {
+  if (WIFSIGNALED(status)) return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  return "ended";
+}
+
+}  // namespace
+
+bool WorkerImpl::has_work_in_flight() const { return running_ > 0 || !controls_.empty(); }
+
+void WorkerImpl::scheduler_main() {
+  const uint64_t spin_ns = uint64_t(cfg_.spin_us) * 1000;
+  uint64_t last_check = now_ns(), idle_since = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    bool progressed = poll_completions();
+    progressed |= progress_controls();
+    progressed |= dispatch_ready();
+    const uint64_t now = now_ns();
+    if (now - last_check > 1'000'000) {
+      check_children(now);
+      last_check = now;
+    }
+    if (progressed) {
+      idle_since = 0;
+      continue;
+    }
+    if (idle_since == 0) idle_since = now;
+    if (now - idle_since < spin_ns) {
+      for (int i = 0; i < 16; ++i) cpu_relax();
+      continue;
+    }
+    const uint32_t key = bell_->prepare();
+    if (stop_.load(std::memory_order_acquire) || poll_completions() || progress_controls() || dispatch_ready()) {
+      bell_->cancel();
+      idle_since = 0;
+      continue;
+    }
+    bool busy;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      busy = has_work_in_flight();
+    }
+    bell_->commit(key, busy ? 1'000'000 : 100'000'000);
+    idle_since = 0;
+    check_children(now_ns());
+    last_check = now_ns();
+  }
+}
+
+bool WorkerImpl::poll_completions() {
+  struct Done {
+    Endpoint* ep;
+    uint32_t state;
+  };
+  Done done[64];
+  int n = 0;
+  for (auto* list : {&chips_, &subs_, &l3s_})
+    for (auto& ep : *list) {
+      if (!ep->running || n == 64) continue;
+      const uint32_t s = ep->mb->state.load(std::memory_order_acquire);
+      if (s == MB_TASK_DONE || s == MB_TASK_FAILED) done[n++] = {ep.get(), s};
+    }
+  if (n == 0) return false;
+  std::lock_guard<std::mutex> g(mu_);
+  for (int i = 0; i < n; ++i) {
+    Endpoint& ep = *done[i].ep;
+    Mailbox* mb = ep.mb;
+    Slot* s = ep.running;
+    if (mb->done_sequence != ep.seq) {
+      // The child answered a different dispatch: it cannot be trusted.
+      const std::string why = fmt::format("protocol error: completion for dispatch {} while {} was in flight",
+                                          mb->done_sequence, ep.seq);
+      kill(ep.pid, SIGKILL);
+      endpoint_failed(ep, why);
+      continue;
+    }
+    const bool ok = done[i].state == MB_TASK_DONE;
+    const std::string msg = ok ? std::string() : mb->error();
+    mb->state.store(MB_IDLE, std::memory_order_release);
+    complete_member(ep, s, ok ? Outcome::SUCCESS : Outcome::TASK_FAILURE, msg);
+  }
+  return true;
+}
+
+void WorkerImpl::complete_member(Endpoint& ep, Slot* s, Outcome o, const std::string& message) {
+  ep.running = nullptr;
+  ++ep.tasks_run;
+  --running_;
+  if (o != Outcome::SUCCESS && s->failure.outcome == Outcome::SUCCESS)
+    s->failure = TaskFailure{s->id, s->callable.hex(), ep.label(), o, message};
+  if (--s->members_left == 0) finalize(s, s->failure.outcome);
+}
+
+// mu_ held. The child is gone (or about to be): reap it and fail its task.
+void WorkerImpl::endpoint_failed(Endpoint& ep, const std::string& why) {
+  int status = 0;
+  if (ep.pid > 0) {
+    // SIGKILLed or already dead: the wait is short; bounded anyway.
+    for (int i = 0; i < 1000; ++i) {
+      const pid_t r = waitpid(ep.pid, &status, WNOHANG);
+      if (r == ep.pid || r < 0) break;
+      if (i == 0) kill(ep.pid, SIGKILL);
+      usleep(1000);
+    }
+  }
+  ep.alive = false;
+  ep.death = why;
+  ep.in_control = false;
+  if (ep.running) {
+    Slot* s = ep.running;
+    complete_member(ep, s, Outcome::ENDPOINT_FAILURE, fmt::format("{} (pid {}) {}", ep.label(), ep.pid, why));
+  }
+}
+
+void WorkerImpl::check_children(uint64_t now) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto* list : {&chips_, &subs_, &l3s_})
+    for (auto& e : *list) {
+      Endpoint& ep = *e;
+      if (!ep.alive) continue;
+      int status = 0;
+      const pid_t r = waitpid(ep.pid, &status, WNOHANG);
+      if (r == ep.pid) {
+        const std::string why = describe_exit(status) +
+                                (ep.running ? fmt::format(" while running task {}", ep.running->id) : std::string());
+        ep.alive = false;
+        ep.death = why;
+        ep.in_control = false;
+        if (ep.running)
+          complete_member(ep, ep.running, Outcome::ENDPOINT_FAILURE, fmt::format("{} (pid {}) {}", ep.label(), ep.pid, why));
+        continue;
+      }
+      if (ep.running && ep.timeout_ns && now - ep.dispatch_ns > ep.timeout_ns) {
+        kill(ep.pid, SIGKILL);
+        endpoint_failed(ep, fmt::format("timed out: task {} ran longer than {} ms; the child was killed",
+                                        ep.running->id, ep.timeout_ns / 1'000'000));
+      }
+    }
+}
+
+bool WorkerImpl::dispatch_to(Endpoint& ep, Slot* s, int member) {
+  Mailbox* mb = ep.mb;
+  const auto& blob = s->blobs[member];
+  std::memcpy(mb->digest, s->callable.digest.data(), 32);
+  mb->config = s->config;
+  std::memcpy(mb->blob, blob.data(), blob.size());
+  mb->blob_bytes = static_cast<uint32_t>(blob.size());
+  mb->error_code = 0;
+  mb->sequence = ++ep.seq;
+  ep.dispatch_ns = now_ns();
+  const uint64_t tmo_ms = s->config.timeout_ms ? s->config.timeout_ms : cfg_.task_timeout_ms;
+  ep.timeout_ns = tmo_ms * 1'000'000;
+  mb->state.store(MB_TASK_READY, std::memory_order_seq_cst);
+  if (mb->child_parked.load(std::memory_order_seq_cst)) futex_wake_shared(&mb->state);
+  return true;
+}
+
+bool WorkerImpl::dispatch_ready() {
+  struct Plan {
+    Endpoint* ep;
+    Slot* s;
+    int member;
+  };
+  std::vector<Plan> plan;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (next_any_.empty() && sub_q_.empty() && pending_ == 0) return false;
+    // An endpoint a queued control request still has to reach takes no task.
+    auto reserved = [&](const Endpoint* ep) {
+      if (controls_.empty()) return false;
+      const ControlRequest& c = *controls_.front();
+      for (size_t i = 0; i < c.targets.size(); ++i)
+        if (c.targets[i] == ep && !c.sent[i]) return true;
+      return false;
+    };
+    auto idle = [&](const Endpoint* ep) { return ep->alive && !ep->running && !ep->in_control && !reserved(ep); };
+    auto assign = [&](Endpoint* ep, Slot* s, int m) {
+      ep->running = s;
+      ep->member = m;
+      s->state = Slot::State::kRunning;
+      ++running_;
+      plan.push_back({ep, s, m});
+    };
+    auto& next_eps = cfg_.level == 3 ? chips_ : l3s_;
+    for (size_t i = 0; i < next_eps.size(); ++i)
+      if (!next_pinned_[i].empty() && idle(next_eps[i].get())) {
+        assign(next_eps[i].get(), next_pinned_[i].front(), 0);
+        next_pinned_[i].pop_front();
+      }
+    auto drain = [&](std::deque<Slot*>& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
+      while (!q.empty()) {
+        Slot* s = q.front();
+        const int n = static_cast<int>(s->blobs.size());
+        std::vector<Endpoint*> picked;
+        if (n > 1 && s->pinned[0] >= 0) {
+          for (int k = 0; k < n; ++k)
+            if (idle(eps[s->pinned[k]].get())) picked.push_back(eps[s->pinned[k]].get());
+        } else {
+          for (auto& ep : eps)
+            if (static_cast<int>(picked.size()) < n && idle(ep.get())) picked.push_back(ep.get());
+        }
+        if (static_cast<int>(picked.size()) < n) return;  // FIFO: a group waits for enough idle workers
+        q.pop_front();
+        for (int k = 0; k < n; ++k) assign(picked[k], s, k);
+      }
+    };
+    drain(next_any_, next_eps);
+    drain(sub_q_, subs_);
+  }
+  for (const Plan& p : plan) dispatch_to(*p.ep, p.s, p.member);
+  return !plan.empty();
+}
+
+bool WorkerImpl::progress_controls() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (controls_.empty()) return false;
+  ControlRequest& c = *controls_.front();
+  bool progressed = false;
+  bool all_done = true;
+  for (size_t i = 0; i < c.targets.size(); ++i) {
+    if (c.done[i]) continue;
+    Endpoint& ep = *c.targets[i];
+    if (!c.sent[i]) {
+      if (!ep.alive) {
+        c.done[i] = 1;
+        c.failure += fmt::format("{}{} is not running ({})", c.failure.empty() ? "" : "; ", ep.label(), ep.death);
+        progressed = true;
+        continue;
+      }
+      all_done = false;
+      if (ep.running || ep.in_control) continue;
+      Mailbox* mb = ep.mb;
+      std::memcpy(mb->digest, c.digest.data(), 32);
+      mb->control_op = c.op;
+      if (!c.payload.empty()) std::memcpy(mb->blob, c.payload.data(), c.payload.size());
+      mb->blob_bytes = static_cast<uint32_t>(c.payload.size());
+      mb->sequence = ++ep.seq;
+      ep.in_control = true;
+      c.sent[i] = 1;
+      mb->state.store(MB_CONTROL_REQUEST, std::memory_order_seq_cst);
+      if (mb->child_parked.load(std::memory_order_seq_cst)) futex_wake_shared(&mb->state);
+      progressed = true;
+      continue;
+    }
+    if (!ep.alive) {
+      c.done[i] = 1;
+      c.failure += fmt::format("{}{} died ({})", c.failure.empty() ? "" : "; ", ep.label(), ep.death);
+      progressed = true;
+      continue;
+    }
+    if (ep.mb->state.load(std::memory_order_acquire) != MB_CONTROL_DONE) {
+      all_done = false;
+      continue;
+    }
+    c.done[i] = 1;
+    if (ep.mb->error_code != 0) c.failure += (c.failure.empty() ? "" : "; ") + ep.mb->error();
+    else if (c.op == CTRL_REGISTER) c.installed.push_back(&ep);
+    c.query_result = ep.mb->control_result;
+    ep.mb->state.store(MB_IDLE, std::memory_order_release);
+    ep.in_control = false;
+    progressed = true;
+  }
+  if (!all_done) return progressed;
+  if (c.op == CTRL_REGISTER && (!c.failure.empty() || c.abandoned) && !c.installed.empty()) {
+    // Roll back on the children that did install it.
+    c.rolling_back = true;
+    c.op = CTRL_UNREGISTER;
+    c.targets = c.installed;
+    c.installed.clear();
+    c.sent.assign(c.targets.size(), 0);
+    c.done.assign(c.targets.size(), 0);
+    return true;
+  }
+  c.finished = true;
+  c.cv.notify_all();
+  controls_.pop_front();
+  return true;
+}
+
+}  // namespace pto

@@ -1,0 +1,90 @@
+// Memory that parent and children share (seed 001 §7, "Memory partitioning").
+//
+//  * SharedMapping: an anonymous MAP_SHARED | MAP_NORESERVE mapping, made
+//    before fork so every child sees it at the same address; pages are
+//    backed lazily.
+//  * The process-wide list of shared regions that tensors may live in. Fork
+//    copies it, so a grandchild knows its grandparent's regions.
+//  * HeapRing: the L3 heap ring of one scope depth. Virtual positions grow
+//    forever; an allocation never straddles the end (it restarts at offset 0
+//    and the skipped tail counts as used); allocations are freed in FIFO
+//    order when their owner is consumed.
+//  * Arena: first-fit allocator over a mapping for buffers that live until
+//    freed (Worker::alloc).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "pto2/errors.h"
+
+namespace pto {
+
+using Status = pto2::Status;
+
+class SharedMapping {
+ public:
+  SharedMapping() = default;
+  ~SharedMapping() { reset(); }
+  SharedMapping(const SharedMapping&) = delete;
+  SharedMapping& operator=(const SharedMapping&) = delete;
+  Status map(uint64_t bytes, const char* what);
+  void reset();
+  uint8_t* data() const { return base_; }
+  uint64_t size() const { return bytes_; }
+
+ private:
+  uint8_t* base_ = nullptr;
+  uint64_t bytes_ = 0;
+};
+
+void add_shared_region(const void* base, uint64_t bytes);
+void remove_shared_region(const void* base);
+// True when [addr, addr+bytes) lies inside one registered region.
+bool in_shared_region(uint64_t addr, uint64_t bytes);
+
+inline constexpr uint64_t kHeapAlign = 64;
+
+class HeapRing {
+ public:
+  void attach(uint8_t* base, uint64_t size) {
+    base_ = base;
+    size_ = size;
+    top_ = tail_ = 0;
+  }
+  // kOk with *offset, kFull (wait for reclamation) or kTooLarge.
+  enum class Alloc { kOk, kFull, kTooLarge };
+  Alloc alloc(uint64_t bytes, uint64_t* end_position, uint8_t** ptr);
+  // Frees everything up to end_position (FIFO).
+  void release_to(uint64_t end_position) { tail_ = end_position; }
+  void reset() { top_ = tail_ = 0; }
+  uint64_t used() const { return top_ - tail_; }
+  uint64_t size() const { return size_; }
+  uint64_t top() const { return top_; }
+  uint8_t* base() const { return base_; }
+
+ private:
+  uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  uint64_t top_ = 0, tail_ = 0;
+};
+
+class Arena {
+ public:
+  void attach(uint8_t* base, uint64_t size);
+  Status alloc(uint64_t bytes, uint8_t** ptr);
+  Status free(const void* ptr);
+  uint64_t bytes_in_use() const;
+
+ private:
+  mutable std::mutex mu_;
+  uint8_t* base_ = nullptr;
+  std::map<uint64_t, uint64_t> free_;  // offset -> length
+  std::map<uint64_t, uint64_t> used_;  // offset -> length
+  uint64_t in_use_ = 0;
+};
+
+}  // namespace pto

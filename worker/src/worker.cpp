@@ -1,0 +1,670 @@
+// pto::Worker: configuration, children (fork, replacement, shutdown),
+// registration (captured before init, a control broadcast after), runs and
+// asynchronous runs, the buffer arena. docs/worker.md.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "worker_impl.h"
+
+namespace bip = boost::interprocess;
+
+namespace pto {
+namespace {
+
+std::atomic<uint32_t> g_worker_serial{0};
+constexpr const char* kShmPrefix = "pto-";
+
+// Mailbox segments are named pto-<pid>-<serial>-<child>. Names are removed as
+// soon as the segment is mapped (children inherit the mapping through fork),
+// so only a crash inside init() can leave one; the next init() removes every
+// segment whose creator is gone.
+void sweep_stale_segments() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(kShmPrefix, 0) != 0) continue;
+    const long pid = std::strtol(n.c_str() + 4, nullptr, 10);
+    if (pid <= 0 || (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)) continue;
+    bip::shared_memory_object::remove(n.c_str());
+  }
+}
+
+}  // namespace
+
+const char* outcome_name(Outcome o) {
+  switch (o) {
+    case Outcome::SUCCESS: return "SUCCESS";
+    case Outcome::TASK_FAILURE: return "TASK_FAILURE";
+    case Outcome::ENDPOINT_FAILURE: return "ENDPOINT_FAILURE";
+    case Outcome::SKIPPED: return "SKIPPED";
+  }
+  return "?";
+}
+
+const char* child_state_name(ChildState s) {
+  switch (s) {
+    case ChildState::NOT_STARTED: return "not-started";
+    case ChildState::IDLE: return "idle";
+    case ChildState::BUSY: return "busy";
+    case ChildState::DEAD: return "dead";
+    case ChildState::STOPPED: return "stopped";
+  }
+  return "?";
+}
+
+static const char* kind_label(ChildKind k) { return k == ChildKind::CHIP ? "chip" : k == ChildKind::SUB ? "sub" : "l3"; }
+std::string ChildInfo::label() const { return fmt::format("{} {}", kind_label(kind), index); }
+std::string Endpoint::label() const { return fmt::format("{} {}", kind_label(kind), index); }
+
+std::string TaskFailure::describe() const {
+  return fmt::format("task {} ({}) {}{}: {}", task_id, callable.substr(0, 16), outcome_name(outcome),
+                     worker.empty() ? "" : " on " + worker, message);
+}
+
+Status WorkerConfig::validate() const {
+  auto bad = [](const std::string& m) { return Status::Error(kWorkerInvalidConfig, m); };
+  if (level < 3) return bad(fmt::format("level {} is not a Worker level: the engine serves levels >= 3", level));
+  if (num_chips < 0 || num_chips > 64) return bad(fmt::format("num_chips {} is outside 0..64", num_chips));
+  if (num_sub_workers < 0 || num_sub_workers > 64)
+    return bad(fmt::format("num_sub_workers {} is outside 0..64", num_sub_workers));
+  if (level > 3 && num_chips != 0)
+    return bad(fmt::format("num_chips {} at level {}: above level 3 the next-level children are L3 Workers "
+                           "(add_next_level_worker)",
+                           num_chips, level));
+  if (platform != "a2a3sim") return bad(fmt::format("platform '{}' is unknown (known: a2a3sim)", platform));
+  if (heap_ring_bytes < 4096 || heap_ring_bytes > (1ull << 40))
+    return bad(fmt::format("heap_ring_bytes {} is outside 4096..2^40", heap_ring_bytes));
+  if (buffer_arena_bytes < 4096 || buffer_arena_bytes > (1ull << 42))
+    return bad(fmt::format("buffer_arena_bytes {} is outside 4096..2^42", buffer_arena_bytes));
+  if (spin_us > 100000) return bad(fmt::format("spin_us {} is above 100000", spin_us));
+  if (init_timeout_ms == 0 || control_timeout_ms == 0 || shutdown_timeout_ms == 0)
+    return bad("init_timeout_ms, control_timeout_ms and shutdown_timeout_ms must be > 0");
+  return Status::Ok();
+}
+
+// --- Worker facade ------------------------------------------------------------
+
+Worker::Worker(const WorkerConfig& config) : impl_(std::make_unique<WorkerImpl>(config)) {}
+Worker::~Worker() { (void)impl_->close(); }
+Status Worker::add_next_level_worker(std::unique_ptr<Worker> inner) { return impl_->add_next_level_worker(std::move(inner)); }
+CallableHandle Worker::register_callable(const Callable& c) { return impl_->register_callable(c); }
+Status Worker::unregister_callable(const CallableHandle& h) { return impl_->unregister_callable(h); }
+Result<bool> Worker::child_has_callable(const CallableHandle& h, ChildKind kind, int index) {
+  return impl_->child_has_callable(h, kind, index);
+}
+Status Worker::init() { return impl_->init(); }
+RunResult Worker::run(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg) {
+  return impl_->run(fn, args, cfg);
+}
+RunHandle Worker::submit(OrchestrationFunction fn, TaskArgs args, CallConfig cfg) {
+  return impl_->submit(std::move(fn), std::move(args), cfg);
+}
+Status Worker::close() { return impl_->close(); }
+Result<ContinuousTensor> Worker::alloc(const std::vector<uint32_t>& shape, int32_t dtype) {
+  return impl_->alloc_buffer(shape, dtype);
+}
+Status Worker::free(const ContinuousTensor& t) { return impl_->free_buffer(t); }
+std::vector<ChildInfo> Worker::children() const { return impl_->children(); }
+const WorkerConfig& Worker::config() const { return impl_->cfg_; }
+bool Worker::initialized() const { return impl_->is_initialized(); }
+
+bool RunHandle::done() const {
+  std::lock_guard<std::mutex> g(state_->mu);
+  return state_->done;
+}
+bool RunHandle::wait(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lk(state_->mu);
+  return state_->cv.wait_for(lk, timeout, [&] { return state_->done; });
+}
+const RunResult& RunHandle::result() const {
+  std::unique_lock<std::mutex> lk(state_->mu);
+  state_->cv.wait(lk, [&] { return state_->done; });
+  return state_->result;
+}
+
+// --- WorkerImpl ------------------------------------------------------------------
+
+WorkerImpl::WorkerImpl(const WorkerConfig& cfg) : cfg_(cfg) {}
+
+WorkerImpl::~WorkerImpl() { (void)close(); }
+
+Status WorkerImpl::add_next_level_worker(std::unique_ptr<Worker> inner) {
+  if (cfg_.level < 4)
+    return Status::Error(kWorkerInvalidArgument,
+                         fmt::format("add_next_level_worker on a level-{} Worker: only levels >= 4 have Worker children",
+                                     cfg_.level));
+  if (initialized_ || closed_) return Status::Error(kWorkerInvalidArgument, "add_next_level_worker after init()");
+  if (!inner || inner->initialized())
+    return Status::Error(kWorkerInvalidArgument, "add_next_level_worker needs a Worker that is not initialised");
+  if (inner->config().level != cfg_.level - 1)
+    return Status::Error(kWorkerInvalidArgument, fmt::format("a level-{} Worker cannot hold a level-{} child",
+                                                             cfg_.level, inner->config().level));
+  inner_.push_back(std::move(inner));
+  return Status::Ok();
+}
+
+Status WorkerImpl::store_blob(Callable* c) {
+  if (state_dir_.empty()) {
+    if (!cfg_.state_dir.empty()) {
+      state_dir_ = cfg_.state_dir;
+    } else {
+      const char* tmp = std::getenv("TMPDIR");
+      std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/pto-worker-XXXXXX";
+      if (!mkdtemp(tmpl.data()))
+        return Status::Error(kWorkerInvalidConfig, fmt::format("cannot create a state dir from {}: {}", tmpl, strerror(errno)));
+      state_dir_ = tmpl;
+      own_state_dir_ = true;
+    }
+  }
+  const std::string dir = state_dir_ + "/callables";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  chmod(state_dir_.c_str(), 0700);
+  chmod(dir.c_str(), 0700);
+  const std::string path = dir + "/" + c->identity().hex() + ".so";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Error(kWorkerInvalidConfig, fmt::format("cannot write {}: {}", path, strerror(errno)));
+  size_t off = 0;
+  while (off < c->blob.size()) {
+    const ssize_t w = ::write(fd, c->blob.data() + off, c->blob.size() - off);
+    if (w <= 0) {
+      ::close(fd);
+      return Status::Error(kWorkerInvalidConfig, fmt::format("cannot write {}: {}", path, strerror(errno)));
+    }
+    off += static_cast<size_t>(w);
+  }
+  ::close(fd);
+  c->path = path;
+  c->blob.clear();
+  return Status::Ok();
+}
+
+std::vector<Endpoint*> WorkerImpl::targets_for(EntryAbi abi) {
+  auto& list = abi == EntryAbi::CHIP ? chips_ : abi == EntryAbi::SUB ? subs_ : l3s_;
+  std::vector<Endpoint*> out;
+  for (auto& e : list) out.push_back(e.get());
+  return out;
+}
+
+CallableHandle WorkerImpl::register_callable(const Callable& c) {
+  CallableHandle h;
+  h.abi = c.abi;
+  if (!c.status.ok()) {
+    h.status = c.status;
+    return h;
+  }
+  if (closed_) {
+    h.status = Status::Error(kWorkerClosed, "register_callable after close()");
+    return h;
+  }
+  if (c.abi == EntryAbi::CHIP && cfg_.level != 3) {
+    h.status = Status::Error(kWorkerInvalidArgument,
+                             fmt::format("chip callables run on a level-3 Worker's chips; this Worker is level {}", cfg_.level));
+    return h;
+  }
+  if (c.abi == EntryAbi::ORCHESTRATION && cfg_.level < 4) {
+    h.status = Status::Error(kWorkerInvalidArgument,
+                             "orchestration callables run on the L3 children of a level-4 Worker; this Worker is level 3");
+    return h;
+  }
+  Callable copy = c;
+  if (copy.kind == CallableKind::NATIVE_BLOB && !copy.blob.empty()) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (Status s = store_blob(&copy); !s.ok()) {
+      h.status = s;
+      return h;
+    }
+  }
+  h.id = copy.identity();
+  std::vector<Endpoint*> targets;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = registry_.find(h.id.digest);
+    if (it != registry_.end()) return it->second.handle;
+    if (!initialized_) {
+      registry_[h.id.digest] = Registered{copy, h};
+      return h;
+    }
+    if (copy.kind == CallableKind::FUNCTION) {
+      h.status = Status::Error(kWorkerInvalidArgument,
+                               fmt::format("function callable '{}' registered after init(): an in-process function "
+                                           "cannot reach running children; register it before init() or use "
+                                           "NativeCallable::import / ::blob",
+                                           copy.name));
+      return h;
+    }
+    targets = targets_for(copy.abi);
+  }
+  ControlDescriptor d{copy.kind, copy.abi, copy.path, copy.symbol, copy.name};
+  if (Status s = control(CTRL_REGISTER, h.id.digest, encode_control(d), targets, nullptr); !s.ok()) {
+    h.status = Status::Error(s.code, fmt::format("registering {} ({}): {}", h.id.short_hex(), kind_name(copy.kind), s.message));
+    return h;
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  registry_[h.id.digest] = Registered{copy, h};
+  return h;
+}
+
+Status WorkerImpl::unregister_callable(const CallableHandle& h) {
+  std::vector<Endpoint*> targets;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = registry_.find(h.id.digest);
+    if (it == registry_.end())
+      return Status::Error(kWorkerNotRegistered, fmt::format("unregister: callable {} is not registered", h.id.hex()));
+    registry_.erase(it);  // new submits fail from here on
+    if (!initialized_ || closed_) return Status::Ok();
+    targets = targets_for(h.abi);
+  }
+  return control(CTRL_UNREGISTER, h.id.digest, {}, targets, nullptr);
+}
+
+Result<bool> WorkerImpl::child_has_callable(const CallableHandle& h, ChildKind kind, int index) {
+  Result<bool> r;
+  auto& list = kind == ChildKind::CHIP ? chips_ : kind == ChildKind::SUB ? subs_ : l3s_;
+  if (!initialized_ || closed_ || index < 0 || index >= static_cast<int>(list.size())) {
+    r.status = Status::Error(kWorkerInvalidArgument, fmt::format("no running {} {}", kind_label(kind), index));
+    return r;
+  }
+  uint32_t q = 0;
+  r.status = control(CTRL_QUERY, h.id.digest, {}, {list[index].get()}, &q);
+  r.value = q != 0;
+  return r;
+}
+
+Status WorkerImpl::control(ControlOp op, const Digest& digest, std::vector<uint8_t> payload,
+                           std::vector<Endpoint*> targets, uint32_t* query_result) {
+  if (targets.empty()) return Status::Ok();
+  if (payload.size() > kMailboxBlobCapacity)
+    return Status::Error(kWorkerInvalidArgument, fmt::format("control payload of {} bytes exceeds the mailbox", payload.size()));
+  auto c = std::make_shared<ControlRequest>();
+  c->op = op;
+  c->digest = digest;
+  c->payload = std::move(payload);
+  c->targets = std::move(targets);
+  c->sent.assign(c->targets.size(), 0);
+  c->done.assign(c->targets.size(), 0);
+  std::unique_lock<std::mutex> lk(mu_);
+  controls_.push_back(c);
+  ++controls_in_flight_;
+  lk.unlock();
+  bell_->ring();
+  lk.lock();
+  const bool finished = c->cv.wait_for(lk, std::chrono::milliseconds(cfg_.control_timeout_ms), [&] { return c->finished; });
+  --controls_in_flight_;
+  idle_cv_.notify_all();
+  if (!finished) {
+    c->abandoned = true;  // the scheduler rolls it back when it completes
+    return Status::Error(kWorkerTimeout, fmt::format("children did not answer the control request within {} ms",
+                                                     cfg_.control_timeout_ms));
+  }
+  if (query_result) *query_result = c->query_result;
+  if (!c->failure.empty()) {
+    const bool rolled = c->rolling_back;
+    return Status::Error(kWorkerChildFailed, c->failure + (rolled ? " (rolled back on the children that installed it)" : ""));
+  }
+  return Status::Ok();
+}
+
+Status WorkerImpl::spawn(Endpoint& ep, bool replacement) {
+  Mailbox* mb = ep.mb;
+  mb->state.store(MB_IDLE, std::memory_order_relaxed);
+  mb->child_parked.store(0, std::memory_order_relaxed);
+  mb->error_code = 0;
+  mb->error_text[0] = '\0';
+  ep.running = nullptr;
+  ep.in_control = false;
+  ep.seq = 0;
+  std::fflush(nullptr);  // buffered output would otherwise be written twice
+  const pid_t pid = fork();
+  if (pid < 0) return Status::Error(kWorkerChildFailed, fmt::format("fork for {}: {}", ep.label(), strerror(errno)));
+  if (pid == 0) child_main(ep);
+  ep.pid = pid;
+  if (replacement) ++ep.restarts;
+  const uint64_t deadline = now_ns() + uint64_t(cfg_.init_timeout_ms) * 1'000'000;
+  for (;;) {
+    const uint32_t s = mb->state.load(std::memory_order_acquire);
+    if (s == MB_INIT_READY) {
+      mb->state.store(MB_IDLE, std::memory_order_release);
+      ep.alive = true;
+      ep.death.clear();
+      return Status::Ok();
+    }
+    int status = 0;
+    if (s == MB_INIT_FAILED) {
+      const std::string why = mb->error();
+      waitpid(pid, &status, 0);  // it exits right after reporting
+      return Status::Error(kWorkerChildFailed, fmt::format("{} failed to start: {}", ep.label(), why));
+    }
+    if (waitpid(pid, &status, WNOHANG) == pid)
+      return Status::Error(kWorkerChildFailed, fmt::format("{} (pid {}) died during start-up ({})", ep.label(), pid,
+                                                           WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                                                               : "exit " + std::to_string(WEXITSTATUS(status))));
+    if (now_ns() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return Status::Error(kWorkerTimeout, fmt::format("{} did not report INIT_READY within {} ms (init_timeout_ms)",
+                                                       ep.label(), cfg_.init_timeout_ms));
+    }
+    futex_wait_shared(&mb->state, s, 2'000'000);
+  }
+}
+
+Status WorkerImpl::init() {
+  if (closed_) return Status::Error(kWorkerClosed, "init after close()");
+  if (initialized_) return Status::Error(kWorkerInvalidArgument, "init() called twice");
+  if (Status s = cfg_.validate(); !s.ok()) return s;
+  if (cfg_.level >= 4 && inner_.empty() && cfg_.num_sub_workers == 0)
+    return Status::Error(kWorkerInvalidConfig, "a level-4 Worker needs L3 children (add_next_level_worker) or sub workers");
+  owner_pid_ = getpid();
+  sweep_stale_segments();
+  auto fail = [&](Status s) {
+    initialized_ = true;  // let close() tear down what exists
+    (void)close();
+    return s;
+  };
+  for (int r = 0; r < kHeapRings; ++r) {
+    if (Status s = rings_map_[r].map(cfg_.heap_ring_bytes, "a heap ring"); !s.ok()) return fail(s);
+    rings_[r].attach(rings_map_[r].data(), cfg_.heap_ring_bytes);
+  }
+  if (Status s = arena_map_.map(cfg_.buffer_arena_bytes, "the buffer arena"); !s.ok()) return fail(s);
+  arena_.attach(arena_map_.data(), cfg_.buffer_arena_bytes);
+  if (Status s = bell_map_.map(4096, "the doorbell"); !s.ok()) return fail(s);
+  remove_shared_region(bell_map_.data());  // not tensor memory
+  bell_ = new (bell_map_.data()) SharedDoorbell();
+
+  const uint32_t serial = g_worker_serial.fetch_add(1);
+  auto make = [&](ChildKind kind, int n, std::vector<std::unique_ptr<Endpoint>>& list) -> Status {
+    for (int i = 0; i < n; ++i) {
+      auto ep = std::make_unique<Endpoint>();
+      ep->kind = kind;
+      ep->index = i;
+      const std::string name = fmt::format("{}{}-{}-{}{}", kShmPrefix, getpid(), serial, kind_label(kind), i);
+      try {
+        bip::shared_memory_object shm(bip::create_only, name.c_str(), bip::read_write);
+        shm.truncate(static_cast<bip::offset_t>(kMailboxBytes));
+        ep->region = std::make_unique<bip::mapped_region>(shm, bip::read_write);
+        bip::shared_memory_object::remove(name.c_str());
+      } catch (const bip::interprocess_exception& e) {
+        bip::shared_memory_object::remove(name.c_str());
+        return Status::Error(kWorkerChildFailed, fmt::format("mailbox {} for {} {}: {}", name, kind_label(kind), i, e.what()));
+      }
+      ep->mb = new (ep->region->get_address()) Mailbox();
+      list.push_back(std::move(ep));
+    }
+    return Status::Ok();
+  };
+  if (Status s = make(ChildKind::CHIP, cfg_.level == 3 ? cfg_.num_chips : 0, chips_); !s.ok()) return fail(s);
+  if (Status s = make(ChildKind::SUB, cfg_.num_sub_workers, subs_); !s.ok()) return fail(s);
+  if (Status s = make(ChildKind::L3, static_cast<int>(inner_.size()), l3s_); !s.ok()) return fail(s);
+  next_pinned_.assign(cfg_.level == 3 ? chips_.size() : l3s_.size(), {});
+
+  // Fork every child before any thread of ours exists.
+  for (auto* list : {&chips_, &subs_, &l3s_})
+    for (auto& ep : *list)
+      if (Status s = spawn(*ep, false); !s.ok()) return fail(s);
+  initialized_ = true;
+  start_scheduler();
+  return Status::Ok();
+}
+
+void WorkerImpl::start_scheduler() {
+  stop_.store(false, std::memory_order_release);
+  scheduler_ = std::thread([this] { scheduler_main(); });
+}
+
+void WorkerImpl::stop_scheduler() {
+  if (!scheduler_.joinable()) return;
+  stop_.store(true, std::memory_order_release);
+  bell_->ring();
+  scheduler_.join();
+}
+
+Status WorkerImpl::restart_dead_children() {
+  std::vector<Endpoint*> dead;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    // A registration in flight must finish first: its targets are fixed.
+    idle_cv_.wait_for(lk, std::chrono::milliseconds(cfg_.control_timeout_ms), [&] { return controls_in_flight_ == 0; });
+    for (auto* list : {&chips_, &subs_, &l3s_})
+      for (auto& ep : *list)
+        if (!ep->alive) dead.push_back(ep.get());
+  }
+  if (dead.empty()) return Status::Ok();
+  // Fork only while no thread of ours runs: the child must not inherit a
+  // half-held lock of the scheduler thread.
+  stop_scheduler();
+  Status first;
+  {
+    std::lock_guard<std::mutex> g(mu_);  // a consistent registry snapshot for the children
+    for (Endpoint* ep : dead)
+      if (Status s = spawn(*ep, true); !s.ok() && first.ok()) first = s;
+  }
+  start_scheduler();
+  return first;
+}
+
+RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg) {
+  std::lock_guard<std::mutex> run_lock(run_mu_);
+  RunResult bad;
+  if (closed_) {
+    bad.status = Status::Error(kWorkerClosed, "run after close()");
+    return bad;
+  }
+  if (!initialized_) {
+    bad.status = Status::Error(kWorkerInvalidArgument, "run before init()");
+    return bad;
+  }
+  if (!fn) {
+    bad.status = Status::Error(kWorkerInvalidArgument, "run with an empty orchestration function");
+    return bad;
+  }
+  if (Status s = restart_dead_children(); !s.ok()) {
+    bad.status = Status::Error(s.code, "replacing a dead child: " + s.message);
+    return bad;
+  }
+  const uint64_t t0 = now_ns();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    run_ = RunResult{};
+    scopes_.assign(1, {});
+    scope_depth_ = 0;
+    in_run_ = true;
+  }
+  try {
+    const int rc = fn(orch_, args.view(), cfg);
+    if (rc != 0) {
+      std::lock_guard<std::mutex> g(mu_);
+      fail_run(Status::Error(kWorkerRunFailed, fmt::format("the orchestration function returned {}", rc)));
+    }
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> g(mu_);
+    fail_run(Status::Error(kWorkerRunFailed, fmt::format("the orchestration function threw: {}", e.what())));
+  } catch (...) {
+    std::lock_guard<std::mutex> g(mu_);
+    fail_run(Status::Error(kWorkerRunFailed, "the orchestration function threw a non-std exception"));
+  }
+  std::unique_lock<std::mutex> lk(mu_);
+  if (scopes_.size() > 1)
+    fail_run(Status::Error(kWorkerInvalidArgument, fmt::format("{} scope(s) left open by the orchestration function",
+                                                               scopes_.size() - 1)));
+  while (!scopes_.empty()) {
+    std::vector<Slot*> members = std::move(scopes_.back());
+    scopes_.pop_back();
+    for (Slot* s : members) unref(s);
+  }
+  // Every pending task ends: children are watched and tasks time out.
+  while (pending_ > 0) idle_cv_.wait_for(lk, std::chrono::milliseconds(100));
+  in_run_ = false;
+  RunResult r = std::move(run_);
+  r.wall_ns = now_ns() - t0;
+  if (r.status.ok() && r.first_failure)
+    r.status = Status::Error(kWorkerRunFailed, r.first_failure->describe());
+  slots_.clear();
+  tmap_.clear();
+  next_any_.clear();
+  sub_q_.clear();
+  for (auto& q : next_pinned_) q.clear();
+  for (int i = 0; i < kHeapRings; ++i) {
+    ring_allocs_[i].clear();
+    rings_[i].reset();
+  }
+  next_task_id_ = 1;
+  return r;
+}
+
+RunHandle WorkerImpl::submit(OrchestrationFunction fn, TaskArgs args, CallConfig cfg) {
+  RunHandle h;
+  h.state_ = std::make_shared<RunHandle::State>();
+  h.state_->fn = std::move(fn);
+  h.state_->args = std::move(args);
+  h.state_->cfg = cfg;
+  std::lock_guard<std::mutex> g(async_mu_);
+  if (closed_ || runner_stop_) {
+    h.state_->result.status = Status::Error(kWorkerClosed, "submit after close()");
+    h.state_->done = true;
+    return h;
+  }
+  if (!runner_.joinable()) {
+    runner_ = std::thread([this] {
+      std::unique_lock<std::mutex> lk(async_mu_);
+      for (;;) {
+        async_cv_.wait(lk, [&] { return runner_stop_ || !async_q_.empty(); });
+        if (async_q_.empty()) return;  // stopping and drained
+        auto st = async_q_.front();
+        async_q_.pop_front();
+        lk.unlock();
+        RunResult r = run(st->fn, st->args, st->cfg);
+        {
+          std::lock_guard<std::mutex> g2(st->mu);
+          st->result = std::move(r);
+          st->done = true;
+        }
+        st->cv.notify_all();
+        lk.lock();
+      }
+    });
+  }
+  async_q_.push_back(h.state_);
+  async_cv_.notify_one();
+  return h;
+}
+
+Status WorkerImpl::close() {
+  // Children hold a copy of this object; only the process that init()ed it
+  // may stop the children.
+  if (initialized_ && owner_pid_ != getpid()) return Status::Ok();
+  {
+    std::lock_guard<std::mutex> g(async_mu_);
+    runner_stop_ = true;
+  }
+  async_cv_.notify_all();
+  if (runner_.joinable()) runner_.join();  // queued runs still execute; each is bounded
+  std::lock_guard<std::mutex> run_lock(run_mu_);
+  if (closed_) return Status::Ok();
+  closed_ = true;
+  if (!initialized_) return Status::Ok();
+  stop_scheduler();
+  // SHUTDOWN to every live child, then reap within the bound, then SIGKILL.
+  std::vector<Endpoint*> all;
+  for (auto* list : {&chips_, &subs_, &l3s_})
+    for (auto& ep : *list)
+      if (ep->pid > 0) all.push_back(ep.get());
+  for (Endpoint* ep : all) {
+    if (!ep->alive) continue;
+    ep->mb->state.store(MB_SHUTDOWN, std::memory_order_seq_cst);
+    futex_wake_shared(&ep->mb->state);
+  }
+  const uint64_t deadline = now_ns() + uint64_t(cfg_.shutdown_timeout_ms) * 1'000'000;
+  std::string stuck;
+  for (Endpoint* ep : all) {
+    if (!ep->alive) continue;
+    int status = 0;
+    for (;;) {
+      const pid_t r = waitpid(ep->pid, &status, WNOHANG);
+      if (r == ep->pid || r < 0) break;
+      if (now_ns() > deadline) {
+        kill(ep->pid, SIGKILL);
+        waitpid(ep->pid, &status, 0);
+        stuck += (stuck.empty() ? "" : ", ") + ep->label();
+        break;
+      }
+      usleep(500);
+    }
+    ep->alive = false;
+  }
+  for (auto* list : {&chips_, &subs_, &l3s_}) list->clear();  // unmaps the mailboxes
+  for (auto& m : rings_map_) m.reset();
+  arena_map_.reset();
+  bell_ = nullptr;
+  bell_map_.reset();
+  if (own_state_dir_) {
+    std::error_code ec;
+    std::filesystem::remove_all(state_dir_, ec);
+  }
+  if (!stuck.empty())
+    return Status::Error(kWorkerTimeout, fmt::format("{} did not stop within {} ms and were killed", stuck,
+                                                     cfg_.shutdown_timeout_ms));
+  return Status::Ok();
+}
+
+Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype) {
+  Result<ContinuousTensor> r;
+  if (!initialized_ || closed_) {
+    r.status = Status::Error(closed_ ? kWorkerClosed : kWorkerInvalidArgument,
+                             "Worker::alloc needs an initialised, open Worker (the arena is mapped by init())");
+    return r;
+  }
+  if (shape.size() > PTO_TENSOR_MAX_DIMS || pto2_dtype_size(dtype) == 0) {
+    r.status = Status::Error(kWorkerInvalidArgument, fmt::format("alloc: {} dims (at most {}) and dtype {} (must be a "
+                                                                 "PTO2DataType)",
+                                                                 shape.size(), PTO_TENSOR_MAX_DIMS, dtype));
+    return r;
+  }
+  ContinuousTensor t = make_tensor(nullptr, shape, dtype);
+  uint8_t* p = nullptr;
+  if (Status s = arena_.alloc(std::max<uint64_t>(tensor_bytes(t), 1), &p); !s.ok()) {
+    r.status = s;
+    return r;
+  }
+  t.data = reinterpret_cast<uint64_t>(p);
+  r.value = t;
+  return r;
+}
+
+Status WorkerImpl::free_buffer(const ContinuousTensor& t) {
+  if (!initialized_ || closed_) return Status::Error(kWorkerClosed, "Worker::free on a closed or uninitialised Worker");
+  return arena_.free(reinterpret_cast<const void*>(t.data));
+}
+
+std::vector<ChildInfo> WorkerImpl::children() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<ChildInfo> out;
+  for (auto* list : {&chips_, &subs_, &l3s_})
+    for (auto& ep : *list) {
+      ChildInfo c;
+      c.kind = ep->kind;
+      c.index = ep->index;
+      c.pid = ep->pid;
+      c.tasks_run = ep->tasks_run;
+      c.restarts = ep->restarts;
+      c.state = closed_ ? ChildState::STOPPED
+                : !ep->alive ? ChildState::DEAD
+                : (ep->running || ep->in_control) ? ChildState::BUSY
+                                                  : ChildState::IDLE;
+      out.push_back(c);
+    }
+  return out;
+}
+
+}  // namespace pto

@@ -1,0 +1,253 @@
+// The engine behind pto::Worker (docs/worker.md). One mutex (mu_) guards the
+// task graph: slots, ready queues, the L3 TensorMap, the heap rings, the
+// registry and pending control requests. The orchestration thread takes it per
+// submit; the scheduler thread per batch of completions and per dispatch
+// round. Mailboxes are written only by the scheduler thread (and by init /
+// close when it is not running), so their payloads need no lock.
+#pragma once
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "futex.h"
+#include "mailbox.h"
+#include "pto/worker.h"
+#include "shared_memory.h"
+
+namespace boost::interprocess {
+class mapped_region;
+}
+
+namespace pto {
+
+inline constexpr int kHeapRings = 4;  // one per scope depth, min(depth, 3)
+
+struct Slot {
+  uint64_t id = 0;
+  bool next_level = false;  // else a sub task
+  CallableIdentity callable;
+  CallConfig config;
+  std::vector<std::vector<uint8_t>> blobs;  // one encoded args blob per group member
+  std::vector<int> pinned;                  // per member: endpoint index within its kind, or -1
+  enum class State { kPending, kReady, kRunning, kFinal } state = State::kPending;
+  int fanin = 0;  // producers not final yet (+1 while submit is wiring)
+  std::vector<std::pair<Slot*, bool>> fanout;  // consumer, reads our data (poisons)
+  bool poisoned = false;
+  std::string poison;  // why (names the failed upstream task)
+  Outcome outcome = Outcome::SUCCESS;
+  TaskFailure failure;  // the member failure that decided the outcome
+  int members_left = 0;
+  int refs = 0;  // scope + self-not-final + consumers holding our buffers
+  std::vector<Slot*> holds;
+  int ring = -1;
+  uint64_t heap_end = 0;
+  bool consumed = false;
+  std::vector<uint64_t> map_keys;  // TensorMap entries this slot wrote
+  int scope_depth = 0;
+};
+
+// Dependencies from address regions: a multimap of written or read regions;
+// overlapping regions order each other (RAW, WAR, WAW).
+class L3TensorMap {
+ public:
+  struct Entry {
+    uint64_t end = 0;
+    Slot* writer = nullptr;
+    std::vector<Slot*> readers;
+  };
+  // Calls f(producer, is_writer) for every task an access to [lo, hi) must follow.
+  template <class F>
+  void for_overlaps(uint64_t lo, uint64_t hi, bool with_readers, F&& f) {
+    auto it = map_.lower_bound(lo > max_len_ ? lo - max_len_ : 0);
+    for (; it != map_.end() && it->first < hi; ++it) {
+      if (it->second.end <= lo) continue;
+      if (it->second.writer) f(it->second.writer, true);
+      if (with_readers)
+        for (Slot* r : it->second.readers) f(r, false);
+    }
+  }
+  void add_reader(uint64_t lo, uint64_t hi, Slot* s);
+  void set_writer(uint64_t lo, uint64_t hi, Slot* s);
+  void remove_writer(Slot* s);
+  void clear() {
+    map_.clear();
+    max_len_ = 0;
+  }
+  size_t size() const { return map_.size(); }
+
+ private:
+  std::multimap<uint64_t, Entry> map_;
+  uint64_t max_len_ = 0;
+};
+
+// One forked child and its mailbox (the local mailbox endpoint).
+struct Endpoint {
+  ChildKind kind = ChildKind::SUB;
+  int index = 0;
+  std::unique_ptr<boost::interprocess::mapped_region> region;
+  Mailbox* mb = nullptr;
+  pid_t pid = -1;
+  bool alive = false;
+  std::string death;  // how it died
+  uint32_t restarts = 0;
+  uint64_t tasks_run = 0;
+  // Scheduler-owned.
+  Slot* running = nullptr;
+  int member = 0;
+  uint64_t dispatch_ns = 0;
+  uint64_t timeout_ns = 0;
+  uint64_t seq = 0;
+  bool in_control = false;
+  std::string label() const;
+};
+
+struct Registered {
+  Callable callable;  // for FUNCTION kinds, the function itself (inherited by fork)
+  CallableHandle handle;
+};
+
+struct ControlRequest {
+  ControlOp op = CTRL_REGISTER;
+  Digest digest{};
+  std::vector<uint8_t> payload;
+  std::vector<Endpoint*> targets;
+  std::vector<int> sent, done;  // per target
+  std::vector<Endpoint*> installed;
+  std::string failure;
+  bool rolling_back = false;
+  bool abandoned = false;
+  bool finished = false;
+  uint32_t query_result = 0;
+  std::condition_variable cv;
+};
+
+struct RunHandle::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  RunResult result;
+  OrchestrationFunction fn;
+  TaskArgs args;
+  CallConfig cfg;
+};
+
+class WorkerImpl {
+ public:
+  explicit WorkerImpl(const WorkerConfig& cfg);
+  ~WorkerImpl();
+
+  // worker.cpp
+  Status add_next_level_worker(std::unique_ptr<Worker> inner);
+  CallableHandle register_callable(const Callable& c);
+  Status unregister_callable(const CallableHandle& h);
+  Result<bool> child_has_callable(const CallableHandle& h, ChildKind kind, int index);
+  Status init();
+  RunResult run(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg);
+  RunHandle submit(OrchestrationFunction fn, TaskArgs args, CallConfig cfg);
+  Status close();
+  Result<ContinuousTensor> alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype);
+  Status free_buffer(const ContinuousTensor& t);
+  std::vector<ChildInfo> children() const;
+
+  // orchestrator.cpp (orchestration thread)
+  SubmitResult submit(bool next_level, const CallableHandle& h, const std::vector<TaskArgs>& members,
+                      const CallConfig& cfg, const std::vector<int>& pinned, bool group);
+  Result<ContinuousTensor> alloc_in_scope(const std::vector<uint32_t>& shape, int32_t dtype);
+  void scope_begin();
+  Status scope_end();
+
+  bool is_initialized() const { return initialized_; }
+
+  const WorkerConfig cfg_;
+  int scope_depth_ = 0;
+
+ private:
+  friend class Orchestrator;
+  // worker.cpp
+  Status spawn(Endpoint& ep, bool replacement);
+  Status restart_dead_children();
+  void stop_scheduler();
+  void start_scheduler();
+  Status control(ControlOp op, const Digest& digest, std::vector<uint8_t> payload, std::vector<Endpoint*> targets,
+                 uint32_t* query_result);
+  std::vector<Endpoint*> targets_for(EntryAbi abi);
+  Status store_blob(Callable* c);
+  void fail_run(const Status& s);  // orchestration-side error: keep the first
+  [[noreturn]] void child_main(Endpoint& ep);
+
+  // orchestrator.cpp (mu_ held)
+  Status validate_tensor(const ContinuousTensor& t, TensorArgType tag, int member, int index) const;
+  void add_dependency(Slot* consumer, Slot* producer, bool data);
+  void make_ready(Slot* s);
+  void finalize(Slot* s, Outcome o);
+  void unref(Slot* s);
+  void reclaim_rings();
+  Status heap_alloc(uint64_t bytes, int ring, std::unique_lock<std::mutex>& lk, uint8_t** ptr, uint64_t* end);
+
+  // scheduler.cpp
+  void scheduler_main();
+  bool poll_completions();
+  bool dispatch_ready();
+  bool dispatch_to(Endpoint& ep, Slot* s, int member);
+  bool progress_controls();
+  void check_children(uint64_t now);
+  void endpoint_failed(Endpoint& ep, const std::string& why);
+  void complete_member(Endpoint& ep, Slot* s, Outcome o, const std::string& message);
+  bool has_work_in_flight() const;
+
+  mutable std::mutex mu_;
+  std::condition_variable idle_cv_;  // run drained / heap ring space
+  bool initialized_ = false, closed_ = false;
+  pid_t owner_pid_ = 0;  // the process that init()ed (children never close it)
+  std::vector<std::unique_ptr<Endpoint>> chips_, subs_, l3s_;
+  std::vector<std::unique_ptr<Worker>> inner_;  // level >= 4: one per L3 child
+  std::map<Digest, Registered> registry_;
+  std::string state_dir_;
+  bool own_state_dir_ = false;
+
+  SharedMapping rings_map_[kHeapRings];
+  HeapRing rings_[kHeapRings];
+  std::deque<Slot*> ring_allocs_[kHeapRings];
+  SharedMapping arena_map_;
+  Arena arena_;
+  SharedMapping bell_map_;
+  SharedDoorbell* bell_ = nullptr;
+
+  // Per run (reset when a run drains).
+  std::deque<std::unique_ptr<Slot>> slots_;
+  std::vector<std::vector<Slot*>> scopes_;
+  L3TensorMap tmap_;
+  std::deque<Slot*> next_any_, sub_q_;
+  std::vector<std::deque<Slot*>> next_pinned_;
+  uint64_t next_task_id_ = 1;
+  uint64_t pending_ = 0;  // submitted and not final
+  uint64_t running_ = 0;  // members on endpoints
+  RunResult run_;
+  bool in_run_ = false;
+
+  std::deque<std::shared_ptr<ControlRequest>> controls_;
+  int controls_in_flight_ = 0;
+
+  std::mutex run_mu_;  // one run at a time
+  std::thread scheduler_;
+  std::atomic<bool> stop_{false};
+
+  // Asynchronous runs.
+  std::mutex async_mu_;
+  std::condition_variable async_cv_;
+  std::deque<std::shared_ptr<RunHandle::State>> async_q_;
+  std::thread runner_;
+  bool runner_stop_ = false;
+
+  Orchestrator orch_{this};
+};
+
+}  // namespace pto
