@@ -117,11 +117,12 @@ class ChildRunner {
 
   uint32_t wait_request() {
     const uint64_t t0 = now_ns();
+    uint32_t spins = 0;
     for (;;) {
       uint32_t s = mb_->state.load(std::memory_order_acquire);
       if (wanted(s)) return s;
       if (now_ns() - t0 < spin_ns_) {
-        for (int i = 0; i < 16; ++i) cpu_relax();
+        for (int i = 0; i < 16; ++i) spin_step(spins);
         continue;
       }
       mb_->child_parked.store(1, std::memory_order_seq_cst);

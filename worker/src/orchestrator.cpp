@@ -206,6 +206,7 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, const 
   s->refs = 2;   // the scope, and the task itself until it is final
   s->fanin = 1;  // guard while wiring
   s->scope_depth = scope_depth_;
+  s->submit_ns = now_ns();
   if (alloc_bytes) {
     s->ring = ring;
     s->heap_end = heap_end;
@@ -297,12 +298,16 @@ void WorkerImpl::finalize(Slot* first, Outcome first_outcome) {
     s->state = Slot::State::kFinal;
     s->outcome = o;
     --pending_;
+    stats_.task_latency.record(now_ns() - s->submit_ns);
     if (o == Outcome::SUCCESS) {
       ++run_.tasks_succeeded;
+      ++stats_.tasks_succeeded;
     } else if (o == Outcome::SKIPPED) {
       ++run_.tasks_skipped;
+      ++stats_.tasks_skipped;
     } else {
       ++run_.tasks_failed;
+      ++stats_.tasks_failed;
       if (!run_.first_failure) {
         run_.first_failure = s->failure;
         run_.outcome = o;

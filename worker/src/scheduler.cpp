@@ -27,29 +27,62 @@ std::string describe_exit(int status) {
 
 bool WorkerImpl::has_work_in_flight() const { return running_ > 0 || !controls_.empty(); }
 
+// One round of driving: completions, control requests, dispatch, and (every
+// millisecond) child liveness and timeouts. Only the holder of the drive
+// token runs it, so each mailbox has one writer on the parent side.
+bool WorkerImpl::drive_round() {
+  bool progressed = poll_completions();
+  progressed |= progress_controls();
+  progressed |= dispatch_ready();
+  const uint64_t now = now_ns();
+  if (now - last_check_ns_ > 1'000'000) {
+    check_children(now);
+    last_check_ns_ = now;
+  }
+  return progressed;
+}
+
+bool WorkerImpl::try_drive() {
+  bool expected = false;
+  return driving_.compare_exchange_strong(expected, true, std::memory_order_acquire);
+}
+
 void WorkerImpl::scheduler_main() {
-  const uint64_t spin_ns = uint64_t(cfg_.spin_us) * 1000;
-  uint64_t last_check = now_ns(), idle_since = 0;
+  // While children hold tasks a completion is coming: spin longer than one
+  // cross-CPU wake-up, or every task would pay two of them.
+  const uint64_t spin_ns = uint64_t(cfg_.spin_us) * 1000, busy_spin_ns = 4 * spin_ns;
+  uint64_t idle_since = 0;
+  uint32_t spins = 0;
   while (!stop_.load(std::memory_order_acquire)) {
-    bool progressed = poll_completions();
-    progressed |= progress_controls();
-    progressed |= dispatch_ready();
-    const uint64_t now = now_ns();
-    if (now - last_check > 1'000'000) {
-      check_children(now);
-      last_check = now;
+    if (helper_.load(std::memory_order_acquire)) {
+      // run() is draining on its own thread and drives meanwhile; stand
+      // aside so that the two do not compete for the CPUs the children need.
+      futex_wait_shared(&helper_, 1, 1'000'000);
+      idle_since = 0;
+      continue;
     }
+    bool progressed = false;
+    if (try_drive()) {
+      progressed = drive_round();
+      driving_.store(false, std::memory_order_release);
+    }
+    const uint64_t now = now_ns();
     if (progressed) {
       idle_since = 0;
       continue;
     }
     if (idle_since == 0) idle_since = now;
-    if (now - idle_since < spin_ns) {
-      for (int i = 0; i < 16; ++i) cpu_relax();
+    if (now - idle_since < (running_.load(std::memory_order_relaxed) ? busy_spin_ns : spin_ns)) {
+      for (int i = 0; i < 16; ++i) spin_step(spins);
       continue;
     }
     const uint32_t key = bell_->prepare();
-    if (stop_.load(std::memory_order_acquire) || poll_completions() || progress_controls() || dispatch_ready()) {
+    bool again = false;
+    if (try_drive()) {
+      again = drive_round();
+      driving_.store(false, std::memory_order_release);
+    }
+    if (again || stop_.load(std::memory_order_acquire) || helper_.load(std::memory_order_acquire)) {
       bell_->cancel();
       idle_since = 0;
       continue;
@@ -61,9 +94,31 @@ void WorkerImpl::scheduler_main() {
     }
     bell_->commit(key, busy ? 1'000'000 : 100'000'000);
     idle_since = 0;
-    check_children(now_ns());
-    last_check = now_ns();
   }
+}
+
+// run()'s thread, once the orchestration returned: drive the run to its end
+// while progress comes quickly, then hand back to the scheduler thread.
+void WorkerImpl::help_drain() {
+  const uint64_t give_up_ns = 4 * uint64_t(cfg_.spin_us) * 1000;
+  helper_.store(1, std::memory_order_seq_cst);
+  uint64_t last_progress = now_ns();
+  uint32_t spins = 0;
+  while (pending_.load(std::memory_order_acquire) > 0) {
+    bool progressed = false;
+    if (try_drive()) {
+      progressed = drive_round();
+      driving_.store(false, std::memory_order_release);
+    }
+    if (progressed) {
+      last_progress = now_ns();
+      continue;
+    }
+    if (now_ns() - last_progress > give_up_ns) break;
+    for (int i = 0; i < 16; ++i) spin_step(spins);
+  }
+  helper_.store(0, std::memory_order_seq_cst);
+  futex_wake_shared(&helper_, 1);
 }
 
 bool WorkerImpl::poll_completions() {
@@ -80,6 +135,7 @@ bool WorkerImpl::poll_completions() {
       if (s == MB_TASK_DONE || s == MB_TASK_FAILED) done[n++] = {ep.get(), s};
     }
   if (n == 0) return false;
+  const uint64_t seen = now_ns();
   std::lock_guard<std::mutex> g(mu_);
   for (int i = 0; i < n; ++i) {
     Endpoint& ep = *done[i].ep;
@@ -93,6 +149,7 @@ bool WorkerImpl::poll_completions() {
       endpoint_failed(ep, why);
       continue;
     }
+    stats_.mailbox_round_trip.record(seen - ep.dispatch_ns);
     const bool ok = done[i].state == MB_TASK_DONE;
     const std::string msg = ok ? std::string() : mb->error();
     mb->state.store(MB_IDLE, std::memory_order_release);

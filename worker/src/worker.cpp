@@ -115,6 +115,7 @@ Result<ContinuousTensor> Worker::alloc(const std::vector<uint32_t>& shape, int32
 }
 Status Worker::free(const ContinuousTensor& t) { return impl_->free_buffer(t); }
 std::vector<ChildInfo> Worker::children() const { return impl_->children(); }
+WorkerStats Worker::stats() const { return impl_->stats(); }
 const WorkerConfig& Worker::config() const { return impl_->cfg_; }
 bool Worker::initialized() const { return impl_->is_initialized(); }
 
@@ -447,8 +448,10 @@ Status WorkerImpl::restart_dead_children() {
   Status first;
   {
     std::lock_guard<std::mutex> g(mu_);  // a consistent registry snapshot for the children
-    for (Endpoint* ep : dead)
+    for (Endpoint* ep : dead) {
       if (Status s = spawn(*ep, true); !s.ok() && first.ok()) first = s;
+      ++stats_.child_restarts;
+    }
   }
   start_scheduler();
   return first;
@@ -503,9 +506,18 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
     scopes_.pop_back();
     for (Slot* s : members) unref(s);
   }
-  // Every pending task ends: children are watched and tasks time out.
+  // Every pending task ends: children are watched and tasks time out. This
+  // thread drives the end of the run itself while completions come quickly:
+  // a condition-variable wake-up from the scheduler thread costs more than a
+  // short run.
+  if (pending_.load() > 0) {
+    lk.unlock();
+    help_drain();
+    lk.lock();
+  }
   while (pending_ > 0) idle_cv_.wait_for(lk, std::chrono::milliseconds(100));
   in_run_ = false;
+  ++stats_.runs;
   RunResult r = std::move(run_);
   r.wall_ns = now_ns() - t0;
   if (r.status.ok() && r.first_failure)
@@ -645,6 +657,19 @@ Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& s
 Status WorkerImpl::free_buffer(const ContinuousTensor& t) {
   if (!initialized_ || closed_) return Status::Error(kWorkerClosed, "Worker::free on a closed or uninitialised Worker");
   return arena_.free(reinterpret_cast<const void*>(t.data));
+}
+
+WorkerStats WorkerImpl::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  WorkerStats s = stats_;
+  s.ready_queue_depth = next_any_.size() + sub_q_.size();
+  for (const auto& q : next_pinned_) s.ready_queue_depth += q.size();
+  s.tasks_in_flight = running_;
+  s.heap_ring_bytes = cfg_.heap_ring_bytes;
+  for (int i = 0; i < kHeapRings; ++i) s.heap_ring_used[i] = rings_[i].used();
+  s.arena_bytes = cfg_.buffer_arena_bytes;
+  s.arena_in_use = initialized_ && !closed_ ? arena_.bytes_in_use() : 0;
+  return s;
 }
 
 std::vector<ChildInfo> WorkerImpl::children() const {

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -52,6 +53,7 @@ struct Slot {
   bool consumed = false;
   std::vector<uint64_t> map_keys;  // TensorMap entries this slot wrote
   int scope_depth = 0;
+  uint64_t submit_ns = 0;
 };
 
 // Dependencies from address regions: a multimap of written or read regions;
@@ -156,6 +158,7 @@ class WorkerImpl {
   Result<ContinuousTensor> alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype);
   Status free_buffer(const ContinuousTensor& t);
   std::vector<ChildInfo> children() const;
+  WorkerStats stats() const;
 
   // orchestrator.cpp (orchestration thread)
   SubmitResult submit(bool next_level, const CallableHandle& h, const std::vector<TaskArgs>& members,
@@ -194,6 +197,9 @@ class WorkerImpl {
 
   // scheduler.cpp
   void scheduler_main();
+  bool drive_round();
+  bool try_drive();
+  void help_drain();
   bool poll_completions();
   bool dispatch_ready();
   bool dispatch_to(Endpoint& ep, Slot* s, int member);
@@ -228,9 +234,11 @@ class WorkerImpl {
   std::deque<Slot*> next_any_, sub_q_;
   std::vector<std::deque<Slot*>> next_pinned_;
   uint64_t next_task_id_ = 1;
-  uint64_t pending_ = 0;  // submitted and not final
-  uint64_t running_ = 0;  // members on endpoints
+  // Written under mu_, read without it by spinning waiters.
+  std::atomic<uint64_t> pending_{0};  // submitted and not final
+  std::atomic<uint64_t> running_{0};  // members on endpoints
   RunResult run_;
+  WorkerStats stats_;  // mu_
   bool in_run_ = false;
 
   std::deque<std::shared_ptr<ControlRequest>> controls_;
@@ -239,6 +247,9 @@ class WorkerImpl {
   std::mutex run_mu_;  // one run at a time
   std::thread scheduler_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> driving_{false};  // the drive token (scheduler.cpp)
+  std::atomic<uint32_t> helper_{0};   // 1 while run() drives its own drain
+  uint64_t last_check_ns_ = 0;        // drive-token holder only
 
   // Asynchronous runs.
   std::mutex async_mu_;

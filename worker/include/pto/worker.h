@@ -17,6 +17,7 @@
 // submit, naming its address.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -156,6 +157,34 @@ class RunHandle {
   std::shared_ptr<State> state_;
 };
 
+// Latencies in log-linear buckets: four per power of two from 64 ns (about
+// 19 % resolution), so percentiles cost nothing to keep.
+struct LatencyHistogram {
+  static constexpr int kBuckets = 160;
+  std::array<uint64_t, kBuckets> counts{};
+  uint64_t count = 0;
+  uint64_t sum_ns = 0;
+  void record(uint64_t ns);
+  static int bucket_of(uint64_t ns);
+  static uint64_t bucket_upper_ns(int bucket);  // exclusive upper bound
+  // The upper bound of the bucket holding quantile q (0..1); 0 when empty.
+  uint64_t percentile_ns(double q) const;
+};
+
+// Counters since init(), for benchmarks and the daemon's metrics.
+struct WorkerStats {
+  uint64_t runs = 0;
+  uint64_t tasks_succeeded = 0, tasks_failed = 0, tasks_skipped = 0;
+  uint64_t child_restarts = 0;
+  uint64_t ready_queue_depth = 0;  // ready tasks waiting for an idle child (now)
+  uint64_t tasks_in_flight = 0;    // group members on children (now)
+  LatencyHistogram mailbox_round_trip;  // dispatch written -> completion seen by the scheduler
+  LatencyHistogram task_latency;        // submit -> final
+  uint64_t heap_ring_bytes = 0;
+  uint64_t heap_ring_used[4] = {};
+  uint64_t arena_bytes = 0, arena_in_use = 0;
+};
+
 enum class ChildKind : uint8_t { CHIP = 0, SUB = 1, L3 = 2 };
 enum class ChildState : uint8_t { NOT_STARTED, IDLE, BUSY, DEAD, STOPPED };
 struct ChildInfo {
@@ -199,6 +228,7 @@ class Worker {
   Status free(const ContinuousTensor& t);
 
   std::vector<ChildInfo> children() const;
+  WorkerStats stats() const;
   const WorkerConfig& config() const;
   bool initialized() const;
 

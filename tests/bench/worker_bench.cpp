@@ -1,0 +1,160 @@
+// L3 engine overheads with real forked children (issue 4's figures):
+//   * mailbox round trip of a no-op task (dispatch written -> completion seen), p50 / p99
+//   * the fixed cost of one run() and the marginal cost per task in runs of 1, 16, 256
+//     tasks, for no-op sub tasks and for an empty chip callable
+//   * warm (runs back to back, children spinning) and cold (a pause between runs, so
+//     children and the scheduler have parked) separately
+//   * CPU used by the parent and its children while idle
+// Anchors (ARCHITECTURE.md §7): the reference L3 engine, 43 us fixed per run and 8.1 us
+// per task. Figures only; nothing here fails on a time.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pto/worker.h"
+
+using namespace pto;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+using Submit = std::function<bool(Orchestrator&)>;
+
+// Median wall time of run() with n tasks, in microseconds.
+double time_runs(Worker& w, int n, int reps, int pause_ms, const Submit& submit) {
+  std::vector<double> us;
+  for (int r = 0; r < reps; ++r) {
+    if (pause_ms) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    const auto t0 = Clock::now();
+    RunResult res = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+      for (int i = 0; i < n; ++i)
+        if (!submit(o)) return 1;
+      return 0;
+    });
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (!res.ok()) {
+      std::fprintf(stderr, "run failed: %s\n", res.status.message.c_str());
+      std::exit(1);
+    }
+  }
+  return median(us);
+}
+
+LatencyHistogram minus(const LatencyHistogram& a, const LatencyHistogram& b) {
+  LatencyHistogram d;
+  for (int i = 0; i < LatencyHistogram::kBuckets; ++i) d.counts[i] = a.counts[i] - b.counts[i];
+  d.count = a.count - b.count;
+  d.sum_ns = a.sum_ns - b.sum_ns;
+  return d;
+}
+
+double cpu_seconds_of(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s;
+  std::getline(f, s);
+  const auto p = s.rfind(')');
+  if (p == std::string::npos) return 0;
+  std::vector<std::string> fields;
+  size_t i = p + 2;
+  while (i < s.size()) {
+    size_t j = s.find(' ', i);
+    if (j == std::string::npos) j = s.size();
+    fields.push_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  // fields[0] is state (field 3); utime, stime are fields 14, 15.
+  return (std::stod(fields[11]) + std::stod(fields[12])) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double self_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+void measure(const char* what, Worker& w, const Submit& submit) {
+  std::printf("\n%s\n", what);
+  // Warm: back to back.
+  time_runs(w, 16, 50, 0, submit);  // warm-up
+  const WorkerStats before = w.stats();
+  const double t1 = time_runs(w, 1, 400, 0, submit);
+  const LatencyHistogram rtt = minus(w.stats().mailbox_round_trip, before.mailbox_round_trip);
+  const double t0 = time_runs(w, 0, 400, 0, submit);
+  const double t16 = time_runs(w, 16, 200, 0, submit);
+  const double t256 = time_runs(w, 256, 40, 0, submit);
+  std::printf("  mailbox round trip (1-task runs, %llu samples): p50 %.2f us  p99 %.2f us\n",
+              (unsigned long long)rtt.count, rtt.percentile_ns(0.5) / 1e3, rtt.percentile_ns(0.99) / 1e3);
+  std::printf("  warm  run() with 0 tasks: %.2f us (fixed cost)\n", t0);
+  std::printf("  warm  run() with 1 task: %.2f us  -> marginal %.2f us/task\n", t1, t1 - t0);
+  std::printf("  warm  run() with 16 tasks: %.2f us -> marginal %.2f us/task\n", t16, (t16 - t0) / 16);
+  std::printf("  warm  run() with 256 tasks: %.2f us -> marginal %.2f us/task\n", t256, (t256 - t0) / 256);
+  // Fixed cost as the intercept of the 1- and 256-task runs.
+  const double per = (t256 - t1) / 255, fixed = t1 - per;
+  std::printf("  warm  linear fit: fixed %.2f us + %.2f us/task   (reference L3: 43 us + 8.1 us/task; "
+              "%.1fx / %.1fx)\n",
+              fixed, per, 43.0 / std::max(fixed, 0.01), 8.1 / std::max(per, 0.001));
+  // Cold: children and the scheduler parked between runs.
+  const double c1 = time_runs(w, 1, 40, 30, submit);
+  const double c16 = time_runs(w, 16, 20, 30, submit);
+  std::printf("  cold  run() with 1 task: %.2f us; with 16 tasks: %.2f us (children parked: a wake-up "
+              "across vCPUs costs ~20 us one way)\n",
+              c1, c16);
+}
+
+}  // namespace
+
+int main() {
+  const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf("pto worker bench: level-3 Worker, forked children, %d CPU(s)\n", cpus);
+  {
+    Worker w({.level = 3, .num_sub_workers = 1});
+    auto noop = w.register_callable(NativeCallable::import(BENCH_NATIVE_SUBS, "pto_test_noop"));
+    if (!noop.ok() || !w.init().ok()) {
+      std::fprintf(stderr, "setup failed: %s\n", noop.status.message.c_str());
+      return 1;
+    }
+    measure("no-op sub tasks (1 sub worker)", w, [&](Orchestrator& o) { return o.submit_sub(noop).ok(); });
+
+    // Idle: nothing to do for 2 s.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::vector<int> pids;
+    for (const auto& c : w.children()) pids.push_back(c.pid);
+    double c0 = self_cpu_seconds();
+    for (int p : pids) c0 += cpu_seconds_of(p);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    double c1 = self_cpu_seconds();
+    for (int p : pids) c1 += cpu_seconds_of(p);
+    std::printf("\nidle for 2 s: parent + children used %.3f%% of one CPU\n", (c1 - c0) / 2.0 * 100);
+  }
+  {
+    Worker w({.level = 3, .num_sub_workers = 2});
+    auto noop = w.register_callable(NativeCallable::import(BENCH_NATIVE_SUBS, "pto_test_noop"));
+    if (!noop.ok() || !w.init().ok()) return 1;
+    measure("no-op sub tasks (2 sub workers)", w, [&](Orchestrator& o) { return o.submit_sub(noop).ok(); });
+  }
+  {
+    Worker w({.level = 3, .num_chips = 1});
+    auto empty = w.register_callable(ChipCallable::from_config(BENCH_SLEEP_CONFIG));
+    if (!empty.ok() || !w.init().ok()) {
+      std::fprintf(stderr, "setup failed: %s\n", empty.status.message.c_str());
+      return 1;
+    }
+    TaskArgs zero;
+    zero.add_scalar(0);
+    measure("empty chip callable (1 chip: the L2 runtime runs an orchestration that submits nothing)", w,
+            [&](Orchestrator& o) { return o.submit_next_level(empty, zero).ok(); });
+  }
+  return 0;
+}
