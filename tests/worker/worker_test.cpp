@@ -2,6 +2,8 @@
 // runtime on the simulator, native and function sub callables, groups,
 // dependencies inferred from address regions, registration after init, L4 ->
 // L3 recursion and asynchronous runs. Golden checks compare computed outputs.
+#include <cstring>
+#include <functional>
 #include <set>
 
 #include "worker_support.h"
@@ -317,4 +319,42 @@ TEST_CASE("scoped heap buffers are reclaimed FIFO - so a long run fits a small r
   REQUIRE(r.ok());
   CHECK(r.tasks_succeeded == 128);
   (void)sum;
+}
+
+TEST_CASE("a void orchestration with nested scopes down to depth 5") {
+  pto::Worker w({.level = 3, .num_chips = 1, .num_sub_workers = 2, .platform = "a2a3sim"});
+  auto chip = w.register_callable(pto::ChipCallable::from_config(VECTOR_CONFIG));
+  auto post = w.register_callable(pto::NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
+  auto copy = w.register_callable(pto::NativeCallable::function("copy", [](const pto::TaskArgsView& a, std::string&) {
+    std::memcpy(pto_tensor_data(&a.tensors[1]), pto_tensor_data(&a.tensors[0]), pto_tensor_bytes(&a.tensors[0]));
+    return 0;
+  }));
+  REQUIRE(w.init().ok());
+  ContinuousTensor a = alloc_f32(w, N), b = alloc_f32(w, N), out = alloc_f32(w, N);
+  fill(a, 0.5f, 0.001f);
+  fill(b, 0.25f, 0.0f);
+  RunResult r = w.run([&](pto::Orchestrator& o, const pto::TaskArgsView& in, const pto::CallConfig& cfg) {
+    // x lives in heap ring 0; each nested scope adds 1 to it and owns a
+    // scratch buffer of its own ring (depth 1, 2, then 3 for depths 3..5).
+    ContinuousTensor x = make_tensor(nullptr, {N}, PTO2_FLOAT32);
+    pto::TaskArgs first;
+    first.add_tensor(in.tensors[0], pto::IN).add_tensor(in.tensors[1], pto::IN).add_tensor(x, pto::OUT).add_scalar(N);
+    x = o.submit_next_level(chip, first, cfg).tensor(2);
+    std::function<void(int)> nest = [&](int depth) {
+      pto::Scope s(o);
+      REQUIRE(o.scope_depth() == depth);
+      auto scratch = o.alloc({N}, PTO2_FLOAT32);
+      REQUIRE(scratch.ok());
+      o.submit_sub(copy, pto::TaskArgs().add_tensor(x, pto::IN).add_tensor(scratch.value, pto::OUT_EXISTING));
+      o.submit_sub(post, pto::TaskArgs().add_tensor(scratch.value, pto::INOUT));
+      o.submit_sub(copy, pto::TaskArgs().add_tensor(scratch.value, pto::IN).add_tensor(x, pto::OUT_EXISTING));
+      if (depth < 5) nest(depth + 1);
+    };
+    nest(1);
+    o.submit_sub(copy, pto::TaskArgs().add_tensor(x, pto::IN).add_tensor(out, pto::OUT_EXISTING));
+  }, pto::TaskArgs().add_tensor(a, pto::IN).add_tensor(b, pto::IN), pto::CallConfig{.block_dim = 8});
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  CHECK(r.tasks_succeeded == 1 + 5 * 3 + 1);
+  for (uint32_t i = 0; i < N; i += 5) REQUIRE(f32(out)[i] == Approx(vector_f(f32(a)[i], f32(b)[i]) + 5.f).epsilon(1e-5));
 }

@@ -103,10 +103,10 @@ Result<bool> Worker::child_has_callable(const CallableHandle& h, ChildKind kind,
   return impl_->child_has_callable(h, kind, index);
 }
 Status Worker::init() { return impl_->init(); }
-RunResult Worker::run(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg) {
+RunResult Worker::run_function(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg) {
   return impl_->run(fn, args, cfg);
 }
-RunHandle Worker::submit(OrchestrationFunction fn, TaskArgs args, CallConfig cfg) {
+RunHandle Worker::submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg) {
   return impl_->submit(std::move(fn), std::move(args), cfg);
 }
 Status Worker::close() { return impl_->close(); }

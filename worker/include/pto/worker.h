@@ -23,6 +23,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "pto/callable.h"
@@ -198,6 +200,21 @@ struct ChildInfo {
 };
 const char* child_state_name(ChildState s);
 
+// An orchestration as the engine stores it: void-returning callables count as
+// returning 0.
+template <class F>
+OrchestrationFunction as_orchestration(F&& f) {
+  using R = std::invoke_result_t<F&, Orchestrator&, const TaskArgsView&, const CallConfig&>;
+  if constexpr (std::is_void_v<R>) {
+    return [g = std::forward<F>(f)](Orchestrator& o, const TaskArgsView& a, const CallConfig& c) mutable {
+      g(o, a, c);
+      return 0;
+    };
+  } else {
+    return OrchestrationFunction(std::forward<F>(f));
+  }
+}
+
 class Worker {
  public:
   explicit Worker(const WorkerConfig& config);
@@ -218,9 +235,20 @@ class Worker {
   Result<bool> child_has_callable(const CallableHandle& h, ChildKind kind, int index);
 
   Status init();
-  RunResult run(const OrchestrationFunction& fn, const TaskArgs& args = {}, const CallConfig& cfg = {});
+  // Runs fn(orchestrator, args view, cfg) on this thread, then waits until
+  // every task it submitted has ended. fn returns int (non-zero fails the
+  // run) or void. One run at a time per Worker.
+  template <class F>
+  RunResult run(F&& fn, const TaskArgs& args = {}, const CallConfig& cfg = {}) {
+    return run_function(as_orchestration(std::forward<F>(fn)), args, cfg);
+  }
+  RunResult run_function(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg);
   // Queues a run on the Worker's run thread; runs execute one at a time.
-  RunHandle submit(OrchestrationFunction fn, TaskArgs args = {}, CallConfig cfg = {});
+  template <class F>
+  RunHandle submit(F&& fn, TaskArgs args = {}, CallConfig cfg = {}) {
+    return submit_function(as_orchestration(std::forward<F>(fn)), std::move(args), cfg);
+  }
+  RunHandle submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg);
   Status close();  // idempotent
 
   // A buffer in the shared arena that lives until free().
