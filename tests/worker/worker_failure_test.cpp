@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <sys/mman.h>
 
+#include <boost/interprocess/shared_memory_object.hpp>
 #include <filesystem>
 #include <fstream>
 
@@ -347,4 +348,31 @@ TEST_CASE("when the parent is killed its children die and no segment is left") {
     return true;
   }));
   CHECK(shm_segments_of(parent).empty());
+}
+
+TEST_CASE("init removes mailbox segments left by a parent that no longer exists") {
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  int status;
+  waitpid(dead, &status, 0);
+  const std::string name = "pto-" + std::to_string(dead) + "-0-sub0";
+  {
+    boost::interprocess::shared_memory_object leftover(boost::interprocess::create_only, name.c_str(),
+                                                       boost::interprocess::read_write);
+    leftover.truncate(4096);
+  }
+  REQUIRE(shm_segments_of(dead).size() == 1);
+  Worker w({.level = 3, .num_sub_workers = 1});
+  REQUIRE(w.init().ok());
+  CHECK(shm_segments_of(dead).empty());
+  // A live process's segment is not touched.
+  const std::string mine = "pto-" + std::to_string(getpid()) + "-999-sub0";
+  {
+    boost::interprocess::shared_memory_object live(boost::interprocess::create_only, mine.c_str(),
+                                                   boost::interprocess::read_write);
+  }
+  Worker w2({.level = 3, .num_sub_workers = 1});
+  REQUIRE(w2.init().ok());
+  CHECK(shm_segments_of(getpid()).size() == 1);
+  boost::interprocess::shared_memory_object::remove(mine.c_str());
 }

@@ -253,7 +253,12 @@ void WorkerImpl::child_main(Endpoint& ep) {
   // daemon's listening socket or a pipe's write end would keep them alive.
   close_range(3, ~0u, 0);
   Worker* inner = ep.kind == ChildKind::L3 ? inner_[ep.index].get() : nullptr;
-  ChildRunner runner(ep, bell_, owner_pid_, cfg_.spin_us, inner);
+  // A chip child's L2 runtime keeps its own scheduler thread spinning after a
+  // run; if the child's main thread spun as long too, the two would hold both
+  // CPUs of a small machine and delay the parent's next dispatch. L3 children
+  // likewise run a Worker of their own.
+  const uint32_t spin_us = ep.kind == ChildKind::SUB ? cfg_.spin_us : cfg_.spin_us / 10;
+  ChildRunner runner(ep, bell_, owner_pid_, spin_us, inner);
   Status st;
   if (inner) st = inner->init();
   for (auto& [digest, reg] : registry_) {

@@ -47,16 +47,27 @@ bool WorkerImpl::try_drive() {
   return driving_.compare_exchange_strong(expected, true, std::memory_order_acquire);
 }
 
-void WorkerImpl::scheduler_main() {
-  // While children hold tasks a completion is coming: spin longer than one
-  // cross-CPU wake-up, or every task would pay two of them.
-  const uint64_t spin_ns = uint64_t(cfg_.spin_us) * 1000, busy_spin_ns = 4 * spin_ns;
+// How long to spin before parking, from what is in flight: a native sub task
+// is short, so its completion is worth catching without a wake-up (spinning
+// longer than one cross-CPU wake-up, or every task would pay two); chip and
+// L3 children run threads of their own, and a spinning parent would take the
+// CPU they need (on 2 vCPUs an empty chip task costs ~4x more); with nothing
+// in flight a short spin catches the next submit.
+uint64_t WorkerImpl::spin_budget_ns() const {
+  const uint64_t spin_ns = uint64_t(cfg_.spin_us) * 1000;
+  if (running_subs_.load(std::memory_order_relaxed) > 0) return 4 * spin_ns;
+  if (running_.load(std::memory_order_relaxed) > 0) return 0;
+  return spin_ns;
+}
+
+// The driving loop of the scheduler thread (until stop_) and of run()'s
+// thread during its drain (until every task is final). The scheduler thread
+// stands aside while run()'s thread drives, so they never compete for CPUs.
+void WorkerImpl::drive_until(const std::function<bool()>& finished, bool scheduler) {
   uint64_t idle_since = 0;
   uint32_t spins = 0;
-  while (!stop_.load(std::memory_order_acquire)) {
-    if (helper_.load(std::memory_order_acquire)) {
-      // run() is draining on its own thread and drives meanwhile; stand
-      // aside so that the two do not compete for the CPUs the children need.
+  while (!finished()) {
+    if (scheduler && helper_.load(std::memory_order_acquire)) {
       futex_wait_shared(&helper_, 1, 1'000'000);
       idle_since = 0;
       continue;
@@ -66,13 +77,13 @@ void WorkerImpl::scheduler_main() {
       progressed = drive_round();
       driving_.store(false, std::memory_order_release);
     }
-    const uint64_t now = now_ns();
     if (progressed) {
       idle_since = 0;
       continue;
     }
+    const uint64_t now = now_ns();
     if (idle_since == 0) idle_since = now;
-    if (now - idle_since < (running_.load(std::memory_order_relaxed) ? busy_spin_ns : spin_ns)) {
+    if (now - idle_since < spin_budget_ns()) {
       for (int i = 0; i < 16; ++i) spin_step(spins);
       continue;
     }
@@ -82,7 +93,7 @@ void WorkerImpl::scheduler_main() {
       again = drive_round();
       driving_.store(false, std::memory_order_release);
     }
-    if (again || stop_.load(std::memory_order_acquire) || helper_.load(std::memory_order_acquire)) {
+    if (again || finished() || (scheduler && helper_.load(std::memory_order_acquire))) {
       bell_->cancel();
       idle_since = 0;
       continue;
@@ -92,31 +103,23 @@ void WorkerImpl::scheduler_main() {
       std::lock_guard<std::mutex> g(mu_);
       busy = has_work_in_flight();
     }
-    bell_->commit(key, busy ? 1'000'000 : 100'000'000);
+    // Parked at most 1 ms while anything is in flight: liveness and timeouts.
+    bell_->commit(key, busy || !scheduler ? 1'000'000 : 100'000'000);
     idle_since = 0;
   }
 }
 
-// run()'s thread, once the orchestration returned: drive the run to its end
-// while progress comes quickly, then hand back to the scheduler thread.
+void WorkerImpl::scheduler_main() {
+  drive_until([this] { return stop_.load(std::memory_order_acquire); }, true);
+}
+
+// run()'s thread, once the orchestration returned, drives the run to its end
+// itself: the completion that ends the run then wakes (or is seen by) the
+// thread that waits for it, instead of passing through the scheduler thread
+// and a condition variable (two wake-ups).
 void WorkerImpl::help_drain() {
-  const uint64_t give_up_ns = 4 * uint64_t(cfg_.spin_us) * 1000;
   helper_.store(1, std::memory_order_seq_cst);
-  uint64_t last_progress = now_ns();
-  uint32_t spins = 0;
-  while (pending_.load(std::memory_order_acquire) > 0) {
-    bool progressed = false;
-    if (try_drive()) {
-      progressed = drive_round();
-      driving_.store(false, std::memory_order_release);
-    }
-    if (progressed) {
-      last_progress = now_ns();
-      continue;
-    }
-    if (now_ns() - last_progress > give_up_ns) break;
-    for (int i = 0; i < 16; ++i) spin_step(spins);
-  }
+  drive_until([this] { return pending_.load(std::memory_order_acquire) == 0; }, false);
   helper_.store(0, std::memory_order_seq_cst);
   futex_wake_shared(&helper_, 1);
 }
@@ -162,6 +165,7 @@ void WorkerImpl::complete_member(Endpoint& ep, Slot* s, Outcome o, const std::st
   ep.running = nullptr;
   ++ep.tasks_run;
   --running_;
+  if (ep.kind == ChildKind::SUB) --running_subs_;
   if (o != Outcome::SUCCESS && s->failure.outcome == Outcome::SUCCESS)
     s->failure = TaskFailure{s->id, s->callable.hex(), ep.label(), o, message};
   if (--s->members_left == 0) finalize(s, s->failure.outcome);
@@ -255,6 +259,7 @@ bool WorkerImpl::dispatch_ready() {
       ep->member = m;
       s->state = Slot::State::kRunning;
       ++running_;
+      if (ep->kind == ChildKind::SUB) ++running_subs_;
       plan.push_back({ep, s, m});
     };
     auto& next_eps = cfg_.level == 3 ? chips_ : l3s_;

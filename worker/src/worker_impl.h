@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -197,6 +198,8 @@ class WorkerImpl {
 
   // scheduler.cpp
   void scheduler_main();
+  uint64_t spin_budget_ns() const;
+  void drive_until(const std::function<bool()>& finished, bool scheduler);
   bool drive_round();
   bool try_drive();
   void help_drain();
@@ -237,6 +240,7 @@ class WorkerImpl {
   // Written under mu_, read without it by spinning waiters.
   std::atomic<uint64_t> pending_{0};  // submitted and not final
   std::atomic<uint64_t> running_{0};  // members on endpoints
+  std::atomic<uint64_t> running_subs_{0};  // of which on sub workers
   RunResult run_;
   WorkerStats stats_;  // mu_
   bool in_run_ = false;
