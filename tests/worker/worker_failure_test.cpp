@@ -376,3 +376,139 @@ TEST_CASE("init removes mailbox segments left by a parent that no longer exists"
   CHECK(shm_segments_of(getpid()).size() == 1);
   boost::interprocess::shared_memory_object::remove(mine.c_str());
 }
+
+TEST_CASE("a child dying mid-run fails the queued tasks no live child can take and the run returns") {
+  Worker w({.level = 3, .num_chips = 1, .num_sub_workers = 1});
+  auto crash = w.register_callable(NativeCallable::function("crash", [](const TaskArgsView&, std::string&) {
+    raise(SIGKILL);
+    return 0;
+  }));
+  auto noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
+  auto sleep = w.register_callable(ChipCallable::from_config(SLEEP_CONFIG));
+  REQUIRE(w.init().ok());
+  const int chip_pid = child(w.children(), ChildKind::CHIP, 0)->pid;
+  std::thread killer([&] {
+    REQUIRE(eventually([&] { return child(w.children(), ChildKind::CHIP, 0)->state == ChildState::BUSY; }));
+    kill(chip_pid, SIGKILL);
+  });
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    REQUIRE(o.submit_sub(crash).ok());
+    REQUIRE(o.submit_sub(noop).ok());  // independent, but its only worker dies first
+    REQUIRE(o.submit_next_level(sleep, TaskArgs().add_scalar(20000), {}, 0).ok());
+    REQUIRE(o.submit_next_level(sleep, TaskArgs().add_scalar(1), {}, 0).ok());  // pinned to the chip that dies
+    return 0;
+  });
+  killer.join();
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.tasks_failed == 4);
+  int not_launched = 0;
+  for (const auto& f : r.failures) {
+    CHECK(f.outcome == Outcome::ENDPOINT_FAILURE);
+    not_launched += f.message.find("not launched") != std::string::npos;
+  }
+  CHECK(not_launched == 2);
+  REQUIRE(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+             o.submit_sub(noop);
+             o.submit_next_level(sleep, TaskArgs().add_scalar(1));
+           }).ok());
+}
+
+TEST_CASE("a scoped buffer is not reused while a task still reads it") {
+  // Each iteration writes i into a fresh scoped buffer, then a slower task
+  // reads it after its scope has ended. The ring holds only two buffers, so
+  // reuse would overwrite data a reader has not read yet.
+  Worker w({.level = 3, .num_sub_workers = 2, .heap_ring_bytes = 2 * 4096});
+  auto write = w.register_callable(NativeCallable::function("write_i", [](const TaskArgsView& a, std::string&) {
+    float* x = reinterpret_cast<float*>(a.tensors[0].data);
+    for (int k = 0; k < 1024; ++k) x[k] = static_cast<float>(a.scalars[0]);
+    return 0;
+  }));
+  auto check = w.register_callable(NativeCallable::function("check_i", [](const TaskArgsView& a, std::string&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    const float* x = reinterpret_cast<const float*>(a.tensors[0].data);
+    int32_t* ok = reinterpret_cast<int32_t*>(a.tensors[1].data);
+    *ok = 1;
+    for (int k = 0; k < 1024; ++k)
+      if (x[k] != static_cast<float>(a.scalars[0])) *ok = 0;
+    return 0;
+  }));
+  REQUIRE(w.init().ok());
+  auto oks = w.alloc({32}, PTO2_INT32);
+  REQUIRE(oks.ok());
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    for (int i = 0; i < 32; ++i) {
+      Scope s(o);
+      auto b = o.alloc({1024}, PTO2_FLOAT32);
+      REQUIRE(b.ok());
+      REQUIRE(o.submit_sub(write, TaskArgs().add_tensor(b.value, OUT_EXISTING).add_scalar(i)).ok());
+      ContinuousTensor ok_i = make_tensor(reinterpret_cast<int32_t*>(oks.value.data) + i, {1}, PTO2_INT32);
+      REQUIRE(o.submit_sub(check, TaskArgs().add_tensor(b.value, IN).add_tensor(ok_i, OUT_EXISTING).add_scalar(i)).ok());
+    }
+  });
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  for (int i = 0; i < 32; ++i) CHECK(reinterpret_cast<int32_t*>(oks.value.data)[i] == 1);
+}
+
+TEST_CASE("a buffer used after its scope ended is refused at submit") {
+  Worker w({.level = 3, .num_sub_workers = 1});
+  auto noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
+  REQUIRE(w.init().ok());
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    ContinuousTensor gone;
+    {
+      Scope s(o);
+      gone = o.alloc({16}, PTO2_FLOAT32).value;
+    }
+    auto sr = o.submit_sub(noop, TaskArgs().add_tensor(gone, IN));
+    CHECK_FALSE(sr.ok());
+    CHECK_THAT(sr.status.message, Catch::Contains("no live buffer holds it"));
+  });
+  CHECK_FALSE(r.ok());
+}
+
+TEST_CASE("a child that never answers a registration is killed at the deadline and replaced") {
+  Worker w({.level = 3, .num_sub_workers = 1, .control_timeout_ms = 300});
+  auto noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
+  REQUIRE(w.init().ok());
+  auto h = w.register_callable(NativeCallable::import(HANG_CTOR, "pto_test_never_reached"));
+  REQUIRE_FALSE(h.ok());
+  CHECK_THAT(h.status.message, Catch::Contains("did not answer"));
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) { o.submit_sub(noop); });
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  CHECK(child(w.children(), ChildKind::SUB, 0)->restarts == 1);
+}
+
+TEST_CASE("children forked from a thread that ends keep running") {
+#if defined(PTO_UNDER_TSAN)
+  // Forking from a second thread makes the process multi-threaded at fork,
+  // and ThreadSanitizer refuses threads (the child's watchdog) after that.
+  WARN("skipped under ThreadSanitizer: it does not support threads in a child of a multi-threaded fork");
+  return;
+#endif
+  Worker w({.level = 3, .num_sub_workers = 1});
+  auto noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
+  Status st;
+  std::thread([&] { st = w.init(); }).join();
+  REQUIRE(st.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(child(w.children(), ChildKind::SUB, 0)->state == ChildState::IDLE);
+  REQUIRE(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) { o.submit_sub(noop); }).ok());
+  CHECK(child(w.children(), ChildKind::SUB, 0)->restarts == 0);
+}
+
+TEST_CASE("close() or run() from inside an orchestration is refused - not a deadlock") {
+  Worker w({.level = 3, .num_sub_workers = 1});
+  REQUIRE(w.init().ok());
+  Status inner_close;
+  RunResult inner_run;
+  RunResult r = w.run([&](Orchestrator&, const TaskArgsView&, const CallConfig&) {
+    inner_close = w.close();
+    inner_run = w.run([](Orchestrator&, const TaskArgsView&, const CallConfig&) {});
+  });
+  CHECK(r.ok());
+  CHECK_THAT(inner_close.message, Catch::Contains("inside an orchestration"));
+  CHECK_THAT(inner_run.status.message, Catch::Contains("inside an orchestration"));
+  CHECK(w.close().ok());
+}

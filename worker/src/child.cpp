@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include "chip_worker.h"
 #include "pto2/sim/loader.h"
@@ -133,9 +134,11 @@ class ChildRunner {
     }
   }
 
-  void reply(uint32_t state) {
+  // Answers the request this child took (state `from`). A compare-exchange,
+  // so that a SHUTDOWN the parent wrote meanwhile is never overwritten.
+  void reply(uint32_t from, uint32_t state) {
     mb_->done_sequence = mb_->sequence;
-    mb_->state.store(state, std::memory_order_seq_cst);
+    mb_->state.compare_exchange_strong(from, state, std::memory_order_seq_cst);
     bell_->ring();
   }
 
@@ -159,10 +162,10 @@ class ChildRunner {
     if (st.ok()) {
       mb_->error_code = 0;
       mb_->error_text[0] = '\0';
-      reply(MB_TASK_DONE);
+      reply(MB_TASK_READY, MB_TASK_DONE);
     } else {
       mb_->set_error(st.code ? st.code : 1, st.message);
-      reply(MB_TASK_FAILED);
+      reply(MB_TASK_READY, MB_TASK_FAILED);
     }
   }
 
@@ -226,7 +229,7 @@ class ChildRunner {
     } else {
       mb_->set_error(st.code ? st.code : 1, fmt::format("{}: {}", ep_.label(), st.message));
     }
-    reply(MB_CONTROL_DONE);
+    reply(MB_CONTROL_REQUEST, MB_CONTROL_DONE);
   }
 
   Endpoint& ep_;
@@ -241,8 +244,8 @@ class ChildRunner {
 
 }  // namespace
 
-void WorkerImpl::child_main(Endpoint& ep) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
+void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
+  if (forked_by_main_thread) prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != owner_pid_) _exit(3);
   // The parent coordinates shutdown: a terminal's Ctrl-C or systemd's SIGTERM
   // to the whole group must not kill children under a draining parent.
@@ -251,7 +254,8 @@ void WorkerImpl::child_main(Endpoint& ep) {
   signal(SIGHUP, SIG_IGN);
   // Keep nothing of the parent's but stdio and the mappings: a child holding a
   // daemon's listening socket or a pipe's write end would keep them alive.
-  close_range(3, ~0u, 0);
+  if (close_range(3, ~0u, 0) != 0)
+    for (int fd = 3; fd < 4096; ++fd) ::close(fd);
   Worker* inner = ep.kind == ChildKind::L3 ? inner_[ep.index].get() : nullptr;
   // A chip child's L2 runtime keeps its own scheduler thread spinning after a
   // run; if the child's main thread spun as long too, the two would hold both
@@ -274,6 +278,18 @@ void WorkerImpl::child_main(Endpoint& ep) {
     futex_wake_shared(&ep.mb->state);
     if (inner) (void)inner->close();
     _exit(2);
+  }
+  if (!forked_by_main_thread) {
+    // No parent-death signal (see fork_child): a watchdog thread notices the
+    // parent's end within 100 ms, even while a long task runs. Started after
+    // the inner Worker forked its own children.
+    const pid_t parent = owner_pid_;
+    std::thread([parent] {
+      for (;;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (getppid() != parent) _exit(3);
+      }
+    }).detach();
   }
   ep.mb->state.store(MB_INIT_READY, std::memory_order_seq_cst);
   futex_wake_shared(&ep.mb->state);

@@ -38,6 +38,14 @@ void L3TensorMap::set_writer(uint64_t lo, uint64_t hi, Slot* s) {
   s->map_keys.push_back(lo);
 }
 
+void L3TensorMap::erase_range(uint64_t lo, uint64_t hi) {
+  auto it = map_.lower_bound(lo > max_len_ ? lo - max_len_ : 0);
+  while (it != map_.end() && it->first < hi) {
+    if (it->second.end > lo) it = map_.erase(it);
+    else ++it;
+  }
+}
+
 void L3TensorMap::remove_writer(Slot* s) {
   for (uint64_t key : s->map_keys) {
     auto [b, e] = map_.equal_range(key);
@@ -104,6 +112,27 @@ Status WorkerImpl::validate_tensor(const ContinuousTensor& t, TensorArgType tag,
     return bad(fmt::format("[0x{:x}, +{} bytes) is not in memory the children share; allocate it with "
                            "Worker::alloc / Orchestrator::alloc or register it with register_shared_memory",
                            t.data, bytes));
+  return Status::Ok();
+}
+
+Status WorkerImpl::buffer_owner(uint64_t lo, uint64_t hi, Slot** owner) const {
+  *owner = nullptr;
+  auto it = allocs_.upper_bound(lo);
+  if (it != allocs_.begin()) {
+    --it;
+    if (lo >= it->first && lo < it->second.first) {
+      *owner = it->second.second;
+      return Status::Ok();
+    }
+  }
+  for (int r = 0; r < kHeapRings; ++r) {
+    const uint64_t base = reinterpret_cast<uint64_t>(rings_map_[r].data());
+    if (lo >= base && lo < base + rings_map_[r].size())
+      return Status::Error(kWorkerInvalidArgument,
+                           fmt::format("[0x{:x}, 0x{:x}) lies in heap ring {} but no live buffer holds it: the scope "
+                                       "that owned it has ended",
+                                       lo, hi, r));
+  }
   return Status::Ok();
 }
 
@@ -185,6 +214,20 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, const 
     fail_run(r.status);
     return r;
   }
+  // Buffers in the heap rings stay alive while this task may touch them.
+  std::vector<Slot*> owners;
+  for (int m = 0; m < n; ++m)
+    for (int i = 0; i < args[m].tensor_count(); ++i) {
+      const ContinuousTensor& t = args[m].tensor(i);
+      if (t.data == 0) continue;
+      Slot* o = nullptr;
+      if (Status st = buffer_owner(t.data, t.data + tensor_bytes(t), &o); !st.ok()) {
+        r.status = Status::Error(st.code, fmt::format("{}: member {} tensor {}: {}", what, m, i, st.message));
+        fail_run(r.status);
+        return r;
+      }
+      if (o && std::find(owners.begin(), owners.end(), o) == owners.end()) owners.push_back(o);
+    }
   const int ring = std::min(scope_depth_, kHeapRings - 1);
   uint8_t* heap = nullptr;
   uint64_t heap_end = 0;
@@ -209,8 +252,14 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, const 
   s->submit_ns = now_ns();
   if (alloc_bytes) {
     s->ring = ring;
+    s->heap_start = reinterpret_cast<uint64_t>(heap);
     s->heap_end = heap_end;
     ring_allocs_[ring].push_back(s);
+    allocs_[s->heap_start] = {s->heap_start + alloc_bytes, s};
+  }
+  for (Slot* o : owners) {
+    ++o->refs;
+    s->buffer_holds.push_back(o);
   }
   ++pending_;
   ++run_.tasks_submitted;
@@ -329,6 +378,7 @@ void WorkerImpl::finalize(Slot* first, Outcome first_outcome) {
       }
     }
     for (Slot* p : s->holds) unref(p);
+    for (Slot* p : s->buffer_holds) unref(p);
     unref(s);
   }
   if (pending_ == 0) idle_cv_.notify_all();
@@ -346,7 +396,15 @@ void WorkerImpl::reclaim_rings() {
   for (int r = 0; r < kHeapRings; ++r) {
     auto& q = ring_allocs_[r];
     while (!q.empty() && q.front()->consumed) {
-      rings_[r].release_to(q.front()->heap_end);
+      Slot* owner = q.front();
+      rings_[r].release_to(owner->heap_end);
+      // The memory may be handed out again: no stale entry may order (or
+      // poison) the accesses of its next owner.
+      auto a = allocs_.find(owner->heap_start);
+      if (a != allocs_.end()) {
+        tmap_.erase_range(a->first, a->second.first);
+        allocs_.erase(a);
+      }
       q.pop_front();
       freed = true;
     }
@@ -415,9 +473,11 @@ Result<ContinuousTensor> WorkerImpl::alloc_in_scope(const std::vector<uint32_t>&
   s->state = Slot::State::kFinal;
   s->refs = 1;  // the scope
   s->ring = ring;
+  s->heap_start = reinterpret_cast<uint64_t>(p);
   s->heap_end = end;
   s->scope_depth = scope_depth_;
   ring_allocs_[ring].push_back(s);
+  allocs_[s->heap_start] = {s->heap_start + std::max<uint64_t>(tensor_bytes(t), 1), s};
   scopes_.back().push_back(s);
   t.data = reinterpret_cast<uint64_t>(p);
   tmap_.set_writer(t.data, t.data + std::max<uint64_t>(tensor_bytes(t), 1), s);

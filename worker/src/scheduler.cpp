@@ -171,25 +171,38 @@ void WorkerImpl::complete_member(Endpoint& ep, Slot* s, Outcome o, const std::st
   if (--s->members_left == 0) finalize(s, s->failure.outcome);
 }
 
-// mu_ held. The child is gone (or about to be): reap it and fail its task.
+// mu_ held. The child is gone: fail what it held. An answer it wrote before
+// dying still counts.
+void WorkerImpl::mark_dead(Endpoint& ep, const std::string& why, bool reaped) {
+  ep.alive = false;
+  ep.reaped = reaped;
+  ep.death = why;
+  ep.in_control = false;  // progress_controls sees !alive and fails the target
+  if (!ep.running) return;
+  Slot* s = ep.running;
+  const uint32_t st = ep.mb->state.load(std::memory_order_acquire);
+  if ((st == MB_TASK_DONE || st == MB_TASK_FAILED) && ep.mb->done_sequence == ep.seq) {
+    const bool ok = st == MB_TASK_DONE;
+    complete_member(ep, s, ok ? Outcome::SUCCESS : Outcome::TASK_FAILURE, ok ? std::string() : ep.mb->error());
+    return;
+  }
+  complete_member(ep, s, Outcome::ENDPOINT_FAILURE,
+                  fmt::format("{} (pid {}) {} while running task {}", ep.label(), ep.pid, why, s->id));
+}
+
+// mu_ held. Kill the child, reap it (bounded), fail what it held.
 void WorkerImpl::endpoint_failed(Endpoint& ep, const std::string& why) {
   int status = 0;
+  bool reaped = false;
   if (ep.pid > 0) {
-    // SIGKILLed or already dead: the wait is short; bounded anyway.
-    for (int i = 0; i < 1000; ++i) {
+    kill(ep.pid, SIGKILL);
+    for (int i = 0; i < 1000 && !reaped; ++i) {  // SIGKILL: normally at once; 1 s at most
       const pid_t r = waitpid(ep.pid, &status, WNOHANG);
-      if (r == ep.pid || r < 0) break;
-      if (i == 0) kill(ep.pid, SIGKILL);
-      usleep(1000);
+      reaped = r == ep.pid || (r < 0 && errno == ECHILD);
+      if (!reaped) usleep(1000);
     }
   }
-  ep.alive = false;
-  ep.death = why;
-  ep.in_control = false;
-  if (ep.running) {
-    Slot* s = ep.running;
-    complete_member(ep, s, Outcome::ENDPOINT_FAILURE, fmt::format("{} (pid {}) {}", ep.label(), ep.pid, why));
-  }
+  mark_dead(ep, why, reaped);  // not reaped: close() reaps it
 }
 
 void WorkerImpl::check_children(uint64_t now) {
@@ -201,20 +214,16 @@ void WorkerImpl::check_children(uint64_t now) {
       int status = 0;
       const pid_t r = waitpid(ep.pid, &status, WNOHANG);
       if (r == ep.pid) {
-        const std::string why = describe_exit(status) +
-                                (ep.running ? fmt::format(" while running task {}", ep.running->id) : std::string());
-        ep.alive = false;
-        ep.death = why;
-        ep.in_control = false;
-        if (ep.running)
-          complete_member(ep, ep.running, Outcome::ENDPOINT_FAILURE, fmt::format("{} (pid {}) {}", ep.label(), ep.pid, why));
+        mark_dead(ep, describe_exit(status), true);
         continue;
       }
-      if (ep.running && ep.timeout_ns && now - ep.dispatch_ns > ep.timeout_ns) {
-        kill(ep.pid, SIGKILL);
+      if (r < 0 && errno == ECHILD) {  // reaped elsewhere (SIGCHLD ignored by the application?)
+        mark_dead(ep, "is gone (it could not be waited for; is SIGCHLD ignored?)", true);
+        continue;
+      }
+      if (ep.running && ep.timeout_ns && now - ep.dispatch_ns > ep.timeout_ns)
         endpoint_failed(ep, fmt::format("timed out: task {} ran longer than {} ms; the child was killed",
                                         ep.running->id, ep.timeout_ns / 1'000'000));
-      }
     }
 }
 
@@ -228,7 +237,8 @@ bool WorkerImpl::dispatch_to(Endpoint& ep, Slot* s, int member) {
   mb->error_code = 0;
   mb->sequence = ++ep.seq;
   ep.dispatch_ns = now_ns();
-  const uint64_t tmo_ms = s->config.timeout_ms ? s->config.timeout_ms : cfg_.task_timeout_ms;
+  const uint64_t tmo_ms = std::min<uint64_t>(s->config.timeout_ms ? s->config.timeout_ms : cfg_.task_timeout_ms,
+                                             uint64_t(1) << 40);  // ~35 years: no overflow below
   ep.timeout_ns = tmo_ms * 1'000'000;
   mb->state.store(MB_TASK_READY, std::memory_order_seq_cst);
   if (mb->child_parked.load(std::memory_order_seq_cst)) futex_wake_shared(&mb->state);
@@ -242,6 +252,7 @@ bool WorkerImpl::dispatch_ready() {
     int member;
   };
   std::vector<Plan> plan;
+  bool failed_any = false;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (next_any_.empty() && sub_q_.empty() && pending_ == 0) return false;
@@ -263,6 +274,46 @@ bool WorkerImpl::dispatch_ready() {
       plan.push_back({ep, s, m});
     };
     auto& next_eps = cfg_.level == 3 ? chips_ : l3s_;
+    // Dead children are replaced at the start of the next run; a queued task
+    // that no live child can take fails now instead of waiting for ever.
+    auto never = [&](Slot* t, const std::string& why) {
+      t->failure = TaskFailure{t->id, t->callable.hex(), "", Outcome::ENDPOINT_FAILURE, why};
+      t->members_left = 0;
+      finalize(t, Outcome::ENDPOINT_FAILURE);
+      failed_any = true;
+    };
+    for (size_t i = 0; i < next_eps.size(); ++i)
+      while (!next_pinned_[i].empty() && !next_eps[i]->alive) {
+        never(next_pinned_[i].front(), fmt::format("not launched: its worker {} {}", next_eps[i]->label(),
+                                                   next_eps[i]->death));
+        next_pinned_[i].pop_front();
+      }
+    auto cull = [&](std::deque<Slot*>& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
+      int live = 0;
+      std::string dead;
+      for (auto& ep : eps) {
+        if (ep->alive) ++live;
+        else if (dead.empty()) dead = ep->label() + " " + ep->death;
+      }
+      while (!q.empty()) {
+        Slot* t = q.front();
+        const int n = static_cast<int>(t->blobs.size());
+        std::string why;
+        if (n > 1 && t->pinned[0] >= 0) {
+          for (int k = 0; k < n && why.empty(); ++k)
+            if (!eps[t->pinned[k]]->alive)
+              why = fmt::format("not launched: group member {}'s worker {} {}", k, eps[t->pinned[k]]->label(),
+                                eps[t->pinned[k]]->death);
+        } else if (n > live) {
+          why = fmt::format("not launched: it needs {} live workers and {} are left ({})", n, live, dead);
+        }
+        if (why.empty()) return;
+        never(t, why);
+        q.pop_front();
+      }
+    };
+    cull(next_any_, next_eps);
+    cull(sub_q_, subs_);
     for (size_t i = 0; i < next_eps.size(); ++i)
       if (!next_pinned_[i].empty() && idle(next_eps[i].get())) {
         assign(next_eps[i].get(), next_pinned_[i].front(), 0);
@@ -289,7 +340,7 @@ bool WorkerImpl::dispatch_ready() {
     drain(sub_q_, subs_);
   }
   for (const Plan& p : plan) dispatch_to(*p.ep, p.s, p.member);
-  return !plan.empty();
+  return !plan.empty() || failed_any;
 }
 
 bool WorkerImpl::progress_controls() {
@@ -318,6 +369,7 @@ bool WorkerImpl::progress_controls() {
       mb->sequence = ++ep.seq;
       ep.in_control = true;
       c.sent[i] = 1;
+      c.sent_ns[i] = now_ns();
       mb->state.store(MB_CONTROL_REQUEST, std::memory_order_seq_cst);
       if (mb->child_parked.load(std::memory_order_seq_cst)) futex_wake_shared(&mb->state);
       progressed = true;
@@ -329,7 +381,17 @@ bool WorkerImpl::progress_controls() {
       progressed = true;
       continue;
     }
-    if (ep.mb->state.load(std::memory_order_acquire) != MB_CONTROL_DONE) {
+    if (ep.mb->state.load(std::memory_order_acquire) != MB_CONTROL_DONE || ep.mb->done_sequence != ep.seq) {
+      if (now_ns() - c.sent_ns[i] > uint64_t(cfg_.control_timeout_ms) * 1'000'000) {
+        // A child stuck installing (a library constructor that never returns)
+        // would hold every later control request: it is killed instead.
+        endpoint_failed(ep, fmt::format("did not answer a control request within {} ms and was killed",
+                                        cfg_.control_timeout_ms));
+        c.done[i] = 1;
+        c.failure += fmt::format("{}{} {}", c.failure.empty() ? "" : "; ", ep.label(), ep.death);
+        progressed = true;
+        continue;
+      }
       all_done = false;
       continue;
     }
@@ -349,10 +411,12 @@ bool WorkerImpl::progress_controls() {
     c.targets = c.installed;
     c.installed.clear();
     c.sent.assign(c.targets.size(), 0);
+    c.sent_ns.assign(c.targets.size(), 0);
     c.done.assign(c.targets.size(), 0);
     return true;
   }
   c.finished = true;
+  if (c.failure.empty() && !c.abandoned && c.on_success) c.on_success();  // mu_ held: published atomically
   c.cv.notify_all();
   controls_.pop_front();
   return true;

@@ -49,6 +49,8 @@ void remove_shared_region(const void* base) {
   std::lock_guard<std::mutex> g(regions().mu);
   regions().by_base.erase(reinterpret_cast<uint64_t>(base));
 }
+std::unique_lock<std::mutex> lock_shared_regions() { return std::unique_lock<std::mutex>(regions().mu); }
+
 bool in_shared_region(uint64_t addr, uint64_t bytes) {
   std::lock_guard<std::mutex> g(regions().mu);
   auto& m = regions().by_base;

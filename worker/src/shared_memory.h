@@ -45,6 +45,8 @@ void add_shared_region(const void* base, uint64_t bytes);
 void remove_shared_region(const void* base);
 // True when [addr, addr+bytes) lies inside one registered region.
 bool in_shared_region(uint64_t addr, uint64_t bytes);
+// Held across fork() so that a child never inherits the list's lock taken.
+std::unique_lock<std::mutex> lock_shared_regions();
 
 inline constexpr uint64_t kHeapAlign = 64;
 

@@ -247,12 +247,13 @@ CallableHandle WorkerImpl::register_callable(const Callable& c) {
     targets = targets_for(copy.abi);
   }
   ControlDescriptor d{copy.kind, copy.abi, copy.path, copy.symbol, copy.name};
-  if (Status s = control(CTRL_REGISTER, h.id.digest, encode_control(d), targets, nullptr); !s.ok()) {
+  // Published in the same critical section that completes the broadcast, so
+  // a replacement child forked later inherits it.
+  auto publish = [this, copy, h] { registry_[h.id.digest] = Registered{copy, h}; };
+  if (Status s = control(CTRL_REGISTER, h.id.digest, encode_control(d), targets, nullptr, publish); !s.ok()) {
     h.status = Status::Error(s.code, fmt::format("registering {} ({}): {}", h.id.short_hex(), kind_name(copy.kind), s.message));
     return h;
   }
-  std::lock_guard<std::mutex> g(mu_);
-  registry_[h.id.digest] = Registered{copy, h};
   return h;
 }
 
@@ -272,20 +273,31 @@ Status WorkerImpl::unregister_callable(const CallableHandle& h) {
 
 Result<bool> WorkerImpl::child_has_callable(const CallableHandle& h, ChildKind kind, int index) {
   Result<bool> r;
-  auto& list = kind == ChildKind::CHIP ? chips_ : kind == ChildKind::SUB ? subs_ : l3s_;
-  if (!initialized_ || closed_ || index < 0 || index >= static_cast<int>(list.size())) {
-    r.status = Status::Error(kWorkerInvalidArgument, fmt::format("no running {} {}", kind_label(kind), index));
-    return r;
+  Endpoint* ep = nullptr;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto& list = kind == ChildKind::CHIP ? chips_ : kind == ChildKind::SUB ? subs_ : l3s_;
+    if (!initialized_ || closed_ || index < 0 || index >= static_cast<int>(list.size())) {
+      r.status = Status::Error(kWorkerInvalidArgument, fmt::format("no running {} {}", kind_label(kind), index));
+      return r;
+    }
+    ep = list[index].get();
   }
   uint32_t q = 0;
-  r.status = control(CTRL_QUERY, h.id.digest, {}, {list[index].get()}, &q);
+  r.status = control(CTRL_QUERY, h.id.digest, {}, {ep}, &q);
   r.value = q != 0;
   return r;
 }
 
 Status WorkerImpl::control(ControlOp op, const Digest& digest, std::vector<uint8_t> payload,
-                           std::vector<Endpoint*> targets, uint32_t* query_result) {
-  if (targets.empty()) return Status::Ok();
+                           std::vector<Endpoint*> targets, uint32_t* query_result, std::function<void()> on_success) {
+  if (targets.empty()) {
+    if (on_success) {
+      std::lock_guard<std::mutex> g(mu_);
+      on_success();
+    }
+    return Status::Ok();
+  }
   if (payload.size() > kMailboxBlobCapacity)
     return Status::Error(kWorkerInvalidArgument, fmt::format("control payload of {} bytes exceeds the mailbox", payload.size()));
   auto c = std::make_shared<ControlRequest>();
@@ -295,19 +307,23 @@ Status WorkerImpl::control(ControlOp op, const Digest& digest, std::vector<uint8
   c->targets = std::move(targets);
   c->sent.assign(c->targets.size(), 0);
   c->done.assign(c->targets.size(), 0);
+  c->sent_ns.assign(c->targets.size(), 0);
+  c->on_success = std::move(on_success);
   std::unique_lock<std::mutex> lk(mu_);
+  if (closed_ || !bell_) return Status::Error(kWorkerClosed, "control request after close()");
   controls_.push_back(c);
   ++controls_in_flight_;
-  lk.unlock();
   bell_->ring();
-  lk.lock();
-  const bool finished = c->cv.wait_for(lk, std::chrono::milliseconds(cfg_.control_timeout_ms), [&] { return c->finished; });
+  // The driver kills a target that does not answer within control_timeout_ms,
+  // so the request finishes by then; the wait's own bound is a backstop.
+  const auto backstop = std::chrono::milliseconds(2 * uint64_t(cfg_.control_timeout_ms) + 1000);
+  const bool finished = c->cv.wait_for(lk, backstop, [&] { return c->finished; });
   --controls_in_flight_;
   idle_cv_.notify_all();
   if (!finished) {
     c->abandoned = true;  // the scheduler rolls it back when it completes
-    return Status::Error(kWorkerTimeout, fmt::format("children did not answer the control request within {} ms",
-                                                     cfg_.control_timeout_ms));
+    return Status::Error(kWorkerTimeout, fmt::format("the control request did not finish within {} ms",
+                                                     backstop.count()));
   }
   if (query_result) *query_result = c->query_result;
   if (!c->failure.empty()) {
@@ -317,7 +333,7 @@ Status WorkerImpl::control(ControlOp op, const Digest& digest, std::vector<uint8
   return Status::Ok();
 }
 
-Status WorkerImpl::spawn(Endpoint& ep, bool replacement) {
+Status WorkerImpl::fork_child(Endpoint& ep, bool replacement) {
   Mailbox* mb = ep.mb;
   mb->state.store(MB_IDLE, std::memory_order_relaxed);
   mb->child_parked.store(0, std::memory_order_relaxed);
@@ -326,34 +342,57 @@ Status WorkerImpl::spawn(Endpoint& ep, bool replacement) {
   ep.running = nullptr;
   ep.in_control = false;
   ep.seq = 0;
+  // PR_SET_PDEATHSIG fires when the forking *thread* ends; only the main
+  // thread lives as long as the process. Children forked from another thread
+  // watch their parent with a thread of their own instead (child.cpp).
+  const bool from_main_thread = gettid() == getpid();
   std::fflush(nullptr);  // buffered output would otherwise be written twice
-  const pid_t pid = fork();
+  pid_t pid;
+  {
+    auto regions = lock_shared_regions();  // the child must not inherit it locked
+    pid = fork();
+  }
   if (pid < 0) return Status::Error(kWorkerChildFailed, fmt::format("fork for {}: {}", ep.label(), strerror(errno)));
-  if (pid == 0) child_main(ep);
+  if (pid == 0) child_main(ep, from_main_thread);
   ep.pid = pid;
+  ep.reaped = false;
   if (replacement) ++ep.restarts;
+  return Status::Ok();
+}
+
+Status WorkerImpl::await_ready(Endpoint& ep) {
+  Mailbox* mb = ep.mb;
+  const pid_t pid = ep.pid;
   const uint64_t deadline = now_ns() + uint64_t(cfg_.init_timeout_ms) * 1'000'000;
   for (;;) {
     const uint32_t s = mb->state.load(std::memory_order_acquire);
+    int status = 0;
     if (s == MB_INIT_READY) {
       mb->state.store(MB_IDLE, std::memory_order_release);
+      std::lock_guard<std::mutex> g(mu_);
       ep.alive = true;
       ep.death.clear();
       return Status::Ok();
     }
-    int status = 0;
     if (s == MB_INIT_FAILED) {
       const std::string why = mb->error();
       waitpid(pid, &status, 0);  // it exits right after reporting
+      ep.reaped = true;
+      ep.death = "failed to start: " + why;
       return Status::Error(kWorkerChildFailed, fmt::format("{} failed to start: {}", ep.label(), why));
     }
-    if (waitpid(pid, &status, WNOHANG) == pid)
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      ep.reaped = true;
+      ep.death = "died during start-up";
       return Status::Error(kWorkerChildFailed, fmt::format("{} (pid {}) died during start-up ({})", ep.label(), pid,
                                                            WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
                                                                                : "exit " + std::to_string(WEXITSTATUS(status))));
+    }
     if (now_ns() > deadline) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
+      ep.reaped = true;
+      ep.death = "did not start in time";
       return Status::Error(kWorkerTimeout, fmt::format("{} did not report INIT_READY within {} ms (init_timeout_ms)",
                                                        ep.label(), cfg_.init_timeout_ms));
     }
@@ -409,11 +448,24 @@ Status WorkerImpl::init() {
   if (Status s = make(ChildKind::SUB, cfg_.num_sub_workers, subs_); !s.ok()) return fail(s);
   if (Status s = make(ChildKind::L3, static_cast<int>(inner_.size()), l3s_); !s.ok()) return fail(s);
   next_pinned_.assign(cfg_.level == 3 ? chips_.size() : l3s_.size(), {});
+  Status fork_error;
 
-  // Fork every child before any thread of ours exists.
+  // Fork every child before any thread of ours exists (all at once, so they
+  // prepare their callables in parallel), then wait for each.
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto* list : {&chips_, &subs_, &l3s_})
+      for (auto& ep : *list)
+        if (Status s = fork_child(*ep, false); !s.ok()) {
+          fork_error = s;
+          break;
+        }
+  }
   for (auto* list : {&chips_, &subs_, &l3s_})
     for (auto& ep : *list)
-      if (Status s = spawn(*ep, false); !s.ok()) return fail(s);
+      if (ep->pid > 0 && !ep->reaped)
+        if (Status s = await_ready(*ep); !s.ok() && fork_error.ok()) fork_error = s;
+  if (!fork_error.ok()) return fail(fork_error);
   initialized_ = true;
   start_scheduler();
   return Status::Ok();
@@ -449,16 +501,34 @@ Status WorkerImpl::restart_dead_children() {
   {
     std::lock_guard<std::mutex> g(mu_);  // a consistent registry snapshot for the children
     for (Endpoint* ep : dead) {
-      if (Status s = spawn(*ep, true); !s.ok() && first.ok()) first = s;
+      if (!ep->reaped && ep->pid > 0) {  // a kill whose reaping timed out
+        int status;
+        waitpid(ep->pid, &status, 0);
+        ep->reaped = true;
+      }
+      if (Status s = fork_child(*ep, true); !s.ok() && first.ok()) first = s;
       ++stats_.child_restarts;
     }
   }
+  for (Endpoint* ep : dead)
+    if (ep->pid > 0 && !ep->reaped)
+      if (Status s = await_ready(*ep); !s.ok() && first.ok()) first = s;
   start_scheduler();
   return first;
 }
 
 RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg) {
+  if (run_thread_.load() == std::this_thread::get_id()) {
+    RunResult bad;
+    bad.status = Status::Error(kWorkerInvalidArgument, "run() from inside an orchestration of the same Worker");
+    return bad;
+  }
   std::lock_guard<std::mutex> run_lock(run_mu_);
+  run_thread_.store(std::this_thread::get_id());
+  struct Clear {
+    std::atomic<std::thread::id>& t;
+    ~Clear() { t.store(std::thread::id()); }
+  } clear{run_thread_};
   RunResult bad;
   if (closed_) {
     bad.status = Status::Error(kWorkerClosed, "run after close()");
@@ -531,6 +601,7 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
     ring_allocs_[i].clear();
     rings_[i].reset();
   }
+  allocs_.clear();
   next_task_id_ = 1;
   return r;
 }
@@ -574,8 +645,16 @@ RunHandle WorkerImpl::submit(OrchestrationFunction fn, TaskArgs args, CallConfig
 
 Status WorkerImpl::close() {
   // Children hold a copy of this object; only the process that init()ed it
-  // may stop the children.
-  if (initialized_ && owner_pid_ != getpid()) return Status::Ok();
+  // may stop the children. In another process (a fork of the owner) the
+  // thread objects name threads that do not exist there: let them go.
+  if (initialized_ && owner_pid_ != getpid()) {
+    if (scheduler_.joinable()) scheduler_.detach();
+    if (runner_.joinable()) runner_.detach();
+    return Status::Ok();
+  }
+  if (run_thread_.load() == std::this_thread::get_id())
+    return Status::Error(kWorkerInvalidArgument, "close() from inside an orchestration: return from it first");
+  std::lock_guard<std::mutex> close_lock(close_mu_);
   {
     std::lock_guard<std::mutex> g(async_mu_);
     runner_stop_ = true;
@@ -584,14 +663,24 @@ Status WorkerImpl::close() {
   if (runner_.joinable()) runner_.join();  // queued runs still execute; each is bounded
   std::lock_guard<std::mutex> run_lock(run_mu_);
   if (closed_) return Status::Ok();
-  closed_ = true;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    closed_ = true;
+    // Registration requests still queued fail now rather than at their timeout.
+    for (auto& c : controls_) {
+      c->failure = "the Worker was closed";
+      c->finished = true;
+      c->cv.notify_all();
+    }
+    controls_.clear();
+  }
   if (!initialized_) return Status::Ok();
   stop_scheduler();
   // SHUTDOWN to every live child, then reap within the bound, then SIGKILL.
   std::vector<Endpoint*> all;
   for (auto* list : {&chips_, &subs_, &l3s_})
     for (auto& ep : *list)
-      if (ep->pid > 0) all.push_back(ep.get());
+      if (ep->pid > 0 && !ep->reaped) all.push_back(ep.get());
   for (Endpoint* ep : all) {
     if (!ep->alive) continue;
     ep->mb->state.store(MB_SHUTDOWN, std::memory_order_seq_cst);
@@ -600,25 +689,28 @@ Status WorkerImpl::close() {
   const uint64_t deadline = now_ns() + uint64_t(cfg_.shutdown_timeout_ms) * 1'000'000;
   std::string stuck;
   for (Endpoint* ep : all) {
-    if (!ep->alive) continue;
     int status = 0;
     for (;;) {
       const pid_t r = waitpid(ep->pid, &status, WNOHANG);
       if (r == ep->pid || r < 0) break;
-      if (now_ns() > deadline) {
+      if (now_ns() > deadline || !ep->alive) {
         kill(ep->pid, SIGKILL);
         waitpid(ep->pid, &status, 0);
-        stuck += (stuck.empty() ? "" : ", ") + ep->label();
+        if (ep->alive) stuck += (stuck.empty() ? "" : ", ") + ep->label();
         break;
       }
       usleep(500);
     }
     ep->alive = false;
+    ep->reaped = true;
   }
-  for (auto* list : {&chips_, &subs_, &l3s_}) list->clear();  // unmaps the mailboxes
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto* list : {&chips_, &subs_, &l3s_}) list->clear();  // unmaps the mailboxes
+    bell_ = nullptr;
+  }
   for (auto& m : rings_map_) m.reset();
   arena_map_.reset();
-  bell_ = nullptr;
   bell_map_.reset();
   if (own_state_dir_) {
     std::error_code ec;

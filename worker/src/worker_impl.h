@@ -48,9 +48,10 @@ struct Slot {
   TaskFailure failure;  // the member failure that decided the outcome
   int members_left = 0;
   int refs = 0;  // scope + self-not-final + consumers holding our buffers
-  std::vector<Slot*> holds;
+  std::vector<Slot*> holds;         // producers found through the TensorMap
+  std::vector<Slot*> buffer_holds;  // owners of the heap-ring buffers this task touches
   int ring = -1;
-  uint64_t heap_end = 0;
+  uint64_t heap_start = 0, heap_end = 0;  // address of the allocation, ring position of its end
   bool consumed = false;
   std::vector<uint64_t> map_keys;  // TensorMap entries this slot wrote
   int scope_depth = 0;
@@ -80,6 +81,8 @@ class L3TensorMap {
   void add_reader(uint64_t lo, uint64_t hi, Slot* s);
   void set_writer(uint64_t lo, uint64_t hi, Slot* s);
   void remove_writer(Slot* s);
+  // Forgets every entry overlapping [lo, hi) (memory handed back to a ring).
+  void erase_range(uint64_t lo, uint64_t hi);
   void clear() {
     map_.clear();
     max_len_ = 0;
@@ -99,6 +102,7 @@ struct Endpoint {
   Mailbox* mb = nullptr;
   pid_t pid = -1;
   bool alive = false;
+  bool reaped = true;  // false while a dead child's pid may still need waitpid
   std::string death;  // how it died
   uint32_t restarts = 0;
   uint64_t tasks_run = 0;
@@ -123,6 +127,8 @@ struct ControlRequest {
   std::vector<uint8_t> payload;
   std::vector<Endpoint*> targets;
   std::vector<int> sent, done;  // per target
+  std::vector<uint64_t> sent_ns;
+  std::function<void()> on_success;  // runs under mu_ when every target acknowledged
   std::vector<Endpoint*> installed;
   std::string failure;
   bool rolling_back = false;
@@ -176,16 +182,19 @@ class WorkerImpl {
  private:
   friend class Orchestrator;
   // worker.cpp
-  Status spawn(Endpoint& ep, bool replacement);
+  // Forks the child (mu_ held by the caller for a consistent registry copy),
+  // then await_ready waits for its INIT_READY without the lock.
+  Status fork_child(Endpoint& ep, bool replacement);
+  Status await_ready(Endpoint& ep);
   Status restart_dead_children();
   void stop_scheduler();
   void start_scheduler();
   Status control(ControlOp op, const Digest& digest, std::vector<uint8_t> payload, std::vector<Endpoint*> targets,
-                 uint32_t* query_result);
+                 uint32_t* query_result, std::function<void()> on_success = {});
   std::vector<Endpoint*> targets_for(EntryAbi abi);
   Status store_blob(Callable* c);
   void fail_run(const Status& s);  // orchestration-side error: keep the first
-  [[noreturn]] void child_main(Endpoint& ep);
+  [[noreturn]] void child_main(Endpoint& ep, bool forked_by_main_thread);
 
   // orchestrator.cpp (mu_ held)
   Status validate_tensor(const ContinuousTensor& t, TensorArgType tag, int member, int index) const;
@@ -194,6 +203,9 @@ class WorkerImpl {
   void finalize(Slot* s, Outcome o);
   void unref(Slot* s);
   void reclaim_rings();
+  // The owner of the heap-ring buffer holding [lo, hi), nullptr when the
+  // range is not in a heap ring; an error when it is in a ring but freed.
+  Status buffer_owner(uint64_t lo, uint64_t hi, Slot** owner) const;
   Status heap_alloc(uint64_t bytes, int ring, std::unique_lock<std::mutex>& lk, uint8_t** ptr, uint64_t* end);
 
   // scheduler.cpp
@@ -209,12 +221,15 @@ class WorkerImpl {
   bool progress_controls();
   void check_children(uint64_t now);
   void endpoint_failed(Endpoint& ep, const std::string& why);
+  void mark_dead(Endpoint& ep, const std::string& why, bool reaped);
   void complete_member(Endpoint& ep, Slot* s, Outcome o, const std::string& message);
   bool has_work_in_flight() const;
 
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;  // run drained / heap ring space
-  bool initialized_ = false, closed_ = false;
+  std::atomic<bool> initialized_{false}, closed_{false};
+  std::mutex close_mu_;  // one close() at a time
+  std::atomic<std::thread::id> run_thread_{};  // the thread inside run(), if any
   pid_t owner_pid_ = 0;  // the process that init()ed (children never close it)
   std::vector<std::unique_ptr<Endpoint>> chips_, subs_, l3s_;
   std::vector<std::unique_ptr<Worker>> inner_;  // level >= 4: one per L3 child
@@ -225,6 +240,8 @@ class WorkerImpl {
   SharedMapping rings_map_[kHeapRings];
   HeapRing rings_[kHeapRings];
   std::deque<Slot*> ring_allocs_[kHeapRings];
+  // Live heap-ring allocations: start address -> (end address, owner).
+  std::map<uint64_t, std::pair<uint64_t, Slot*>> allocs_;
   SharedMapping arena_map_;
   Arena arena_;
   SharedMapping bell_map_;
