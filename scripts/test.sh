@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README.md; .ci/run calls exactly this).
 # Installs dependencies, builds into build/, build-tsan/ and build-asan/, runs
-# the runtime's concurrency tests under ThreadSanitizer, the whole suite under
+# the concurrency tests (runtime, simulator, the engine's forked-process
+# tests) under ThreadSanitizer, the whole suite under
 # AddressSanitizer + UBSan, and last the whole suite on the normal build (so
 # the closing CTest summary is the normal build's). Exits non-zero on any failure.
 set -euo pipefail

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "mailbox.h"
 #include "worker_support.h"
 
 using namespace pto;
@@ -511,4 +512,35 @@ TEST_CASE("close() or run() from inside an orchestration is refused - not a dead
   CHECK_THAT(inner_close.message, Catch::Contains("inside an orchestration"));
   CHECK_THAT(inner_run.status.message, Catch::Contains("inside an orchestration"));
   CHECK(w.close().ok());
+}
+
+TEST_CASE("a child that breaks the mailbox protocol is killed and its task fails") {
+  // White box: a sub function finds its own mailbox (the args view points
+  // into its blob) and forges an answer.
+  auto mailbox_of = [](const TaskArgsView& a) {
+    return reinterpret_cast<Mailbox*>(reinterpret_cast<uintptr_t>(a.tensors) - kBlobHeaderBytes - kMailboxBlobOffset);
+  };
+  Worker w({.level = 3, .num_sub_workers = 1});
+  auto wrong_sequence = w.register_callable(NativeCallable::function("wrong_sequence", [&](const TaskArgsView& a, std::string&) {
+    Mailbox* mb = mailbox_of(a);
+    mb->done_sequence = 999999;
+    mb->state.store(MB_TASK_DONE, std::memory_order_release);
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    return 0;
+  }));
+  auto bad_state = w.register_callable(NativeCallable::function("bad_state", [&](const TaskArgsView& a, std::string&) {
+    mailbox_of(a)->state.store(77, std::memory_order_release);
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    return 0;
+  }));
+  REQUIRE(w.init().ok());
+  for (auto* h : {&wrong_sequence, &bad_state}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) { o.submit_sub(*h); });
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.outcome == Outcome::ENDPOINT_FAILURE);
+    CHECK_THAT(r.first_failure->message, Catch::Contains("broke the mailbox protocol"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+  }
+  CHECK(child(w.children(), ChildKind::SUB, 0)->restarts == 1);
 }

@@ -135,7 +135,8 @@ bool WorkerImpl::poll_completions() {
     for (auto& ep : *list) {
       if (!ep->running || n == 64) continue;
       const uint32_t s = ep->mb->state.load(std::memory_order_acquire);
-      if (s == MB_TASK_DONE || s == MB_TASK_FAILED) done[n++] = {ep.get(), s};
+      // TASK_READY: still running. Anything but an answer is a broken child.
+      if (s != MB_TASK_READY) done[n++] = {ep.get(), s};
     }
   if (n == 0) return false;
   const uint64_t seen = now_ns();
@@ -144,12 +145,15 @@ bool WorkerImpl::poll_completions() {
     Endpoint& ep = *done[i].ep;
     Mailbox* mb = ep.mb;
     Slot* s = ep.running;
+    if (done[i].state != MB_TASK_DONE && done[i].state != MB_TASK_FAILED) {
+      endpoint_failed(ep, fmt::format("broke the mailbox protocol: state {} ({}) while a task was in flight",
+                                      done[i].state, mailbox_state_name(done[i].state)));
+      continue;
+    }
     if (mb->done_sequence != ep.seq) {
       // The child answered a different dispatch: it cannot be trusted.
-      const std::string why = fmt::format("protocol error: completion for dispatch {} while {} was in flight",
-                                          mb->done_sequence, ep.seq);
-      kill(ep.pid, SIGKILL);
-      endpoint_failed(ep, why);
+      endpoint_failed(ep, fmt::format("broke the mailbox protocol: completion for dispatch {} while {} was in flight",
+                                      mb->done_sequence, ep.seq));
       continue;
     }
     stats_.mailbox_round_trip.record(seen - ep.dispatch_ns);
