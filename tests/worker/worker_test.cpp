@@ -358,3 +358,28 @@ TEST_CASE("a void orchestration with nested scopes down to depth 5") {
   CHECK(r.tasks_succeeded == 1 + 5 * 3 + 1);
   for (uint32_t i = 0; i < N; i += 5) REQUIRE(f32(out)[i] == Approx(vector_f(f32(a)[i], f32(b)[i]) + 5.f).epsilon(1e-5));
 }
+
+TEST_CASE("cancel_run skips what has not launched and progress counts the run") {
+  Worker w({.level = 3, .num_sub_workers = 1});
+  auto sleep = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_sleep"));
+  REQUIRE(w.init().ok());
+  REQUIRE(w.name_callable("sleep", sleep).ok());
+  CHECK_FALSE(w.cancel_run("nothing running"));
+  RunHandle h = w.submit([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    CallableHandle s = o.find_callable("sleep");
+    REQUIRE(s.ok());
+    CHECK_FALSE(o.find_callable("nope").ok());
+    for (int i = 0; i < 20; ++i) REQUIRE(o.submit_sub(s, TaskArgs().add_scalar(100)).ok());
+  });
+  REQUIRE(eventually([&] { return w.progress().running && w.progress().submitted == 20; }));
+  CHECK(w.cancel_run("test"));
+  REQUIRE(h.wait(std::chrono::milliseconds(10000)));
+  const RunResult& r = h.result();
+  CHECK(r.status.code == kWorkerCancelled);
+  CHECK(r.tasks_succeeded >= 1);
+  CHECK(r.tasks_succeeded <= 2);
+  CHECK(r.tasks_skipped == 20 - r.tasks_succeeded);
+  CHECK_FALSE(w.progress().running);
+  // The next run is not cancelled.
+  CHECK(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) { o.submit_sub(sleep, TaskArgs().add_scalar(1)); }).ok());
+}

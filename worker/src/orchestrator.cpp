@@ -85,6 +85,7 @@ Result<ContinuousTensor> Orchestrator::alloc(const std::vector<uint32_t>& shape,
 void Orchestrator::scope_begin() { w_->scope_begin(); }
 Status Orchestrator::scope_end() { return w_->scope_end(); }
 int Orchestrator::scope_depth() const { return w_->scope_depth_; }
+CallableHandle Orchestrator::find_callable(const std::string& name) const { return w_->find_callable(name); }
 int Orchestrator::level() const { return w_->cfg_.level; }
 int Orchestrator::num_next_level() const {
   return w_->cfg_.level == 3 ? w_->cfg_.num_chips : static_cast<int>(w_->l3s_.size());
@@ -153,6 +154,13 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, const 
   };
   if (closed_) return reject(kWorkerClosed, "submit after close()");
   if (!in_run_) return reject(kWorkerInvalidArgument, "submit outside run(): use the Orchestrator passed to run()");
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!cancelled_.empty()) {
+      r.status = Status::Error(kWorkerCancelled, "submit after the run was cancelled: " + cancelled_);
+      return r;
+    }
+  }
   const char* what = next_level ? (group ? "submit_next_level_group" : "submit_next_level")
                                 : (group ? "submit_sub_group" : "submit_sub");
   if (!h.ok()) return reject(kWorkerNotRegistered, fmt::format("{}: the handle holds an error: {}", what, h.status.message));
@@ -328,6 +336,10 @@ void WorkerImpl::add_dependency(Slot* consumer, Slot* producer, bool data) {
 }
 
 void WorkerImpl::make_ready(Slot* s) {
+  if (!cancelled_.empty() && !s->poisoned) {
+    s->poisoned = true;
+    s->poison = "cancelled: " + cancelled_;
+  }
   if (s->poisoned) {
     s->failure = TaskFailure{s->id, s->callable.hex(), "", Outcome::SKIPPED, s->poison};
     finalize(s, Outcome::SKIPPED);

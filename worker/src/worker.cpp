@@ -116,6 +116,9 @@ Result<ContinuousTensor> Worker::alloc(const std::vector<uint32_t>& shape, int32
 Status Worker::free(const ContinuousTensor& t) { return impl_->free_buffer(t); }
 std::vector<ChildInfo> Worker::children() const { return impl_->children(); }
 WorkerStats Worker::stats() const { return impl_->stats(); }
+Status Worker::name_callable(const std::string& name, const CallableHandle& h) { return impl_->name_callable(name, h); }
+Worker::RunProgress Worker::progress() const { return impl_->progress(); }
+bool Worker::cancel_run(const std::string& reason) { return impl_->cancel_run(reason); }
 const WorkerConfig& Worker::config() const { return impl_->cfg_; }
 bool Worker::initialized() const { return impl_->is_initialized(); }
 
@@ -550,6 +553,7 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
   {
     std::lock_guard<std::mutex> g(mu_);
     run_ = RunResult{};
+    cancelled_.clear();
     scopes_.assign(1, {});
     scope_depth_ = 0;
     in_run_ = true;
@@ -749,6 +753,59 @@ Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& s
 Status WorkerImpl::free_buffer(const ContinuousTensor& t) {
   if (!initialized_ || closed_) return Status::Error(kWorkerClosed, "Worker::free on a closed or uninitialised Worker");
   return arena_.free(reinterpret_cast<const void*>(t.data));
+}
+
+Status WorkerImpl::name_callable(const std::string& name, const CallableHandle& h) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (name.empty()) return Status::Error(kWorkerInvalidArgument, "name_callable: empty name");
+  if (!registry_.count(h.id.digest))
+    return Status::Error(kWorkerNotRegistered, fmt::format("name_callable: callable {} is not registered", h.id.hex()));
+  names_[name] = h;
+  return Status::Ok();
+}
+
+CallableHandle WorkerImpl::find_callable(const std::string& name) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = names_.find(name);
+  if (it != names_.end() && registry_.count(it->second.id.digest)) return it->second;
+  CallableHandle h;
+  h.status = Status::Error(kWorkerNotRegistered, fmt::format("no callable is registered under the name '{}'", name));
+  return h;
+}
+
+Worker::RunProgress WorkerImpl::progress() const {
+  std::lock_guard<std::mutex> g(mu_);
+  Worker::RunProgress p;
+  p.running = in_run_;
+  if (in_run_) {
+    p.submitted = run_.tasks_submitted;
+    p.finished = run_.tasks_succeeded + run_.tasks_failed + run_.tasks_skipped;
+  }
+  return p;
+}
+
+bool WorkerImpl::cancel_run(const std::string& reason) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!in_run_ || !cancelled_.empty()) return false;
+  cancelled_ = reason.empty() ? "cancelled" : reason;
+  fail_run(Status::Error(kWorkerCancelled, "cancelled: " + cancelled_));
+  // Ready tasks not yet launched end now; tasks still waiting on producers
+  // end when they become ready (make_ready).
+  std::vector<Slot*> ready;
+  for (auto* q : {&next_any_, &sub_q_}) {
+    ready.insert(ready.end(), q->begin(), q->end());
+    q->clear();
+  }
+  for (auto& q : next_pinned_) {
+    ready.insert(ready.end(), q.begin(), q.end());
+    q.clear();
+  }
+  for (Slot* s : ready) {
+    s->failure = TaskFailure{s->id, s->callable.hex(), "", Outcome::SKIPPED, "cancelled: " + cancelled_};
+    s->members_left = 0;
+    finalize(s, Outcome::SKIPPED);
+  }
+  return true;
 }
 
 WorkerStats WorkerImpl::stats() const {

@@ -166,6 +166,10 @@ class WorkerImpl {
   Status free_buffer(const ContinuousTensor& t);
   std::vector<ChildInfo> children() const;
   WorkerStats stats() const;
+  Status name_callable(const std::string& name, const CallableHandle& h);
+  CallableHandle find_callable(const std::string& name) const;
+  Worker::RunProgress progress() const;
+  bool cancel_run(const std::string& reason);
 
   // orchestrator.cpp (orchestration thread)
   SubmitResult submit(bool next_level, const CallableHandle& h, const std::vector<TaskArgs>& members,
@@ -260,6 +264,8 @@ class WorkerImpl {
   std::atomic<uint64_t> running_subs_{0};  // of which on sub workers
   RunResult run_;
   WorkerStats stats_;  // mu_
+  std::string cancelled_;  // non-empty: the run in flight was cancelled, why
+  std::map<std::string, CallableHandle> names_;
   bool in_run_ = false;
 
   std::deque<std::shared_ptr<ControlRequest>> controls_;

@@ -47,6 +47,7 @@ enum WorkerError : int32_t {
   kWorkerHeapExhausted = 25,   // a heap ring / the buffer arena cannot satisfy a request
   kWorkerTimeout = 26,         // a bounded wait ran out
   kWorkerRunFailed = 27,       // a run ended with a failed task
+  kWorkerCancelled = 28,       // the run was cancelled (cancel_run)
 };
 
 struct WorkerConfig {
@@ -120,6 +121,9 @@ class Orchestrator {
   void scope_begin();
   Status scope_end();
   int scope_depth() const;
+  // A callable registered with this Worker under a name
+  // (Worker::name_callable); the handle holds an error if there is none.
+  CallableHandle find_callable(const std::string& name) const;
   int level() const;
   int num_next_level() const;
   int num_sub_workers() const;
@@ -257,6 +261,20 @@ class Worker {
 
   std::vector<ChildInfo> children() const;
   WorkerStats stats() const;
+
+  // Gives a registered callable a name orchestrations can find it by.
+  Status name_callable(const std::string& name, const CallableHandle& h);
+  // Progress of the run in flight (zeros when none): tasks submitted so far,
+  // and tasks that reached a final state.
+  struct RunProgress {
+    bool running = false;
+    uint64_t submitted = 0, finished = 0;
+  };
+  RunProgress progress() const;
+  // Cancels the run in flight: further submits are refused, tasks not yet
+  // launched end SKIPPED ("cancelled: <reason>"), running tasks finish. The
+  // run returns kWorkerCancelled. False when no run is in flight.
+  bool cancel_run(const std::string& reason);
   const WorkerConfig& config() const;
   bool initialized() const;
 
