@@ -1,0 +1,211 @@
+#include "callable_registry.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+namespace ptod {
+namespace {
+
+Status bad(std::string m) { return Status::Error(pto::kWorkerInvalidArgument, std::move(m)); }
+
+pto::v1::CallableIdentity to_proto(const pto::CallableIdentity& id) {
+  pto::v1::CallableIdentity p;
+  p.set_digest(std::string(reinterpret_cast<const char*>(id.digest.data()), 32));
+  p.set_kind(static_cast<pto::v1::CallableKind>(id.kind));
+  p.set_target_namespace(static_cast<pto::v1::TargetNamespace>(id.target_namespace));
+  return p;
+}
+
+bool safe_file_name(const std::string& n) {
+  return !n.empty() && n.size() < 256 && n != "." && n != ".." && n.find('/') == std::string::npos &&
+         n.find('\0') == std::string::npos;
+}
+
+}  // namespace
+
+Status CallableRegistry::store_file(const std::string& dir, const std::string& name, const std::string& bytes) {
+  const std::string path = dir + "/" + name;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Error(pto::kWorkerInvalidConfig, fmt::format("cannot write {}: {}", path, strerror(errno)));
+  size_t off = 0;
+  while (off < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n <= 0) {
+      ::close(fd);
+      return Status::Error(pto::kWorkerInvalidConfig, fmt::format("cannot write {}: {}", path, strerror(errno)));
+    }
+    off += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return Status::Ok();
+}
+
+// A bundle directory is named by the SHA-256 of its canonical content (the
+// config, then each library's name and bytes in name order).
+Status CallableRegistry::store_bundle(const pto::v1::ChipBundle& b, std::string* config_path) {
+  if (b.config_toml().empty()) return bad("chip bundle: config_toml is empty");
+  std::string canon = b.config_toml();
+  std::map<std::string, std::string> libs(b.libraries().begin(), b.libraries().end());
+  for (const auto& [name, bytes] : libs) {
+    if (!safe_file_name(name) || name == "kernels.toml")
+      return bad(fmt::format("chip bundle: library name '{}' must be a plain file name", name));
+    if (bytes.empty()) return bad(fmt::format("chip bundle: library '{}' is empty", name));
+    canon += '\0' + name + '\0' + std::to_string(bytes.size()) + '\0' + bytes;
+  }
+  const std::string dir = cfg_.state_dir + "/callables/bundle-" + pto::to_hex(pto::sha256(canon.data(), canon.size()));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::Error(pto::kWorkerInvalidConfig, fmt::format("cannot create {}: {}", dir, ec.message()));
+  chmod(dir.c_str(), 0700);
+  for (const auto& [name, bytes] : libs)
+    if (Status s = store_file(dir, name, bytes); !s.ok()) return s;
+  if (Status s = store_file(dir, "kernels.toml", b.config_toml()); !s.ok()) return s;
+  *config_path = dir + "/kernels.toml";
+  return Status::Ok();
+}
+
+Status CallableRegistry::add(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply) {
+  const bool orchestration = req.abi() == pto::v1::ABI_ORCHESTRATION;
+  if (req.abi() == pto::v1::ABI_CHIP && !req.has_chip()) return bad("abi ABI_CHIP needs a chip bundle");
+  pto::Callable c;
+  std::string source;
+  switch (req.callable_case()) {
+    case pto::v1::RegisterRequest::kChip: {
+      if (!cfg_.allow_chip_bundles)
+        return Status::Error(kRefused, "chip bundles are refused by this daemon ([security] allow_chip_bundles = false)");
+      if (orchestration) return bad("a chip bundle cannot have abi ABI_ORCHESTRATION");
+      std::string path;
+      if (Status s = store_bundle(req.chip(), &path); !s.ok()) return s;
+      c = pto::ChipCallable::from_config(path);
+      source = "bundle";
+      break;
+    }
+    case pto::v1::RegisterRequest::kNativeImport: {
+      if (!cfg_.allow_native_import)
+        return Status::Error(kRefused, "native imports are refused by this daemon ([security] allow_native_import = false)");
+      const auto& n = req.native_import();
+      if (n.library_path().empty() || n.library_path()[0] != '/')
+        return bad(fmt::format("native import: library_path '{}' must be absolute", n.library_path()));
+      c = orchestration ? pto::OrchestrationCallable::import(n.library_path(), n.symbol())
+                        : pto::NativeCallable::import(n.library_path(), n.symbol());
+      source = n.library_path() + ":" + n.symbol();
+      break;
+    }
+    case pto::v1::RegisterRequest::kNativeBlob: {
+      if (!cfg_.allow_native_blob)
+        return Status::Error(kRefused, "native blobs are refused by this daemon ([security] allow_native_blob = false)");
+      const auto& n = req.native_blob();
+      if (n.library().empty()) return bad("native blob: no library bytes");
+      const std::string dir = cfg_.state_dir + "/callables";
+      const std::string file = "blob-" + pto::to_hex(pto::sha256(n.library().data(), n.library().size())) + ".so";
+      if (Status s = store_file(dir, file, n.library()); !s.ok()) return s;
+      if (orchestration) {
+        c = pto::OrchestrationCallable::import(dir + "/" + file, n.symbol());
+      } else {
+        c = pto::NativeCallable::blob(std::vector<uint8_t>(n.library().begin(), n.library().end()), n.symbol());
+      }
+      source = "blob:" + n.symbol();
+      break;
+    }
+    default: return bad("register: no callable given (chip, native_import or native_blob)");
+  }
+  if (!c.status.ok()) return c.status;
+  const pto::CallableIdentity id = c.identity();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = by_digest_.find(id.digest);
+    if (it != by_digest_.end()) {
+      if (!req.name().empty() && req.name() != it->second.name)
+        return bad(fmt::format("callable {} is already registered as '{}'", id.short_hex(), it->second.name));
+      *reply->mutable_identity() = to_proto(id);
+      reply->set_name(it->second.name);
+      reply->set_existed(true);
+      return Status::Ok();
+    }
+    if (!req.name().empty() && by_name_.count(req.name()))
+      return bad(fmt::format("the name '{}' is taken by another callable", req.name()));
+  }
+  RegisteredCallable rc;
+  rc.abi = c.abi;
+  rc.name = req.name();
+  rc.source = source;
+  if (orchestration) {
+    Status st;
+    std::unique_ptr<pto2::sim::SharedLibrary> lib = pto2::sim::SharedLibrary::open(c.path, &st);
+    if (!lib) return st;
+    void* sym = lib->symbol(c.symbol.c_str(), &st);
+    if (!sym) return st;
+    rc.library = std::move(lib);
+    rc.orchestration = reinterpret_cast<pto::OrchestrationEntryFn>(sym);
+    rc.handle.id = id;
+    rc.handle.abi = pto::EntryAbi::ORCHESTRATION;
+  } else {
+    rc.handle = w_.register_callable(c);
+    if (!rc.handle.ok()) return rc.handle.status;
+    if (!rc.name.empty()) (void)w_.name_callable(rc.name, rc.handle);
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  by_digest_[id.digest] = rc;
+  if (!rc.name.empty()) by_name_[rc.name] = id.digest;
+  *reply->mutable_identity() = to_proto(id);
+  reply->set_name(rc.name);
+  reply->set_existed(false);
+  return Status::Ok();
+}
+
+Status CallableRegistry::find_locked(const pto::v1::CallableRef& ref, const RegisteredCallable** out) const {
+  pto::Digest d{};
+  if (!ref.digest().empty()) {
+    if (ref.digest().size() != 32) return bad(fmt::format("a digest has 32 bytes, not {}", ref.digest().size()));
+    std::memcpy(d.data(), ref.digest().data(), 32);
+  } else if (!ref.name().empty()) {
+    auto n = by_name_.find(ref.name());
+    if (n == by_name_.end())
+      return Status::Error(pto::kWorkerNotRegistered, fmt::format("no callable is registered as '{}'", ref.name()));
+    d = n->second;
+  } else {
+    return bad("a callable reference needs a digest or a name");
+  }
+  auto it = by_digest_.find(d);
+  if (it == by_digest_.end())
+    return Status::Error(pto::kWorkerNotRegistered, fmt::format("callable {} is not registered", pto::to_hex(d)));
+  *out = &it->second;
+  return Status::Ok();
+}
+
+Status CallableRegistry::find(const pto::v1::CallableRef& ref, RegisteredCallable* out) const {
+  std::lock_guard<std::mutex> g(mu_);
+  const RegisteredCallable* rc = nullptr;
+  if (Status s = find_locked(ref, &rc); !s.ok()) return s;
+  *out = *rc;
+  return Status::Ok();
+}
+
+Status CallableRegistry::remove(const pto::v1::CallableRef& ref) {
+  RegisteredCallable rc;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    const RegisteredCallable* p = nullptr;
+    if (Status s = find_locked(ref, &p); !s.ok()) return s;
+    rc = *p;
+    by_digest_.erase(rc.handle.id.digest);
+    if (!rc.name.empty()) by_name_.erase(rc.name);
+  }
+  // The library of an orchestration stays loaded while a job holds a copy.
+  if (rc.abi != pto::EntryAbi::ORCHESTRATION) return w_.unregister_callable(rc.handle);
+  return Status::Ok();
+}
+
+std::vector<RegisteredCallable> CallableRegistry::list() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<RegisteredCallable> out;
+  for (const auto& [d, rc] : by_digest_) out.push_back(rc);
+  return out;
+}
+
+}  // namespace ptod

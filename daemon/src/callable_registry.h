@@ -1,0 +1,56 @@
+// The daemon's callables. Chip bundles and native blobs are written under
+// <state_dir>/callables/ (directories 0700, files 0600), content-addressed,
+// so the same content always gets the same digest. Chip and sub callables
+// are registered with the Worker (broadcast to its children); L3
+// orchestrations are loaded into the daemon, which runs them on its Worker.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "pto/worker.h"
+#include "pto2/sim/loader.h"
+#include "pto/v1/ptod.pb.h"
+
+namespace ptod {
+
+struct RegisteredCallable {
+  pto::CallableHandle handle;  // for CHIP and SUB
+  pto::EntryAbi abi = pto::EntryAbi::SUB;
+  std::string name;
+  std::string source;
+  std::shared_ptr<pto2::sim::SharedLibrary> library;  // ORCHESTRATION
+  pto::OrchestrationEntryFn orchestration = nullptr;
+};
+
+class CallableRegistry {
+ public:
+  CallableRegistry(pto::Worker& w, const DaemonConfig& cfg) : w_(w), cfg_(cfg) {}
+
+  // The error's code maps to a gRPC status: kWorkerInvalidArgument ->
+  // INVALID_ARGUMENT, kWorkerChildFailed -> FAILED_PRECONDITION, 403-like
+  // refusals -> PERMISSION_DENIED (code kRefused).
+  Status add(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply);
+  Status remove(const pto::v1::CallableRef& ref);
+  Status find(const pto::v1::CallableRef& ref, RegisteredCallable* out) const;
+  std::vector<RegisteredCallable> list() const;
+
+  static constexpr int32_t kRefused = 40;
+
+ private:
+  Status store_bundle(const pto::v1::ChipBundle& b, std::string* config_path);
+  Status store_file(const std::string& dir, const std::string& name, const std::string& bytes);
+  Status find_locked(const pto::v1::CallableRef& ref, const RegisteredCallable** out) const;
+
+  pto::Worker& w_;
+  const DaemonConfig& cfg_;
+  mutable std::mutex mu_;
+  std::map<pto::Digest, RegisteredCallable> by_digest_;
+  std::map<std::string, pto::Digest> by_name_;
+};
+
+}  // namespace ptod

@@ -1,0 +1,199 @@
+#include "config.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+namespace ptod {
+namespace {
+
+Status bad(const std::string& what) { return Status::Error(pto2::kInvalidConfig, what); }
+
+template <class T>
+Status read_int(const toml::table& t, const char* section, const char* key, T* out, int64_t lo, int64_t hi) {
+  const toml::node* n = t.get(key);
+  if (!n) return Status::Ok();
+  auto v = n->value<int64_t>();
+  if (!v || *v < lo || *v > hi)
+    return bad(fmt::format("[{}] {}: must be an integer in {}..{} (got {})", section, key, lo, hi,
+                           v ? std::to_string(*v) : std::string("a non-integer")));
+  *out = static_cast<T>(*v);
+  return Status::Ok();
+}
+
+Status read_str(const toml::table& t, const char* section, const char* key, std::string* out) {
+  const toml::node* n = t.get(key);
+  if (!n) return Status::Ok();
+  auto v = n->value<std::string>();
+  if (!v) return bad(fmt::format("[{}] {}: must be a string", section, key));
+  *out = *v;
+  return Status::Ok();
+}
+
+Status read_bool(const toml::table& t, const char* section, const char* key, bool* out) {
+  const toml::node* n = t.get(key);
+  if (!n) return Status::Ok();
+  auto v = n->value<bool>();
+  if (!v) return bad(fmt::format("[{}] {}: must be true or false", section, key));
+  *out = *v;
+  return Status::Ok();
+}
+
+Status only_keys(const toml::table& t, const std::string& where, std::set<std::string> keys) {
+  for (const auto& [k, v] : t)
+    if (!keys.count(std::string(k.str())))
+      return bad(fmt::format("{}: unknown key '{}' (known: {})", where, k.str(), fmt::join(keys, ", ")));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status split_host_port(const std::string& addr, std::string* host, int* port) {
+  const auto colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size())
+    return bad(fmt::format("listen address '{}' is not host:port", addr));
+  *host = addr.substr(0, colon);
+  if (host->size() > 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
+  try {
+    size_t used = 0;
+    *port = std::stoi(addr.substr(colon + 1), &used);
+    if (used != addr.size() - colon - 1 || *port < 0 || *port > 65535) throw std::out_of_range("port");
+  } catch (const std::exception&) {
+    return bad(fmt::format("listen address '{}': the port must be 0..65535", addr));
+  }
+  return Status::Ok();
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+Status DaemonConfig::load(const std::string& path, DaemonConfig* out) {
+  toml::table doc;
+  try {
+    doc = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << e.description() << " at line " << e.source().begin.line;
+    return bad(fmt::format("{}: {}", path, os.str()));
+  }
+  DaemonConfig c = *out;
+  if (Status s = only_keys(doc, path, {"server", "worker", "jobs", "daemon", "metrics", "security"}); !s.ok()) return s;
+  auto section = [&](const char* name) -> const toml::table* { return doc[name].as_table(); };
+  Status s;
+  if (const toml::table* t = section("server")) {
+    if (s = only_keys(*t, "[server]", {"socket", "listen", "tls_cert", "tls_key", "tls_client_ca", "token_file",
+                                       "max_message_bytes"});
+        !s.ok())
+      return s;
+    if (s = read_str(*t, "server", "socket", &c.socket); !s.ok()) return s;
+    if (const toml::node* n = t->get("listen")) {
+      const toml::array* a = n->as_array();
+      if (!a) return bad("[server] listen: must be an array of \"host:port\" strings");
+      c.listen.clear();
+      for (const auto& e : *a) {
+        auto v = e.value<std::string>();
+        if (!v) return bad("[server] listen: must be an array of \"host:port\" strings");
+        c.listen.push_back(*v);
+      }
+    }
+    if (s = read_str(*t, "server", "tls_cert", &c.tls_cert); !s.ok()) return s;
+    if (s = read_str(*t, "server", "tls_key", &c.tls_key); !s.ok()) return s;
+    if (s = read_str(*t, "server", "tls_client_ca", &c.tls_client_ca); !s.ok()) return s;
+    if (s = read_str(*t, "server", "token_file", &c.token_file); !s.ok()) return s;
+    if (s = read_int(*t, "server", "max_message_bytes", &c.max_message_bytes, 4096, int64_t(1) << 31); !s.ok()) return s;
+  }
+  if (const toml::table* t = section("worker")) {
+    if (s = only_keys(*t, "[worker]", {"chips", "sub_workers", "heap_ring_bytes", "arena_bytes", "task_timeout_ms", "spin_us"});
+        !s.ok())
+      return s;
+    if (s = read_int(*t, "worker", "chips", &c.chips, 0, 64); !s.ok()) return s;
+    if (s = read_int(*t, "worker", "sub_workers", &c.sub_workers, 0, 64); !s.ok()) return s;
+    if (s = read_int(*t, "worker", "heap_ring_bytes", &c.heap_ring_bytes, 4096, int64_t(1) << 40); !s.ok()) return s;
+    if (s = read_int(*t, "worker", "arena_bytes", &c.arena_bytes, 4096, int64_t(1) << 42); !s.ok()) return s;
+    if (s = read_int(*t, "worker", "task_timeout_ms", &c.task_timeout_ms, 0, int64_t(1) << 40); !s.ok()) return s;
+    if (s = read_int(*t, "worker", "spin_us", &c.spin_us, 0, 100000); !s.ok()) return s;
+  }
+  if (const toml::table* t = section("jobs")) {
+    if (s = only_keys(*t, "[jobs]", {"max_queued", "retain_finished"}); !s.ok()) return s;
+    if (s = read_int(*t, "jobs", "max_queued", &c.max_queued, 1, 1 << 20); !s.ok()) return s;
+    if (s = read_int(*t, "jobs", "retain_finished", &c.retain_finished, 1, 1 << 20); !s.ok()) return s;
+  }
+  if (const toml::table* t = section("daemon")) {
+    if (s = only_keys(*t, "[daemon]", {"state_dir", "drain_timeout_s", "log_level", "log_file"}); !s.ok()) return s;
+    if (s = read_str(*t, "daemon", "state_dir", &c.state_dir); !s.ok()) return s;
+    if (s = read_int(*t, "daemon", "drain_timeout_s", &c.drain_timeout_s, 0, 86400); !s.ok()) return s;
+    if (s = read_str(*t, "daemon", "log_level", &c.log_level); !s.ok()) return s;
+    if (s = read_str(*t, "daemon", "log_file", &c.log_file); !s.ok()) return s;
+  }
+  if (const toml::table* t = section("metrics")) {
+    if (s = only_keys(*t, "[metrics]", {"listen"}); !s.ok()) return s;
+    if (s = read_str(*t, "metrics", "listen", &c.metrics_listen); !s.ok()) return s;
+  }
+  if (const toml::table* t = section("security")) {
+    if (s = only_keys(*t, "[security]", {"allow_native_blob", "allow_native_import", "allow_chip_bundles"}); !s.ok())
+      return s;
+    if (s = read_bool(*t, "security", "allow_native_blob", &c.allow_native_blob); !s.ok()) return s;
+    if (s = read_bool(*t, "security", "allow_native_import", &c.allow_native_import); !s.ok()) return s;
+    if (s = read_bool(*t, "security", "allow_chip_bundles", &c.allow_chip_bundles); !s.ok()) return s;
+  }
+  for (const char* name : {"server", "worker", "jobs", "daemon", "metrics", "security"})
+    if (doc.get(name) && !doc[name].as_table()) return bad(fmt::format("{}: [{}] must be a table", path, name));
+  *out = c;
+  return Status::Ok();
+}
+
+Status DaemonConfig::validate() {
+  static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+  if (!levels.count(log_level))
+    return bad(fmt::format("log_level '{}' is not one of trace, debug, info, warn, error, critical, off", log_level));
+  if (socket.empty() && listen.empty()) return bad("no listener: set [server] socket and/or listen");
+  if (state_dir.empty()) return bad("[daemon] state_dir must not be empty");
+  if ((tls_cert.empty()) != (tls_key.empty())) return bad("[server] tls_cert and tls_key go together");
+  if (!tls_client_ca.empty() && tls_cert.empty()) return bad("[server] tls_client_ca needs tls_cert and tls_key");
+  token.clear();
+  if (!token_file.empty()) {
+    std::ifstream f(token_file);
+    if (!f) return bad(fmt::format("[server] token_file '{}' cannot be read", token_file));
+    std::getline(f, token);
+    while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+    if (token.size() < 16) return bad(fmt::format("[server] token_file '{}': the token must be at least 16 characters", token_file));
+  }
+  for (const std::string& a : listen) {
+    std::string host;
+    int port = 0;
+    if (Status s = split_host_port(a, &host, &port); !s.ok()) return s;
+    if (!is_loopback_host(host) && (tls_cert.empty() || token.empty()))
+      return bad(fmt::format("listen address '{}' is not loopback: it needs TLS ([server] tls_cert, tls_key) and a "
+                             "bearer token ([server] token_file)",
+                             a));
+  }
+  if (!metrics_listen.empty()) {
+    std::string host;
+    int port = 0;
+    if (Status s = split_host_port(metrics_listen, &host, &port); !s.ok()) return bad("[metrics] " + s.message);
+    if (!is_loopback_host(host)) return bad(fmt::format("[metrics] listen '{}' must be a loopback address", metrics_listen));
+  }
+  return Status::Ok();
+}
+
+std::string DaemonConfig::effective_toml() const {
+  auto q = [](const std::string& s) { return "\"" + s + "\""; };
+  std::string l;
+  for (size_t i = 0; i < listen.size(); ++i) l += (i ? ", " : "") + q(listen[i]);
+  return fmt::format(
+      "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
+      "max_message_bytes = {}\n\n[worker]\nchips = {}\nsub_workers = {}\nheap_ring_bytes = {}\narena_bytes = {}\n"
+      "task_timeout_ms = {}\nspin_us = {}\n\n[jobs]\nmax_queued = {}\nretain_finished = {}\n\n[daemon]\n"
+      "state_dir = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\n\n[metrics]\nlisten = {}\n\n"
+      "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
+      q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"), max_message_bytes,
+      chips, sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms, spin_us, max_queued, retain_finished,
+      q(state_dir), drain_timeout_s, q(log_level), q(log_file), q(metrics_listen), allow_native_blob,
+      allow_native_import, allow_chip_bundles);
+}
+
+}  // namespace ptod

@@ -1,0 +1,99 @@
+// Jobs: a FIFO queue in front of the daemon's Worker, which runs one
+// orchestration at a time on the job runner thread. States (docs/daemon.md):
+//   QUEUED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED;  QUEUED -> CANCELLED.
+// Every change bumps the job's version, so watchers wait for "newer than
+// what I saw". Finished jobs are kept (retain_finished) for Result / List.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "callable_registry.h"
+#include "config.h"
+#include "pto/v1/ptod.pb.h"
+#include "pto/worker.h"
+#include "tensor_store.h"
+
+namespace ptod {
+
+struct JobSpec {
+  RegisteredCallable callable;
+  pto::TaskArgs args;
+  pto::CallConfig config;
+  std::string label;
+  std::vector<uint64_t> pinned;         // tensor ids, unpinned when the job ends
+  std::vector<TensorEntry> outputs;     // tensors the job writes
+};
+
+struct JobCounts {
+  uint64_t queued = 0, running = 0;
+  uint64_t succeeded_total = 0, failed_total = 0, cancelled_total = 0, submitted_total = 0;
+};
+
+class JobManager {
+ public:
+  JobManager(pto::Worker& w, TensorStore& tensors, const DaemonConfig& cfg);
+  ~JobManager();
+
+  static constexpr int32_t kUnavailable = 41;  // draining
+  static constexpr int32_t kQueueFull = 42;
+
+  // spec.pinned: tensors the caller pinned; the job unpins them when it ends
+  // (on error they stay the caller's to unpin).
+  Status submit(JobSpec spec, uint64_t* id, uint32_t* queue_position);
+  Status cancel(uint64_t id, pto::v1::JobState* state);
+  Status result(uint64_t id, pto::v1::JobResult* out) const;
+  // Waits until the job changed after *version (or timeout), then fills ev
+  // (with live task progress while it runs) and updates *version.
+  Status wait_event(uint64_t id, uint64_t* version, std::chrono::milliseconds timeout, pto::v1::JobEvent* ev);
+  std::vector<pto::v1::JobResult> list(uint32_t limit) const;
+  JobCounts counts() const;
+
+  // Drain: refuse new jobs, cancel the queued ones; then wait (bounded) for
+  // the running one.
+  void start_drain(const std::string& why);
+  bool wait_idle(std::chrono::milliseconds timeout);
+  bool draining() const { return draining_.load(); }
+  void stop();
+
+ private:
+  struct Job {
+    uint64_t id = 0;
+    JobSpec spec;
+    pto::v1::JobState state = pto::v1::QUEUED;
+    pto::v1::JobResult result;
+    uint64_t version = 1;
+    uint64_t submit_ns = 0, start_ns = 0, end_ns = 0;
+  };
+  void runner_main();
+  void finish_locked(Job& j, pto::v1::JobState state, const std::string& message);
+  void fill_result_locked(const Job& j, pto::v1::JobResult* out) const;
+  void trim_locked();
+
+  pto::Worker& w_;
+  TensorStore& tensors_;
+  const DaemonConfig& cfg_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // any job changed, or work queued
+  std::map<uint64_t, Job> jobs_;
+  std::deque<uint64_t> queue_;
+  std::deque<uint64_t> finished_order_;
+  uint64_t next_id_ = 1;
+  uint64_t running_id_ = 0;
+  JobCounts counts_;
+  std::atomic<bool> draining_{false};
+  bool stop_ = false;
+  std::thread runner_;
+};
+
+pto::v1::JobResult to_proto(const pto::RunResult& r);
+
+}  // namespace ptod

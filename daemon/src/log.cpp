@@ -1,0 +1,50 @@
+#include "log.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <map>
+#include <mutex>
+
+namespace ptod {
+namespace {
+std::mutex g_mu;
+spdlog::sink_ptr g_sink;
+spdlog::level::level_enum g_level = spdlog::level::info;
+std::map<std::string, std::shared_ptr<spdlog::logger>> g_loggers;
+}  // namespace
+
+pto2::Status setup_logging(const std::string& level, const std::string& file) {
+  std::lock_guard<std::mutex> g(g_mu);
+  spdlog::sink_ptr sink;
+  try {
+    if (file.empty()) sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+    else sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file, false);
+  } catch (const spdlog::spdlog_ex& e) {
+    return pto2::Status::Error(pto2::kInvalidConfig, std::string("log file: ") + e.what());
+  }
+  sink->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v");
+  g_sink = sink;
+  g_level = spdlog::level::from_str(level);
+  for (auto& [name, l] : g_loggers) {
+    l->sinks() = {g_sink};
+    l->set_level(g_level);
+  }
+  return pto2::Status::Ok();
+}
+
+std::shared_ptr<spdlog::logger> log(const char* component) {
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = g_loggers.find(component);
+  if (it != g_loggers.end()) return it->second;
+  if (!g_sink) {
+    g_sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+    g_sink->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v");
+  }
+  auto l = std::make_shared<spdlog::logger>(std::string("ptod.") + component, g_sink);
+  l->set_level(g_level);
+  g_loggers[component] = l;
+  return l;
+}
+
+}  // namespace ptod

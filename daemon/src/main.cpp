@@ -1,0 +1,57 @@
+// ptod — the per-host daemon. Usage: ptod [--config FILE] [flags]; every
+// config key is in docs/daemon.md. Exit status: 0 after a clean stop, 1 on a
+// startup error (the message names the value), 2 on bad usage.
+#include <CLI/CLI.hpp>
+#include <filesystem>
+
+#include "daemon.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ptod: the PTO runtime daemon (one level-3 Worker per host, served over gRPC)"};
+  std::string config_path = "/etc/ptod/ptod.toml";
+  bool config_given = false;
+  std::string socket, state_dir, metrics, log_level, log_file, token_file, tls_cert, tls_key;
+  std::vector<std::string> listen;
+  int chips = -1, subs = -1;
+  bool no_socket = false, allow_blob = false;
+  ptod::RunOptions opts;
+  app.add_option("-c,--config", config_path, "config file (TOML); default /etc/ptod/ptod.toml if it exists")
+      ->each([&](const std::string&) { config_given = true; });
+  app.add_option("--socket", socket, "unix socket path ([server] socket)");
+  app.add_flag("--no-socket", no_socket, "do not listen on a unix socket");
+  app.add_option("--listen", listen, "TCP listener host:port, repeatable ([server] listen); port 0 picks one");
+  app.add_option("--state-dir", state_dir, "state directory ([daemon] state_dir)");
+  app.add_option("--chips", chips, "simulated chips ([worker] chips)")->check(CLI::Range(0, 64));
+  app.add_option("--sub-workers", subs, "sub workers ([worker] sub_workers)")->check(CLI::Range(0, 64));
+  app.add_option("--metrics", metrics, "metrics listener host:port, or 'off' ([metrics] listen)");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off ([daemon] log_level)");
+  app.add_option("--log-file", log_file, "log file instead of stderr ([daemon] log_file)");
+  app.add_option("--token-file", token_file, "bearer token file ([server] token_file)");
+  app.add_option("--tls-cert", tls_cert, "TLS certificate, PEM ([server] tls_cert)");
+  app.add_option("--tls-key", tls_key, "TLS key, PEM ([server] tls_key)");
+  app.add_flag("--allow-native-blob", allow_blob, "accept uploaded native libraries ([security] allow_native_blob)");
+  app.add_option("--ready-file", opts.ready_file, "write grpc_port=, metrics_port=, socket=, pid= here once serving");
+  CLI11_PARSE(app, argc, argv);
+
+  ptod::DaemonConfig cfg;
+  if (config_given || std::filesystem::exists(config_path)) {
+    if (ptod::Status s = ptod::DaemonConfig::load(config_path, &cfg); !s.ok()) {
+      std::fprintf(stderr, "ptod: %s\n", s.message.c_str());
+      return 1;
+    }
+  }
+  if (!socket.empty()) cfg.socket = socket;
+  if (no_socket) cfg.socket.clear();
+  if (!listen.empty()) cfg.listen = listen;
+  if (!state_dir.empty()) cfg.state_dir = state_dir;
+  if (chips >= 0) cfg.chips = chips;
+  if (subs >= 0) cfg.sub_workers = subs;
+  if (!metrics.empty()) cfg.metrics_listen = metrics == "off" ? "" : metrics;
+  if (!log_level.empty()) cfg.log_level = log_level;
+  if (!log_file.empty()) cfg.log_file = log_file;
+  if (!token_file.empty()) cfg.token_file = token_file;
+  if (!tls_cert.empty()) cfg.tls_cert = tls_cert;
+  if (!tls_key.empty()) cfg.tls_key = tls_key;
+  if (allow_blob) cfg.allow_native_blob = true;
+  return ptod::run_daemon(cfg, opts);
+}

@@ -1,0 +1,32 @@
+// Prometheus text exposition on a loopback HTTP port (GET /metrics): jobs by
+// state, tasks, queue depth, task latency and mailbox round-trip histograms,
+// heap ring and arena usage, child restarts. No job or task ids as labels.
+// A tiny HTTP/1.0 responder on Asio: one request per connection.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "pto2/errors.h"
+
+namespace ptod {
+
+class MetricsServer {
+ public:
+  using Render = std::function<std::string()>;
+  // Binds host:port (port 0 picks one; bound_port() tells which).
+  static std::unique_ptr<MetricsServer> start(const std::string& host, int port, Render render, pto2::Status* error);
+  ~MetricsServer();
+  int bound_port() const { return port_; }
+
+ private:
+  MetricsServer() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace ptod

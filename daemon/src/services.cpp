@@ -1,0 +1,322 @@
+#include "services.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "log.h"
+
+#ifndef PTO_VERSION
+#define PTO_VERSION "0.0.0"
+#endif
+
+namespace ptod {
+namespace {
+
+void fill_info(const TensorEntry& e, pto::v1::TensorInfo* ti) {
+  ti->mutable_handle()->set_id(e.id);
+  ti->mutable_handle()->set_name(e.name);
+  for (int i = 0; i < e.tensor.ndims; ++i) ti->add_shape(e.tensor.shape[i]);
+  ti->set_dtype(static_cast<pto::v1::DataType>(e.tensor.dtype));
+  ti->set_bytes(e.bytes);
+}
+
+bool final_state(pto::v1::JobState s) {
+  return s == pto::v1::SUCCEEDED || s == pto::v1::FAILED || s == pto::v1::CANCELLED;
+}
+
+}  // namespace
+
+grpc::Status to_grpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  grpc::StatusCode c = grpc::StatusCode::INTERNAL;
+  switch (s.code) {
+    case pto::kWorkerInvalidArgument:
+    case pto::kWorkerInvalidConfig:
+    case pto2::kInvalidArgument:
+    case pto2::kInvalidConfig: c = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case pto::kWorkerNotRegistered: c = grpc::StatusCode::NOT_FOUND; break;
+    case pto::kWorkerHeapExhausted:
+    case JobManager::kQueueFull: c = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case pto::kWorkerClosed:
+    case JobManager::kUnavailable: c = grpc::StatusCode::UNAVAILABLE; break;
+    case pto::kWorkerTimeout: c = grpc::StatusCode::DEADLINE_EXCEEDED; break;
+    case pto::kWorkerChildFailed: c = grpc::StatusCode::FAILED_PRECONDITION; break;
+    case CallableRegistry::kRefused: c = grpc::StatusCode::PERMISSION_DENIED; break;
+    default: break;
+  }
+  return grpc::Status(c, s.message);
+}
+
+// ---------------------------------------------------------------- Registry
+
+grpc::Status RegistryService::Register(grpc::ServerContext*, const pto::v1::RegisterRequest* req,
+                                       pto::v1::RegisterReply* reply) {
+  Status s = p_.registry.add(*req, reply);
+  if (s.ok())
+    log("registry")->info("callable {} registered{}{}", pto::to_hex(*reinterpret_cast<const pto::Digest*>(reply->identity().digest().data())).substr(0, 16),
+                          reply->name().empty() ? "" : " as '" + reply->name() + "'", reply->existed() ? " (existed)" : "");
+  else
+    log("registry")->warn("register refused: {}", s.message);
+  return to_grpc(s);
+}
+
+grpc::Status RegistryService::Unregister(grpc::ServerContext*, const pto::v1::UnregisterRequest* req,
+                                         pto::v1::UnregisterReply*) {
+  return to_grpc(p_.registry.remove(req->callable()));
+}
+
+grpc::Status RegistryService::List(grpc::ServerContext*, const pto::v1::ListCallablesRequest*,
+                                   pto::v1::ListCallablesReply* reply) {
+  for (const RegisteredCallable& rc : p_.registry.list()) {
+    pto::v1::CallableInfo* ci = reply->add_callables();
+    ci->mutable_identity()->set_digest(std::string(reinterpret_cast<const char*>(rc.handle.id.digest.data()), 32));
+    ci->mutable_identity()->set_kind(static_cast<pto::v1::CallableKind>(rc.handle.id.kind));
+    ci->mutable_identity()->set_target_namespace(static_cast<pto::v1::TargetNamespace>(rc.handle.id.target_namespace));
+    ci->set_name(rc.name);
+    ci->set_abi(static_cast<pto::v1::EntryAbi>(rc.abi));
+    ci->set_source(rc.source);
+  }
+  return grpc::Status::OK;
+}
+
+// ----------------------------------------------------------------- Tensors
+
+grpc::Status TensorsService::Upload(grpc::ServerContext*, grpc::ServerReader<pto::v1::UploadChunk>* reader,
+                                    pto::v1::TensorInfo* reply) {
+  pto::v1::UploadChunk chunk;
+  if (!reader->Read(&chunk) || !chunk.has_header())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload: the first message must be the header");
+  const auto& h = chunk.header();
+  TensorEntry e;
+  if (Status s = p_.tensors.create(h.name(), std::vector<uint32_t>(h.shape().begin(), h.shape().end()), h.dtype(), &e);
+      !s.ok())
+    return to_grpc(Status::Error(s.code, "upload: " + s.message));
+  uint64_t got = 0;
+  uint8_t* dst = reinterpret_cast<uint8_t*>(e.tensor.data);
+  while (reader->Read(&chunk)) {
+    if (!chunk.has_data() && chunk.has_header()) {
+      (void)p_.tensors.free(e.id, "");
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload: a second header");
+    }
+    const std::string& d = chunk.data();
+    if (d.size() > e.bytes - got) {
+      (void)p_.tensors.free(e.id, "");
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          fmt::format("upload: more than the {} bytes of shape x dtype", e.bytes));
+    }
+    std::memcpy(dst + got, d.data(), d.size());
+    got += d.size();
+  }
+  if (got != e.bytes) {
+    (void)p_.tensors.free(e.id, "");
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        fmt::format("upload: {} bytes received, shape x dtype needs {}", got, e.bytes));
+  }
+  fill_info(e, reply);
+  log("tensors")->debug("tensor {} uploaded ({} bytes)", e.id, e.bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status TensorsService::Download(grpc::ServerContext* ctx, const pto::v1::DownloadRequest* req,
+                                      grpc::ServerWriter<pto::v1::DownloadChunk>* writer) {
+  TensorEntry e;
+  if (Status s = p_.tensors.find(req->tensor().id(), req->tensor().name(), &e); !s.ok()) return to_grpc(s);
+  uint64_t chunk = req->chunk_bytes() ? req->chunk_bytes() : (1u << 20);
+  chunk = std::min<uint64_t>(chunk, p_.cfg.max_message_bytes - 4096);
+  const uint8_t* src = reinterpret_cast<const uint8_t*>(e.tensor.data);
+  uint64_t off = 0;
+  bool first = true;
+  do {
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "download cancelled");
+    pto::v1::DownloadChunk c;
+    if (first) fill_info(e, c.mutable_info());
+    const uint64_t n = std::min(chunk, e.bytes - off);
+    c.set_data(reinterpret_cast<const char*>(src + off), n);
+    off += n;
+    first = false;
+    if (!writer->Write(c)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+  } while (off < e.bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status TensorsService::Alloc(grpc::ServerContext*, const pto::v1::AllocRequest* req, pto::v1::TensorInfo* reply) {
+  TensorEntry e;
+  if (Status s = p_.tensors.create(req->name(), std::vector<uint32_t>(req->shape().begin(), req->shape().end()),
+                                   req->dtype(), &e);
+      !s.ok())
+    return to_grpc(s);
+  fill_info(e, reply);
+  return grpc::Status::OK;
+}
+
+grpc::Status TensorsService::Free(grpc::ServerContext*, const pto::v1::FreeTensorRequest* req, pto::v1::FreeTensorReply*) {
+  Status s = p_.tensors.free(req->tensor().id(), req->tensor().name());
+  if (!s.ok() && s.message.find("used by") != std::string::npos)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, s.message);
+  return to_grpc(s);
+}
+
+grpc::Status TensorsService::List(grpc::ServerContext*, const pto::v1::ListTensorsRequest*, pto::v1::ListTensorsReply* reply) {
+  for (const TensorEntry& e : p_.tensors.list()) fill_info(e, reply->add_tensors());
+  const pto::WorkerStats st = p_.worker.stats();
+  reply->set_arena_bytes(st.arena_bytes);
+  reply->set_arena_in_use(st.arena_in_use);
+  return grpc::Status::OK;
+}
+
+// -------------------------------------------------------------------- Jobs
+
+grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::SubmitRequest* req, pto::v1::SubmitReply* reply) {
+  if (p_.draining) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is draining: it accepts no new jobs");
+  JobSpec spec;
+  if (Status s = p_.registry.find(req->callable(), &spec.callable); !s.ok()) return to_grpc(s);
+  const auto& a = req->args();
+  if (a.tags_size() > a.tensors_size())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        fmt::format("{} tags for {} tensors", a.tags_size(), a.tensors_size()));
+  std::vector<uint64_t> pins;
+  auto unpin = [&] {
+    for (uint64_t id : pins) p_.tensors.pin(id, -1);
+  };
+  for (int i = 0; i < a.tensors_size(); ++i) {
+    const pto::v1::TensorRef& ref = a.tensors(i);
+    const int tag = i < a.tags_size() ? a.tags(i) : pto::v1::INPUT;
+    if (tag < 0 || tag > pto::v1::NO_DEP) {
+      unpin();
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("tensor {}: unknown tag {}", i, tag));
+    }
+    pto::ContinuousTensor t;
+    TensorEntry e;
+    if (Status s = p_.tensors.view(ref.tensor().id(), ref.tensor().name(), ref.offset_bytes(),
+                                   std::vector<uint32_t>(ref.shape().begin(), ref.shape().end()), ref.dtype(),
+                                   ref.has_dtype(), &t, &e);
+        !s.ok()) {
+      unpin();
+      return to_grpc(Status::Error(s.code, fmt::format("tensor {}: {}", i, s.message)));
+    }
+    p_.tensors.pin(e.id, +1);
+    pins.push_back(e.id);
+    const auto tt = static_cast<pto::TensorArgType>(tag);
+    // A daemon tensor always has an address: OUTPUT means "write it".
+    spec.args.add_tensor(t, tt == pto::TensorArgType::OUTPUT ? pto::TensorArgType::OUTPUT_EXISTING : tt);
+    if (tt == pto::TensorArgType::OUTPUT || tt == pto::TensorArgType::INOUT || tt == pto::TensorArgType::OUTPUT_EXISTING)
+      spec.outputs.push_back(e);
+  }
+  for (uint64_t v : a.scalars()) spec.args.add_scalar(v);
+  const auto& c = req->config();
+  spec.config.block_dim = c.block_dim();
+  spec.config.aicpu_thread_num = c.aicpu_thread_num();
+  spec.config.enable_profiling = c.enable_profiling();
+  spec.config.timeout_ms = c.timeout_ms();
+  if (c.output_prefix().size() >= sizeof(spec.config.output_prefix)) {
+    unpin();
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "config.output_prefix is longer than 255 bytes");
+  }
+  std::memcpy(spec.config.output_prefix, c.output_prefix().data(), c.output_prefix().size());
+  spec.label = req->label();
+  uint64_t id = 0;
+  uint32_t pos = 0;
+  // The job manager takes over the pins (and releases them when the job ends).
+  spec.pinned = pins;
+  if (Status s = p_.jobs.submit(std::move(spec), &id, &pos); !s.ok()) {
+    unpin();
+    return to_grpc(s);
+  }
+  reply->set_job_id(id);
+  reply->set_queue_position(pos);
+  reply->set_state(pto::v1::QUEUED);
+  if (req->wait_ms() > 0) {
+    pto::v1::JobResult r;
+    if (Status s = wait_final(ctx, id, req->wait_ms(), &r); s.ok()) {
+      reply->set_state(r.state());
+      if (final_state(r.state())) *reply->mutable_result() = r;
+    }
+  }
+  return grpc::Status::OK;
+}
+
+Status JobsService::wait_final(grpc::ServerContext* ctx, uint64_t id, uint32_t wait_ms, pto::v1::JobResult* out) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  uint64_t version = 0;
+  for (;;) {
+    pto::v1::JobEvent ev;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (Status s = p_.jobs.wait_event(id, &version, std::max(left, std::chrono::milliseconds(0)), &ev); !s.ok()) return s;
+    if (final_state(ev.state())) {
+      *out = ev.result();
+      return Status::Ok();
+    }
+    if (std::chrono::steady_clock::now() >= deadline || ctx->IsCancelled()) return p_.jobs.result(id, out);
+  }
+}
+
+grpc::Status JobsService::Watch(grpc::ServerContext* ctx, const pto::v1::WatchRequest* req,
+                                grpc::ServerWriter<pto::v1::JobEvent>* writer) {
+  uint64_t version = 0;
+  uint64_t last_done = ~0ull, last_total = ~0ull;
+  pto::v1::JobState last_state = pto::v1::JOB_STATE_UNSPECIFIED;
+  for (;;) {
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
+    pto::v1::JobEvent ev;
+    if (Status s = p_.jobs.wait_event(req->job_id(), &version, std::chrono::milliseconds(20), &ev); !s.ok())
+      return to_grpc(s);
+    if (ev.state() != last_state || ev.tasks_done() != last_done || ev.tasks_total() != last_total) {
+      if (!writer->Write(ev)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      last_state = ev.state();
+      last_done = ev.tasks_done();
+      last_total = ev.tasks_total();
+    }
+    if (final_state(ev.state())) return grpc::Status::OK;
+  }
+}
+
+grpc::Status JobsService::Cancel(grpc::ServerContext*, const pto::v1::CancelRequest* req, pto::v1::CancelReply* reply) {
+  pto::v1::JobState st;
+  if (Status s = p_.jobs.cancel(req->job_id(), &st); !s.ok()) return to_grpc(s);
+  reply->set_state(st);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobsService::Result(grpc::ServerContext* ctx, const pto::v1::ResultRequest* req, pto::v1::JobResult* reply) {
+  if (req->wait_ms() == 0) return to_grpc(p_.jobs.result(req->job_id(), reply));
+  return to_grpc(wait_final(ctx, req->job_id(), req->wait_ms(), reply));
+}
+
+grpc::Status JobsService::List(grpc::ServerContext*, const pto::v1::ListJobsRequest* req, pto::v1::ListJobsReply* reply) {
+  for (auto& j : p_.jobs.list(req->limit() ? req->limit() : 50)) *reply->add_jobs() = std::move(j);
+  return grpc::Status::OK;
+}
+
+// -------------------------------------------------------------------- Node
+
+grpc::Status NodeService::Workers(grpc::ServerContext*, const pto::v1::WorkersRequest*, pto::v1::WorkersReply* reply) {
+  pto::v1::WorkerNode* root = reply->mutable_root();
+  root->set_name("ptod");
+  root->set_level(p_.worker.config().level);
+  root->set_state(p_.draining ? "draining" : "serving");
+  root->set_pid(getpid());
+  for (const pto::ChildInfo& c : p_.worker.children()) {
+    pto::v1::WorkerNode* n = root->add_children();
+    n->set_name(c.label());
+    n->set_level(c.kind == pto::ChildKind::CHIP ? 2 : c.kind == pto::ChildKind::L3 ? 3 : 0);
+    n->set_state(pto::child_state_name(c.state));
+    n->set_pid(c.pid);
+    n->set_tasks_run(c.tasks_run);
+    n->set_restarts(c.restarts);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::Version(grpc::ServerContext*, const pto::v1::VersionRequest*, pto::v1::VersionReply* reply) {
+  reply->set_version(PTO_VERSION);
+  reply->set_protocol("pto.v1");
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::Config(grpc::ServerContext*, const pto::v1::ConfigRequest*, pto::v1::ConfigReply* reply) {
+  reply->set_effective_toml(p_.cfg.effective_toml());
+  return grpc::Status::OK;
+}
+
+}  // namespace ptod

@@ -1,0 +1,78 @@
+// The gRPC services of ptod (proto/pto/v1/ptod.proto): thin translations
+// between the wire messages and the daemon's parts. Every error becomes a
+// gRPC status with a message; nothing a client sends can stop the daemon.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include "callable_registry.h"
+#include "config.h"
+#include "job_manager.h"
+#include "pto/v1/ptod.grpc.pb.h"
+#include "tensor_store.h"
+
+namespace ptod {
+
+grpc::Status to_grpc(const Status& s);
+
+struct DaemonParts {
+  const DaemonConfig& cfg;
+  pto::Worker& worker;
+  TensorStore& tensors;
+  CallableRegistry& registry;
+  JobManager& jobs;
+  std::atomic<bool>& draining;
+};
+
+class RegistryService final : public pto::v1::Registry::Service {
+ public:
+  explicit RegistryService(DaemonParts p) : p_(p) {}
+  grpc::Status Register(grpc::ServerContext*, const pto::v1::RegisterRequest*, pto::v1::RegisterReply*) override;
+  grpc::Status Unregister(grpc::ServerContext*, const pto::v1::UnregisterRequest*, pto::v1::UnregisterReply*) override;
+  grpc::Status List(grpc::ServerContext*, const pto::v1::ListCallablesRequest*, pto::v1::ListCallablesReply*) override;
+
+ private:
+  DaemonParts p_;
+};
+
+class TensorsService final : public pto::v1::Tensors::Service {
+ public:
+  explicit TensorsService(DaemonParts p) : p_(p) {}
+  grpc::Status Upload(grpc::ServerContext*, grpc::ServerReader<pto::v1::UploadChunk>*, pto::v1::TensorInfo*) override;
+  grpc::Status Download(grpc::ServerContext*, const pto::v1::DownloadRequest*,
+                        grpc::ServerWriter<pto::v1::DownloadChunk>*) override;
+  grpc::Status Alloc(grpc::ServerContext*, const pto::v1::AllocRequest*, pto::v1::TensorInfo*) override;
+  grpc::Status Free(grpc::ServerContext*, const pto::v1::FreeTensorRequest*, pto::v1::FreeTensorReply*) override;
+  grpc::Status List(grpc::ServerContext*, const pto::v1::ListTensorsRequest*, pto::v1::ListTensorsReply*) override;
+
+ private:
+  DaemonParts p_;
+};
+
+class JobsService final : public pto::v1::Jobs::Service {
+ public:
+  explicit JobsService(DaemonParts p) : p_(p) {}
+  grpc::Status Submit(grpc::ServerContext*, const pto::v1::SubmitRequest*, pto::v1::SubmitReply*) override;
+  grpc::Status Watch(grpc::ServerContext*, const pto::v1::WatchRequest*, grpc::ServerWriter<pto::v1::JobEvent>*) override;
+  grpc::Status Cancel(grpc::ServerContext*, const pto::v1::CancelRequest*, pto::v1::CancelReply*) override;
+  grpc::Status Result(grpc::ServerContext*, const pto::v1::ResultRequest*, pto::v1::JobResult*) override;
+  grpc::Status List(grpc::ServerContext*, const pto::v1::ListJobsRequest*, pto::v1::ListJobsReply*) override;
+
+ private:
+  // Waits (bounded by wait_ms and the client's deadline) for a final state.
+  Status wait_final(grpc::ServerContext* ctx, uint64_t id, uint32_t wait_ms, pto::v1::JobResult* out);
+  DaemonParts p_;
+};
+
+class NodeService final : public pto::v1::Node::Service {
+ public:
+  explicit NodeService(DaemonParts p) : p_(p) {}
+  grpc::Status Workers(grpc::ServerContext*, const pto::v1::WorkersRequest*, pto::v1::WorkersReply*) override;
+  grpc::Status Version(grpc::ServerContext*, const pto::v1::VersionRequest*, pto::v1::VersionReply*) override;
+  grpc::Status Config(grpc::ServerContext*, const pto::v1::ConfigRequest*, pto::v1::ConfigReply*) override;
+
+ private:
+  DaemonParts p_;
+};
+
+}  // namespace ptod

@@ -1,0 +1,50 @@
+// Tensors the daemon holds for clients: buffers in the Worker's shared
+// arena (so chip and sub children read and write them in place), by id and
+// optional name. A tensor a queued or running job uses is pinned: it cannot
+// be freed until the job ends.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pto/worker.h"
+
+namespace ptod {
+
+using pto::Status;
+
+struct TensorEntry {
+  uint64_t id = 0;
+  std::string name;
+  pto::ContinuousTensor tensor{};  // the whole buffer
+  uint64_t bytes = 0;
+  int pins = 0;
+};
+
+class TensorStore {
+ public:
+  explicit TensorStore(pto::Worker& w) : w_(w) {}
+
+  // A zero-filled buffer; the error names the shape, dtype or name.
+  Status create(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype, TensorEntry* out);
+  Status find(uint64_t id, const std::string& name, TensorEntry* out) const;
+  Status free(uint64_t id, const std::string& name);
+  std::vector<TensorEntry> list() const;
+  // A view of a stored tensor: offset and shape checked against the buffer.
+  Status view(uint64_t id, const std::string& name, uint64_t offset_bytes, const std::vector<uint32_t>& shape,
+              int32_t dtype, bool has_dtype, pto::ContinuousTensor* out, TensorEntry* entry);
+  void pin(uint64_t id, int delta);
+
+ private:
+  Status find_locked(uint64_t id, const std::string& name, const TensorEntry** out) const;
+  pto::Worker& w_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, TensorEntry> by_id_;
+  std::map<std::string, uint64_t> by_name_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace ptod
