@@ -30,6 +30,7 @@
 #include "pto2/runtime.h"
 #include "pto2/sim/a2a3sim.h"
 #include "pto2/sim/chip_config.h"
+#include "pto2/sim/example_data.h"
 #include "pto2/sim/loader.h"
 #include "pto2/sim/npy.h"
 #include "pto2/sim/trace.h"
@@ -41,51 +42,6 @@ namespace {
 
 constexpr int kExitMismatch = 1;
 constexpr int kExitError = 2;
-
-// The reference ("golden") library of an example exports this: it receives
-// the same argument array as the orchestration, with host pointers, and fills
-// the outputs. Non-zero return = failure.
-using ReferenceFn = int (*)(uint64_t* args, int arg_count);
-constexpr const char* kReferenceSymbol = "pto2_reference";
-
-double element_as_double(const uint8_t* p, int32_t dtype) {
-  switch (dtype) {
-    case PTO2_FLOAT32: { float v; std::memcpy(&v, p, 4); return v; }
-    case PTO2_FLOAT64: { double v; std::memcpy(&v, p, 8); return v; }
-    case PTO2_INT32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case PTO2_INT64: { int64_t v; std::memcpy(&v, p, 8); return double(v); }
-    case PTO2_INT16: { int16_t v; std::memcpy(&v, p, 2); return v; }
-    case PTO2_INT8: return double(int8_t(*p));
-    case PTO2_UINT8: return double(*p);
-    default: return std::nan("");
-  }
-}
-
-void store_double(uint8_t* p, int32_t dtype, double x) {
-  switch (dtype) {
-    case PTO2_FLOAT32: { float v = float(x); std::memcpy(p, &v, 4); break; }
-    case PTO2_FLOAT64: std::memcpy(p, &x, 8); break;
-    case PTO2_INT32: { int32_t v = int32_t(x); std::memcpy(p, &v, 4); break; }
-    case PTO2_INT64: { int64_t v = int64_t(x); std::memcpy(p, &v, 8); break; }
-    case PTO2_INT16: { int16_t v = int16_t(x); std::memcpy(p, &v, 2); break; }
-    case PTO2_INT8: *p = uint8_t(int8_t(x)); break;
-    case PTO2_UINT8: *p = uint8_t(x); break;
-    default: break;
-  }
-}
-
-void generate(const ArgSpec& a, std::mt19937_64& rng, std::vector<uint8_t>& buf) {
-  const uint32_t esz = pto2_dtype_size(a.dtype);
-  const bool integer = a.dtype != PTO2_FLOAT32 && a.dtype != PTO2_FLOAT64;
-  std::uniform_real_distribution<double> real(a.low, a.high);
-  for (uint64_t i = 0; i < a.elements(); ++i) {
-    double x = 0;
-    if (a.generate == "random") x = integer ? std::floor(real(rng)) : real(rng);
-    else if (a.generate == "constant") x = a.value;
-    else if (a.generate == "arange") x = a.low + double(i);
-    store_double(buf.data() + i * esz, a.dtype, x);
-  }
-}
 
 std::map<std::string, std::string> parse_pairs(const std::vector<std::string>& items, const char* flag, bool* ok) {
   std::map<std::string, std::string> m;
@@ -223,7 +179,7 @@ int main(int argc, char** argv) {
         }
         host[i] = std::move(arr.data);
       } else {
-        generate(a, rng, host[i]);
+        generate_input(a, rng, host[i]);
       }
     }
     if (Status ms = chip->memory().alloc(a.bytes(), &device[i]); !ms.ok()) {
@@ -299,15 +255,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "pto2-run: no golden for some outputs: give --golden NAME=FILE.npy or a [golden] library\n");
       return kExitError;
     }
-    Status ls;
-    auto ref_lib = SharedLibrary::open(cfg.reference, &ls);
-    auto ref = ref_lib ? reinterpret_cast<ReferenceFn>(ref_lib->symbol(kReferenceSymbol, &ls)) : nullptr;
-    if (!ref) {
-      std::fprintf(stderr, "pto2-run: golden: %s\n", ls.message.c_str());
-      return kExitError;
-    }
-    if (int rcode = ref(host_args.data(), static_cast<int>(nargs)); rcode != 0) {
-      std::fprintf(stderr, "pto2-run: golden: %s returned %d\n", cfg.reference.c_str(), rcode);
+    if (Status rs = run_reference(cfg, host_args); !rs.ok()) {
+      std::fprintf(stderr, "pto2-run: golden: %s\n", rs.message.c_str());
       return kExitError;
     }
   }
@@ -329,23 +278,9 @@ int main(int argc, char** argv) {
       }
       want = &file.data;
     }
-    const uint32_t esz = pto2_dtype_size(a.dtype);
-    uint64_t matched = 0, first_bad = ~0ull;
-    for (uint64_t e = 0; e < a.elements(); ++e) {
-      const double x = element_as_double(got[i].data() + e * esz, a.dtype);
-      const double y = element_as_double(want->data() + e * esz, a.dtype);
-      if (std::fabs(x - y) <= a.atol + a.rtol * std::fabs(y)) ++matched;
-      else if (first_bad == ~0ull) first_bad = e;
-    }
-    const bool pass = matched == a.elements();
-    all_pass &= pass;
-    std::printf("%s: %s (%llu/%llu elements matched)\n", a.name.c_str(), pass ? "PASS" : "FAIL",
-                (unsigned long long)matched, (unsigned long long)a.elements());
-    if (!pass) {
-      std::printf("  first mismatch at element %llu: got %.9g, expected %.9g (rtol %g, atol %g)\n",
-                  (unsigned long long)first_bad, element_as_double(got[i].data() + first_bad * esz, a.dtype),
-                  element_as_double(want->data() + first_bad * esz, a.dtype), a.rtol, a.atol);
-    }
+    const Comparison c = compare_output(a, got[i].data(), want->data());
+    all_pass &= c.pass();
+    std::printf("%s\n", c.describe(a).c_str());
   }
   return all_pass ? 0 : kExitMismatch;
 }

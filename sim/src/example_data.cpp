@@ -1,0 +1,95 @@
+#include "pto2/sim/example_data.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "pto2/sim/loader.h"
+
+namespace pto2::sim {
+namespace {
+
+double element_as_double(const uint8_t* p, int32_t dtype) {
+  switch (dtype) {
+    case PTO2_FLOAT32: { float v; std::memcpy(&v, p, 4); return v; }
+    case PTO2_FLOAT64: { double v; std::memcpy(&v, p, 8); return v; }
+    case PTO2_INT32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case PTO2_INT64: { int64_t v; std::memcpy(&v, p, 8); return double(v); }
+    case PTO2_INT16: { int16_t v; std::memcpy(&v, p, 2); return v; }
+    case PTO2_INT8: return double(int8_t(*p));
+    case PTO2_UINT8: return double(*p);
+    default: return std::nan("");
+  }
+}
+
+void store_double(uint8_t* p, int32_t dtype, double x) {
+  switch (dtype) {
+    case PTO2_FLOAT32: { float v = float(x); std::memcpy(p, &v, 4); break; }
+    case PTO2_FLOAT64: std::memcpy(p, &x, 8); break;
+    case PTO2_INT32: { int32_t v = int32_t(x); std::memcpy(p, &v, 4); break; }
+    case PTO2_INT64: { int64_t v = int64_t(x); std::memcpy(p, &v, 8); break; }
+    case PTO2_INT16: { int16_t v = int16_t(x); std::memcpy(p, &v, 2); break; }
+    case PTO2_INT8: *p = uint8_t(int8_t(x)); break;
+    case PTO2_UINT8: *p = uint8_t(x); break;
+    default: break;
+  }
+}
+
+using ReferenceFn = int (*)(uint64_t* args, int arg_count);
+
+}  // namespace
+
+void generate_input(const ArgSpec& a, std::mt19937_64& rng, std::vector<uint8_t>& buf) {
+  const uint32_t esz = pto2_dtype_size(a.dtype);
+  const bool integer = a.dtype != PTO2_FLOAT32 && a.dtype != PTO2_FLOAT64;
+  std::uniform_real_distribution<double> real(a.low, a.high);
+  buf.assign(a.bytes(), 0);
+  for (uint64_t i = 0; i < a.elements(); ++i) {
+    double x = 0;
+    if (a.generate == "random") x = integer ? std::floor(real(rng)) : real(rng);
+    else if (a.generate == "constant") x = a.value;
+    else if (a.generate == "arange") x = a.low + double(i);
+    store_double(buf.data() + i * esz, a.dtype, x);
+  }
+}
+
+Status run_reference(const ChipConfig& cfg, std::vector<uint64_t>& host_args) {
+  if (cfg.reference.empty())
+    return Status::Error(kInvalidArgument, fmt::format("{} has no [golden] library", cfg.path));
+  Status ls;
+  auto lib = SharedLibrary::open(cfg.reference, &ls);
+  auto ref = lib ? reinterpret_cast<ReferenceFn>(lib->symbol("pto2_reference", &ls)) : nullptr;
+  if (!ref) return ls;
+  if (int rc = ref(host_args.data(), static_cast<int>(host_args.size())); rc != 0)
+    return Status::Error(kInvalidArgument, fmt::format("{} returned {}", cfg.reference, rc));
+  return Status::Ok();
+}
+
+Comparison compare_output(const ArgSpec& a, const uint8_t* got, const uint8_t* want) {
+  Comparison c;
+  c.elements = a.elements();
+  const uint32_t esz = pto2_dtype_size(a.dtype);
+  for (uint64_t e = 0; e < c.elements; ++e) {
+    const double x = element_as_double(got + e * esz, a.dtype);
+    const double y = element_as_double(want + e * esz, a.dtype);
+    if (std::fabs(x - y) <= a.atol + a.rtol * std::fabs(y)) {
+      ++c.matched;
+    } else if (c.first_bad == ~0ull) {
+      c.first_bad = e;
+      c.got = x;
+      c.want = y;
+    }
+  }
+  return c;
+}
+
+std::string Comparison::describe(const ArgSpec& a) const {
+  std::string s = fmt::format("{}: {} ({}/{} elements matched)", a.name, pass() ? "PASS" : "FAIL", matched, elements);
+  if (!pass())
+    s += fmt::format("\n  first mismatch at element {}: got {:.9g}, expected {:.9g} (rtol {}, atol {})", first_bad, got,
+                     want, a.rtol, a.atol);
+  return s;
+}
+
+}  // namespace pto2::sim
