@@ -1,0 +1,94 @@
+// pto::client::Client — talks to a ptod over gRPC (proto/pto/v1/ptod.proto).
+// The messages are the wire types (pto::v1::*); this class adds connection
+// handling (unix socket or TCP, TLS, bearer token), chunked transfers, chip
+// bundles read from a kernel config, and blocking / asynchronous job runs
+// with a progress callback. Every call returns a Status whose message is the
+// daemon's (or the transport's) and whose code is the gRPC status code.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pto/v1/ptod.grpc.pb.h"
+#include "pto2/errors.h"
+
+namespace pto::client {
+
+using Status = pto2::Status;  // code = grpc::StatusCode (0 = OK)
+
+struct ClientOptions {
+  // "unix:/run/ptod/ptod.sock", "unix:///path", or "host:port".
+  std::string address = "unix:/run/ptod/ptod.sock";
+  std::string token;        // sent as "authorization: Bearer <token>"
+  bool tls = false;         // TCP with TLS; tls_ca = PEM of the daemon's CA ("" = system roots)
+  std::string tls_ca;
+  std::string tls_cert, tls_key;  // client certificate, when the daemon verifies them
+  std::chrono::milliseconds timeout{60000};  // per call (streams: per message)
+};
+
+template <class T>
+struct Result {
+  Status status;
+  T value{};
+  bool ok() const { return status.ok(); }
+};
+
+using Progress = std::function<void(const pto::v1::JobEvent&)>;
+
+class Client {
+ public:
+  explicit Client(const ClientOptions& o);
+
+  // Registry
+  Result<pto::v1::RegisterReply> register_chip(const std::string& kernels_toml, const std::string& name = "");
+  Result<pto::v1::RegisterReply> register_import(const std::string& library, const std::string& symbol,
+                                                 const std::string& name = "", bool orchestration = false);
+  Result<pto::v1::RegisterReply> register_blob(const std::string& library_file, const std::string& symbol,
+                                               const std::string& name = "", bool orchestration = false);
+  Result<pto::v1::RegisterReply> register_callable(const pto::v1::RegisterRequest& req);
+  Status unregister(const pto::v1::CallableRef& ref);
+  Result<pto::v1::ListCallablesReply> callables();
+
+  // Tensors
+  Result<pto::v1::TensorInfo> upload(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype,
+                                     const void* data, uint64_t bytes, uint32_t chunk_bytes = 1u << 20);
+  Result<pto::v1::TensorInfo> alloc(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype);
+  Result<pto::v1::TensorInfo> download(const pto::v1::TensorHandle& t, std::vector<uint8_t>* out,
+                                       uint32_t chunk_bytes = 1u << 20);
+  Status free(const pto::v1::TensorHandle& t);
+  Result<pto::v1::ListTensorsReply> tensors();
+
+  // Jobs
+  Result<pto::v1::SubmitReply> submit(const pto::v1::SubmitRequest& req);
+  // Submits, then follows the job to its end, calling progress on each event.
+  Result<pto::v1::JobResult> run(const pto::v1::SubmitRequest& req, const Progress& progress = {});
+  std::future<Result<pto::v1::JobResult>> run_async(pto::v1::SubmitRequest req, Progress progress = {});
+  Result<pto::v1::JobResult> watch(uint64_t job_id, const Progress& progress);
+  Result<pto::v1::JobState> cancel(uint64_t job_id);
+  Result<pto::v1::JobResult> result(uint64_t job_id, uint32_t wait_ms = 0);
+  Result<pto::v1::ListJobsReply> jobs(uint32_t limit = 50);
+
+  // Node
+  Result<pto::v1::WorkersReply> workers();
+  Result<pto::v1::VersionReply> version();
+  Result<pto::v1::ConfigReply> config();
+  // grpc.health.v1: "SERVING", "NOT_SERVING", ...
+  Result<std::string> health(const std::string& service = "");
+
+ private:
+  void prepare(grpc::ClientContext* ctx, bool stream = false) const;
+  ClientOptions o_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pto::v1::Registry::Stub> registry_;
+  std::unique_ptr<pto::v1::Tensors::Stub> tensors_;
+  std::unique_ptr<pto::v1::Jobs::Stub> jobs_;
+  std::unique_ptr<pto::v1::Node::Stub> node_;
+};
+
+const char* status_code_name(int code);
+
+}  // namespace pto::client

@@ -1,0 +1,372 @@
+#include "pto/client.h"
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace pto::client {
+namespace {
+
+Status from_grpc(const grpc::Status& s) {
+  if (s.ok()) return Status::Ok();
+  return Status::Error(static_cast<int32_t>(s.error_code()), s.error_message());
+}
+
+Status local_error(std::string m) { return Status::Error(static_cast<int32_t>(grpc::StatusCode::INVALID_ARGUMENT), std::move(m)); }
+
+bool read_all(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+}  // namespace
+
+const char* status_code_name(int code) {
+  static const char* names[] = {"OK",           "CANCELLED",         "UNKNOWN",          "INVALID_ARGUMENT",
+                                "DEADLINE_EXCEEDED", "NOT_FOUND",    "ALREADY_EXISTS",   "PERMISSION_DENIED",
+                                "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",  "OUT_OF_RANGE",
+                                "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",      "DATA_LOSS",
+                                "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? names[code] : "?";
+}
+
+Client::Client(const ClientOptions& o) : o_(o) {
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (o.tls) {
+    grpc::SslCredentialsOptions so;
+    std::string s;
+    if (!o.tls_ca.empty() && read_all(o.tls_ca, &s)) so.pem_root_certs = s;
+    if (!o.tls_cert.empty() && read_all(o.tls_cert, &s)) so.pem_cert_chain = s;
+    if (!o.tls_key.empty() && read_all(o.tls_key, &s)) so.pem_private_key = s;
+    creds = grpc::SslCredentials(so);
+  } else {
+    creds = grpc::InsecureChannelCredentials();
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  channel_ = grpc::CreateCustomChannel(o.address, creds, args);
+  registry_ = pto::v1::Registry::NewStub(channel_);
+  tensors_ = pto::v1::Tensors::NewStub(channel_);
+  jobs_ = pto::v1::Jobs::NewStub(channel_);
+  node_ = pto::v1::Node::NewStub(channel_);
+}
+
+void Client::prepare(grpc::ClientContext* ctx, bool stream) const {
+  if (!stream) ctx->set_deadline(std::chrono::system_clock::now() + o_.timeout);
+  if (!o_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + o_.token);
+}
+
+// ---------------------------------------------------------------- Registry
+
+Result<pto::v1::RegisterReply> Client::register_callable(const pto::v1::RegisterRequest& req) {
+  Result<pto::v1::RegisterReply> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  r.status = from_grpc(registry_->Register(&ctx, req, &r.value));
+  return r;
+}
+
+// The bundle is the config plus every library it names ([orchestration],
+// [[kernels]], [golden]), sent by file name; the config's paths are rewritten
+// to those names so the daemon finds them next to its copy.
+Result<pto::v1::RegisterReply> Client::register_chip(const std::string& kernels_toml, const std::string& name) {
+  Result<pto::v1::RegisterReply> r;
+  toml::table doc;
+  try {
+    doc = toml::parse_file(kernels_toml);
+  } catch (const toml::parse_error& e) {
+    r.status = local_error(fmt::format("{}: {}", kernels_toml, e.description()));
+    return r;
+  }
+  const std::filesystem::path dir = std::filesystem::path(kernels_toml).parent_path();
+  pto::v1::RegisterRequest req;
+  req.set_name(name);
+  req.set_abi(pto::v1::ABI_CHIP);
+  auto* bundle = req.mutable_chip();
+  auto take = [&](toml::table& t) -> bool {
+    auto lib = t["library"].value<std::string>();
+    if (!lib) return true;
+    const std::filesystem::path p = std::filesystem::path(*lib).is_absolute() ? std::filesystem::path(*lib) : dir / *lib;
+    std::string bytes;
+    if (!read_all(p.string(), &bytes)) {
+      r.status = local_error(fmt::format("{}: cannot read library '{}'", kernels_toml, p.string()));
+      return false;
+    }
+    const std::string file = p.filename().string();
+    (*bundle->mutable_libraries())[file] = bytes;
+    t.insert_or_assign("library", file);
+    return true;
+  };
+  for (const char* section : {"orchestration", "golden"})
+    if (toml::table* t = doc[section].as_table())
+      if (!take(*t)) return r;
+  if (toml::array* ks = doc["kernels"].as_array())
+    for (auto& k : *ks)
+      if (toml::table* t = k.as_table())
+        if (!take(*t)) return r;
+  std::ostringstream os;
+  os << doc;
+  bundle->set_config_toml(os.str());
+  return register_callable(req);
+}
+
+Result<pto::v1::RegisterReply> Client::register_import(const std::string& library, const std::string& symbol,
+                                                       const std::string& name, bool orchestration) {
+  pto::v1::RegisterRequest req;
+  req.set_name(name);
+  req.set_abi(orchestration ? pto::v1::ABI_ORCHESTRATION : pto::v1::ABI_SUB);
+  req.mutable_native_import()->set_library_path(std::filesystem::absolute(library).string());
+  req.mutable_native_import()->set_symbol(symbol);
+  return register_callable(req);
+}
+
+Result<pto::v1::RegisterReply> Client::register_blob(const std::string& library_file, const std::string& symbol,
+                                                     const std::string& name, bool orchestration) {
+  pto::v1::RegisterRequest req;
+  req.set_name(name);
+  req.set_abi(orchestration ? pto::v1::ABI_ORCHESTRATION : pto::v1::ABI_SUB);
+  std::string bytes;
+  if (!read_all(library_file, &bytes)) {
+    Result<pto::v1::RegisterReply> r;
+    r.status = local_error(fmt::format("cannot read '{}'", library_file));
+    return r;
+  }
+  req.mutable_native_blob()->set_library(bytes);
+  req.mutable_native_blob()->set_symbol(symbol);
+  return register_callable(req);
+}
+
+Status Client::unregister(const pto::v1::CallableRef& ref) {
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  pto::v1::UnregisterRequest req;
+  *req.mutable_callable() = ref;
+  pto::v1::UnregisterReply reply;
+  return from_grpc(registry_->Unregister(&ctx, req, &reply));
+}
+
+Result<pto::v1::ListCallablesReply> Client::callables() {
+  Result<pto::v1::ListCallablesReply> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  r.status = from_grpc(registry_->List(&ctx, pto::v1::ListCallablesRequest(), &r.value));
+  return r;
+}
+
+// ----------------------------------------------------------------- Tensors
+
+Result<pto::v1::TensorInfo> Client::upload(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype,
+                                           const void* data, uint64_t bytes, uint32_t chunk_bytes) {
+  Result<pto::v1::TensorInfo> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  auto writer = tensors_->Upload(&ctx, &r.value);
+  pto::v1::UploadChunk c;
+  c.mutable_header()->set_name(name);
+  for (uint32_t d : shape) c.mutable_header()->add_shape(d);
+  c.mutable_header()->set_dtype(static_cast<pto::v1::DataType>(dtype));
+  bool ok = writer->Write(c);
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  for (uint64_t off = 0; ok && off < bytes; off += chunk_bytes) {
+    pto::v1::UploadChunk d;
+    d.set_data(p + off, std::min<uint64_t>(chunk_bytes, bytes - off));
+    ok = writer->Write(d);
+  }
+  writer->WritesDone();
+  r.status = from_grpc(writer->Finish());
+  return r;
+}
+
+Result<pto::v1::TensorInfo> Client::alloc(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype) {
+  Result<pto::v1::TensorInfo> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  pto::v1::AllocRequest req;
+  req.set_name(name);
+  for (uint32_t d : shape) req.add_shape(d);
+  req.set_dtype(static_cast<pto::v1::DataType>(dtype));
+  r.status = from_grpc(tensors_->Alloc(&ctx, req, &r.value));
+  return r;
+}
+
+Result<pto::v1::TensorInfo> Client::download(const pto::v1::TensorHandle& t, std::vector<uint8_t>* out,
+                                             uint32_t chunk_bytes) {
+  Result<pto::v1::TensorInfo> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  pto::v1::DownloadRequest req;
+  *req.mutable_tensor() = t;
+  req.set_chunk_bytes(chunk_bytes);
+  auto reader = tensors_->Download(&ctx, req);
+  pto::v1::DownloadChunk c;
+  out->clear();
+  bool first = true;
+  while (reader->Read(&c)) {
+    if (first) {
+      r.value = c.info();
+      out->reserve(r.value.bytes());
+      first = false;
+    }
+    out->insert(out->end(), c.data().begin(), c.data().end());
+  }
+  r.status = from_grpc(reader->Finish());
+  if (r.ok() && out->size() != r.value.bytes())
+    r.status = Status::Error(static_cast<int32_t>(grpc::StatusCode::DATA_LOSS),
+                             fmt::format("download: {} bytes received of {}", out->size(), r.value.bytes()));
+  return r;
+}
+
+Status Client::free(const pto::v1::TensorHandle& t) {
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  pto::v1::FreeTensorRequest req;
+  *req.mutable_tensor() = t;
+  pto::v1::FreeTensorReply reply;
+  return from_grpc(tensors_->Free(&ctx, req, &reply));
+}
+
+Result<pto::v1::ListTensorsReply> Client::tensors() {
+  Result<pto::v1::ListTensorsReply> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  r.status = from_grpc(tensors_->List(&ctx, pto::v1::ListTensorsRequest(), &r.value));
+  return r;
+}
+
+// -------------------------------------------------------------------- Jobs
+
+Result<pto::v1::SubmitReply> Client::submit(const pto::v1::SubmitRequest& req) {
+  Result<pto::v1::SubmitReply> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  if (req.wait_ms()) ctx.set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::milliseconds(req.wait_ms()));
+  r.status = from_grpc(jobs_->Submit(&ctx, req, &r.value));
+  return r;
+}
+
+Result<pto::v1::JobResult> Client::watch(uint64_t job_id, const Progress& progress) {
+  Result<pto::v1::JobResult> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx, true);
+  pto::v1::WatchRequest req;
+  req.set_job_id(job_id);
+  auto reader = jobs_->Watch(&ctx, req);
+  pto::v1::JobEvent ev;
+  while (reader->Read(&ev)) {
+    if (progress) progress(ev);
+    if (ev.has_result()) r.value = ev.result();
+  }
+  r.status = from_grpc(reader->Finish());
+  return r;
+}
+
+Result<pto::v1::JobResult> Client::run(const pto::v1::SubmitRequest& req, const Progress& progress) {
+  Result<pto::v1::JobResult> r;
+  auto s = submit(req);
+  if (!s.ok()) {
+    r.status = s.status;
+    return r;
+  }
+  if (s.value.has_result()) {
+    r.value = s.value.result();
+    if (progress) {
+      pto::v1::JobEvent ev;
+      ev.set_job_id(s.value.job_id());
+      ev.set_state(r.value.state());
+      *ev.mutable_result() = r.value;
+      progress(ev);
+    }
+    return r;
+  }
+  return watch(s.value.job_id(), progress);
+}
+
+std::future<Result<pto::v1::JobResult>> Client::run_async(pto::v1::SubmitRequest req, Progress progress) {
+  return std::async(std::launch::async, [this, req = std::move(req), progress = std::move(progress)] { return run(req, progress); });
+}
+
+Result<pto::v1::JobState> Client::cancel(uint64_t job_id) {
+  Result<pto::v1::JobState> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  pto::v1::CancelRequest req;
+  req.set_job_id(job_id);
+  pto::v1::CancelReply reply;
+  r.status = from_grpc(jobs_->Cancel(&ctx, req, &reply));
+  r.value = reply.state();
+  return r;
+}
+
+Result<pto::v1::JobResult> Client::result(uint64_t job_id, uint32_t wait_ms) {
+  Result<pto::v1::JobResult> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::milliseconds(wait_ms));
+  pto::v1::ResultRequest req;
+  req.set_job_id(job_id);
+  req.set_wait_ms(wait_ms);
+  r.status = from_grpc(jobs_->Result(&ctx, req, &r.value));
+  return r;
+}
+
+Result<pto::v1::ListJobsReply> Client::jobs(uint32_t limit) {
+  Result<pto::v1::ListJobsReply> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  pto::v1::ListJobsRequest req;
+  req.set_limit(limit);
+  r.status = from_grpc(jobs_->List(&ctx, req, &r.value));
+  return r;
+}
+
+// -------------------------------------------------------------------- Node
+
+Result<pto::v1::WorkersReply> Client::workers() {
+  Result<pto::v1::WorkersReply> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  r.status = from_grpc(node_->Workers(&ctx, pto::v1::WorkersRequest(), &r.value));
+  return r;
+}
+
+Result<pto::v1::VersionReply> Client::version() {
+  Result<pto::v1::VersionReply> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  r.status = from_grpc(node_->Version(&ctx, pto::v1::VersionRequest(), &r.value));
+  return r;
+}
+
+Result<pto::v1::ConfigReply> Client::config() {
+  Result<pto::v1::ConfigReply> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  r.status = from_grpc(node_->Config(&ctx, pto::v1::ConfigRequest(), &r.value));
+  return r;
+}
+
+Result<std::string> Client::health(const std::string& service) {
+  Result<std::string> r;
+  auto stub = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse reply;
+  r.status = from_grpc(stub->Check(&ctx, req, &reply));
+  r.value = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(reply.status());
+  return r;
+}
+
+}  // namespace pto::client
