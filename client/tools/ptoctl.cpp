@@ -129,6 +129,7 @@ int print_result(const v1::JobResult& r) {
                 (unsigned long long)r.tasks_failed(), (unsigned long long)r.tasks_skipped(), r.queued_ns() / 1e6,
                 r.run_ns() / 1e6);
     if (!r.message().empty()) std::printf("  %s\n", r.message().c_str());
+    if (!r.trace_path().empty()) std::printf("  trace: %s\n", r.trace_path().c_str());
     if (r.has_first_failure() && r.tasks_failed())
       std::printf("  first failure: task %llu (%s) %s on %s: %s\n", (unsigned long long)r.first_failure().task_id(),
                   r.first_failure().callable().substr(0, 16).c_str(),
@@ -147,7 +148,7 @@ void print_node(const v1::WorkerNode& n, int depth) {
 // run-example: the example's inputs generated as pto2-run does, uploaded; its
 // outputs allocated; one job; outputs downloaded and compared with the
 // reference library run here on the same inputs.
-int run_example(Client& c, const std::string& config, const std::string& name, int block_dim, bool keep) {
+int run_example(Client& c, const std::string& config, const std::string& name, int block_dim, bool keep, bool trace) {
   pto2::sim::ChipConfig cfg;
   if (pto2::Status s = pto2::sim::ChipConfig::load(config, &cfg); !s.ok()) {
     std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
@@ -163,6 +164,7 @@ int run_example(Client& c, const std::string& config, const std::string& name, i
   *req.mutable_callable() = callable_ref(hex(reg.value.identity().digest()));
   req.set_label("run-example " + std::filesystem::path(config).filename().string());
   req.mutable_config()->set_block_dim(block_dim);
+  req.mutable_config()->set_enable_profiling(trace);
   std::vector<std::vector<uint8_t>> host(cfg.args.size());
   std::vector<uint64_t> host_args(cfg.args.size());
   std::vector<v1::TensorHandle> handles(cfg.args.size());
@@ -227,6 +229,8 @@ int run_example(Client& c, const std::string& config, const std::string& name, i
     pass &= cmp.pass();
     std::printf("%s\n", cmp.describe(a).c_str());
   }
+  if (!run.value.trace_path().empty())
+    std::printf("trace: %s (on the daemon's host; open at https://ui.perfetto.dev)\n", run.value.trace_path().c_str());
   cleanup();
   return pass ? kExitOk : kExitFailed;
 }
@@ -313,6 +317,8 @@ int main(int argc, char** argv) {
   example->add_option("-n,--name", name);
   example->add_option("--block-dim", block_dim);
   example->add_flag("--keep", keep, "keep the tensors on the daemon");
+  bool trace = false;
+  example->add_flag("--trace", trace, "profile the chip run; the daemon writes a swimlane trace and says where");
 
   try {
     app.parse(argc, argv);
@@ -501,6 +507,6 @@ int main(int argc, char** argv) {
     std::printf("%s", r.value.effective_toml().c_str());
     return kExitOk;
   }
-  if (*example) return run_example(c, path, name, block_dim, keep);
+  if (*example) return run_example(c, path, name, block_dim, keep, trace);
   return kExitUsage;
 }

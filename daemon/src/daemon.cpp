@@ -114,9 +114,11 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   // State directory: uploaded code lives here, so only this user may read it.
   std::error_code ec;
   std::filesystem::create_directories(cfg.state_dir + "/callables", ec);
+  if (!ec) std::filesystem::create_directories(cfg.state_dir + "/traces", ec);
   if (ec) return fail(fmt::format("[daemon] state_dir '{}': {}", cfg.state_dir, ec.message()));
   chmod(cfg.state_dir.c_str(), 0700);
   chmod((cfg.state_dir + "/callables").c_str(), 0700);
+  chmod((cfg.state_dir + "/traces").c_str(), 0700);
   if (!cfg.socket.empty()) {
     std::filesystem::create_directories(std::filesystem::path(cfg.socket).parent_path(), ec);
     std::filesystem::remove(cfg.socket, ec);  // a stale socket of an earlier run

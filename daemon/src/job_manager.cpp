@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cstring>
+
 #include "log.h"
 
 namespace ptod {
@@ -119,7 +121,14 @@ void JobManager::runner_main() {
     cv_.notify_all();
     const RegisteredCallable c = j.spec.callable;
     const pto::TaskArgs args = j.spec.args;
-    const pto::CallConfig cfg = j.spec.config;
+    pto::CallConfig cfg = j.spec.config;
+    // A trace goes under the state directory, never where a client says.
+    std::memset(cfg.output_prefix, 0, sizeof cfg.output_prefix);
+    if (cfg.enable_profiling) {
+      const std::string prefix = fmt::format("{}/traces/job-{}", cfg_.state_dir, id);
+      std::snprintf(cfg.output_prefix, sizeof cfg.output_prefix, "%s", prefix.c_str());
+      j.result.set_trace_path(prefix + ".json");
+    }
     lk.unlock();
 
     auto fn = [&](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc) -> int {
@@ -135,7 +144,9 @@ void JobManager::runner_main() {
     lk.lock();
     Job& done = jobs_[id];
     running_id_ = 0;
+    const std::string trace = done.result.trace_path();
     done.result = to_proto(r);
+    if (!trace.empty() && r.ok()) done.result.set_trace_path(trace);
     const pto::v1::JobState st = r.ok() ? pto::v1::SUCCEEDED
                                  : r.status.code == pto::kWorkerCancelled ? pto::v1::CANCELLED
                                                                           : pto::v1::FAILED;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "pto/worker.h"
+#include "pto2/sim/trace.h"
 
 namespace pto {
 
@@ -22,8 +23,8 @@ Status ChipWorker::install(const Digest& digest, const std::string& config_path)
   return Status::Ok();
 }
 
-Status ChipWorker::engine_for(Prepared& p, int block_dim, int aicpu, Engine** out) {
-  auto key = std::make_pair(block_dim, aicpu);
+Status ChipWorker::engine_for(Prepared& p, int block_dim, int aicpu, bool profiling, Engine** out) {
+  auto key = std::make_tuple(block_dim, aicpu, profiling);
   auto it = p.engines.find(key);
   if (it != p.engines.end()) {
     *out = &it->second;
@@ -32,6 +33,7 @@ Status ChipWorker::engine_for(Prepared& p, int block_dim, int aicpu, Engine** ou
   pto2::sim::A2A3SimConfig sc;
   sc.block_dim = block_dim;
   sc.aicpu_threads = aicpu;
+  sc.record_core_times = profiling;
   Status st;
   Engine e;
   e.chip = pto2::sim::A2A3SimPlatform::create(sc, &st);
@@ -41,6 +43,7 @@ Status ChipWorker::engine_for(Prepared& p, int block_dim, int aicpu, Engine** ou
   pto2::RuntimeConfig rc = p.cfg.runtime;
   if (Status s = rc.apply_env(); !s.ok()) return s;
   rc.scheduler_threads = sc.scheduler_threads();
+  rc.profiling = profiling;
   e.runtime = pto2::Runtime::create(rc, *e.chip, &st);
   if (!e.runtime) return st;
   *out = &(p.engines[key] = std::move(e));
@@ -82,7 +85,8 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
   }
   Engine* e = nullptr;
   if (Status s = engine_for(p, cfg.block_dim > 0 ? cfg.block_dim : p.cfg.block_dim,
-                            cfg.aicpu_thread_num > 0 ? cfg.aicpu_thread_num : p.cfg.aicpu_threads, &e);
+                            cfg.aicpu_thread_num > 0 ? cfg.aicpu_thread_num : p.cfg.aicpu_threads,
+                            cfg.enable_profiling != 0, &e);
       !s.ok())
     return s;
 
@@ -123,6 +127,18 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
     }
   }
   free_all();
+  if (rr.ok() && cfg.enable_profiling && cfg.output_prefix[0]) {
+    const std::string path = std::string(cfg.output_prefix, strnlen(cfg.output_prefix, sizeof cfg.output_prefix)) + ".json";
+    auto name_of = [&](int32_t id, int32_t type) -> std::string {
+      if (type == 2) return "dependency-only";
+      for (const auto& k : p.cfg.kernels)
+        if (k.func_id == id && static_cast<int32_t>(k.core_type) == type) return k.name;
+      return fmt::format("func{}", id);
+    };
+    if (Status ts = pto2::sim::write_chrome_trace(path, rr, *e->chip, e->runtime->config().scheduler_threads, name_of);
+        !ts.ok())
+      return ts;
+  }
   if (!rr.ok())
     return Status::Error(rr.status.code, fmt::format("chip run of {} failed: {} ({}): {}", p.cfg.path,
                                                      pto2::error_name(rr.status.code), rr.status.code,

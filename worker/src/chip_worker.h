@@ -2,13 +2,16 @@
 // is a kernel config: its libraries are loaded when the callable is
 // installed; a run copies the task's tensors into the simulated chip's global
 // memory, runs the orchestration on the PTO2 runtime, and copies the outputs
-// back into the shared tensors. The signature (the config's [[args]]) says
+// back into the shared tensors. With CallConfig.enable_profiling and an
+// output_prefix, the run's swimlane trace is written to <output_prefix>.json
+// (Chrome/Perfetto format). The signature (the config's [[args]]) says
 // which tensors are outputs and what shape and dtype each must have.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -37,9 +40,9 @@ class ChipWorker {
     pto2::sim::ChipConfig cfg;
     std::vector<pto2::sim::KernelLibrary> kernels;
     pto2::sim::OrchestrationLibrary orch;
-    std::map<std::pair<int, int>, Engine> engines;  // (block_dim, aicpu threads)
+    std::map<std::tuple<int, int, bool>, Engine> engines;  // (block_dim, aicpu threads, profiling)
   };
-  Status engine_for(Prepared& p, int block_dim, int aicpu, Engine** out);
+  Status engine_for(Prepared& p, int block_dim, int aicpu, bool profiling, Engine** out);
   std::map<Digest, std::unique_ptr<Prepared>> prepared_;
 };
 
