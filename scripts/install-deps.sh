@@ -14,7 +14,7 @@ PACKAGES=(
   catch2
   libcli11-dev
   libtomlplusplus-dev
-  libssl-dev
+  libssl-dev openssl
   libsystemd-dev
   libstarpu-dev
 )

@@ -1,0 +1,160 @@
+// A real ptod (or ptoctl) as a subprocess of a test: temporary state
+// directory and socket, ephemeral ports, bounded start and stop.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace pto_test {
+
+inline std::string make_temp_dir(const char* stem) {
+  std::string t = (std::filesystem::temp_directory_path() / (std::string(stem) + "-XXXXXX")).string();
+  if (!mkdtemp(t.data())) return {};
+  return t;
+}
+
+// Runs argv to completion (bounded), capturing stdout+stderr.
+struct Output {
+  int code = -1;  // exit status, or 128 + signal, or -1 if it had to be killed
+  std::string text;
+};
+inline Output run_command(const std::vector<std::string>& argv, int timeout_s = 60,
+                          const std::vector<std::string>& env = {}) {
+  Output out;
+  int fds[2];
+  if (pipe(fds) != 0) return out;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> a;
+    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    execv(a[0], a.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  char buf[4096];
+  int status = 0;
+  for (;;) {
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) out.text.append(buf, static_cast<size_t>(n));
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      while ((n = read(fds[0], buf, sizeof buf)) > 0) out.text.append(buf, static_cast<size_t>(n));
+      out.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      out.code = -1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  close(fds[0]);
+  return out;
+}
+
+class DaemonProcess {
+ public:
+  // Starts ptod with a private state dir and socket, no TCP listener unless
+  // given, metrics on an ephemeral loopback port. Waits for its ready file.
+  explicit DaemonProcess(std::vector<std::string> extra = {}, int chips = 1, int subs = 2) {
+    dir_ = make_temp_dir("ptod-test");
+    socket_ = dir_ + "/ptod.sock";
+    const std::string ready = dir_ + "/ready";
+    std::vector<std::string> argv = {PTOD_PATH,           "--state-dir", dir_ + "/state", "--socket", socket_,
+                                     "--metrics",         "127.0.0.1:0", "--ready-file",  ready,      "--chips",
+                                     std::to_string(chips), "--sub-workers", std::to_string(subs)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    log_ = dir_ + "/ptod.log";
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<char*> a;
+      for (auto& s : argv) a.push_back(s.data());
+      a.push_back(nullptr);
+      execv(a[0], a.data());
+      _exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        pid_ = -1;
+        return;
+      }
+      std::ifstream f(ready);
+      std::string line;
+      while (std::getline(f, line)) {
+        const auto eq = line.find('=');
+        if (eq != std::string::npos) info_[line.substr(0, eq)] = line.substr(eq + 1);
+      }
+      if (info_.count("pid")) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  ~DaemonProcess() {
+    stop(SIGKILL);
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  bool up() const { return pid_ > 0 && info_.count("pid"); }
+  std::string address() const { return "unix:" + socket_; }
+  int grpc_port() const { return info_.count("grpc_port") ? std::stoi(info_.at("grpc_port")) : 0; }
+  int metrics_port() const { return info_.count("metrics_port") ? std::stoi(info_.at("metrics_port")) : 0; }
+  int pid() const { return pid_; }
+  const std::string& dir() const { return dir_; }
+  std::string log() const {
+    std::ifstream f(log_);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }
+  // Sends sig and waits (bounded) for the exit; returns the exit code.
+  int stop(int sig = SIGTERM, int timeout_s = 60) {
+    if (pid_ <= 0) return exit_code_;
+    kill(pid_, sig);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    int status = 0;
+    for (;;) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    pid_ = -1;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return exit_code_;
+  }
+  int exit_code() const { return exit_code_; }
+
+ private:
+  std::string dir_, socket_, log_;
+  pid_t pid_ = -1;
+  int exit_code_ = -1;
+  std::map<std::string, std::string> info_;
+};
+
+}  // namespace pto_test

@@ -1,0 +1,375 @@
+// ptod end to end: the real daemon binary as a subprocess on a temporary
+// socket (and ephemeral TCP ports), driven with the client library and the
+// real ptoctl. Golden checks compare computed outputs.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "daemon_process.h"
+#include "pto/client.h"
+#include "pto2/orchestration_api.h"
+
+using namespace pto_test;
+using pto::client::Client;
+namespace v1 = pto::v1;
+
+namespace {
+
+constexpr uint32_t N = 16384;
+
+std::unique_ptr<Client> connect(const DaemonProcess& d) {
+  pto::client::ClientOptions o;
+  o.address = d.address();
+  o.timeout = std::chrono::seconds(30);
+  return std::make_unique<Client>(o);
+}
+
+std::string http_get(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return out;
+}
+
+v1::SubmitRequest sleep_job(const std::string& callable, uint64_t ms) {
+  v1::SubmitRequest req;
+  req.mutable_callable()->set_name(callable);
+  req.mutable_args()->add_scalars(ms);
+  return req;
+}
+
+template <class F>
+bool eventually(F pred, int ms = 10000) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return pred();
+}
+
+}  // namespace
+
+TEST_CASE("ptoctl runs the vector and paged-attention examples through ptod") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  const std::vector<std::string> env = {"PTOD_ADDRESS=" + d.address()};
+  Output h = run_command({PTOCTL_PATH, "health"}, 30, env);
+  CHECK(h.code == 0);
+  CHECK(h.text == "SERVING\n");
+  for (const char* cfg : {VECTOR_CONFIG, PAGED_ATTENTION_CONFIG}) {
+    Output r = run_command({PTOCTL_PATH, "run-example", cfg, "--trace"}, 120, env);
+    INFO(r.text << d.log());
+    CHECK(r.code == 0);
+    CHECK_THAT(r.text, Catch::Contains(": PASS ("));
+    CHECK_THAT(r.text, Catch::Contains("trace: " + d.dir() + "/state/traces/job-"));
+  }
+  Output w = run_command({PTOCTL_PATH, "--json", "workers"}, 30, env);
+  CHECK(w.code == 0);
+  CHECK_THAT(w.text, Catch::Contains("\"name\":\"chip 0\"") && Catch::Contains("\"name\":\"sub 1\""));
+  Output jobs = run_command({PTOCTL_PATH, "jobs"}, 30, env);
+  CHECK_THAT(jobs.text, Catch::Contains("SUCCEEDED"));
+  // Unreachable daemon: exit 3.
+  Output gone = run_command({PTOCTL_PATH, "--timeout", "2", "--address", "unix:" + d.dir() + "/nothing.sock", "version"}, 30);
+  CHECK(gone.code == 3);
+  CHECK(d.stop() == 0);
+}
+
+TEST_CASE("concurrent clients each get their own correct results") {
+  DaemonProcess d({}, 2, 2);
+  REQUIRE(d.up());
+  auto admin = connect(d);
+  auto reg = admin->register_chip(VECTOR_CONFIG, "vector");
+  INFO(reg.status.message);
+  REQUIRE(reg.ok());
+  std::atomic<int> passed{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c)
+    clients.emplace_back([&, c] {
+      auto cl = connect(d);
+      std::vector<float> a(N), b(N);
+      std::mt19937 rng(c);
+      std::uniform_real_distribution<float> u(-1.f, 1.f);
+      for (uint32_t i = 0; i < N; ++i) a[i] = u(rng), b[i] = u(rng);
+      bool ok = true;
+      for (int round = 0; round < 3 && ok; ++round) {
+        auto ta = cl->upload("", {N}, PTO2_FLOAT32, a.data(), N * 4);
+        auto tb = cl->upload("", {N}, PTO2_FLOAT32, b.data(), N * 4);
+        auto tf = cl->alloc("", {N}, PTO2_FLOAT32);
+        if (!ta.ok() || !tb.ok() || !tf.ok()) {
+          ok = false;
+          break;
+        }
+        v1::SubmitRequest req;
+        req.mutable_callable()->set_name("vector");
+        for (auto* t : {&ta.value, &tb.value, &tf.value}) *req.mutable_args()->add_tensors()->mutable_tensor() = t->handle();
+        req.mutable_args()->add_tags(v1::INPUT);
+        req.mutable_args()->add_tags(v1::INPUT);
+        req.mutable_args()->add_tags(v1::OUTPUT);
+        req.mutable_args()->add_scalars(N);
+        int events = 0;
+        auto r = round == 0 ? cl->run(req, [&](const v1::JobEvent&) { ++events; }) : cl->run_async(req).get();
+        ok = r.ok() && r.value.state() == v1::SUCCEEDED && (round != 0 || events >= 1);
+        std::vector<uint8_t> got;
+        ok = ok && cl->download(tf.value.handle(), &got).ok();
+        for (uint32_t i = 0; ok && i < N; ++i) {
+          float f;
+          std::memcpy(&f, got.data() + 4 * i, 4);
+          const float s = a[i] + b[i];
+          ok = std::fabs(f - (s + 1) * (s + 2)) <= 1e-4f * std::max(1.f, std::fabs(f));
+        }
+        for (auto* t : {&ta.value, &tb.value, &tf.value}) (void)cl->free(t->handle());
+      }
+      if (ok) ++passed;
+    });
+  for (auto& t : clients) t.join();
+  CHECK(passed == 4);
+  auto jobs = admin->jobs(100);
+  REQUIRE(jobs.ok());
+  CHECK(jobs.value.jobs_size() == 12);
+  CHECK(d.stop() == 0);
+}
+
+TEST_CASE("SIGTERM drains - the running job completes - new jobs are refused - exit 0") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  auto sub = c->submit(sleep_job("sleep", 800));
+  REQUIRE(sub.ok());
+  REQUIRE(eventually([&] { return c->result(sub.value.job_id()).value.state() == v1::RUNNING; }));
+  v1::JobResult watched;
+  std::thread watcher([&] { watched = c->watch(sub.value.job_id(), {}).value; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(d.pid(), SIGTERM);
+  // While draining: refused, and health says NOT_SERVING.
+  REQUIRE(eventually([&] { return c->health().value == "NOT_SERVING"; }, 5000));
+  auto refused = c->submit(sleep_job("sleep", 1));
+  CHECK(refused.status.code == static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+  CHECK_THAT(refused.status.message, Catch::Contains("draining"));
+  watcher.join();
+  CHECK(watched.state() == v1::SUCCEEDED);
+  CHECK(d.stop(0) == 0);  // already stopping: just wait
+  CHECK_THAT(d.log(), Catch::Contains("SIGTERM: draining") && Catch::Contains("stopped"));
+}
+
+TEST_CASE("a chip child killed mid-job fails the job clearly - the daemon stays healthy - the next job succeeds") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  auto sub = c->submit(sleep_job("sleep", 20000));
+  REQUIRE(sub.ok());
+  int chip_pid = 0;
+  REQUIRE(eventually([&] {
+    auto w = c->workers();
+    for (const auto& n : w.value.root().children())
+      if (n.name() == "chip 0" && n.state() == "busy") chip_pid = n.pid();
+    return chip_pid > 0;
+  }));
+  kill(chip_pid, SIGKILL);
+  auto r = c->result(sub.value.job_id(), 10000);
+  REQUIRE(r.ok());
+  CHECK(r.value.state() == v1::FAILED);
+  CHECK(r.value.first_failure().worker() == "chip 0");
+  CHECK(r.value.first_failure().outcome() == v1::ENDPOINT_FAILURE);
+  CHECK_THAT(r.value.message(), Catch::Contains("signal 9"));
+  CHECK(c->health().value == "SERVING");
+  auto next = c->run(sleep_job("sleep", 1));
+  REQUIRE(next.ok());
+  CHECK(next.value.state() == v1::SUCCEEDED);
+  auto w = c->workers();
+  for (const auto& n : w.value.root().children())
+    if (n.name() == "chip 0") CHECK(n.restarts() == 1);
+}
+
+TEST_CASE("malformed and wrong requests get a status with a message and the daemon keeps serving") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  using SC = grpc::StatusCode;
+  auto code = [](const pto::client::Status& s) { return static_cast<SC>(s.code); };
+  // Registry
+  v1::RegisterRequest bad_bundle;
+  bad_bundle.mutable_chip()->set_config_toml("[orchestration]\nlibrary = \"x.so\"\n");
+  (*bad_bundle.mutable_chip()->mutable_libraries())["../evil.so"] = "bytes";
+  auto r1 = c->register_callable(bad_bundle);
+  CHECK(code(r1.status) == SC::INVALID_ARGUMENT);
+  CHECK_THAT(r1.status.message, Catch::Contains("../evil.so"));
+  v1::RegisterRequest broken_config;
+  broken_config.mutable_chip()->set_config_toml("this is not toml = = =");
+  CHECK(code(c->register_callable(broken_config).status) == SC::INVALID_ARGUMENT);
+  CHECK(code(c->register_callable(v1::RegisterRequest()).status) == SC::INVALID_ARGUMENT);
+  CHECK(code(c->register_import("relative/lib.so", "f").status) == SC::INVALID_ARGUMENT);
+  auto blob = c->register_blob(NATIVE_SUBS, "pto_test_noop");
+  CHECK(code(blob.status) == SC::PERMISSION_DENIED);
+  CHECK_THAT(blob.status.message, Catch::Contains("allow_native_blob"));
+  v1::CallableRef short_digest;
+  short_digest.set_digest("abc");
+  CHECK(code(c->unregister(short_digest)) == SC::INVALID_ARGUMENT);
+  // Tensors
+  std::vector<float> data(10);
+  auto u1 = c->upload("", {16}, PTO2_FLOAT32, data.data(), 40);  // 40 bytes for a 64-byte shape
+  CHECK(code(u1.status) == SC::INVALID_ARGUMENT);
+  CHECK_THAT(u1.status.message, Catch::Contains("40 bytes received") && Catch::Contains("64"));
+  CHECK(code(c->upload("", {0}, PTO2_FLOAT32, data.data(), 0).status) == SC::INVALID_ARGUMENT);
+  CHECK(code(c->upload("", {4}, 77, data.data(), 16).status) == SC::INVALID_ARGUMENT);
+  CHECK(code(c->alloc("", {1u << 31, 1u << 31}, PTO2_FLOAT32).status) == SC::INVALID_ARGUMENT);
+  v1::TensorHandle nothing;
+  nothing.set_name("nothing");
+  std::vector<uint8_t> out;
+  CHECK(code(c->download(nothing, &out).status) == SC::NOT_FOUND);
+  CHECK(code(c->free(nothing)) == SC::NOT_FOUND);
+  auto t = c->alloc("t", {16}, PTO2_FLOAT32);
+  REQUIRE(t.ok());
+  CHECK(code(c->alloc("t", {16}, PTO2_FLOAT32).status) == SC::INVALID_ARGUMENT);  // name taken
+  // Jobs
+  v1::SubmitRequest unknown;
+  unknown.mutable_callable()->set_name("nope");
+  CHECK(code(c->submit(unknown).status) == SC::NOT_FOUND);
+  REQUIRE(c->register_chip(VECTOR_CONFIG, "vector").ok());
+  v1::SubmitRequest too_many_tags;
+  too_many_tags.mutable_callable()->set_name("vector");
+  too_many_tags.mutable_args()->add_tags(v1::INPUT);
+  CHECK(code(c->submit(too_many_tags).status) == SC::INVALID_ARGUMENT);
+  v1::SubmitRequest out_of_bounds;
+  out_of_bounds.mutable_callable()->set_name("vector");
+  auto* ref = out_of_bounds.mutable_args()->add_tensors();
+  ref->mutable_tensor()->set_name("t");
+  ref->set_offset_bytes(32);
+  ref->add_shape(16);
+  auto oob = c->submit(out_of_bounds);
+  CHECK(code(oob.status) == SC::INVALID_ARGUMENT);
+  CHECK_THAT(oob.status.message, Catch::Contains("exceeds tensor 't'"));
+  // A job whose tensors do not match the chip's signature fails with the reason.
+  v1::SubmitRequest wrong_size;
+  wrong_size.mutable_callable()->set_name("vector");
+  for (int i = 0; i < 3; ++i) wrong_size.mutable_args()->add_tensors()->mutable_tensor()->set_name("t");
+  wrong_size.mutable_args()->add_tags(v1::INPUT);
+  wrong_size.mutable_args()->add_tags(v1::INPUT);
+  wrong_size.mutable_args()->add_tags(v1::OUTPUT);
+  auto job = c->run(wrong_size);
+  REQUIRE(job.ok());
+  CHECK(job.value.state() == v1::FAILED);
+  CHECK_THAT(job.value.first_failure().message(), Catch::Contains("tensor 0 ('a')"));
+  // The tensor was pinned only while the job lived.
+  CHECK(c->free(t.value.handle()).ok());
+  CHECK(code(c->result(999999).status) == SC::NOT_FOUND);
+  CHECK(c->health().value == "SERVING");
+  CHECK(d.stop() == 0);
+}
+
+TEST_CASE("cancel - a queued job never starts - a running one stops launching tasks") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  auto running = c->submit(sleep_job("sleep", 1500));
+  auto queued = c->submit(sleep_job("sleep", 1));
+  REQUIRE(running.ok());
+  REQUIRE(queued.ok());
+  CHECK(queued.value.queue_position() == 1);
+  auto cq = c->cancel(queued.value.job_id());
+  REQUIRE(cq.ok());
+  CHECK(cq.value == v1::CANCELLED);
+  auto r = c->result(running.value.job_id(), 10000);
+  CHECK(r.value.state() == v1::SUCCEEDED);  // its one task was already on the chip
+  CHECK(c->result(queued.value.job_id()).value.state() == v1::CANCELLED);
+}
+
+TEST_CASE("metrics are served in the Prometheus text format on loopback") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  REQUIRE(c->run(sleep_job("sleep", 1)).ok());
+  const std::string m = http_get(d.metrics_port(), "/metrics");
+  CHECK_THAT(m, Catch::StartsWith("HTTP/1.0 200 OK"));
+  CHECK_THAT(m, Catch::Contains("ptod_jobs_total{state=\"succeeded\"} 1"));
+  CHECK_THAT(m, Catch::Contains("ptod_tasks_total{outcome=\"succeeded\"} 1"));
+  CHECK_THAT(m, Catch::Contains("ptod_task_latency_seconds_count 1"));
+  CHECK_THAT(m, Catch::Contains("ptod_mailbox_round_trip_seconds_bucket{le=\"+Inf\"} 1"));
+  CHECK_THAT(m, Catch::Contains("ptod_heap_ring_used_bytes{ring=\"0\"}"));
+  CHECK_THAT(m, Catch::Contains("ptod_child_restarts_total 0"));
+  CHECK_THAT(http_get(d.metrics_port(), "/other"), Catch::StartsWith("HTTP/1.0 404"));
+}
+
+TEST_CASE("a config error at startup names the key or value and exits 1") {
+  const std::string dir = make_temp_dir("ptod-config");
+  auto start = [&](const std::string& toml) {
+    {
+      std::ofstream(dir + "/ptod.toml") << toml;
+    }
+    return run_command({PTOD_PATH, "--config", dir + "/ptod.toml", "--state-dir", dir + "/state", "--socket",
+                        dir + "/s.sock", "--metrics", "off"},
+                       30);
+  };
+  Output a = start("[worker]\nchipz = 2\n");
+  CHECK(a.code == 1);
+  CHECK_THAT(a.text, Catch::Contains("unknown key 'chipz'"));
+  Output b = start("[worker]\nchips = 999\n");
+  CHECK(b.code == 1);
+  CHECK_THAT(b.text, Catch::Contains("chips") && Catch::Contains("0..64") && Catch::Contains("999"));
+  Output c = start("[daemon]\nlog_level = \"loud\"\n");
+  CHECK(c.code == 1);
+  CHECK_THAT(c.text, Catch::Contains("'loud'"));
+  Output e = start("not toml [");
+  CHECK(e.code == 1);
+  Output f = run_command({PTOD_PATH, "--config", dir + "/missing.toml"}, 30);
+  CHECK(f.code == 1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a listener beyond loopback needs TLS and a token - requests without the token are refused") {
+  DaemonProcess plain({"--listen", "0.0.0.0:0"});
+  CHECK_FALSE(plain.up());
+  CHECK(plain.exit_code() == 1);
+  CHECK_THAT(plain.log(), Catch::Contains("0.0.0.0:0") && Catch::Contains("TLS"));
+
+  const std::string dir = make_temp_dir("ptod-tls");
+  Output gen = run_command({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                            dir + "/key.pem", "-out", dir + "/cert.pem", "-days", "1", "-subj", "/CN=localhost",
+                            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"},
+                           60);
+  REQUIRE(gen.code == 0);
+  std::ofstream(dir + "/token") << "0123456789abcdef-test-token\n";
+  DaemonProcess tls({"--listen", "0.0.0.0:0", "--tls-cert", dir + "/cert.pem", "--tls-key", dir + "/key.pem",
+                     "--token-file", dir + "/token"});
+  REQUIRE(tls.up());
+  pto::client::ClientOptions o;
+  o.address = "localhost:" + std::to_string(tls.grpc_port());
+  o.tls = true;
+  o.tls_ca = dir + "/cert.pem";
+  o.timeout = std::chrono::seconds(10);
+  Client anonymous(o);
+  auto v = anonymous.version();
+  CHECK(v.status.code == static_cast<int>(grpc::StatusCode::UNAUTHENTICATED));
+  o.token = "0123456789abcdef-test-token";
+  Client authed(o);
+  auto v2 = authed.version();
+  INFO(v2.status.message);
+  CHECK(v2.ok());
+  CHECK(v2.value.protocol() == "pto.v1");
+  // The unix socket needs no token.
+  CHECK(connect(tls)->version().ok());
+  std::filesystem::remove_all(dir);
+}
