@@ -296,6 +296,8 @@ grpc::Status NodeService::Workers(grpc::ServerContext*, const pto::v1::WorkersRe
   root->set_level(p_.worker.config().level);
   root->set_state(p_.draining ? "draining" : "serving");
   root->set_pid(getpid());
+  const pto::WorkerStats st = p_.worker.stats();
+  root->set_tasks_run(st.tasks_succeeded + st.tasks_failed + st.tasks_skipped);
   for (const pto::ChildInfo& c : p_.worker.children()) {
     pto::v1::WorkerNode* n = root->add_children();
     n->set_name(c.label());
