@@ -27,7 +27,7 @@ struct DaemonConfig {
   uint64_t heap_ring_bytes = 64ull << 20;
   uint64_t arena_bytes = 1ull << 30;
   uint64_t task_timeout_ms = 600000;
-  uint32_t spin_us = 50;
+  uint32_t spin_us = 500;  // keeps children warm between jobs that follow each other (docs/daemon.md)
   // [jobs]
   uint32_t max_queued = 1024;
   uint32_t retain_finished = 1000;

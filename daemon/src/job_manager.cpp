@@ -64,7 +64,7 @@ void JobManager::stop() {
   if (runner_.joinable()) runner_.join();
 }
 
-Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position) {
+Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position, bool wake_runner) {
   std::lock_guard<std::mutex> g(mu_);
   if (draining_ || stop_)
     return Status::Error(kUnavailable, "the daemon is draining: it accepts no new jobs");
@@ -81,7 +81,7 @@ Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position) {
   log("jobs")->info("job {} queued: {} ({}) position {}{}", j.id, j.spec.callable.name.empty() ? j.spec.callable.handle.id.short_hex() : j.spec.callable.name,
                     pto::abi_name(j.spec.callable.abi), *position, j.spec.label.empty() ? "" : ", label " + j.spec.label);
   jobs_.emplace(j.id, std::move(j));
-  cv_.notify_all();
+  if (wake_runner) cv_.notify_all();
   return Status::Ok();
 }
 
@@ -109,53 +109,71 @@ void JobManager::trim_locked() {
 void JobManager::runner_main() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+    cv_.wait(lk, [&] { return stop_ || (!queue_.empty() && running_id_ == 0); });
     if (stop_) return;
     const uint64_t id = queue_.front();
     queue_.pop_front();
-    Job& j = jobs_[id];
-    j.state = pto::v1::RUNNING;
-    j.start_ns = now_ns();
-    ++j.version;
-    running_id_ = id;
-    cv_.notify_all();
-    const RegisteredCallable c = j.spec.callable;
-    const pto::TaskArgs args = j.spec.args;
-    pto::CallConfig cfg = j.spec.config;
-    // A trace goes under the state directory, never where a client says.
-    std::memset(cfg.output_prefix, 0, sizeof cfg.output_prefix);
-    if (cfg.enable_profiling) {
-      const std::string prefix = fmt::format("{}/traces/job-{}", cfg_.state_dir, id);
-      std::snprintf(cfg.output_prefix, sizeof cfg.output_prefix, "%s", prefix.c_str());
-      j.result.set_trace_path(prefix + ".json");
-    }
-    lk.unlock();
-
-    auto fn = [&](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc) -> int {
-      switch (c.abi) {
-        case pto::EntryAbi::CHIP: return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;
-        case pto::EntryAbi::SUB: return o.submit_sub(c.handle, args).ok() ? 0 : 1;
-        case pto::EntryAbi::ORCHESTRATION: return c.orchestration(&o, &view, &cc);
-      }
-      return 1;
-    };
-    pto::RunResult r = c.abi == pto::EntryAbi::ORCHESTRATION ? w_.run(fn, args, cfg) : w_.run(fn, pto::TaskArgs(), cfg);
-
-    lk.lock();
-    Job& done = jobs_[id];
-    running_id_ = 0;
-    const std::string trace = done.result.trace_path();
-    done.result = to_proto(r);
-    if (!trace.empty() && r.ok()) done.result.set_trace_path(trace);
-    const pto::v1::JobState st = r.ok() ? pto::v1::SUCCEEDED
-                                 : r.status.code == pto::kWorkerCancelled ? pto::v1::CANCELLED
-                                                                          : pto::v1::FAILED;
-    finish_locked(done, st, r.status.message);
-    log("jobs")->info("job {} {}: {} tasks ({} ok, {} failed, {} skipped) in {:.3f} ms{}", id,
-                      pto::v1::JobState_Name(st), r.tasks_submitted, r.tasks_succeeded, r.tasks_failed,
-                      r.tasks_skipped, double(r.wall_ns) / 1e6, r.ok() ? "" : ": " + r.status.message);
-    cv_.notify_all();
+    execute_locked(id, lk);
   }
+}
+
+bool JobManager::try_run_inline(uint64_t id) {
+  std::unique_lock<std::mutex> lk(mu_);
+  // Only when nothing else waits or runs, so FIFO order holds; the runner
+  // thread leaves the queue alone while a job runs.
+  if (stop_ || running_id_ != 0 || queue_.size() != 1 || queue_.front() != id) {
+    cv_.notify_all();  // the runner thread takes it (the submit did not wake it)
+    return false;
+  }
+  queue_.pop_front();
+  execute_locked(id, lk);
+  return true;
+}
+
+// mu_ held on entry and exit; released while the Worker runs the job.
+void JobManager::execute_locked(uint64_t id, std::unique_lock<std::mutex>& lk) {
+  Job& j = jobs_[id];
+  j.state = pto::v1::RUNNING;
+  j.start_ns = now_ns();
+  ++j.version;
+  running_id_ = id;
+  cv_.notify_all();
+  const RegisteredCallable c = j.spec.callable;
+  const pto::TaskArgs args = j.spec.args;
+  pto::CallConfig cfg = j.spec.config;
+  // A trace goes under the state directory, never where a client says.
+  std::memset(cfg.output_prefix, 0, sizeof cfg.output_prefix);
+  if (cfg.enable_profiling) {
+    const std::string prefix = fmt::format("{}/traces/job-{}", cfg_.state_dir, id);
+    std::snprintf(cfg.output_prefix, sizeof cfg.output_prefix, "%s", prefix.c_str());
+    j.result.set_trace_path(prefix + ".json");
+  }
+  lk.unlock();
+
+  auto fn = [&](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc) -> int {
+    switch (c.abi) {
+      case pto::EntryAbi::CHIP: return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;
+      case pto::EntryAbi::SUB: return o.submit_sub(c.handle, args).ok() ? 0 : 1;
+      case pto::EntryAbi::ORCHESTRATION: return c.orchestration(&o, &view, &cc);
+    }
+    return 1;
+  };
+  pto::RunResult r = c.abi == pto::EntryAbi::ORCHESTRATION ? w_.run(fn, args, cfg) : w_.run(fn, pto::TaskArgs(), cfg);
+
+  lk.lock();
+  Job& done = jobs_[id];
+  running_id_ = 0;
+  const std::string trace = done.result.trace_path();
+  done.result = to_proto(r);
+  if (!trace.empty() && r.ok()) done.result.set_trace_path(trace);
+  const pto::v1::JobState st = r.ok() ? pto::v1::SUCCEEDED
+                               : r.status.code == pto::kWorkerCancelled ? pto::v1::CANCELLED
+                                                                        : pto::v1::FAILED;
+  finish_locked(done, st, r.status.message);
+  log("jobs")->info("job {} {}: {} tasks ({} ok, {} failed, {} skipped) in {:.3f} ms{}", id,
+                    pto::v1::JobState_Name(st), r.tasks_submitted, r.tasks_succeeded, r.tasks_failed,
+                    r.tasks_skipped, double(r.wall_ns) / 1e6, r.ok() ? "" : ": " + r.status.message);
+  cv_.notify_all();
 }
 
 void JobManager::fill_result_locked(const Job& j, pto::v1::JobResult* out) const {

@@ -48,7 +48,13 @@ class JobManager {
 
   // spec.pinned: tensors the caller pinned; the job unpins them when it ends
   // (on error they stay the caller's to unpin).
-  Status submit(JobSpec spec, uint64_t* id, uint32_t* queue_position);
+  // wake_runner = false: the caller follows with try_run_inline(), which
+  // wakes the runner itself when it cannot run the job.
+  Status submit(JobSpec spec, uint64_t* id, uint32_t* queue_position, bool wake_runner = true);
+  // The submitting thread runs the job itself when it is the only one (no
+  // hand-off to the runner thread, no wake-up to learn it ended). False when
+  // the job must wait its turn.
+  bool try_run_inline(uint64_t id);
   Status cancel(uint64_t id, pto::v1::JobState* state);
   Status result(uint64_t id, pto::v1::JobResult* out) const;
   // Waits until the job changed after *version (or timeout), then fills ev
@@ -74,6 +80,7 @@ class JobManager {
     uint64_t submit_ns = 0, start_ns = 0, end_ns = 0;
   };
   void runner_main();
+  void execute_locked(uint64_t id, std::unique_lock<std::mutex>& lk);
   void finish_locked(Job& j, pto::v1::JobState state, const std::string& message);
   void fill_result_locked(const Job& j, pto::v1::JobResult* out) const;
   void trim_locked();

@@ -127,15 +127,19 @@ grpc::Status TensorsService::Download(grpc::ServerContext* ctx, const pto::v1::D
   const uint8_t* src = reinterpret_cast<const uint8_t*>(e.tensor.data);
   uint64_t off = 0;
   bool first = true;
+  pto::v1::DownloadChunk c;
   do {
     if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "download cancelled");
-    pto::v1::DownloadChunk c;
+    c.Clear();
     if (first) fill_info(e, c.mutable_info());
     const uint64_t n = std::min(chunk, e.bytes - off);
     c.set_data(reinterpret_cast<const char*>(src + off), n);
     off += n;
     first = false;
-    if (!writer->Write(c)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    // buffer_hint: gRPC may coalesce with the next write instead of flushing each.
+    grpc::WriteOptions wo;
+    if (off < e.bytes) wo.set_buffer_hint();
+    if (!writer->Write(c, wo)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
   } while (off < e.bytes);
   return grpc::Status::OK;
 }
@@ -219,7 +223,7 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   uint32_t pos = 0;
   // The job manager takes over the pins (and releases them when the job ends).
   spec.pinned = pins;
-  if (Status s = p_.jobs.submit(std::move(spec), &id, &pos); !s.ok()) {
+  if (Status s = p_.jobs.submit(std::move(spec), &id, &pos, req->wait_ms() == 0); !s.ok()) {
     unpin();
     return to_grpc(s);
   }
@@ -227,6 +231,7 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   reply->set_queue_position(pos);
   reply->set_state(pto::v1::QUEUED);
   if (req->wait_ms() > 0) {
+    (void)p_.jobs.try_run_inline(id);  // the common case: an idle daemon runs it on this thread
     pto::v1::JobResult r;
     if (Status s = wait_final(ctx, id, req->wait_ms(), &r); s.ok()) {
       reply->set_state(r.state());

@@ -1,0 +1,149 @@
+// ptod from a client's side (issue 5's figures): a real daemon subprocess,
+//   * a trivial job (one no-op sub task), submit -> result in one call, p50 / p99,
+//     over the unix socket and over TCP loopback
+//   * jobs per second with 1 and 8 concurrent clients
+//   * upload and download bandwidth of a 256 MiB tensor in 1 MiB / 4 MiB chunks
+// Anchors: Ray ~1 ms per synchronous task (981 tasks/s); a gRPC C++ unary call
+// on TCP loopback ~60 us (ARCHITECTURE.md §7 measured 112-131 us on this kind
+// of machine). Figures only: nothing fails on a time.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "daemon_process.h"
+#include "pto/client.h"
+#include "pto2/orchestration_api.h"
+
+using Clock = std::chrono::steady_clock;
+using pto::client::Client;
+namespace v1 = pto::v1;
+
+namespace {
+
+pto::client::ClientOptions options(const std::string& address) {
+  pto::client::ClientOptions o;
+  o.address = address;
+  o.timeout = std::chrono::seconds(30);
+  return o;
+}
+
+v1::SubmitRequest trivial() {
+  v1::SubmitRequest req;
+  req.mutable_callable()->set_name("noop");
+  req.set_wait_ms(10000);
+  return req;
+}
+
+void latency(const char* what, const std::string& address) {
+  Client c(options(address));
+  std::vector<double> us;
+  for (int i = 0; i < 2200; ++i) {
+    const auto t0 = Clock::now();
+    auto r = c.submit(trivial());
+    const double d = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (!r.ok() || r.value.result().state() != v1::SUCCEEDED) {
+      std::fprintf(stderr, "job failed: %s\n", r.status.message.c_str());
+      std::exit(1);
+    }
+    if (i >= 200) us.push_back(d);  // the first 200 warm the channel and the children
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("trivial job, submit -> result, %s: p50 %.0f us, p99 %.0f us (%zu jobs)   [target p50 <= 300 us; "
+              "Ray sync task ~1000 us]\n",
+              what, us[us.size() / 2], us[us.size() * 99 / 100], us.size());
+}
+
+// The floor under a job: one unary call that does nothing (Node.Version).
+void unary_floor(const char* what, const std::string& address) {
+  Client c(options(address));
+  std::vector<double> us;
+  for (int i = 0; i < 2200; ++i) {
+    const auto t0 = Clock::now();
+    if (!c.version().ok()) std::exit(1);
+    if (i >= 200) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("gRPC unary floor (Node.Version), %s: p50 %.0f us, p99 %.0f us\n", what, us[us.size() / 2],
+              us[us.size() * 99 / 100]);
+}
+
+void throughput(int clients, const std::string& address) {
+  std::atomic<uint64_t> done{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < clients; ++i)
+    ts.emplace_back([&] {
+      Client c(options(address));
+      while (!stop.load()) {
+        auto r = c.submit(trivial());
+        if (r.ok() && r.value.result().state() == v1::SUCCEEDED) ++done;
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // warm up
+  const uint64_t d0 = done.load();
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const uint64_t d1 = done.load();
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  stop = true;
+  for (auto& t : ts) t.join();
+  std::printf("trivial jobs per second, %d client(s): %.0f   [Ray: ~981 sync tasks/s per client]\n", clients,
+              double(d1 - d0) / secs);
+}
+
+void bandwidth(const std::string& address) {
+  Client c(options(address));
+  const uint32_t n = 64u << 20;  // 64 Mi floats = 256 MiB
+  std::vector<float> data(n, 1.5f);
+  for (uint32_t chunk : {1u << 20, 4u << 20}) {
+    double up = 1e9, down = 1e9;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = Clock::now();
+      auto t = c.upload("", {n}, PTO2_FLOAT32, data.data(), uint64_t(n) * 4, chunk);
+      const auto t1 = Clock::now();
+      std::vector<uint8_t> back;
+      auto d = c.download(t.value.handle(), &back, chunk);
+      const auto t2 = Clock::now();
+      if (!t.ok() || !d.ok()) {
+        std::fprintf(stderr, "transfer failed: %s %s\n", t.status.message.c_str(), d.status.message.c_str());
+        std::exit(1);
+      }
+      (void)c.free(t.value.handle());
+      up = std::min(up, std::chrono::duration<double>(t1 - t0).count());
+      down = std::min(down, std::chrono::duration<double>(t2 - t1).count());
+    }
+    const double gb = double(n) * 4 / 1e9;
+    std::printf("256 MiB tensor, %u MiB chunks, unix socket: upload %.2f GB/s, download %.2f GB/s   [target >= 1 GB/s]\n",
+                chunk >> 20, gb / up, gb / down);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Extra ptod flags may follow, e.g. --config spin.toml.
+  std::vector<std::string> flags = {"--listen", "127.0.0.1:0"};
+  for (int i = 1; i < argc; ++i) flags.push_back(argv[i]);
+  pto_test::DaemonProcess d(flags, 1, 2);
+  if (!d.up()) {
+    std::fprintf(stderr, "ptod did not start:\n%s\n", d.log().c_str());
+    return 1;
+  }
+  Client admin(options(d.address()));
+  auto reg = admin.register_import(BENCH_NATIVE_SUBS, "pto_test_noop", "noop");
+  if (!reg.ok()) {
+    std::fprintf(stderr, "register: %s\n", reg.status.message.c_str());
+    return 1;
+  }
+  std::printf("ptod bench: 1 chip, 2 sub workers; a trivial job = one no-op sub task\n");
+  unary_floor("unix socket", d.address());
+  latency("unix socket", d.address());
+  latency("TCP loopback", "127.0.0.1:" + std::to_string(d.grpc_port()));
+  throughput(1, d.address());
+  throughput(8, d.address());
+  bandwidth(d.address());
+  return d.stop() == 0 ? 0 : 1;
+}
