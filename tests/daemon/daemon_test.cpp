@@ -373,3 +373,51 @@ TEST_CASE("a listener beyond loopback needs TLS and a token - requests without t
   CHECK(connect(tls)->version().ok());
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("an L3 orchestration registered from a library runs chip and sub tasks on the daemon's Worker") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(VECTOR_CONFIG, "vector").ok());
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_add_one", "add_one").ok());
+  auto l3 = c->register_import(L3_ORCHESTRATION, "pto_test_l3_vector_plus_one", "l3", true);
+  INFO(l3.status.message);
+  REQUIRE(l3.ok());
+  std::vector<float> a(N), b(N);
+  for (uint32_t i = 0; i < N; ++i) a[i] = 0.001f * float(i % 113), b[i] = -0.5f + 0.002f * float(i % 71);
+  auto ta = c->upload("a", {N}, PTO2_FLOAT32, a.data(), N * 4);
+  auto tb = c->upload("b", {N}, PTO2_FLOAT32, b.data(), N * 4);
+  auto tf = c->alloc("f", {N}, PTO2_FLOAT32);
+  REQUIRE((ta.ok() && tb.ok() && tf.ok()));
+  const std::vector<std::string> env = {"PTOD_ADDRESS=" + d.address()};
+  Output listed = run_command({PTOCTL_PATH, "callables"}, 30, env);
+  CHECK_THAT(listed.text, Catch::Contains("ABI_ORCHESTRATION") && Catch::Contains("l3"));
+  Output sub = run_command({PTOCTL_PATH, "submit", "l3", "a", "b", "f:out", "-s", std::to_string(N)}, 60, env);
+  INFO(sub.text << d.log());
+  REQUIRE(sub.code == 0);
+  CHECK_THAT(sub.text, Catch::Contains("SUCCEEDED: 2 tasks"));
+  Output dl = run_command({PTOCTL_PATH, "download", "f", "-o", d.dir() + "/f.npy"}, 60, env);
+  REQUIRE(dl.code == 0);
+  std::vector<uint8_t> got;
+  REQUIRE(c->download(tf.value.handle(), &got).ok());
+  for (uint32_t i = 0; i < N; i += 3) {
+    float f;
+    std::memcpy(&f, got.data() + 4 * i, 4);
+    const float s = a[i] + b[i];
+    REQUIRE(f == Approx((s + 1) * (s + 2) + 1).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("an oversized message is refused with RESOURCE_EXHAUSTED and the daemon keeps serving") {
+  const std::string dir = make_temp_dir("ptod-small");
+  std::ofstream(dir + "/ptod.toml") << "[server]\nmax_message_bytes = 65536\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
+  REQUIRE(d.up());
+  auto c = connect(d);
+  std::vector<uint8_t> big(1 << 20);
+  auto r = c->upload("", {1u << 18}, PTO2_FLOAT32, big.data(), big.size(), 256 << 10);  // 256 KiB chunks
+  CHECK(r.status.code == static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  CHECK(c->health().value == "SERVING");
+  CHECK(c->upload("", {1u << 18}, PTO2_FLOAT32, big.data(), big.size(), 32 << 10).ok());
+  std::filesystem::remove_all(dir);
+}
