@@ -76,7 +76,8 @@ class DaemonProcess {
  public:
   // Starts ptod with a private state dir and socket, no TCP listener unless
   // given, metrics on an ephemeral loopback port. Waits for its ready file.
-  explicit DaemonProcess(std::vector<std::string> extra = {}, int chips = 1, int subs = 2) {
+  explicit DaemonProcess(std::vector<std::string> extra = {}, int chips = 1, int subs = 2,
+                         std::vector<std::string> env = {}) {
     dir_ = make_temp_dir("ptod-test");
     socket_ = dir_ + "/ptod.sock";
     const std::string ready = dir_ + "/ready";
@@ -90,6 +91,7 @@ class DaemonProcess {
       const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       dup2(fd, 1);
       dup2(fd, 2);
+      for (auto& e : env) putenv(e.data());
       std::vector<char*> a;
       for (auto& s : argv) a.push_back(s.data());
       a.push_back(nullptr);

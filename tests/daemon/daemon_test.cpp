@@ -4,6 +4,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -23,6 +26,7 @@ namespace v1 = pto::v1;
 namespace {
 
 constexpr uint32_t N = 16384;
+grpc::Status grpc_status_holder;
 
 std::unique_ptr<Client> connect(const DaemonProcess& d) {
   pto::client::ClientOptions o;
@@ -420,4 +424,81 @@ TEST_CASE("an oversized message is refused with RESOURCE_EXHAUSTED and the daemo
   CHECK(c->health().value == "SERVING");
   CHECK(c->upload("", {1u << 18}, PTO2_FLOAT32, big.data(), big.size(), 32 << 10).ok());
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("systemd notification - READY after start - WATCHDOG when asked - STOPPING on drain") {
+  const std::string dir = make_temp_dir("ptod-notify");
+  const std::string path = dir + "/notify.sock";
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  struct timeval tv{0, 200000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string seen;
+  auto drain = [&](int ms) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    char buf[1024];
+    while (std::chrono::steady_clock::now() < end) {
+      const ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n > 0) seen.append(buf, static_cast<size_t>(n)).append("\n");
+    }
+  };
+  {
+    DaemonProcess d({}, 1, 1, {"NOTIFY_SOCKET=" + path, "WATCHDOG_USEC=200000"});
+    REQUIRE(d.up());
+    drain(500);
+    CHECK_THAT(seen, Catch::Contains("READY=1") && Catch::Contains("STATUS=serving on unix:"));
+    CHECK_THAT(seen, Catch::Contains("WATCHDOG=1"));
+    CHECK(seen.find("STOPPING=1") == std::string::npos);
+    kill(d.pid(), SIGTERM);
+    drain(300);
+    CHECK(d.stop(0) == 0);
+  }
+  CHECK_THAT(seen, Catch::Contains("STOPPING=1"));
+  close(fd);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("server reflection lists the pto.v1 services (what grpcurl uses)") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto channel = grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag;
+  bool ok = false;
+  auto step = [&](void* t) {
+    REQUIRE(cq.Next(&tag, &ok));
+    REQUIRE(tag == t);
+    return ok;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  REQUIRE(step(reinterpret_cast<void*>(1)));
+  // ServerReflectionRequest { list_services = "" }: field 7, length-delimited, empty.
+  const char req[] = {0x3A, 0x00};
+  grpc::Slice slice(req, sizeof req);
+  grpc::ByteBuffer out(&slice, 1);
+  call->Write(out, reinterpret_cast<void*>(2));
+  REQUIRE(step(reinterpret_cast<void*>(2)));
+  grpc::ByteBuffer in;
+  call->Read(&in, reinterpret_cast<void*>(3));
+  REQUIRE(step(reinterpret_cast<void*>(3)));
+  std::vector<grpc::Slice> slices;
+  REQUIRE(in.Dump(&slices).ok());
+  std::string reply;
+  for (const auto& s2 : slices) reply.append(reinterpret_cast<const char*>(s2.begin()), s2.size());
+  for (const char* svc : {"pto.v1.Registry", "pto.v1.Tensors", "pto.v1.Jobs", "pto.v1.Node"})
+    CHECK(reply.find(svc) != std::string::npos);
+  ctx.TryCancel();
+  call->Finish(&grpc_status_holder, reinterpret_cast<void*>(4));
+  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
 }
