@@ -104,6 +104,11 @@ Result<pto::v1::RegisterReply> Client::register_chip(const std::string& kernels_
       return false;
     }
     const std::string file = p.filename().string();
+    if (bundle->libraries().count(file) && bundle->libraries().at(file) != bytes) {
+      r.status = local_error(fmt::format("{}: two different libraries are named '{}'; a bundle holds files by name",
+                                         kernels_toml, file));
+      return false;
+    }
     (*bundle->mutable_libraries())[file] = bytes;
     t.insert_or_assign("library", file);
     return true;
@@ -169,8 +174,11 @@ Result<pto::v1::ListCallablesReply> Client::callables() {
 Result<pto::v1::TensorInfo> Client::upload(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype,
                                            const void* data, uint64_t bytes, uint32_t chunk_bytes) {
   Result<pto::v1::TensorInfo> r;
+  if (chunk_bytes == 0) chunk_bytes = 1u << 20;
   grpc::ClientContext ctx;
-  prepare(&ctx);
+  prepare(&ctx, true);
+  // The per-call timeout, plus one second per 50 MB to move.
+  ctx.set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::milliseconds(bytes / 50000));
   auto writer = tensors_->Upload(&ctx, &r.value);
   pto::v1::UploadChunk c;
   c.mutable_header()->set_name(name);
@@ -204,7 +212,9 @@ Result<pto::v1::TensorInfo> Client::download(const pto::v1::TensorHandle& t, std
                                              uint32_t chunk_bytes) {
   Result<pto::v1::TensorInfo> r;
   grpc::ClientContext ctx;
-  prepare(&ctx);
+  prepare(&ctx, true);
+  // The size is known only from the first chunk: allow ten minutes on top.
+  ctx.set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::minutes(10));
   pto::v1::DownloadRequest req;
   *req.mutable_tensor() = t;
   req.set_chunk_bytes(chunk_bytes);

@@ -66,11 +66,18 @@ v1::CallableRef callable_ref(const std::string& s) {
   return r;
 }
 
-v1::TensorHandle tensor_handle(const std::string& s) {
-  v1::TensorHandle h;
-  if (!s.empty() && s[0] == '#') h.set_id(std::stoull(s.substr(1)));
-  else h.set_name(s);
-  return h;
+// "NAME" or "#ID"; false (and a message) when "#..." is not a number.
+bool tensor_handle(const std::string& s, v1::TensorHandle* h) {
+  if (!s.empty() && s[0] == '#') {
+    if (s.size() == 1 || s.find_first_not_of("0123456789", 1) != std::string::npos) {
+      std::fprintf(stderr, "ptoctl: '%s': a tensor id is # followed by digits\n", s.c_str());
+      return false;
+    }
+    h->set_id(std::stoull(s.substr(1)));
+  } else {
+    h->set_name(s);
+  }
+  return true;
 }
 
 // "NAME[:tag]" or "#ID[:tag]"; tags: in, out, inout, out_existing, nodep.
@@ -91,7 +98,10 @@ bool parse_arg(const std::string& s, v1::TaskArgs* args, std::string* err) {
     *err = fmt::format("argument '{}': expected NAME[:in|out|inout|out_existing|nodep] or #ID[:tag]", s);
     return false;
   }
-  *args->add_tensors()->mutable_tensor() = tensor_handle(t);
+  if (!tensor_handle(t, args->add_tensors()->mutable_tensor())) {
+    *err = fmt::format("argument '{}': bad tensor id", s);
+    return false;
+  }
   args->add_tags(it->second);
   return true;
 }
@@ -136,7 +146,8 @@ int print_result(const v1::JobResult& r) {
                   v1::Outcome_Name(r.first_failure().outcome()).c_str(), r.first_failure().worker().c_str(),
                   r.first_failure().message().c_str());
   }
-  return r.state() == v1::SUCCEEDED ? kExitOk : kExitFailed;
+  // Not ended yet (result without --wait) is not a failure.
+  return r.state() == v1::FAILED || r.state() == v1::CANCELLED ? kExitFailed : kExitOk;
 }
 
 void print_node(const v1::WorkerNode& n, int depth) {
@@ -230,7 +241,7 @@ int run_example(Client& c, const std::string& config, const std::string& name, i
     std::printf("%s\n", cmp.describe(a).c_str());
   }
   if (!run.value.trace_path().empty())
-    std::printf("trace: %s (on the daemon's host; open at https://ui.perfetto.dev)\n", run.value.trace_path().c_str());
+    std::printf("open the trace at https://ui.perfetto.dev (the file is on the daemon's host)\n");
   cleanup();
   return pass ? kExitOk : kExitFailed;
 }
@@ -334,6 +345,7 @@ int main(int argc, char** argv) {
       return kExitUsage;
     }
     std::getline(f, opts.token);
+    while (!opts.token.empty() && (opts.token.back() == '\r' || opts.token.back() == ' ')) opts.token.pop_back();
   }
   Client c(opts);
 
@@ -375,7 +387,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "ptoctl: %s: dtype %s is not supported\n", path.c_str(), arr.descr.c_str());
       return kExitUsage;
     }
-    std::vector<uint32_t> sh(arr.shape.begin(), arr.shape.end());
+    std::vector<uint32_t> sh;
+    for (uint64_t dim : arr.shape) {
+      if (dim > UINT32_MAX) {
+        std::fprintf(stderr, "ptoctl: %s: dimension %llu is above 2^32-1\n", path.c_str(), (unsigned long long)dim);
+        return kExitUsage;
+      }
+      sh.push_back(static_cast<uint32_t>(dim));
+    }
     auto r = c.upload(name, sh, dtype, arr.data.data(), arr.data.size());
     if (!r.ok()) return report(r.status, "upload");
     if (g_json) print_json(r.value);
@@ -398,7 +417,9 @@ int main(int argc, char** argv) {
   }
   if (*download) {
     std::vector<uint8_t> data;
-    auto r = c.download(tensor_handle(tensor), &data);
+    v1::TensorHandle h;
+    if (!tensor_handle(tensor, &h)) return kExitUsage;
+    auto r = c.download(h, &data);
     if (!r.ok()) return report(r.status, "download");
     std::vector<uint64_t> sh(r.value.shape().begin(), r.value.shape().end());
     if (pto2::Status s = pto2::sim::write_npy(out_file, pto2::sim::npy_descr(r.value.dtype()), sh, data.data(), data.size());
@@ -411,7 +432,9 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (*freet) {
-    Status s = c.free(tensor_handle(tensor));
+    v1::TensorHandle h;
+    if (!tensor_handle(tensor, &h)) return kExitUsage;
+    Status s = c.free(h);
     return s.ok() ? kExitOk : report(s, "free");
   }
   if (*tensors) {

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "pto2/sim/chip_config.h"
+
 namespace ptod {
 namespace {
 
@@ -28,20 +30,33 @@ bool safe_file_name(const std::string& n) {
 
 }  // namespace
 
+// Content-addressed: a file that exists already has these bytes (its name is
+// their hash, or it sits in a directory named by the bundle's hash), so it is
+// never rewritten — it may be loaded in this very process. New files are
+// written to a temporary name and renamed into place, so nobody ever loads a
+// half-written library.
 Status CallableRegistry::store_file(const std::string& dir, const std::string& name, const std::string& bytes) {
   const std::string path = dir + "/" + name;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error(pto::kWorkerInvalidConfig, fmt::format("cannot write {}: {}", path, strerror(errno)));
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) return Status::Ok();
+  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(tmp_serial_++);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Error(pto::kWorkerInvalidConfig, fmt::format("cannot write {}: {}", tmp, strerror(errno)));
   size_t off = 0;
   while (off < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
     if (n <= 0) {
       ::close(fd);
+      ::unlink(tmp.c_str());
       return Status::Error(pto::kWorkerInvalidConfig, fmt::format("cannot write {}: {}", path, strerror(errno)));
     }
     off += static_cast<size_t>(n);
   }
   ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return Status::Error(pto::kWorkerInvalidConfig, fmt::format("cannot write {}: {}", path, strerror(errno)));
+  }
   return Status::Ok();
 }
 
@@ -65,6 +80,18 @@ Status CallableRegistry::store_bundle(const pto::v1::ChipBundle& b, std::string*
   for (const auto& [name, bytes] : libs)
     if (Status s = store_file(dir, name, bytes); !s.ok()) return s;
   if (Status s = store_file(dir, "kernels.toml", b.config_toml()); !s.ok()) return s;
+  // Every library the config names must be one of the bundle's files: a
+  // bundle cannot point at other code on this host.
+  pto2::sim::ChipConfig cfg;
+  if (Status s = pto2::sim::ChipConfig::load(dir + "/kernels.toml", &cfg); !s.ok()) return s;
+  std::vector<std::string> named = {cfg.orchestration};
+  if (!cfg.reference.empty()) named.push_back(cfg.reference);
+  for (const auto& k : cfg.kernels) named.push_back(k.library);
+  for (const std::string& lib : named) {
+    const std::filesystem::path p(lib);
+    if (p.parent_path() != std::filesystem::path(dir) || !libs.count(p.filename().string()))
+      return bad(fmt::format("chip bundle: the config names library '{}', which is not one of the bundle's files", lib));
+  }
   *config_path = dir + "/kernels.toml";
   return Status::Ok();
 }
@@ -150,6 +177,16 @@ Status CallableRegistry::add(const pto::v1::RegisterRequest& req, pto::v1::Regis
     if (!rc.name.empty()) (void)w_.name_callable(rc.name, rc.handle);
   }
   std::lock_guard<std::mutex> g(mu_);
+  // Another request may have registered the same content or taken the name
+  // while this one was loading: decide again under the lock.
+  if (auto it = by_digest_.find(id.digest); it != by_digest_.end()) {
+    *reply->mutable_identity() = to_proto(id);
+    reply->set_name(it->second.name);
+    reply->set_existed(true);
+    return Status::Ok();
+  }
+  if (!rc.name.empty() && by_name_.count(rc.name))
+    return bad(fmt::format("the name '{}' is taken by another callable", rc.name));
   by_digest_[id.digest] = rc;
   if (!rc.name.empty()) by_name_[rc.name] = id.digest;
   *reply->mutable_identity() = to_proto(id);

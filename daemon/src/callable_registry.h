@@ -5,6 +5,7 @@
 // orchestrations are loaded into the daemon, which runs them on its Worker.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,7 @@ class CallableRegistry {
   pto::Worker& w_;
   const DaemonConfig& cfg_;
   mutable std::mutex mu_;
+  std::atomic<uint64_t> tmp_serial_{0};
   std::map<pto::Digest, RegisteredCallable> by_digest_;
   std::map<std::string, pto::Digest> by_name_;
 };

@@ -1,5 +1,8 @@
 #include "config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <fmt/format.h>
 
 #include <fstream>
@@ -68,7 +71,11 @@ Status split_host_port(const std::string& addr, std::string* host, int* port) {
 }
 
 bool is_loopback_host(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 Status DaemonConfig::load(const std::string& path, DaemonConfig* out) {
@@ -104,7 +111,7 @@ Status DaemonConfig::load(const std::string& path, DaemonConfig* out) {
     if (s = read_str(*t, "server", "tls_key", &c.tls_key); !s.ok()) return s;
     if (s = read_str(*t, "server", "tls_client_ca", &c.tls_client_ca); !s.ok()) return s;
     if (s = read_str(*t, "server", "token_file", &c.token_file); !s.ok()) return s;
-    if (s = read_int(*t, "server", "max_message_bytes", &c.max_message_bytes, 4096, int64_t(1) << 31); !s.ok()) return s;
+    if (s = read_int(*t, "server", "max_message_bytes", &c.max_message_bytes, 65536, (int64_t(1) << 31) - 1); !s.ok()) return s;
   }
   if (const toml::table* t = section("worker")) {
     if (s = only_keys(*t, "[worker]", {"chips", "sub_workers", "heap_ring_bytes", "arena_bytes", "task_timeout_ms", "spin_us"});

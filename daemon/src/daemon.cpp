@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/auth_metadata_processor.h>
+#include <openssl/crypto.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -43,7 +44,8 @@ class TokenAuth : public grpc::AuthMetadataProcessor {
   bool IsBlocking() const override { return false; }
   grpc::Status Process(const InputMetadata& md, grpc::AuthContext*, OutputMetadata*, OutputMetadata*) override {
     auto it = md.find("authorization");
-    if (it == md.end() || std::string(it->second.data(), it->second.size()) != expected_)
+    if (it == md.end() || it->second.size() != expected_.size() ||
+        CRYPTO_memcmp(it->second.data(), expected_.data(), expected_.size()) != 0)  // constant time
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           "this listener needs 'authorization: Bearer <token>' (the daemon's [server] token_file)");
     return grpc::Status::OK;
@@ -153,6 +155,10 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // Bounded threads: a flood of Watch streams cannot grow the daemon without limit.
+  grpc::ResourceQuota quota("ptod");
+  quota.SetMaxThreads(128);
+  builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(static_cast<int>(cfg.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(cfg.max_message_bytes));
   if (!cfg.socket.empty()) builder.AddListeningPort("unix:" + cfg.socket, grpc::InsecureServerCredentials());
@@ -209,6 +215,10 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
     }
   }
 
+  // Signal handling exists before READY, so a SIGTERM right after READY drains.
+  asio::io_context io;
+  asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
+
   std::string where = cfg.socket.empty() ? "" : "unix:" + cfg.socket;
   for (size_t i = 0; i < cfg.listen.size(); ++i) {
     std::string host;
@@ -230,8 +240,6 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
              cfg.chips, cfg.sub_workers, getpid());
 
   // Signals and the watchdog, on this thread.
-  asio::io_context io;
-  asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
   std::function<void(const std::error_code&, int)> on_signal;
   bool stopping = false;
   on_signal = [&](const std::error_code& e, int sig) {
@@ -269,11 +277,14 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   jobs.start_drain("the daemon is shutting down");
   if (!jobs.wait_idle(std::chrono::seconds(cfg.drain_timeout_s))) {
     main_log->warn("the running job did not finish within {} s: cancelling it", cfg.drain_timeout_s);
-    (void)worker.cancel_run("the daemon's drain time ran out");
+    jobs.cancel_running("the daemon's drain time ran out");
     (void)jobs.wait_idle(std::chrono::seconds(10));
   }
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Stop the job manager first: callers waiting on a job (Watch, Submit or
+  // Result with a wait) then return at once, so the server's shutdown does
+  // not wait for their deadlines.
   jobs.stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics.reset();
   if (Status s = worker.close(); !s.ok()) main_log->warn("closing the Worker: {}", s.message);
   if (!cfg.socket.empty()) std::filesystem::remove(cfg.socket, ec);

@@ -60,11 +60,11 @@ void JobManager::stop() {
     running = running_id_ != 0;
   }
   cv_.notify_all();
-  if (running) (void)w_.cancel_run("the daemon is stopping");
+  if (running) cancel_running("the daemon is stopping");
   if (runner_.joinable()) runner_.join();
 }
 
-Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position, bool wake_runner) {
+Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position) {
   std::lock_guard<std::mutex> g(mu_);
   if (draining_ || stop_)
     return Status::Error(kUnavailable, "the daemon is draining: it accepts no new jobs");
@@ -81,7 +81,7 @@ Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position, bool w
   log("jobs")->info("job {} queued: {} ({}) position {}{}", j.id, j.spec.callable.name.empty() ? j.spec.callable.handle.id.short_hex() : j.spec.callable.name,
                     pto::abi_name(j.spec.callable.abi), *position, j.spec.label.empty() ? "" : ", label " + j.spec.label);
   jobs_.emplace(j.id, std::move(j));
-  if (wake_runner) cv_.notify_all();
+  cv_.notify_all();
   return Status::Ok();
 }
 
@@ -117,19 +117,6 @@ void JobManager::runner_main() {
   }
 }
 
-bool JobManager::try_run_inline(uint64_t id) {
-  std::unique_lock<std::mutex> lk(mu_);
-  // Only when nothing else waits or runs, so FIFO order holds; the runner
-  // thread leaves the queue alone while a job runs.
-  if (stop_ || running_id_ != 0 || queue_.size() != 1 || queue_.front() != id) {
-    cv_.notify_all();  // the runner thread takes it (the submit did not wake it)
-    return false;
-  }
-  queue_.pop_front();
-  execute_locked(id, lk);
-  return true;
-}
-
 // mu_ held on entry and exit; released while the Worker runs the job.
 void JobManager::execute_locked(uint64_t id, std::unique_lock<std::mutex>& lk) {
   Job& j = jobs_[id];
@@ -140,6 +127,8 @@ void JobManager::execute_locked(uint64_t id, std::unique_lock<std::mutex>& lk) {
   cv_.notify_all();
   const RegisteredCallable c = j.spec.callable;
   const pto::TaskArgs args = j.spec.args;
+  const auto cancel = j.cancel;
+  const auto cancel_reason = j.cancel_reason;
   pto::CallConfig cfg = j.spec.config;
   // A trace goes under the state directory, never where a client says.
   std::memset(cfg.output_prefix, 0, sizeof cfg.output_prefix);
@@ -151,6 +140,15 @@ void JobManager::execute_locked(uint64_t id, std::unique_lock<std::mutex>& lk) {
   lk.unlock();
 
   auto fn = [&](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc) -> int {
+    if (cancel->load()) {  // cancelled between dequeue and the start of the run
+      std::string why;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        why = *cancel_reason;
+      }
+      (void)w_.cancel_run(why);
+      return 0;
+    }
     switch (c.abi) {
       case pto::EntryAbi::CHIP: return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;
       case pto::EntryAbi::SUB: return o.submit_sub(c.handle, args).ok() ? 0 : 1;
@@ -212,7 +210,7 @@ Status JobManager::cancel(uint64_t id, pto::v1::JobState* state) {
     finish_locked(j, pto::v1::CANCELLED, "cancelled by a client before it started");
     cv_.notify_all();
   } else if (j.state == pto::v1::RUNNING) {
-    (void)w_.cancel_run("cancelled by a client");
+    cancel_running_locked("cancelled by a client");
   }
   *state = j.state;
   return Status::Ok();
@@ -229,6 +227,7 @@ Status JobManager::wait_event(uint64_t id, uint64_t* version, std::chrono::milli
   it = jobs_.find(id);
   if (it == jobs_.end()) return Status::Error(pto::kWorkerNotRegistered, fmt::format("job {} is no longer retained", id));
   const Job& j = it->second;
+  if (stop_ && !final_state(j.state)) return Status::Error(kUnavailable, "the daemon is stopping");
   *version = j.version;
   ev->set_job_id(id);
   ev->set_state(j.state);
@@ -260,6 +259,19 @@ JobCounts JobManager::counts() const {
   c.queued = queue_.size();
   c.running = running_id_ ? 1 : 0;
   return c;
+}
+
+void JobManager::cancel_running_locked(const std::string& why) {
+  if (!running_id_) return;
+  Job& j = jobs_[running_id_];
+  *j.cancel_reason = why;
+  j.cancel->store(true);
+  (void)w_.cancel_run(why);  // false if the run has not begun: the flag covers it
+}
+
+void JobManager::cancel_running(const std::string& why) {
+  std::lock_guard<std::mutex> g(mu_);
+  cancel_running_locked(why);
 }
 
 void JobManager::start_drain(const std::string& why) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -48,13 +49,7 @@ class JobManager {
 
   // spec.pinned: tensors the caller pinned; the job unpins them when it ends
   // (on error they stay the caller's to unpin).
-  // wake_runner = false: the caller follows with try_run_inline(), which
-  // wakes the runner itself when it cannot run the job.
-  Status submit(JobSpec spec, uint64_t* id, uint32_t* queue_position, bool wake_runner = true);
-  // The submitting thread runs the job itself when it is the only one (no
-  // hand-off to the runner thread, no wake-up to learn it ended). False when
-  // the job must wait its turn.
-  bool try_run_inline(uint64_t id);
+  Status submit(JobSpec spec, uint64_t* id, uint32_t* queue_position);
   Status cancel(uint64_t id, pto::v1::JobState* state);
   Status result(uint64_t id, pto::v1::JobResult* out) const;
   // Waits until the job changed after *version (or timeout), then fills ev
@@ -66,6 +61,8 @@ class JobManager {
   // Drain: refuse new jobs, cancel the queued ones; then wait (bounded) for
   // the running one.
   void start_drain(const std::string& why);
+  // Cancels the running job (if any), even if its run has not begun yet.
+  void cancel_running(const std::string& why);
   bool wait_idle(std::chrono::milliseconds timeout);
   bool draining() const { return draining_.load(); }
   void stop();
@@ -78,7 +75,12 @@ class JobManager {
     pto::v1::JobResult result;
     uint64_t version = 1;
     uint64_t submit_ns = 0, start_ns = 0, end_ns = 0;
+    // Set by cancel / drain; the orchestration checks it first, so a cancel
+    // that lands before the Worker's run has begun is not lost.
+    std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
+    std::shared_ptr<std::string> cancel_reason = std::make_shared<std::string>();
   };
+  void cancel_running_locked(const std::string& why);
   void runner_main();
   void execute_locked(uint64_t id, std::unique_lock<std::mutex>& lk);
   void finish_locked(Job& j, pto::v1::JobState state, const std::string& message);

@@ -1,6 +1,7 @@
 #include "log.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/dist_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include <map>
@@ -9,7 +10,10 @@
 namespace ptod {
 namespace {
 std::mutex g_mu;
-spdlog::sink_ptr g_sink;
+// Every logger writes to this one sink; reopening swaps what it forwards to
+// under its own lock, so threads logging meanwhile are safe.
+std::shared_ptr<spdlog::sinks::dist_sink_mt> g_sink = std::make_shared<spdlog::sinks::dist_sink_mt>();
+bool g_configured = false;
 spdlog::level::level_enum g_level = spdlog::level::info;
 std::map<std::string, std::shared_ptr<spdlog::logger>> g_loggers;
 }  // namespace
@@ -24,12 +28,10 @@ pto2::Status setup_logging(const std::string& level, const std::string& file) {
     return pto2::Status::Error(pto2::kInvalidConfig, std::string("log file: ") + e.what());
   }
   sink->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v");
-  g_sink = sink;
+  g_sink->set_sinks({sink});
+  g_configured = true;
   g_level = spdlog::level::from_str(level);
-  for (auto& [name, l] : g_loggers) {
-    l->sinks() = {g_sink};
-    l->set_level(g_level);
-  }
+  for (auto& [name, l] : g_loggers) l->set_level(g_level);
   return pto2::Status::Ok();
 }
 
@@ -37,9 +39,11 @@ std::shared_ptr<spdlog::logger> log(const char* component) {
   std::lock_guard<std::mutex> g(g_mu);
   auto it = g_loggers.find(component);
   if (it != g_loggers.end()) return it->second;
-  if (!g_sink) {
-    g_sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-    g_sink->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v");
+  if (!g_configured) {
+    auto err = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+    err->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v");
+    g_sink->set_sinks({err});
+    g_configured = true;
   }
   auto l = std::make_shared<spdlog::logger>(std::string("ptod.") + component, g_sink);
   l->set_level(g_level);

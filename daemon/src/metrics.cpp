@@ -16,7 +16,16 @@ struct MetricsServer::Impl {
       if (ec) return;  // closed
       auto s = std::make_shared<asio::ip::tcp::socket>(std::move(sock));
       auto buf = std::make_shared<asio::streambuf>(8192);  // a request longer than 8 KiB is refused
-      asio::async_read_until(*s, *buf, "\r\n\r\n", [this, s, buf](std::error_code ec2, size_t) {
+      // A client that connects and says nothing is dropped after 2 s.
+      auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::seconds(2));
+      timer->async_wait([s](std::error_code e) {
+        if (!e) {
+          std::error_code ignore;
+          s->close(ignore);
+        }
+      });
+      asio::async_read_until(*s, *buf, "\r\n\r\n", [this, s, buf, timer](std::error_code ec2, size_t) {
+        timer->cancel();
         std::string line;
         if (!ec2) {
           std::istream is(buf.get());

@@ -43,6 +43,7 @@ grpc::Status to_grpc(const Status& s) {
     case pto::kWorkerTimeout: c = grpc::StatusCode::DEADLINE_EXCEEDED; break;
     case pto::kWorkerChildFailed: c = grpc::StatusCode::FAILED_PRECONDITION; break;
     case CallableRegistry::kRefused: c = grpc::StatusCode::PERMISSION_DENIED; break;
+    case TensorStore::kInUse: c = grpc::StatusCode::FAILED_PRECONDITION; break;
     default: break;
   }
   return grpc::Status(c, s.message);
@@ -89,30 +90,30 @@ grpc::Status TensorsService::Upload(grpc::ServerContext*, grpc::ServerReader<pto
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload: the first message must be the header");
   const auto& h = chunk.header();
   TensorEntry e;
-  if (Status s = p_.tensors.create(h.name(), std::vector<uint32_t>(h.shape().begin(), h.shape().end()), h.dtype(), &e);
+  // Pinned while bytes arrive: nobody can free it (and reuse the memory) meanwhile.
+  if (Status s = p_.tensors.create(h.name(), std::vector<uint32_t>(h.shape().begin(), h.shape().end()), h.dtype(), &e,
+                                   true);
       !s.ok())
     return to_grpc(Status::Error(s.code, "upload: " + s.message));
+  auto fail = [&](grpc::StatusCode code, const std::string& m) {
+    p_.tensors.pin(e.id, -1);
+    (void)p_.tensors.free(e.id, "");
+    return grpc::Status(code, m);
+  };
   uint64_t got = 0;
   uint8_t* dst = reinterpret_cast<uint8_t*>(e.tensor.data);
   while (reader->Read(&chunk)) {
-    if (!chunk.has_data() && chunk.has_header()) {
-      (void)p_.tensors.free(e.id, "");
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload: a second header");
-    }
+    if (!chunk.has_data() && chunk.has_header()) return fail(grpc::StatusCode::INVALID_ARGUMENT, "upload: a second header");
     const std::string& d = chunk.data();
-    if (d.size() > e.bytes - got) {
-      (void)p_.tensors.free(e.id, "");
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          fmt::format("upload: more than the {} bytes of shape x dtype", e.bytes));
-    }
+    if (d.size() > e.bytes - got)
+      return fail(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("upload: more than the {} bytes of shape x dtype", e.bytes));
     std::memcpy(dst + got, d.data(), d.size());
     got += d.size();
   }
-  if (got != e.bytes) {
-    (void)p_.tensors.free(e.id, "");
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        fmt::format("upload: {} bytes received, shape x dtype needs {}", got, e.bytes));
-  }
+  if (got != e.bytes)
+    return fail(grpc::StatusCode::INVALID_ARGUMENT,
+                fmt::format("upload: {} bytes received, shape x dtype needs {}", got, e.bytes));
+  p_.tensors.pin(e.id, -1);
   fill_info(e, reply);
   log("tensors")->debug("tensor {} uploaded ({} bytes)", e.id, e.bytes);
   return grpc::Status::OK;
@@ -121,9 +122,14 @@ grpc::Status TensorsService::Upload(grpc::ServerContext*, grpc::ServerReader<pto
 grpc::Status TensorsService::Download(grpc::ServerContext* ctx, const pto::v1::DownloadRequest* req,
                                       grpc::ServerWriter<pto::v1::DownloadChunk>* writer) {
   TensorEntry e;
-  if (Status s = p_.tensors.find(req->tensor().id(), req->tensor().name(), &e); !s.ok()) return to_grpc(s);
+  if (Status s = p_.tensors.find_and_pin(req->tensor().id(), req->tensor().name(), &e); !s.ok()) return to_grpc(s);
+  struct Unpin {
+    TensorStore& t;
+    uint64_t id;
+    ~Unpin() { t.pin(id, -1); }
+  } unpin_at_end{p_.tensors, e.id};
   uint64_t chunk = req->chunk_bytes() ? req->chunk_bytes() : (1u << 20);
-  chunk = std::min<uint64_t>(chunk, p_.cfg.max_message_bytes - 4096);
+  chunk = std::max<uint64_t>(4096, std::min<uint64_t>(chunk, p_.cfg.max_message_bytes - 4096));
   const uint8_t* src = reinterpret_cast<const uint8_t*>(e.tensor.data);
   uint64_t off = 0;
   bool first = true;
@@ -155,10 +161,7 @@ grpc::Status TensorsService::Alloc(grpc::ServerContext*, const pto::v1::AllocReq
 }
 
 grpc::Status TensorsService::Free(grpc::ServerContext*, const pto::v1::FreeTensorRequest* req, pto::v1::FreeTensorReply*) {
-  Status s = p_.tensors.free(req->tensor().id(), req->tensor().name());
-  if (!s.ok() && s.message.find("used by") != std::string::npos)
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, s.message);
-  return to_grpc(s);
+  return to_grpc(p_.tensors.free(req->tensor().id(), req->tensor().name()));
 }
 
 grpc::Status TensorsService::List(grpc::ServerContext*, const pto::v1::ListTensorsRequest*, pto::v1::ListTensorsReply* reply) {
@@ -176,6 +179,12 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   JobSpec spec;
   if (Status s = p_.registry.find(req->callable(), &spec.callable); !s.ok()) return to_grpc(s);
   const auto& a = req->args();
+  // Bounds on what a queued job may hold (the engine's mailbox takes at most
+  // 793 tensors anyway).
+  if (a.tensors_size() > 1024 || a.scalars_size() > 4096 || req->label().size() > 1024)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        fmt::format("a job holds at most 1024 tensors, 4096 scalars and a 1024-byte label (got {}, {}, {})",
+                                    a.tensors_size(), a.scalars_size(), req->label().size()));
   if (a.tags_size() > a.tensors_size())
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         fmt::format("{} tags for {} tensors", a.tags_size(), a.tensors_size()));
@@ -192,14 +201,13 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
     }
     pto::ContinuousTensor t;
     TensorEntry e;
-    if (Status s = p_.tensors.view(ref.tensor().id(), ref.tensor().name(), ref.offset_bytes(),
-                                   std::vector<uint32_t>(ref.shape().begin(), ref.shape().end()), ref.dtype(),
-                                   ref.has_dtype(), &t, &e);
+    if (Status s = p_.tensors.view_and_pin(ref.tensor().id(), ref.tensor().name(), ref.offset_bytes(),
+                                           std::vector<uint32_t>(ref.shape().begin(), ref.shape().end()), ref.dtype(),
+                                           ref.has_dtype(), &t, &e);
         !s.ok()) {
       unpin();
       return to_grpc(Status::Error(s.code, fmt::format("tensor {}: {}", i, s.message)));
     }
-    p_.tensors.pin(e.id, +1);
     pins.push_back(e.id);
     const auto tt = static_cast<pto::TensorArgType>(tag);
     // A daemon tensor always has an address: OUTPUT means "write it".
@@ -223,7 +231,7 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   uint32_t pos = 0;
   // The job manager takes over the pins (and releases them when the job ends).
   spec.pinned = pins;
-  if (Status s = p_.jobs.submit(std::move(spec), &id, &pos, req->wait_ms() == 0); !s.ok()) {
+  if (Status s = p_.jobs.submit(std::move(spec), &id, &pos); !s.ok()) {
     unpin();
     return to_grpc(s);
   }
@@ -231,7 +239,6 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   reply->set_queue_position(pos);
   reply->set_state(pto::v1::QUEUED);
   if (req->wait_ms() > 0) {
-    (void)p_.jobs.try_run_inline(id);  // the common case: an idle daemon runs it on this thread
     pto::v1::JobResult r;
     if (Status s = wait_final(ctx, id, req->wait_ms(), &r); s.ok()) {
       reply->set_state(r.state());

@@ -11,14 +11,15 @@ Status bad(std::string m) { return Status::Error(pto::kWorkerInvalidArgument, st
 Status not_found(std::string m) { return Status::Error(pto::kWorkerNotRegistered, std::move(m)); }
 }  // namespace
 
-Status TensorStore::create(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype, TensorEntry* out) {
+Status TensorStore::create(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype, TensorEntry* out,
+                           bool pinned) {
   if (shape.empty() || shape.size() > PTO_TENSOR_MAX_DIMS)
     return bad(fmt::format("shape has {} dims; a tensor has 1..{}", shape.size(), PTO_TENSOR_MAX_DIMS));
   uint64_t n = 1;
   for (uint32_t d : shape) {
     if (d == 0) return bad(fmt::format("shape [{}] has a zero dimension", fmt::join(shape, ", ")));
-    n *= d;
-    if (n > (uint64_t(1) << 40)) return bad(fmt::format("shape [{}] is too large", fmt::join(shape, ", ")));
+    if (__builtin_mul_overflow(n, uint64_t(d), &n) || n > (uint64_t(1) << 40))
+      return bad(fmt::format("shape [{}] is too large", fmt::join(shape, ", ")));
   }
   if (pto_dtype_size(dtype) == 0) return bad(fmt::format("unknown dtype {}", dtype));
   {
@@ -40,7 +41,17 @@ Status TensorStore::create(const std::string& name, const std::vector<uint32_t>&
   e.bytes = pto::tensor_bytes(r.value);
   by_id_[e.id] = e;
   if (!name.empty()) by_name_[name] = e.id;
+  if (pinned) by_id_[e.id].pins = 1;
   *out = e;
+  return Status::Ok();
+}
+
+Status TensorStore::find_and_pin(uint64_t id, const std::string& name, TensorEntry* out) {
+  std::lock_guard<std::mutex> g(mu_);
+  const TensorEntry* e = nullptr;
+  if (Status s = find_locked(id, name, &e); !s.ok()) return s;
+  ++by_id_[e->id].pins;
+  *out = *e;
   return Status::Ok();
 }
 
@@ -70,8 +81,8 @@ Status TensorStore::free(uint64_t id, const std::string& name) {
   const TensorEntry* e = nullptr;
   if (Status s = find_locked(id, name, &e); !s.ok()) return s;
   if (e->pins > 0)
-    return Status::Error(pto::kWorkerInvalidArgument,
-                         fmt::format("tensor {} is used by {} queued or running job(s)", e->id, e->pins));
+    return Status::Error(kInUse, fmt::format("tensor {} is used by {} queued or running job(s) or transfer(s)",
+                                             e->id, e->pins));
   if (Status s = w_.free(e->tensor); !s.ok()) return s;
   if (!e->name.empty()) by_name_.erase(e->name);
   by_id_.erase(e->id);
@@ -85,8 +96,9 @@ std::vector<TensorEntry> TensorStore::list() const {
   return out;
 }
 
-Status TensorStore::view(uint64_t id, const std::string& name, uint64_t offset_bytes, const std::vector<uint32_t>& shape,
-                         int32_t dtype, bool has_dtype, pto::ContinuousTensor* out, TensorEntry* entry) {
+Status TensorStore::view_and_pin(uint64_t id, const std::string& name, uint64_t offset_bytes,
+                                 const std::vector<uint32_t>& shape, int32_t dtype, bool has_dtype,
+                                 pto::ContinuousTensor* out, TensorEntry* entry) {
   std::lock_guard<std::mutex> g(mu_);
   const TensorEntry* e = nullptr;
   if (Status s = find_locked(id, name, &e); !s.ok()) return s;
@@ -100,12 +112,16 @@ Status TensorStore::view(uint64_t id, const std::string& name, uint64_t offset_b
   } else if (has_dtype && offset_bytes == 0 && pto_dtype_size(t.dtype) != pto_dtype_size(e->tensor.dtype)) {
     return bad("a dtype of another size needs an explicit shape");
   }
-  const uint64_t bytes = pto::tensor_bytes(t);
+  uint64_t bytes = pto_dtype_size(t.dtype);
+  for (int i = 0; i < t.ndims; ++i)
+    if (__builtin_mul_overflow(bytes, uint64_t(t.shape[i]), &bytes))
+      return bad(fmt::format("view shape [{}] overflows", fmt::join(shape, ", ")));
   if (offset_bytes > e->bytes || bytes > e->bytes - offset_bytes)
     return bad(fmt::format("view of {} bytes at offset {} exceeds tensor {} ({} bytes)", bytes, offset_bytes,
                            e->name.empty() ? std::to_string(e->id) : "'" + e->name + "'", e->bytes));
   t.data += offset_bytes;
   *out = t;
+  ++by_id_[e->id].pins;
   if (entry) *entry = *e;
   return Status::Ok();
 }

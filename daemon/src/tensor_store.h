@@ -21,21 +21,28 @@ struct TensorEntry {
   std::string name;
   pto::ContinuousTensor tensor{};  // the whole buffer
   uint64_t bytes = 0;
-  int pins = 0;
+  int64_t pins = 0;  // jobs and transfers using it
 };
 
 class TensorStore {
  public:
+  static constexpr int32_t kInUse = 43;  // -> FAILED_PRECONDITION
   explicit TensorStore(pto::Worker& w) : w_(w) {}
 
-  // A zero-filled buffer; the error names the shape, dtype or name.
-  Status create(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype, TensorEntry* out);
+  // A zero-filled buffer; the error names the shape, dtype or name. With
+  // pinned, it starts with one pin (an upload in progress) that the caller
+  // releases with pin(id, -1).
+  Status create(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype, TensorEntry* out,
+                bool pinned = false);
+  // find() and one pin in one step (a download in progress).
+  Status find_and_pin(uint64_t id, const std::string& name, TensorEntry* out);
   Status find(uint64_t id, const std::string& name, TensorEntry* out) const;
   Status free(uint64_t id, const std::string& name);
   std::vector<TensorEntry> list() const;
-  // A view of a stored tensor: offset and shape checked against the buffer.
-  Status view(uint64_t id, const std::string& name, uint64_t offset_bytes, const std::vector<uint32_t>& shape,
-              int32_t dtype, bool has_dtype, pto::ContinuousTensor* out, TensorEntry* entry);
+  // A view of a stored tensor, offset and shape checked against the buffer,
+  // and the tensor pinned in the same step (a job will use it).
+  Status view_and_pin(uint64_t id, const std::string& name, uint64_t offset_bytes, const std::vector<uint32_t>& shape,
+                      int32_t dtype, bool has_dtype, pto::ContinuousTensor* out, TensorEntry* entry);
   void pin(uint64_t id, int delta);
 
  private:

@@ -219,6 +219,15 @@ TEST_CASE("malformed and wrong requests get a status with a message and the daem
   auto r1 = c->register_callable(bad_bundle);
   CHECK(code(r1.status) == SC::INVALID_ARGUMENT);
   CHECK_THAT(r1.status.message, Catch::Contains("../evil.so"));
+  // A bundle whose config names a library outside the bundle.
+  v1::RegisterRequest outside;
+  outside.mutable_chip()->set_config_toml(
+      "[orchestration]\nlibrary = \"/usr/lib/x86_64-linux-gnu/libc.so.6\"\n[[kernels]]\nfunc_id = 0\nlibrary = "
+      "\"k.so\"\ncore_type = \"aiv\"\n[[args]]\nname = \"n\"\nrole = \"scalar\"\nvalue = 1\n");
+  (*outside.mutable_chip()->mutable_libraries())["k.so"] = "not really a library";
+  auto r0 = c->register_callable(outside);
+  CHECK(code(r0.status) == SC::INVALID_ARGUMENT);
+  CHECK_THAT(r0.status.message, Catch::Contains("not one of the bundle's files"));
   v1::RegisterRequest broken_config;
   broken_config.mutable_chip()->set_config_toml("this is not toml = = =");
   CHECK(code(c->register_callable(broken_config).status) == SC::INVALID_ARGUMENT);
@@ -348,6 +357,9 @@ TEST_CASE("a listener beyond loopback needs TLS and a token - requests without t
   CHECK_FALSE(plain.up());
   CHECK(plain.exit_code() == 1);
   CHECK_THAT(plain.log(), Catch::Contains("0.0.0.0:0") && Catch::Contains("TLS"));
+  DaemonProcess lookalike({"--listen", "127.evil.example:0"});  // a name, not a loopback address
+  CHECK_FALSE(lookalike.up());
+  CHECK(lookalike.exit_code() == 1);
 
   const std::string dir = make_temp_dir("ptod-tls");
   Output gen = run_command({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",

@@ -85,8 +85,9 @@ TEST_CASE("SIGKILL of a chip child mid-task fails its lane promptly - the next r
   auto sleep = w.register_callable(ChipCallable::from_config(SLEEP_CONFIG));
   REQUIRE(w.init().ok());
   const int old_pid = child(w.children(), ChildKind::CHIP, 0)->pid;
-  std::thread killer([&] {
-    REQUIRE(eventually([&] { return child(w.children(), ChildKind::CHIP, 0)->state == ChildState::BUSY; }));
+  std::atomic<bool> saw_busy{false};
+  std::thread killer([&] {  // no Catch assertions off the main thread
+    saw_busy = eventually([&] { return child(w.children(), ChildKind::CHIP, 0)->state == ChildState::BUSY; });
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     kill(old_pid, SIGKILL);
   });
@@ -96,6 +97,7 @@ TEST_CASE("SIGKILL of a chip child mid-task fails its lane promptly - the next r
   });
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   killer.join();
+  REQUIRE(saw_busy);
   REQUIRE_FALSE(r.ok());
   CHECK(r.outcome == Outcome::ENDPOINT_FAILURE);
   CHECK(r.first_failure->worker == "chip 0");
@@ -121,16 +123,16 @@ TEST_CASE("SIGKILL of a sub child mid-task fails that task and poisons its consu
   ContinuousTensor x = alloc_f32(w, 4);
   fill(x, 0.f, 0.f);
   std::atomic<int> victim{0};
-  std::thread killer([&] {
-    REQUIRE(eventually([&] {
-      for (const auto& c : w.children())
-        if (c.state == ChildState::BUSY) {
-          victim = c.pid;
-          return true;
-        }
-      return false;
-    }));
-    kill(victim, SIGKILL);
+  std::thread killer([&] {  // no Catch assertions off the main thread
+    if (eventually([&] {
+          for (const auto& c : w.children())
+            if (c.state == ChildState::BUSY) {
+              victim = c.pid;
+              return true;
+            }
+          return false;
+        }))
+      kill(victim, SIGKILL);
   });
   RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
     REQUIRE(o.submit_sub(sleep, TaskArgs().add_tensor(x, OUT_EXISTING).add_scalar(20000)).ok());
@@ -138,6 +140,7 @@ TEST_CASE("SIGKILL of a sub child mid-task fails that task and poisons its consu
     return 0;
   });
   killer.join();
+  REQUIRE(victim != 0);
   REQUIRE_FALSE(r.ok());
   CHECK(r.outcome == Outcome::ENDPOINT_FAILURE);
   CHECK(r.tasks_skipped == 1);
@@ -388,8 +391,9 @@ TEST_CASE("a child dying mid-run fails the queued tasks no live child can take a
   auto sleep = w.register_callable(ChipCallable::from_config(SLEEP_CONFIG));
   REQUIRE(w.init().ok());
   const int chip_pid = child(w.children(), ChildKind::CHIP, 0)->pid;
-  std::thread killer([&] {
-    REQUIRE(eventually([&] { return child(w.children(), ChildKind::CHIP, 0)->state == ChildState::BUSY; }));
+  std::atomic<bool> saw_busy{false};
+  std::thread killer([&] {  // no Catch assertions off the main thread
+    saw_busy = eventually([&] { return child(w.children(), ChildKind::CHIP, 0)->state == ChildState::BUSY; });
     kill(chip_pid, SIGKILL);
   });
   RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
@@ -400,6 +404,7 @@ TEST_CASE("a child dying mid-run fails the queued tasks no live child can take a
     return 0;
   });
   killer.join();
+  REQUIRE(saw_busy);
   REQUIRE_FALSE(r.ok());
   CHECK(r.tasks_failed == 4);
   int not_launched = 0;
@@ -543,4 +548,19 @@ TEST_CASE("a child that breaks the mailbox protocol is killed and its task fails
     CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
   }
   CHECK(child(w.children(), ChildKind::SUB, 0)->restarts == 1);
+}
+
+TEST_CASE("a shape whose size overflows is refused at submit") {
+  Worker w({.level = 3, .num_sub_workers = 1});
+  auto noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
+  REQUIRE(w.init().ok());
+  ContinuousTensor t = alloc_f32(w, 4);
+  t.ndims = 4;
+  t.shape[0] = t.shape[1] = t.shape[2] = t.shape[3] = 65536;  // 2^64 elements: wraps to 0 bytes
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    auto s = o.submit_sub(noop, TaskArgs().add_tensor(t, IN));
+    CHECK_FALSE(s.ok());
+    CHECK_THAT(s.status.message, Catch::Contains("more than 2^48 bytes"));
+  });
+  CHECK_FALSE(r.ok());
 }

@@ -365,11 +365,14 @@ TEST_CASE("cancel_run skips what has not launched and progress counts the run") 
   REQUIRE(w.init().ok());
   REQUIRE(w.name_callable("sleep", sleep).ok());
   CHECK_FALSE(w.cancel_run("nothing running"));
+  // This orchestration runs on the Worker's run thread: no Catch assertions
+  // there (they are not thread-safe); it reports through its return value.
   RunHandle h = w.submit([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
     CallableHandle s = o.find_callable("sleep");
-    REQUIRE(s.ok());
-    CHECK_FALSE(o.find_callable("nope").ok());
-    for (int i = 0; i < 20; ++i) REQUIRE(o.submit_sub(s, TaskArgs().add_scalar(100)).ok());
+    if (!s.ok() || o.find_callable("nope").ok()) return 10;
+    for (int i = 0; i < 20; ++i)
+      if (!o.submit_sub(s, TaskArgs().add_scalar(100)).ok()) return 11;
+    return 0;
   });
   REQUIRE(eventually([&] { return w.progress().running && w.progress().submitted == 20; }));
   CHECK(w.cancel_run("test"));

@@ -104,6 +104,10 @@ Status WorkerImpl::validate_tensor(const ContinuousTensor& t, TensorArgType tag,
   if (t.ndims < 0 || t.ndims > PTO_TENSOR_MAX_DIMS)
     return bad(fmt::format("ndims {} is outside 0..{}", t.ndims, PTO_TENSOR_MAX_DIMS));
   if (pto2_dtype_size(t.dtype) == 0) return bad(fmt::format("unknown dtype {}", t.dtype));
+  uint64_t checked = pto2_dtype_size(t.dtype);
+  for (int i = 0; i < t.ndims; ++i)
+    if (__builtin_mul_overflow(checked, uint64_t(t.shape[i]), &checked) || checked > (uint64_t(1) << 48))
+      return bad("its shape describes more than 2^48 bytes");
   if (t.data == 0) {
     if (tag == TensorArgType::OUTPUT || tag == TensorArgType::NO_DEP) return Status::Ok();
     return bad("has no address; only an OUTPUT tensor may be allocated by the Worker");

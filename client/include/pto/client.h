@@ -27,7 +27,7 @@ struct ClientOptions {
   bool tls = false;         // TCP with TLS; tls_ca = PEM of the daemon's CA ("" = system roots)
   std::string tls_ca;
   std::string tls_cert, tls_key;  // client certificate, when the daemon verifies them
-  std::chrono::milliseconds timeout{60000};  // per call (streams: per message)
+  std::chrono::milliseconds timeout{60000};  // per call; uploads add 1 s per 50 MB, downloads 10 min
 };
 
 template <class T>
