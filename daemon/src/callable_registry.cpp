@@ -100,7 +100,7 @@ Status CallableRegistry::add(const pto::v1::RegisterRequest& req, pto::v1::Regis
   const bool orchestration = req.abi() == pto::v1::ABI_ORCHESTRATION;
   if (req.abi() == pto::v1::ABI_CHIP && !req.has_chip()) return bad("abi ABI_CHIP needs a chip bundle");
   pto::Callable c;
-  std::string source;
+  std::string source, stored;
   switch (req.callable_case()) {
     case pto::v1::RegisterRequest::kChip: {
       if (!cfg_.allow_chip_bundles)
@@ -110,6 +110,7 @@ Status CallableRegistry::add(const pto::v1::RegisterRequest& req, pto::v1::Regis
       if (Status s = store_bundle(req.chip(), &path); !s.ok()) return s;
       c = pto::ChipCallable::from_config(path);
       source = "bundle";
+      stored = std::filesystem::path(path).parent_path().string();
       break;
     }
     case pto::v1::RegisterRequest::kNativeImport: {
@@ -131,6 +132,7 @@ Status CallableRegistry::add(const pto::v1::RegisterRequest& req, pto::v1::Regis
       const std::string dir = cfg_.state_dir + "/callables";
       const std::string file = "blob-" + pto::to_hex(pto::sha256(n.library().data(), n.library().size())) + ".so";
       if (Status s = store_file(dir, file, n.library()); !s.ok()) return s;
+      stored = dir + "/" + file;
       if (orchestration) {
         c = pto::OrchestrationCallable::import(dir + "/" + file, n.symbol());
       } else {
@@ -161,6 +163,7 @@ Status CallableRegistry::add(const pto::v1::RegisterRequest& req, pto::v1::Regis
   rc.abi = c.abi;
   rc.name = req.name();
   rc.source = source;
+  rc.stored = stored;
   if (orchestration) {
     Status st;
     std::unique_ptr<pto2::sim::SharedLibrary> lib = pto2::sim::SharedLibrary::open(c.path, &st);
@@ -234,8 +237,14 @@ Status CallableRegistry::remove(const pto::v1::CallableRef& ref) {
     if (!rc.name.empty()) by_name_.erase(rc.name);
   }
   // The library of an orchestration stays loaded while a job holds a copy.
-  if (rc.abi != pto::EntryAbi::ORCHESTRATION) return w_.unregister_callable(rc.handle);
-  return Status::Ok();
+  Status st = rc.abi != pto::EntryAbi::ORCHESTRATION ? w_.unregister_callable(rc.handle) : Status::Ok();
+  // Uploaded files go too (a mapped library stays valid after its unlink;
+  // the NATIVE_BLOB copy the Worker keeps is the Worker's own).
+  if (!rc.stored.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(rc.stored, ec);
+  }
+  return st;
 }
 
 std::vector<RegisteredCallable> CallableRegistry::list() const {

@@ -24,6 +24,7 @@ struct RegisteredCallable {
   pto::EntryAbi abi = pto::EntryAbi::SUB;
   std::string name;
   std::string source;
+  std::string stored;  // uploaded files (bundle directory or blob), removed on unregister
   std::shared_ptr<pto2::sim::SharedLibrary> library;  // ORCHESTRATION
   pto::OrchestrationEntryFn orchestration = nullptr;
 };

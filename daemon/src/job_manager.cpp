@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "log.h"
@@ -101,7 +102,12 @@ void JobManager::finish_locked(Job& j, pto::v1::JobState state, const std::strin
 
 void JobManager::trim_locked() {
   while (finished_order_.size() > cfg_.retain_finished) {
-    jobs_.erase(finished_order_.front());
+    auto it = jobs_.find(finished_order_.front());
+    if (it != jobs_.end()) {
+      // A job's trace lives as long as the job is retained.
+      if (!it->second.result.trace_path().empty()) std::remove(it->second.result.trace_path().c_str());
+      jobs_.erase(it);
+    }
     finished_order_.pop_front();
   }
 }

@@ -150,6 +150,18 @@ TEST_CASE("concurrent clients each get their own correct results") {
   auto jobs = admin->jobs(100);
   REQUIRE(jobs.ok());
   CHECK(jobs.value.jobs_size() == 12);
+  // Unregistering deletes the uploaded bundle.
+  auto bundles = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(d.dir() + "/state/callables"))
+      n += e.path().filename().string().rfind("bundle-", 0) == 0;
+    return n;
+  };
+  CHECK(bundles() == 1);
+  v1::CallableRef ref;
+  ref.set_name("vector");
+  REQUIRE(admin->unregister(ref).ok());
+  CHECK(bundles() == 0);
   CHECK(d.stop() == 0);
 }
 
@@ -372,7 +384,7 @@ TEST_CASE("a listener beyond loopback needs TLS and a token - requests without t
                      "--token-file", dir + "/token"});
   REQUIRE(tls.up());
   pto::client::ClientOptions o;
-  o.address = "localhost:" + std::to_string(tls.grpc_port());
+  o.address = "127.0.0.1:" + std::to_string(tls.grpc_port());  // an IP: no DNS resolver (c-ares leaks under LSan)
   o.tls = true;
   o.tls_ca = dir + "/cert.pem";
   o.timeout = std::chrono::seconds(10);
