@@ -261,6 +261,8 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "file with the bearer token for TLS listeners");
   app.add_flag("--tls", opts.tls, "connect with TLS");
   app.add_option("--tls-ca", opts.tls_ca, "PEM of the CA that signed the daemon's certificate");
+  app.add_option("--tls-cert", opts.tls_cert, "client certificate (PEM), for daemons that verify clients");
+  app.add_option("--tls-key", opts.tls_key, "client key (PEM)");
   app.add_option("--timeout", timeout_s, "seconds per call")->capture_default_str();
 
   std::string name, path, symbol, tensor, out_file, callable, dtype_name = "float32";

@@ -526,3 +526,50 @@ TEST_CASE("server reflection lists the pto.v1 services (what grpcurl uses)") {
   while (cq.Next(&tag, &ok)) {
   }
 }
+
+TEST_CASE("mutual TLS - a client without a certificate the daemon's CA signed is refused") {
+  const std::string dir = make_temp_dir("ptod-mtls");
+  auto ossl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "/usr/bin/openssl");
+    return run_command(args, 60).code;
+  };
+  // A CA, a server certificate and a client certificate signed by it.
+  REQUIRE(ossl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/ca.key", "-out", dir + "/ca.pem",
+                "-days", "1", "-subj", "/CN=test-ca"}) == 0);
+  for (const std::string who : {"server", "client"}) {
+    REQUIRE(ossl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/" + who + ".key", "-out",
+                  dir + "/" + who + ".csr", "-subj", "/CN=localhost"}) == 0);
+    std::ofstream(dir + "/" + who + ".ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
+    REQUIRE(ossl({"x509", "-req", "-in", dir + "/" + who + ".csr", "-CA", dir + "/ca.pem", "-CAkey", dir + "/ca.key",
+                  "-CAcreateserial", "-out", dir + "/" + who + ".pem", "-days", "1", "-extfile",
+                  dir + "/" + who + ".ext"}) == 0);
+  }
+  std::ofstream(dir + "/token") << "0123456789abcdef-mtls-token\n";
+  std::ofstream(dir + "/ptod.toml") << "[server]\nlisten = [\"0.0.0.0:0\"]\ntls_cert = \"" << dir
+                                    << "/server.pem\"\ntls_key = \"" << dir << "/server.key\"\ntls_client_ca = \""
+                                    << dir << "/ca.pem\"\ntoken_file = \"" << dir << "/token\"\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
+  INFO(d.log());
+  REQUIRE(d.up());
+  pto::client::ClientOptions o;
+  o.address = "127.0.0.1:" + std::to_string(d.grpc_port());
+  o.tls = true;
+  o.tls_ca = dir + "/ca.pem";
+  o.token = "0123456789abcdef-mtls-token";
+  o.timeout = std::chrono::seconds(10);
+  Client no_cert(o);
+  CHECK_FALSE(no_cert.version().ok());
+  o.tls_cert = dir + "/client.pem";
+  o.tls_key = dir + "/client.key";
+  Client with_cert(o);
+  auto v = with_cert.version();
+  INFO(v.status.message);
+  CHECK(v.ok());
+  // ptoctl with the same material.
+  Output out = run_command({PTOCTL_PATH, "--address", o.address, "--tls", "--tls-ca", o.tls_ca, "--tls-cert", o.tls_cert,
+                            "--tls-key", o.tls_key, "--token-file", dir + "/token", "version"},
+                           30);
+  CHECK(out.code == 0);
+  CHECK_THAT(out.text, Catch::Contains("pto.v1"));
+  std::filesystem::remove_all(dir);
+}
