@@ -55,6 +55,11 @@ Client::Client(const ClientOptions& o) : o_(o) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
+  // Watch streams carry no deadline (a job may run for long): keepalive pings
+  // notice a daemon whose host vanished without closing the connection.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   channel_ = grpc::CreateCustomChannel(o.address, creds, args);
   registry_ = pto::v1::Registry::NewStub(channel_);
   tensors_ = pto::v1::Tensors::NewStub(channel_);

@@ -159,6 +159,9 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   grpc::ResourceQuota quota("ptod");
   quota.SetMaxThreads(128);
   builder.SetResourceQuota(quota);
+  // Accept the clients' keepalive pings (every 30 s) that bound their Watch streams.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.SetMaxReceiveMessageSize(static_cast<int>(cfg.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(cfg.max_message_bytes));
   if (!cfg.socket.empty()) builder.AddListeningPort("unix:" + cfg.socket, grpc::InsecureServerCredentials());

@@ -17,10 +17,6 @@ uint64_t now_ns() {
                                    .count());
 }
 
-bool final_state(pto::v1::JobState s) {
-  return s == pto::v1::SUCCEEDED || s == pto::v1::FAILED || s == pto::v1::CANCELLED;
-}
-
 void fill_failure(const pto::TaskFailure& f, pto::v1::TaskFailure* p) {
   p->set_task_id(f.task_id);
   p->set_callable(f.callable);
@@ -30,6 +26,18 @@ void fill_failure(const pto::TaskFailure& f, pto::v1::TaskFailure* p) {
 }
 
 }  // namespace
+
+bool final_state(pto::v1::JobState s) {
+  return s == pto::v1::SUCCEEDED || s == pto::v1::FAILED || s == pto::v1::CANCELLED;
+}
+
+void to_proto(const TensorEntry& e, pto::v1::TensorInfo* ti) {
+  ti->mutable_handle()->set_id(e.id);
+  ti->mutable_handle()->set_name(e.name);
+  for (int i = 0; i < e.tensor.ndims; ++i) ti->add_shape(e.tensor.shape[i]);
+  ti->set_dtype(static_cast<pto::v1::DataType>(e.tensor.dtype));
+  ti->set_bytes(e.bytes);
+}
 
 pto::v1::JobResult to_proto(const pto::RunResult& r) {
   pto::v1::JobResult p;
@@ -188,14 +196,7 @@ void JobManager::fill_result_locked(const Job& j, pto::v1::JobResult* out) const
   const uint64_t now = now_ns();
   out->set_queued_ns((j.start_ns ? j.start_ns : (j.end_ns ? j.end_ns : now)) - j.submit_ns);
   if (j.start_ns) out->set_run_ns((j.end_ns ? j.end_ns : now) - j.start_ns);
-  for (const TensorEntry& e : j.spec.outputs) {
-    pto::v1::TensorInfo* ti = out->add_outputs();
-    ti->mutable_handle()->set_id(e.id);
-    ti->mutable_handle()->set_name(e.name);
-    for (int i = 0; i < e.tensor.ndims; ++i) ti->add_shape(e.tensor.shape[i]);
-    ti->set_dtype(static_cast<pto::v1::DataType>(e.tensor.dtype));
-    ti->set_bytes(e.bytes);
-  }
+  for (const TensorEntry& e : j.spec.outputs) to_proto(e, out->add_outputs());
 }
 
 Status JobManager::result(uint64_t id, pto::v1::JobResult* out) const {

@@ -104,5 +104,7 @@ class JobManager {
 };
 
 pto::v1::JobResult to_proto(const pto::RunResult& r);
+void to_proto(const TensorEntry& e, pto::v1::TensorInfo* out);
+bool final_state(pto::v1::JobState s);
 
 }  // namespace ptod

@@ -11,22 +11,6 @@
 #endif
 
 namespace ptod {
-namespace {
-
-void fill_info(const TensorEntry& e, pto::v1::TensorInfo* ti) {
-  ti->mutable_handle()->set_id(e.id);
-  ti->mutable_handle()->set_name(e.name);
-  for (int i = 0; i < e.tensor.ndims; ++i) ti->add_shape(e.tensor.shape[i]);
-  ti->set_dtype(static_cast<pto::v1::DataType>(e.tensor.dtype));
-  ti->set_bytes(e.bytes);
-}
-
-bool final_state(pto::v1::JobState s) {
-  return s == pto::v1::SUCCEEDED || s == pto::v1::FAILED || s == pto::v1::CANCELLED;
-}
-
-}  // namespace
-
 grpc::Status to_grpc(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
   grpc::StatusCode c = grpc::StatusCode::INTERNAL;
@@ -114,7 +98,7 @@ grpc::Status TensorsService::Upload(grpc::ServerContext*, grpc::ServerReader<pto
     return fail(grpc::StatusCode::INVALID_ARGUMENT,
                 fmt::format("upload: {} bytes received, shape x dtype needs {}", got, e.bytes));
   p_.tensors.pin(e.id, -1);
-  fill_info(e, reply);
+  to_proto(e, reply);
   log("tensors")->debug("tensor {} uploaded ({} bytes)", e.id, e.bytes);
   return grpc::Status::OK;
 }
@@ -137,7 +121,7 @@ grpc::Status TensorsService::Download(grpc::ServerContext* ctx, const pto::v1::D
   do {
     if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "download cancelled");
     c.Clear();
-    if (first) fill_info(e, c.mutable_info());
+    if (first) to_proto(e, c.mutable_info());
     const uint64_t n = std::min(chunk, e.bytes - off);
     c.set_data(reinterpret_cast<const char*>(src + off), n);
     off += n;
@@ -156,7 +140,7 @@ grpc::Status TensorsService::Alloc(grpc::ServerContext*, const pto::v1::AllocReq
                                    req->dtype(), &e);
       !s.ok())
     return to_grpc(s);
-  fill_info(e, reply);
+  to_proto(e, reply);
   return grpc::Status::OK;
 }
 
@@ -165,7 +149,7 @@ grpc::Status TensorsService::Free(grpc::ServerContext*, const pto::v1::FreeTenso
 }
 
 grpc::Status TensorsService::List(grpc::ServerContext*, const pto::v1::ListTensorsRequest*, pto::v1::ListTensorsReply* reply) {
-  for (const TensorEntry& e : p_.tensors.list()) fill_info(e, reply->add_tensors());
+  for (const TensorEntry& e : p_.tensors.list()) to_proto(e, reply->add_tensors());
   const pto::WorkerStats st = p_.worker.stats();
   reply->set_arena_bytes(st.arena_bytes);
   reply->set_arena_in_use(st.arena_in_use);
@@ -210,8 +194,8 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
     }
     pins.push_back(e.id);
     const auto tt = static_cast<pto::TensorArgType>(tag);
-    // A daemon tensor always has an address: OUTPUT means "write it".
-    spec.args.add_tensor(t, tt == pto::TensorArgType::OUTPUT ? pto::TensorArgType::OUTPUT_EXISTING : tt);
+    // A daemon tensor has an address, so the engine treats OUTPUT as "write it".
+    spec.args.add_tensor(t, tt);
     if (tt == pto::TensorArgType::OUTPUT || tt == pto::TensorArgType::INOUT || tt == pto::TensorArgType::OUTPUT_EXISTING)
       spec.outputs.push_back(e);
   }

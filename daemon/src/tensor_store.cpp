@@ -68,14 +68,6 @@ Status TensorStore::find_locked(uint64_t id, const std::string& name, const Tens
   return Status::Ok();
 }
 
-Status TensorStore::find(uint64_t id, const std::string& name, TensorEntry* out) const {
-  std::lock_guard<std::mutex> g(mu_);
-  const TensorEntry* e = nullptr;
-  if (Status s = find_locked(id, name, &e); !s.ok()) return s;
-  *out = *e;
-  return Status::Ok();
-}
-
 Status TensorStore::free(uint64_t id, const std::string& name) {
   std::lock_guard<std::mutex> g(mu_);
   const TensorEntry* e = nullptr;

@@ -36,7 +36,6 @@ class TensorStore {
                 bool pinned = false);
   // find() and one pin in one step (a download in progress).
   Status find_and_pin(uint64_t id, const std::string& name, TensorEntry* out);
-  Status find(uint64_t id, const std::string& name, TensorEntry* out) const;
   Status free(uint64_t id, const std::string& name);
   std::vector<TensorEntry> list() const;
   // A view of a stored tensor, offset and shape checked against the buffer,

@@ -147,7 +147,7 @@ void WorkerImpl::fail_run(const Status& s) {
 
 // --- submit ----------------------------------------------------------------------
 
-SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, const std::vector<TaskArgs>& members,
+SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::vector<TaskArgs> members,
                                 const CallConfig& cfg, const std::vector<int>& pinned_in, bool group) {
   SubmitResult r;
   auto reject = [&](int32_t code, const std::string& msg) {
@@ -158,13 +158,6 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, const 
   };
   if (closed_) return reject(kWorkerClosed, "submit after close()");
   if (!in_run_) return reject(kWorkerInvalidArgument, "submit outside run(): use the Orchestrator passed to run()");
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (!cancelled_.empty()) {
-      r.status = Status::Error(kWorkerCancelled, "submit after the run was cancelled: " + cancelled_);
-      return r;
-    }
-  }
   const char* what = next_level ? (group ? "submit_next_level_group" : "submit_next_level")
                                 : (group ? "submit_sub_group" : "submit_sub");
   if (!h.ok()) return reject(kWorkerNotRegistered, fmt::format("{}: the handle holds an error: {}", what, h.status.message));
@@ -200,7 +193,8 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, const 
                                                           what, pinned[i]));
   }
   // Arguments: counts, tensors, the mailbox budget, outputs to allocate.
-  std::vector<TaskArgs> args = members;
+  // (members is this call's own copy: allocated outputs are written into it.)
+  std::vector<TaskArgs>& args = members;
   uint64_t alloc_bytes = 0;
   for (int m = 0; m < n; ++m) {
     const TaskArgs& a = args[m];
@@ -219,6 +213,10 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, const 
   }
 
   std::unique_lock<std::mutex> lk(mu_);
+  if (!cancelled_.empty()) {
+    r.status = Status::Error(kWorkerCancelled, "submit after the run was cancelled: " + cancelled_);
+    return r;
+  }
   auto reg = registry_.find(h.id.digest);
   if (reg == registry_.end()) {
     r.status = Status::Error(kWorkerNotRegistered,
@@ -350,6 +348,7 @@ void WorkerImpl::make_ready(Slot* s) {
     return;
   }
   s->state = Slot::State::kReady;
+  queued_.fetch_add(1, std::memory_order_release);
   if (!s->next_level) sub_q_.push_back(s);
   else if (s->blobs.size() == 1 && s->pinned[0] >= 0) next_pinned_[s->pinned[0]].push_back(s);
   else next_any_.push_back(s);

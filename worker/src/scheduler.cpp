@@ -231,7 +231,7 @@ void WorkerImpl::check_children(uint64_t now) {
     }
 }
 
-bool WorkerImpl::dispatch_to(Endpoint& ep, Slot* s, int member) {
+void WorkerImpl::dispatch_to(Endpoint& ep, Slot* s, int member) {
   Mailbox* mb = ep.mb;
   const auto& blob = s->blobs[member];
   std::memcpy(mb->digest, s->callable.digest.data(), 32);
@@ -246,20 +246,22 @@ bool WorkerImpl::dispatch_to(Endpoint& ep, Slot* s, int member) {
   ep.timeout_ns = tmo_ms * 1'000'000;
   mb->state.store(MB_TASK_READY, std::memory_order_seq_cst);
   if (mb->child_parked.load(std::memory_order_seq_cst)) futex_wake_shared(&mb->state);
-  return true;
 }
 
 bool WorkerImpl::dispatch_ready() {
-  struct Plan {
-    Endpoint* ep;
-    Slot* s;
-    int member;
-  };
-  std::vector<Plan> plan;
+  // Called on every round of a spinning driver: look at the queues without
+  // the lock first (queued_ is written under mu_; a task queued after this
+  // load rings the doorbell, so the driver comes back before it parks).
+  if (queued_.load(std::memory_order_acquire) == 0) return false;
+  std::vector<Plan>& plan = plan_;  // drive-token holder only: reused, no allocation per round
+  plan.clear();
   bool failed_any = false;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (next_any_.empty() && sub_q_.empty() && pending_ == 0) return false;
+    auto pop = [&](std::deque<Slot*>& q) {
+      q.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
+    };
     // An endpoint a queued control request still has to reach takes no task.
     auto reserved = [&](const Endpoint* ep) {
       if (controls_.empty()) return false;
@@ -271,7 +273,6 @@ bool WorkerImpl::dispatch_ready() {
     auto idle = [&](const Endpoint* ep) { return ep->alive && !ep->running && !ep->in_control && !reserved(ep); };
     auto assign = [&](Endpoint* ep, Slot* s, int m) {
       ep->running = s;
-      ep->member = m;
       s->state = Slot::State::kRunning;
       ++running_;
       if (ep->kind == ChildKind::SUB) ++running_subs_;
@@ -290,7 +291,7 @@ bool WorkerImpl::dispatch_ready() {
       while (!next_pinned_[i].empty() && !next_eps[i]->alive) {
         never(next_pinned_[i].front(), fmt::format("not launched: its worker {} {}", next_eps[i]->label(),
                                                    next_eps[i]->death));
-        next_pinned_[i].pop_front();
+        pop(next_pinned_[i]);
       }
     auto cull = [&](std::deque<Slot*>& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
       int live = 0;
@@ -313,7 +314,7 @@ bool WorkerImpl::dispatch_ready() {
         }
         if (why.empty()) return;
         never(t, why);
-        q.pop_front();
+        pop(q);
       }
     };
     cull(next_any_, next_eps);
@@ -321,13 +322,14 @@ bool WorkerImpl::dispatch_ready() {
     for (size_t i = 0; i < next_eps.size(); ++i)
       if (!next_pinned_[i].empty() && idle(next_eps[i].get())) {
         assign(next_eps[i].get(), next_pinned_[i].front(), 0);
-        next_pinned_[i].pop_front();
+        pop(next_pinned_[i]);
       }
     auto drain = [&](std::deque<Slot*>& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
       while (!q.empty()) {
         Slot* s = q.front();
         const int n = static_cast<int>(s->blobs.size());
-        std::vector<Endpoint*> picked;
+        std::vector<Endpoint*>& picked = picked_;
+        picked.clear();
         if (n > 1 && s->pinned[0] >= 0) {
           for (int k = 0; k < n; ++k)
             if (idle(eps[s->pinned[k]].get())) picked.push_back(eps[s->pinned[k]].get());
@@ -336,7 +338,7 @@ bool WorkerImpl::dispatch_ready() {
             if (static_cast<int>(picked.size()) < n && idle(ep.get())) picked.push_back(ep.get());
         }
         if (static_cast<int>(picked.size()) < n) return;  // FIFO: a group waits for enough idle workers
-        q.pop_front();
+        pop(q);
         for (int k = 0; k < n; ++k) assign(picked[k], s, k);
       }
     };
@@ -348,6 +350,7 @@ bool WorkerImpl::dispatch_ready() {
 }
 
 bool WorkerImpl::progress_controls() {
+  if (controls_queued_.load(std::memory_order_acquire) == 0) return false;  // the common case, without the lock
   std::lock_guard<std::mutex> g(mu_);
   if (controls_.empty()) return false;
   ControlRequest& c = *controls_.front();
@@ -423,6 +426,7 @@ bool WorkerImpl::progress_controls() {
   if (c.failure.empty() && !c.abandoned && c.on_success) c.on_success();  // mu_ held: published atomically
   c.cv.notify_all();
   controls_.pop_front();
+  controls_queued_.store(static_cast<uint32_t>(controls_.size()), std::memory_order_release);
   return true;
 }
 

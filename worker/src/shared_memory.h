@@ -65,8 +65,6 @@ class HeapRing {
   void reset() { top_ = tail_ = 0; }
   uint64_t used() const { return top_ - tail_; }
   uint64_t size() const { return size_; }
-  uint64_t top() const { return top_; }
-  uint8_t* base() const { return base_; }
 
  private:
   uint8_t* base_ = nullptr;

@@ -315,6 +315,7 @@ Status WorkerImpl::control(ControlOp op, const Digest& digest, std::vector<uint8
   std::unique_lock<std::mutex> lk(mu_);
   if (closed_ || !bell_) return Status::Error(kWorkerClosed, "control request after close()");
   controls_.push_back(c);
+  controls_queued_.store(static_cast<uint32_t>(controls_.size()), std::memory_order_release);
   ++controls_in_flight_;
   bell_->ring();
   // The driver kills a target that does not answer within control_timeout_ms,
@@ -601,6 +602,7 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
   next_any_.clear();
   sub_q_.clear();
   for (auto& q : next_pinned_) q.clear();
+  queued_.store(0, std::memory_order_release);
   for (int i = 0; i < kHeapRings; ++i) {
     ring_allocs_[i].clear();
     rings_[i].reset();
@@ -677,6 +679,7 @@ Status WorkerImpl::close() {
       c->cv.notify_all();
     }
     controls_.clear();
+    controls_queued_.store(0, std::memory_order_release);
   }
   if (!initialized_) return Status::Ok();
   stop_scheduler();
@@ -800,6 +803,7 @@ bool WorkerImpl::cancel_run(const std::string& reason) {
     ready.insert(ready.end(), q.begin(), q.end());
     q.clear();
   }
+  queued_.store(0, std::memory_order_release);
   for (Slot* s : ready) {
     s->failure = TaskFailure{s->id, s->callable.hex(), "", Outcome::SKIPPED, "cancelled: " + cancelled_};
     s->members_left = 0;

@@ -87,7 +87,6 @@ class L3TensorMap {
     map_.clear();
     max_len_ = 0;
   }
-  size_t size() const { return map_.size(); }
 
  private:
   std::multimap<uint64_t, Entry> map_;
@@ -108,7 +107,6 @@ struct Endpoint {
   uint64_t tasks_run = 0;
   // Scheduler-owned.
   Slot* running = nullptr;
-  int member = 0;
   uint64_t dispatch_ns = 0;
   uint64_t timeout_ns = 0;
   uint64_t seq = 0;
@@ -172,7 +170,7 @@ class WorkerImpl {
   bool cancel_run(const std::string& reason);
 
   // orchestrator.cpp (orchestration thread)
-  SubmitResult submit(bool next_level, const CallableHandle& h, const std::vector<TaskArgs>& members,
+  SubmitResult submit(bool next_level, const CallableHandle& h, std::vector<TaskArgs> members,
                       const CallConfig& cfg, const std::vector<int>& pinned, bool group);
   Result<ContinuousTensor> alloc_in_scope(const std::vector<uint32_t>& shape, int32_t dtype);
   void scope_begin();
@@ -221,7 +219,7 @@ class WorkerImpl {
   void help_drain();
   bool poll_completions();
   bool dispatch_ready();
-  bool dispatch_to(Endpoint& ep, Slot* s, int member);
+  void dispatch_to(Endpoint& ep, Slot* s, int member);
   bool progress_controls();
   void check_children(uint64_t now);
   void endpoint_failed(Endpoint& ep, const std::string& why);
@@ -262,6 +260,15 @@ class WorkerImpl {
   std::atomic<uint64_t> pending_{0};  // submitted and not final
   std::atomic<uint64_t> running_{0};  // members on endpoints
   std::atomic<uint64_t> running_subs_{0};  // of which on sub workers
+  std::atomic<uint64_t> queued_{0};        // tasks in the ready queues
+  std::atomic<uint32_t> controls_queued_{0};  // controls_.size()
+  struct Plan {
+    Endpoint* ep;
+    Slot* s;
+    int member;
+  };
+  std::vector<Plan> plan_;         // dispatch_ready's scratch (drive-token holder only)
+  std::vector<Endpoint*> picked_;
   RunResult run_;
   WorkerStats stats_;  // mu_
   std::string cancelled_;  // non-empty: the run in flight was cancelled, why

@@ -67,7 +67,6 @@ struct Callable {
   std::vector<uint8_t> blob;  // NATIVE_BLOB library bytes (until stored)
   SubFunction sub_fn;
   OrchestrationFunction orch_fn;
-  bool retryable = false;  // may be re-run elsewhere after an endpoint failure (remote L3)
   std::vector<uint8_t> descriptor;  // canonical bytes
   Status status;
 
