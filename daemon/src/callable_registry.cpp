@@ -97,7 +97,19 @@ Status CallableRegistry::store_bundle(const pto::v1::ChipBundle& b, std::string*
 }
 
 Status CallableRegistry::add(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply) {
-  const bool orchestration = req.abi() == pto::v1::ABI_ORCHESTRATION;
+  return add_impl(req, reply, false);
+}
+
+Status CallableRegistry::prepare(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply) {
+  return add_impl(req, reply, true);
+}
+
+Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply, bool pending) {
+  // At level 4, orchestrations marked next_level and every chip bundle go to
+  // the L3 workers; other orchestrations run in this daemon.
+  const bool level4 = w_.config().level >= 4;
+  const bool orch_abi = req.abi() == pto::v1::ABI_ORCHESTRATION;
+  const bool orchestration = orch_abi && !(level4 && req.next_level());  // loaded and run in this daemon
   if (req.abi() == pto::v1::ABI_CHIP && !req.has_chip()) return bad("abi ABI_CHIP needs a chip bundle");
   pto::Callable c;
   std::string source, stored;
@@ -105,7 +117,7 @@ Status CallableRegistry::add(const pto::v1::RegisterRequest& req, pto::v1::Regis
     case pto::v1::RegisterRequest::kChip: {
       if (!cfg_.allow_chip_bundles)
         return Status::Error(kRefused, "chip bundles are refused by this daemon ([security] allow_chip_bundles = false)");
-      if (orchestration) return bad("a chip bundle cannot have abi ABI_ORCHESTRATION");
+      if (orch_abi) return bad("a chip bundle cannot have abi ABI_ORCHESTRATION");
       std::string path;
       if (Status s = store_bundle(req.chip(), &path); !s.ok()) return s;
       c = pto::ChipCallable::from_config(path);
@@ -119,7 +131,7 @@ Status CallableRegistry::add(const pto::v1::RegisterRequest& req, pto::v1::Regis
       const auto& n = req.native_import();
       if (n.library_path().empty() || n.library_path()[0] != '/')
         return bad(fmt::format("native import: library_path '{}' must be absolute", n.library_path()));
-      c = orchestration ? pto::OrchestrationCallable::import(n.library_path(), n.symbol())
+      c = orch_abi ? pto::OrchestrationCallable::import(n.library_path(), n.symbol())
                         : pto::NativeCallable::import(n.library_path(), n.symbol());
       source = n.library_path() + ":" + n.symbol();
       break;
@@ -133,7 +145,7 @@ Status CallableRegistry::add(const pto::v1::RegisterRequest& req, pto::v1::Regis
       const std::string file = "blob-" + pto::to_hex(pto::sha256(n.library().data(), n.library().size())) + ".so";
       if (Status s = store_file(dir, file, n.library()); !s.ok()) return s;
       stored = dir + "/" + file;
-      if (orchestration) {
+      if (orch_abi) {
         c = pto::OrchestrationCallable::import(dir + "/" + file, n.symbol());
       } else {
         c = pto::NativeCallable::blob(std::vector<uint8_t>(n.library().begin(), n.library().end()), n.symbol());
@@ -145,8 +157,12 @@ Status CallableRegistry::add(const pto::v1::RegisterRequest& req, pto::v1::Regis
   }
   if (!c.status.ok()) return c.status;
   const pto::CallableIdentity id = c.identity();
+  if (level4 && !orchestration && c.abi == pto::EntryAbi::SUB)
+    return bad("a level-4 daemon runs sub callables on its own sub workers only; register them on the L3 daemons");
   {
     std::lock_guard<std::mutex> g(mu_);
+    if (pending && pending_.count(id.digest))
+      return bad(fmt::format("callable {} is already being prepared by another session", id.short_hex()));
     auto it = by_digest_.find(id.digest);
     if (it != by_digest_.end()) {
       if (!req.name().empty() && req.name() != it->second.name)
@@ -174,12 +190,45 @@ Status CallableRegistry::add(const pto::v1::RegisterRequest& req, pto::v1::Regis
     rc.orchestration = reinterpret_cast<pto::OrchestrationEntryFn>(sym);
     rc.handle.id = id;
     rc.handle.abi = pto::EntryAbi::ORCHESTRATION;
+  } else if (level4) {
+    // Local L3 children and every selected peer, all or nothing; the peers
+    // receive this request (remote_payload) in their PREPARE.
+    pto::CallableOptions o;
+    o.max_retries = req.max_retries();
+    o.local = cfg_.l3_children > 0;
+    if (!cfg_.peers.empty()) {
+      pto::v1::RegisterRequest fwd = req;
+      fwd.clear_peers();
+      fwd.clear_next_level();
+      fwd.clear_max_retries();
+      o.remote_payload = fwd.SerializeAsString();
+      for (uint32_t p : req.peers()) {
+        if (p >= cfg_.peers.size())
+          return bad(fmt::format("peer {} is out of range: this daemon has {} peers (0..{})", p, cfg_.peers.size(), cfg_.peers.size() - 1));
+        o.remote_workers.push_back(static_cast<int>(p));
+      }
+    }
+    rc.handle = w_.register_callable(c, o);
+    if (!rc.handle.ok()) return rc.handle.status;
+    rc.remote = true;
+    if (!rc.name.empty()) (void)w_.name_callable(rc.name, rc.handle);
   } else {
     rc.handle = w_.register_callable(c);
     if (!rc.handle.ok()) return rc.handle.status;
-    if (!rc.name.empty()) (void)w_.name_callable(rc.name, rc.handle);
+    if (!rc.name.empty() && !pending) (void)w_.name_callable(rc.name, rc.handle);
   }
   std::lock_guard<std::mutex> g(mu_);
+  if (pending) {
+    if (by_digest_.count(id.digest) || pending_.count(id.digest)) {  // raced with another registration
+      *reply->mutable_identity() = to_proto(id);
+      reply->set_existed(true);
+      return Status::Ok();
+    }
+    pending_[id.digest] = rc;
+    *reply->mutable_identity() = to_proto(id);
+    reply->set_name(rc.name);
+    return Status::Ok();
+  }
   // Another request may have registered the same content or taken the name
   // while this one was loading: decide again under the lock.
   if (auto it = by_digest_.find(id.digest); it != by_digest_.end()) {
@@ -236,8 +285,12 @@ Status CallableRegistry::remove(const pto::v1::CallableRef& ref) {
     by_digest_.erase(rc.handle.id.digest);
     if (!rc.name.empty()) by_name_.erase(rc.name);
   }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    tombstones_[rc.handle.id.digest] = rc.name.empty() ? "it was unregistered" : "'" + rc.name + "' was unregistered";
+  }
   // The library of an orchestration stays loaded while a job holds a copy.
-  Status st = rc.abi != pto::EntryAbi::ORCHESTRATION ? w_.unregister_callable(rc.handle) : Status::Ok();
+  Status st = rc.orchestration == nullptr ? w_.unregister_callable(rc.handle) : Status::Ok();
   // Uploaded files go too (a mapped library stays valid after its unlink;
   // the NATIVE_BLOB copy the Worker keeps is the Worker's own).
   if (!rc.stored.empty()) {
@@ -245,6 +298,58 @@ Status CallableRegistry::remove(const pto::v1::CallableRef& ref) {
     std::filesystem::remove_all(rc.stored, ec);
   }
   return st;
+}
+
+Status CallableRegistry::commit(const pto::Digest& d) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = pending_.find(d);
+  if (it == pending_.end()) {
+    if (by_digest_.count(d)) return Status::Ok();  // it was present already: nothing to publish
+    return Status::Error(pto::kWorkerNotRegistered, fmt::format("commit: callable {} was not prepared", pto::to_hex(d)));
+  }
+  RegisteredCallable rc = it->second;
+  if (!rc.name.empty() && by_name_.count(rc.name))
+    return bad(fmt::format("commit: the name '{}' was taken meanwhile", rc.name));
+  pending_.erase(it);
+  by_digest_[d] = rc;
+  if (!rc.name.empty()) {
+    by_name_[rc.name] = d;
+    (void)w_.name_callable(rc.name, rc.handle);
+  }
+  tombstones_.erase(d);
+  return Status::Ok();
+}
+
+Status CallableRegistry::abort(const pto::Digest& d) {
+  RegisteredCallable rc;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = pending_.find(d);
+    if (it == pending_.end()) return Status::Ok();  // held, not prepared here: nothing to undo
+    rc = it->second;
+    pending_.erase(it);
+  }
+  discard(rc);
+  return Status::Ok();
+}
+
+void CallableRegistry::discard(const RegisteredCallable& rc) {
+  if (rc.orchestration == nullptr) (void)w_.unregister_callable(rc.handle);
+  if (!rc.stored.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(rc.stored, ec);
+  }
+}
+
+bool CallableRegistry::has(const pto::Digest& d) const {
+  std::lock_guard<std::mutex> g(mu_);
+  return by_digest_.count(d) != 0;
+}
+
+std::string CallableRegistry::tombstone(const pto::Digest& d) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = tombstones_.find(d);
+  return it == tombstones_.end() ? std::string() : it->second;
 }
 
 std::vector<RegisteredCallable> CallableRegistry::list() const {

@@ -27,6 +27,7 @@ struct RegisteredCallable {
   std::string stored;  // uploaded files (bundle directory or blob), removed on unregister
   std::shared_ptr<pto2::sim::SharedLibrary> library;  // ORCHESTRATION
   pto::OrchestrationEntryFn orchestration = nullptr;
+  bool remote = false;  // level 4: registered on the L3 workers (peers), not run here
 };
 
 class CallableRegistry {
@@ -38,6 +39,17 @@ class CallableRegistry {
   // refusals -> PERMISSION_DENIED (code kRefused).
   Status add(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply);
   Status remove(const pto::v1::CallableRef& ref);
+
+  // Two-phase registration from a remote session (docs/remote.md): prepare
+  // stores, loads and installs the callable but keeps it invisible (find,
+  // list and names ignore it) until commit; abort undoes prepare. A prepare
+  // of content already registered changes nothing (reply.existed()).
+  Status prepare(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply);
+  Status commit(const pto::Digest& d);
+  Status abort(const pto::Digest& d);
+  bool has(const pto::Digest& d) const;
+  // Why a digest is not registered any more ("'name' was unregistered"), or "".
+  std::string tombstone(const pto::Digest& d) const;
   Status find(const pto::v1::CallableRef& ref, RegisteredCallable* out) const;
   std::vector<RegisteredCallable> list() const;
 
@@ -47,6 +59,8 @@ class CallableRegistry {
   Status store_bundle(const pto::v1::ChipBundle& b, std::string* config_path);
   Status store_file(const std::string& dir, const std::string& name, const std::string& bytes);
   Status find_locked(const pto::v1::CallableRef& ref, const RegisteredCallable** out) const;
+  Status add_impl(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply, bool pending);
+  void discard(const RegisteredCallable& rc);  // unregister from the Worker, delete uploaded files
 
   pto::Worker& w_;
   const DaemonConfig& cfg_;
@@ -54,6 +68,8 @@ class CallableRegistry {
   std::atomic<uint64_t> tmp_serial_{0};
   std::map<pto::Digest, RegisteredCallable> by_digest_;
   std::map<std::string, pto::Digest> by_name_;
+  std::map<pto::Digest, RegisteredCallable> pending_;  // prepared, not committed
+  std::map<pto::Digest, std::string> tombstones_;
 };
 
 }  // namespace ptod

@@ -88,7 +88,9 @@ Status DaemonConfig::load(const std::string& path, DaemonConfig* out) {
     return bad(fmt::format("{}: {}", path, os.str()));
   }
   DaemonConfig c = *out;
-  if (Status s = only_keys(doc, path, {"server", "worker", "jobs", "daemon", "metrics", "security"}); !s.ok()) return s;
+  if (Status s = only_keys(doc, path, {"server", "worker", "session", "peers", "jobs", "daemon", "metrics", "security"});
+      !s.ok())
+    return s;
   auto section = [&](const char* name) -> const toml::table* { return doc[name].as_table(); };
   Status s;
   if (const toml::table* t = section("server")) {
@@ -114,15 +116,51 @@ Status DaemonConfig::load(const std::string& path, DaemonConfig* out) {
     if (s = read_int(*t, "server", "max_message_bytes", &c.max_message_bytes, 65536, (int64_t(1) << 31) - 1); !s.ok()) return s;
   }
   if (const toml::table* t = section("worker")) {
-    if (s = only_keys(*t, "[worker]", {"chips", "sub_workers", "heap_ring_bytes", "arena_bytes", "task_timeout_ms", "spin_us"});
+    if (s = only_keys(*t, "[worker]", {"level", "l3_children", "chips", "sub_workers", "heap_ring_bytes", "arena_bytes",
+                                       "task_timeout_ms", "spin_us"});
         !s.ok())
       return s;
+    if (s = read_int(*t, "worker", "level", &c.level, 3, 4); !s.ok()) return s;
+    if (s = read_int(*t, "worker", "l3_children", &c.l3_children, 0, 16); !s.ok()) return s;
     if (s = read_int(*t, "worker", "chips", &c.chips, 0, 64); !s.ok()) return s;
     if (s = read_int(*t, "worker", "sub_workers", &c.sub_workers, 0, 64); !s.ok()) return s;
     if (s = read_int(*t, "worker", "heap_ring_bytes", &c.heap_ring_bytes, 4096, int64_t(1) << 40); !s.ok()) return s;
     if (s = read_int(*t, "worker", "arena_bytes", &c.arena_bytes, 4096, int64_t(1) << 42); !s.ok()) return s;
     if (s = read_int(*t, "worker", "task_timeout_ms", &c.task_timeout_ms, 0, int64_t(1) << 40); !s.ok()) return s;
     if (s = read_int(*t, "worker", "spin_us", &c.spin_us, 0, 100000); !s.ok()) return s;
+  }
+  if (const toml::table* t = section("session")) {
+    if (s = only_keys(*t, "[session]", {"credits", "heartbeat_ms", "dead_after_ms", "inline_limit_bytes", "peer_ready_timeout_ms"});
+        !s.ok())
+      return s;
+    if (s = read_int(*t, "session", "credits", &c.session_credits, 1, 65536); !s.ok()) return s;
+    if (s = read_int(*t, "session", "heartbeat_ms", &c.heartbeat_ms, 10, 60000); !s.ok()) return s;
+    if (s = read_int(*t, "session", "dead_after_ms", &c.dead_after_ms, 20, 600000); !s.ok()) return s;
+    if (s = read_int(*t, "session", "inline_limit_bytes", &c.inline_limit_bytes, 0, int64_t(1) << 30); !s.ok()) return s;
+    if (s = read_int(*t, "session", "peer_ready_timeout_ms", &c.peer_ready_timeout_ms, 1, 600000); !s.ok()) return s;
+  }
+  if (const toml::node* n = doc.get("peers")) {
+    const toml::array* a = n->as_array();
+    if (!a) return bad(fmt::format("{}: peers must be an array of tables ([[peers]])", path));
+    c.peers.clear();
+    for (size_t i = 0; i < a->size(); ++i) {
+      const toml::table* t = (*a)[i].as_table();
+      const std::string where = fmt::format("[[peers]] #{}", i);
+      if (!t) return bad(where + ": must be a table");
+      if (s = only_keys(*t, where, {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key",
+                                    "tls_server_name"});
+          !s.ok())
+        return s;
+      DaemonConfig::Peer p;
+      const std::string sec = "peers #" + std::to_string(i);
+      if (s = read_str(*t, sec.c_str(), "address", &p.address); !s.ok()) return s;
+      if (s = read_str(*t, sec.c_str(), "name", &p.name); !s.ok()) return s;
+      if (s = read_int(*t, sec.c_str(), "workers", &p.workers, 0, 64); !s.ok()) return s;
+      for (auto [key, dst] : {std::pair{"token_file", &p.token_file}, {"tls_ca", &p.tls_ca}, {"tls_cert", &p.tls_cert},
+                              {"tls_key", &p.tls_key}, {"tls_server_name", &p.tls_server_name}})
+        if (s = read_str(*t, sec.c_str(), key, dst); !s.ok()) return s;
+      c.peers.push_back(p);
+    }
   }
   if (const toml::table* t = section("jobs")) {
     if (s = only_keys(*t, "[jobs]", {"max_queued", "retain_finished"}); !s.ok()) return s;
@@ -147,7 +185,7 @@ Status DaemonConfig::load(const std::string& path, DaemonConfig* out) {
     if (s = read_bool(*t, "security", "allow_native_import", &c.allow_native_import); !s.ok()) return s;
     if (s = read_bool(*t, "security", "allow_chip_bundles", &c.allow_chip_bundles); !s.ok()) return s;
   }
-  for (const char* name : {"server", "worker", "jobs", "daemon", "metrics", "security"})
+  for (const char* name : {"server", "worker", "session", "jobs", "daemon", "metrics", "security"})
     if (doc.get(name) && !doc[name].as_table()) return bad(fmt::format("{}: [{}] must be a table", path, name));
   *out = c;
   return Status::Ok();
@@ -178,6 +216,36 @@ Status DaemonConfig::validate() {
                              "bearer token ([server] token_file)",
                              a));
   }
+  if (level != 3 && level != 4) return bad(fmt::format("[worker] level {} is not 3 or 4", level));
+  if (level == 3 && (l3_children > 0 || !peers.empty()))
+    return bad("[worker] l3_children and [[peers]] need level = 4 (a level-3 daemon runs chips itself)");
+  if (level == 4 && l3_children == 0 && peers.empty())
+    return bad("[worker] level = 4 needs l3_children > 0 or at least one [[peers]] entry");
+  if (dead_after_ms <= heartbeat_ms)
+    return bad(fmt::format("[session] dead_after_ms {} must exceed heartbeat_ms {}", dead_after_ms, heartbeat_ms));
+  for (size_t i = 0; i < peers.size(); ++i) {
+    Peer& p = peers[i];
+    const std::string where = fmt::format("[[peers]] #{} ({})", i, p.address);
+    if (p.address.empty()) return bad(where + ": address is required (host:port or unix:PATH)");
+    if (p.name.empty()) p.name = p.address;
+    if ((p.tls_cert.empty()) != (p.tls_key.empty())) return bad(where + ": tls_cert and tls_key go together");
+    if (!p.tls_cert.empty() && p.tls_ca.empty()) return bad(where + ": a client certificate needs tls_ca");
+    p.token.clear();
+    if (!p.token_file.empty()) {
+      std::ifstream f(p.token_file);
+      if (!f) return bad(fmt::format("{}: token_file '{}' cannot be read", where, p.token_file));
+      std::getline(f, p.token);
+      while (!p.token.empty() && (p.token.back() == '\r' || p.token.back() == ' ')) p.token.pop_back();
+      if (p.token.size() < 16) return bad(fmt::format("{}: the token in '{}' must be at least 16 characters", where, p.token_file));
+    }
+    if (p.address.rfind("unix:", 0) == 0) continue;
+    std::string host;
+    int port = 0;
+    if (Status s = split_host_port(p.address, &host, &port); !s.ok()) return bad(where + ": " + s.message);
+    if (port == 0) return bad(where + ": the port must not be 0");
+    if (!is_loopback_host(host) && (p.tls_ca.empty() || p.token.empty()))
+      return bad(where + ": a peer beyond loopback needs TLS (tls_ca) and a token (token_file)");
+  }
   if (!metrics_listen.empty()) {
     std::string host;
     int port = 0;
@@ -191,16 +259,23 @@ std::string DaemonConfig::effective_toml() const {
   auto q = [](const std::string& s) { return "\"" + s + "\""; };
   std::string l;
   for (size_t i = 0; i < listen.size(); ++i) l += (i ? ", " : "") + q(listen[i]);
-  return fmt::format(
+  std::string tail = fmt::format(
+      "\n[session]\ncredits = {}\nheartbeat_ms = {}\ndead_after_ms = {}\ninline_limit_bytes = {}\n"
+      "peer_ready_timeout_ms = {}\n",
+      session_credits, heartbeat_ms, dead_after_ms, inline_limit_bytes, peer_ready_timeout_ms);
+  for (const Peer& p : peers)
+    tail += fmt::format("\n[[peers]]\naddress = {}\nname = {}\nworkers = {}\ntoken_file = {}\ntls_ca = {}\n", q(p.address),
+                        q(p.name), p.workers, q(p.token_file.empty() ? "" : "(set)"), q(p.tls_ca));
+  return tail.insert(0, fmt::format(
       "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
-      "max_message_bytes = {}\n\n[worker]\nchips = {}\nsub_workers = {}\nheap_ring_bytes = {}\narena_bytes = {}\n"
+      "max_message_bytes = {}\n\n[worker]\nlevel = {}\nl3_children = {}\nchips = {}\nsub_workers = {}\nheap_ring_bytes = {}\narena_bytes = {}\n"
       "task_timeout_ms = {}\nspin_us = {}\n\n[jobs]\nmax_queued = {}\nretain_finished = {}\n\n[daemon]\n"
       "state_dir = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\n\n[metrics]\nlisten = {}\n\n"
       "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
       q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"), max_message_bytes,
-      chips, sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms, spin_us, max_queued, retain_finished,
+      level, l3_children, chips, sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms, spin_us, max_queued, retain_finished,
       q(state_dir), drain_timeout_s, q(log_level), q(log_file), q(metrics_listen), allow_native_blob,
-      allow_native_import, allow_chip_bundles);
+      allow_native_import, allow_chip_bundles));
 }
 
 }  // namespace ptod

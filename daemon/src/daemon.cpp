@@ -19,7 +19,9 @@
 #include "job_manager.h"
 #include "log.h"
 #include "metrics.h"
+#include "remote_link.h"
 #include "services.h"
+#include "session_service.h"
 #include "tensor_store.h"
 
 namespace ptod {
@@ -129,8 +131,8 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   // The Worker forks its children now, before gRPC, Asio or the job runner
   // start any thread.
   pto::WorkerConfig wc;
-  wc.level = 3;
-  wc.num_chips = cfg.chips;
+  wc.level = cfg.level;
+  wc.num_chips = cfg.level == 3 ? cfg.chips : 0;
   wc.num_sub_workers = cfg.sub_workers;
   wc.heap_ring_bytes = cfg.heap_ring_bytes;
   wc.buffer_arena_bytes = cfg.arena_bytes;
@@ -138,9 +140,33 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   wc.spin_us = cfg.spin_us;
   wc.state_dir = cfg.state_dir + "/worker";
   wc.name = "ptod";
+  wc.remote_ready_timeout_ms = cfg.peer_ready_timeout_ms;
   pto::Worker worker(wc);
+  // Level 4: local L3 children (each an L3 Worker with its own chips and sub
+  // workers), then one remote L3 worker per [[peers]] entry.
+  for (int i = 0; i < cfg.l3_children; ++i) {
+    pto::WorkerConfig ic = wc;
+    ic.level = 3;
+    ic.num_chips = cfg.chips;
+    ic.state_dir = fmt::format("{}/worker-l3-{}", cfg.state_dir, i);
+    ic.name = fmt::format("ptod-l3-{}", i);
+    if (Status s = worker.add_next_level_worker(std::make_unique<pto::Worker>(ic)); !s.ok())
+      return fail("[worker] l3_children: " + s.message);
+  }
+  for (size_t i = 0; i < cfg.peers.size(); ++i)
+    if (Status s = worker.add_remote_worker(
+            std::make_shared<GrpcRemoteLink>(cfg.peers[i], static_cast<uint32_t>(cfg.l3_children + i), cfg));
+        !s.ok())
+      return fail("[[peers]]: " + s.message);
   if (Status s = worker.init(); !s.ok()) return fail("starting the Worker: " + s.message);
-  main_log->info("worker up: {} chip(s), {} sub worker(s)", cfg.chips, cfg.sub_workers);
+  if (cfg.level == 3) {
+    main_log->info("worker up: {} chip(s), {} sub worker(s)", cfg.chips, cfg.sub_workers);
+  } else {
+    int ready = 0;
+    for (const pto::ChildInfo& c : worker.children()) ready += c.remote && c.state != pto::ChildState::DEAD;
+    main_log->info("level-4 worker up: {} local L3 child(ren), {} peer(s) ({} ready), {} sub worker(s)", cfg.l3_children,
+                   cfg.peers.size(), ready, cfg.sub_workers);
+  }
 
   TensorStore tensors(worker);
   CallableRegistry registry(worker, cfg);
@@ -151,6 +177,7 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   TensorsService tensors_svc(parts);
   JobsService jobs_svc(parts);
   NodeService node_svc(parts);
+  SessionService session_svc(parts);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -191,6 +218,7 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   builder.RegisterService(&tensors_svc);
   builder.RegisterService(&jobs_svc);
   builder.RegisterService(&node_svc);
+  builder.RegisterService(&session_svc);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) return fail("cannot start the gRPC server: a listener could not be bound (address in use or not permitted?)");
   for (size_t i = 0; i < cfg.listen.size(); ++i)
@@ -200,7 +228,7 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   auto set_serving = [&](bool serving) {
     if (!health) return;
     health->SetServingStatus(serving);
-    for (const char* svc : {"pto.v1.Registry", "pto.v1.Tensors", "pto.v1.Jobs", "pto.v1.Node"})
+    for (const char* svc : {"pto.v1.Registry", "pto.v1.Tensors", "pto.v1.Jobs", "pto.v1.Node", "pto.v1.Session"})
       health->SetServingStatus(svc, serving);
   };
   set_serving(true);
@@ -287,6 +315,7 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   // Result with a wait) then return at once, so the server's shutdown does
   // not wait for their deadlines.
   jobs.stop();
+  session_svc.shutdown_all("the peer is shutting down");
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics.reset();
   if (Status s = worker.close(); !s.ok()) main_log->warn("closing the Worker: {}", s.message);

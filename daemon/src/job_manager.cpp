@@ -9,13 +9,26 @@
 #include "log.h"
 
 namespace ptod {
-namespace {
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count());
 }
+
+int run_registered(const RegisteredCallable& c, pto::Orchestrator& o, const pto::TaskArgs& args,
+                   const pto::TaskArgsView& view, const pto::CallConfig& cc) {
+  switch (c.abi) {
+    case pto::EntryAbi::CHIP: return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;
+    case pto::EntryAbi::SUB: return o.submit_sub(c.handle, args).ok() ? 0 : 1;
+    case pto::EntryAbi::ORCHESTRATION:
+      if (!c.orchestration) return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;  // level 4: on an L3 worker
+      return c.orchestration(&o, &view, &cc);
+  }
+  return 1;
+}
+
+namespace {
 
 void fill_failure(const pto::TaskFailure& f, pto::v1::TaskFailure* p) {
   p->set_task_id(f.task_id);
@@ -163,14 +176,9 @@ void JobManager::execute_locked(uint64_t id, std::unique_lock<std::mutex>& lk) {
       (void)w_.cancel_run(why);
       return 0;
     }
-    switch (c.abi) {
-      case pto::EntryAbi::CHIP: return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;
-      case pto::EntryAbi::SUB: return o.submit_sub(c.handle, args).ok() ? 0 : 1;
-      case pto::EntryAbi::ORCHESTRATION: return c.orchestration(&o, &view, &cc);
-    }
-    return 1;
+    return run_registered(c, o, args, view, cc);
   };
-  pto::RunResult r = c.abi == pto::EntryAbi::ORCHESTRATION ? w_.run(fn, args, cfg) : w_.run(fn, pto::TaskArgs(), cfg);
+  pto::RunResult r = c.orchestration ? w_.run(fn, args, cfg) : w_.run(fn, pto::TaskArgs(), cfg);
 
   lk.lock();
   Job& done = jobs_[id];

@@ -104,6 +104,11 @@ class JobManager {
 };
 
 pto::v1::JobResult to_proto(const pto::RunResult& r);
+uint64_t now_ns();  // steady clock
+// Runs a registered callable inside an orchestration: a chip or sub task with
+// args, an orchestration loaded here, or (level 4) a next-level task.
+int run_registered(const RegisteredCallable& c, pto::Orchestrator& o, const pto::TaskArgs& args,
+                   const pto::TaskArgsView& view, const pto::CallConfig& cc);
 void to_proto(const TensorEntry& e, pto::v1::TensorInfo* out);
 bool final_state(pto::v1::JobState s);
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "log.h"
+#include "session_service.h"
 
 #ifndef PTO_VERSION
 #define PTO_VERSION "0.0.0"
@@ -287,22 +288,7 @@ grpc::Status JobsService::List(grpc::ServerContext*, const pto::v1::ListJobsRequ
 // -------------------------------------------------------------------- Node
 
 grpc::Status NodeService::Workers(grpc::ServerContext*, const pto::v1::WorkersRequest*, pto::v1::WorkersReply* reply) {
-  pto::v1::WorkerNode* root = reply->mutable_root();
-  root->set_name("ptod");
-  root->set_level(p_.worker.config().level);
-  root->set_state(p_.draining ? "draining" : "serving");
-  root->set_pid(getpid());
-  const pto::WorkerStats st = p_.worker.stats();
-  root->set_tasks_run(st.tasks_succeeded + st.tasks_failed + st.tasks_skipped);
-  for (const pto::ChildInfo& c : p_.worker.children()) {
-    pto::v1::WorkerNode* n = root->add_children();
-    n->set_name(c.label());
-    n->set_level(c.kind == pto::ChildKind::CHIP ? 2 : c.kind == pto::ChildKind::L3 ? 3 : 0);
-    n->set_state(pto::child_state_name(c.state));
-    n->set_pid(c.pid);
-    n->set_tasks_run(c.tasks_run);
-    n->set_restarts(c.restarts);
-  }
+  fill_worker_tree(p_, reply->mutable_root());
   return grpc::Status::OK;
 }
 

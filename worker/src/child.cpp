@@ -68,8 +68,26 @@ class ChildRunner {
       : ep_(ep), mb_(ep.mb), bell_(bell), parent_(parent), spin_ns_(uint64_t(spin_us) * 1000), inner_(inner) {}
 
   Status install(const Digest& digest, const ControlDescriptor& d, const Callable* local) {
-    if (d.abi != abi_of(ep_.kind))
+    // An L3 child also takes chip callables: it registers them with its own
+    // chips and runs each task as a one-task run.
+    const bool l3_chip = ep_.kind == ChildKind::L3 && d.abi == EntryAbi::CHIP;
+    if (d.abi != abi_of(ep_.kind) && !l3_chip)
       return Status::Error(kWorkerInvalidArgument, fmt::format("a {} callable cannot run on {}", abi_name(d.abi), ep_.label()));
+    if (l3_chip) {
+      if (local) {
+        Native n;
+        n.chip = inner_->register_callable(*local);
+        if (!n.chip.ok()) return n.chip.status;
+        natives_[digest] = std::move(n);
+        return Status::Ok();
+      }
+      if (Status s = verify(digest, d); !s.ok()) return s;
+      Native n;
+      n.chip = inner_->register_callable(ChipCallable::from_config(d.path));
+      if (!n.chip.ok()) return n.chip.status;
+      natives_[digest] = std::move(n);
+      return Status::Ok();
+    }
     if (local && d.kind == CallableKind::FUNCTION) {
       Native n;
       n.sub = local->sub_fn;
@@ -114,6 +132,7 @@ class ChildRunner {
     OrchestrationEntryFn orch_entry = nullptr;
     SubFunction sub;
     OrchestrationFunction orch;
+    CallableHandle chip;  // L3 child: a chip callable registered with the inner Worker
   };
 
   uint32_t wait_request() {
@@ -194,7 +213,19 @@ class ChildRunner {
       }
       return Status::Ok();
     }
-    // L3: an orchestration on the inner Worker.
+    // L3: an orchestration on the inner Worker, or a chip callable as a one-task run.
+    if (n.chip.ok() && n.chip.abi == EntryAbi::CHIP && !n.orch && !n.orch_entry) {
+      const CallableHandle h = n.chip;
+      RunResult r = inner_->run(
+          [&h](Orchestrator& o, const TaskArgsView& a, const CallConfig& c) {
+            TaskArgs t;
+            for (int i = 0; i < a.tensor_count; ++i) t.add_tensor(a.tensors[i], INOUT);
+            for (int i = 0; i < a.scalar_count; ++i) t.add_scalar(a.scalars[i]);
+            return o.submit_next_level(h, t, c).ok() ? 0 : 1;
+          },
+          TaskArgs::from_view(view), cfg);
+      return r.ok() ? Status::Ok() : r.status;
+    }
     OrchestrationFunction fn = n.orch;
     if (!fn) {
       OrchestrationEntryFn e = n.orch_entry;
@@ -267,7 +298,7 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
   if (inner) st = inner->init();
   for (auto& [digest, reg] : registry_) {
     if (!st.ok()) break;
-    if (reg.handle.abi != abi_of(ep.kind)) continue;
+    if (reg.handle.abi != abi_of(ep.kind) && !(ep.kind == ChildKind::L3 && reg.handle.abi == EntryAbi::CHIP)) continue;
     ControlDescriptor d{reg.callable.kind, reg.callable.abi, reg.callable.path, reg.callable.symbol, reg.callable.name};
     st = runner.install(digest, d, &reg.callable);
     if (!st.ok()) st.message = fmt::format("callable {}: {}", to_hex(digest).substr(0, 16), st.message);

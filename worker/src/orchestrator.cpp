@@ -164,8 +164,10 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
   const int n_workers = next_level ? (cfg_.level == 3 ? cfg_.num_chips : static_cast<int>(l3s_.size()))
                                    : cfg_.num_sub_workers;
   const char* wkind = next_level ? (cfg_.level == 3 ? "chip" : "L3") : "sub";
+  // Level 3: chips run chip callables. Level 4: L3 Workers run orchestrations,
+  // and chip callables as a one-task run on one of their chips.
   const EntryAbi want = next_level ? (cfg_.level == 3 ? EntryAbi::CHIP : EntryAbi::ORCHESTRATION) : EntryAbi::SUB;
-  if (h.abi != want)
+  if (h.abi != want && !(next_level && cfg_.level == 4 && h.abi == EntryAbi::CHIP))
     return reject(kWorkerInvalidArgument, fmt::format("{}: callable {} is a {} callable; this call needs a {} callable",
                                                       what, h.id.short_hex(), abi_name(h.abi), abi_name(want)));
   if (n_workers == 0) return reject(kWorkerInvalidArgument, fmt::format("{}: this Worker has no {} workers", what, wkind));
@@ -219,10 +221,31 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
   }
   auto reg = registry_.find(h.id.digest);
   if (reg == registry_.end()) {
+    auto tomb = tombstones_.find(h.id.digest);
     r.status = Status::Error(kWorkerNotRegistered,
-                             fmt::format("{}: callable {} is not registered with this Worker", what, h.id.hex()));
+                             fmt::format("{}: callable {} is not registered with this Worker{}", what, h.id.hex(),
+                                         tomb == tombstones_.end() ? "" : " (" + tomb->second + ")"));
     fail_run(r.status);
     return r;
+  }
+  const auto allowed = next_level ? reg->second.allowed : nullptr;
+  if (allowed) {
+    bool any = false;
+    for (uint8_t a : *allowed) any |= a != 0;
+    for (int m = 0; m < n && any; ++m)
+      if (pinned[m] >= 0 && !(*allowed)[pinned[m]]) {
+        r.status = Status::Error(kWorkerInvalidArgument,
+                                 fmt::format("{}: worker {} ({}) does not hold callable {}", what, pinned[m],
+                                             l3s_[pinned[m]]->label(), h.id.short_hex()));
+        fail_run(r.status);
+        return r;
+      }
+    if (!any) {
+      r.status = Status::Error(kWorkerInvalidArgument,
+                               fmt::format("{}: no next-level worker holds callable {}", what, h.id.short_hex()));
+      fail_run(r.status);
+      return r;
+    }
   }
   // Buffers in the heap rings stay alive while this task may touch them.
   std::vector<Slot*> owners;
@@ -255,6 +278,8 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
   s->callable = h.id;
   s->config = cfg;
   s->pinned = pinned;
+  s->allowed = allowed;
+  s->retries_left = n == 1 ? reg->second.options.max_retries : 0;
   s->members_left = n;
   s->refs = 2;   // the scope, and the task itself until it is final
   s->fanin = 1;  // guard while wiring
@@ -299,6 +324,16 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
     }
     s->blobs.emplace_back();
     encode_args(a.view(), &s->blobs.back());
+    if (next_level && !links_.empty()) {  // remote endpoints copy tensor bytes by direction
+      std::vector<TensorDirection> d(a.tensor_count());
+      for (int i = 0; i < a.tensor_count(); ++i) {
+        const TensorArgType tag = a.tag(i);
+        d[i] = tag == TensorArgType::INPUT                                              ? TensorDirection::IN
+               : tag == TensorArgType::OUTPUT || tag == TensorArgType::OUTPUT_EXISTING ? TensorDirection::OUT
+                                                                                       : TensorDirection::INOUT;
+      }
+      s->dirs.push_back(std::move(d));
+    }
     std::vector<ContinuousTensor> ts(a.tensor_count());
     for (int i = 0; i < a.tensor_count(); ++i) ts[i] = a.tensor(i);
     r.tensors.push_back(std::move(ts));

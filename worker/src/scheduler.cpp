@@ -32,6 +32,7 @@ bool WorkerImpl::has_work_in_flight() const { return running_ > 0 || !controls_.
 // token runs it, so each mailbox has one writer on the parent side.
 bool WorkerImpl::drive_round() {
   bool progressed = poll_completions();
+  if (!links_.empty()) progressed |= poll_remote();
   progressed |= progress_controls();
   progressed |= dispatch_ready();
   const uint64_t now = now_ns();
@@ -166,10 +167,23 @@ bool WorkerImpl::poll_completions() {
 }
 
 void WorkerImpl::complete_member(Endpoint& ep, Slot* s, Outcome o, const std::string& message) {
-  ep.running = nullptr;
+  if (!ep.is_remote()) ep.running = nullptr;
   ++ep.tasks_run;
   --running_;
   if (ep.kind == ChildKind::SUB) --running_subs_;
+  // A retryable callable whose worker was lost runs again, on another worker
+  // when there is one (dispatch_ready avoids this one).
+  if (o == Outcome::ENDPOINT_FAILURE && s->retries_left > 0 && s->blobs.size() == 1 && cancelled_.empty()) {
+    --s->retries_left;
+    s->avoid = ep.index;
+    s->pinned[0] = -1;
+    s->state = Slot::State::kReady;
+    ++run_.tasks_retried;
+    ++stats_.task_retries;
+    (s->next_level ? next_any_ : sub_q_).push_front(s);
+    queued_.fetch_add(1, std::memory_order_release);
+    return;
+  }
   if (o != Outcome::SUCCESS && s->failure.outcome == Outcome::SUCCESS)
     s->failure = TaskFailure{s->id, s->callable.hex(), ep.label(), o, message};
   if (--s->members_left == 0) finalize(s, s->failure.outcome);
@@ -214,6 +228,19 @@ void WorkerImpl::check_children(uint64_t now) {
   for (auto* list : {&chips_, &subs_, &l3s_})
     for (auto& e : *list) {
       Endpoint& ep = *e;
+      if (ep.is_remote()) {
+        ep.alive = ep.link->ready();
+        // A remote task cannot be killed from here: past its timeout it fails
+        // and its late completion is ignored (the peer bounds its own runs).
+        for (size_t i = 0; i < ep.inflight.size();)
+          if (ep.inflight[i].timeout_ns && now - ep.inflight[i].dispatch_ns > ep.inflight[i].timeout_ns)
+            complete_remote(ep, i, Outcome::TASK_FAILURE, "",
+                            fmt::format("timed out: task {} ran longer than {} ms on {}", ep.inflight[i].s->id,
+                                        ep.inflight[i].timeout_ns / 1'000'000, ep.label()));
+          else
+            ++i;
+        continue;
+      }
       if (!ep.alive) continue;
       int status = 0;
       const pid_t r = waitpid(ep.pid, &status, WNOHANG);
@@ -229,6 +256,59 @@ void WorkerImpl::check_children(uint64_t now) {
         endpoint_failed(ep, fmt::format("timed out: task {} ran longer than {} ms; the child was killed",
                                         ep.running->id, ep.timeout_ns / 1'000'000));
     }
+}
+
+// mu_ held: the i-th task in flight on a remote endpoint is done.
+void WorkerImpl::complete_remote(Endpoint& ep, size_t i, Outcome o, const std::string& worker,
+                                 const std::string& message) {
+  const Endpoint::InFlight f = ep.inflight[i];
+  ep.inflight[i] = ep.inflight.back();
+  ep.inflight.pop_back();
+  remote_in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  if (o == Outcome::SUCCESS) stats_.remote_round_trip.record(now_ns() - f.dispatch_ns);
+  // The failure names the peer and, when it said, the worker inside it.
+  complete_member(ep, f.s, o, worker.empty() ? message : fmt::format("{}: {}", worker, message));
+}
+
+// Completions from remote sessions (and the tasks of sessions that ended).
+bool WorkerImpl::poll_remote() {
+  bool any = false;
+  for (auto& e : l3s_) any |= e->is_remote() && e->link->has_completions();
+  if (!any) return false;
+  std::vector<RemoteCompletion>& done = remote_done_;
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& e : l3s_) {
+    Endpoint& ep = *e;
+    if (!ep.is_remote()) continue;
+    done.clear();
+    ep.link->poll(&done);
+    ep.alive = ep.link->ready();
+    for (const RemoteCompletion& c : done) {
+      size_t i = 0;
+      while (i < ep.inflight.size() && ep.inflight[i].seq != c.seq) ++i;
+      if (i == ep.inflight.size()) continue;  // timed out already: its late answer is dropped
+      const Outcome o = c.outcome <= static_cast<uint8_t>(Outcome::SKIPPED) ? static_cast<Outcome>(c.outcome)
+                                                                             : Outcome::TASK_FAILURE;
+      complete_remote(ep, i, o, c.worker, c.message);
+    }
+  }
+  return true;
+}
+
+// Outside mu_: hand a task to a remote link (it copies the tensor bytes).
+void WorkerImpl::dispatch_remote(Endpoint& ep, Slot* s, int member, uint64_t seq) {
+  RemoteTask t;
+  t.seq = seq;
+  t.task_id = s->id;
+  t.callable = s->callable;
+  t.config = s->config;
+  TaskArgsView view{};
+  (void)decode_args(s->blobs[member].data(), s->blobs[member].size(), &view);  // encoded by submit: valid
+  t.tensors.assign(view.tensors, view.tensors + view.tensor_count);
+  t.scalars.assign(view.scalars, view.scalars + view.scalar_count);
+  if (member < static_cast<int>(s->dirs.size())) t.directions = s->dirs[member];
+  t.directions.resize(t.tensors.size(), TensorDirection::INOUT);
+  ep.link->send(std::move(t));
 }
 
 void WorkerImpl::dispatch_to(Endpoint& ep, Slot* s, int member) {
@@ -270,13 +350,27 @@ bool WorkerImpl::dispatch_ready() {
         if (c.targets[i] == ep && !c.sent[i]) return true;
       return false;
     };
-    auto idle = [&](const Endpoint* ep) { return ep->alive && !ep->running && !ep->in_control && !reserved(ep); };
+    auto idle = [&](const Endpoint* ep) { return ep->alive && ep->has_room() && !ep->in_control && !reserved(ep); };
+    // Whether a task may go to an endpoint: it holds the callable, and a
+    // retried task prefers an endpoint other than the one it failed on.
+    auto fits = [&](const Slot* s, const Endpoint* ep, bool avoid) {
+      return (!s->allowed || (*s->allowed)[ep->index]) && !(avoid && s->avoid == ep->index);
+    };
     auto assign = [&](Endpoint* ep, Slot* s, int m) {
-      ep->running = s;
       s->state = Slot::State::kRunning;
       ++running_;
       if (ep->kind == ChildKind::SUB) ++running_subs_;
-      plan.push_back({ep, s, m});
+      uint64_t seq = 0;
+      if (ep->is_remote()) {
+        seq = ++ep->seq;
+        const uint64_t tmo_ms = std::min<uint64_t>(s->config.timeout_ms ? s->config.timeout_ms : cfg_.task_timeout_ms,
+                                                   uint64_t(1) << 40);
+        ep->inflight.push_back({seq, s, m, now_ns(), tmo_ms * 1'000'000});
+        remote_in_flight_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        ep->running = s;
+      }
+      plan.push_back({ep, s, m, seq});
     };
     auto& next_eps = cfg_.level == 3 ? chips_ : l3s_;
     // Dead children are replaced at the start of the next run; a queued task
@@ -289,19 +383,21 @@ bool WorkerImpl::dispatch_ready() {
     };
     for (size_t i = 0; i < next_eps.size(); ++i)
       while (!next_pinned_[i].empty() && !next_eps[i]->alive) {
-        never(next_pinned_[i].front(), fmt::format("not launched: its worker {} {}", next_eps[i]->label(),
-                                                   next_eps[i]->death));
+        never(next_pinned_[i].front(),
+              fmt::format("not launched: its worker {} {}", next_eps[i]->label(),
+                          next_eps[i]->is_remote() ? next_eps[i]->link->state_text() : next_eps[i]->death));
         pop(next_pinned_[i]);
       }
     auto cull = [&](std::deque<Slot*>& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
-      int live = 0;
-      std::string dead;
-      for (auto& ep : eps) {
-        if (ep->alive) ++live;
-        else if (dead.empty()) dead = ep->label() + " " + ep->death;
-      }
       while (!q.empty()) {
         Slot* t = q.front();
+        int live = 0;
+        std::string dead;
+        for (auto& ep : eps) {
+          if (!fits(t, ep.get(), false)) continue;
+          if (ep->alive) ++live;
+          else if (dead.empty()) dead = ep->label() + " " + (ep->is_remote() ? ep->link->state_text() : ep->death);
+        }
         const int n = static_cast<int>(t->blobs.size());
         std::string why;
         if (n > 1 && t->pinned[0] >= 0) {
@@ -320,7 +416,7 @@ bool WorkerImpl::dispatch_ready() {
     cull(next_any_, next_eps);
     cull(sub_q_, subs_);
     for (size_t i = 0; i < next_eps.size(); ++i)
-      if (!next_pinned_[i].empty() && idle(next_eps[i].get())) {
+      while (!next_pinned_[i].empty() && idle(next_eps[i].get())) {  // a remote worker takes up to its credits
         assign(next_eps[i].get(), next_pinned_[i].front(), 0);
         pop(next_pinned_[i]);
       }
@@ -335,7 +431,10 @@ bool WorkerImpl::dispatch_ready() {
             if (idle(eps[s->pinned[k]].get())) picked.push_back(eps[s->pinned[k]].get());
         } else {
           for (auto& ep : eps)
-            if (static_cast<int>(picked.size()) < n && idle(ep.get())) picked.push_back(ep.get());
+            if (static_cast<int>(picked.size()) < n && idle(ep.get()) && fits(s, ep.get(), true)) picked.push_back(ep.get());
+          if (picked.empty() && n == 1 && s->avoid >= 0)  // only the worker it failed on is left: try it again
+            for (auto& ep : eps)
+              if (picked.empty() && idle(ep.get()) && fits(s, ep.get(), false)) picked.push_back(ep.get());
         }
         if (static_cast<int>(picked.size()) < n) return;  // FIFO: a group waits for enough idle workers
         pop(q);
@@ -345,7 +444,10 @@ bool WorkerImpl::dispatch_ready() {
     drain(next_any_, next_eps);
     drain(sub_q_, subs_);
   }
-  for (const Plan& p : plan) dispatch_to(*p.ep, p.s, p.member);
+  for (const Plan& p : plan) {
+    if (p.ep->is_remote()) dispatch_remote(*p.ep, p.s, p.member, p.seq);
+    else dispatch_to(*p.ep, p.s, p.member);
+  }
   return !plan.empty() || failed_any;
 }
 

@@ -64,7 +64,9 @@ const char* child_state_name(ChildState s) {
 
 static const char* kind_label(ChildKind k) { return k == ChildKind::CHIP ? "chip" : k == ChildKind::SUB ? "sub" : "l3"; }
 std::string ChildInfo::label() const { return fmt::format("{} {}", kind_label(kind), index); }
-std::string Endpoint::label() const { return fmt::format("{} {}", kind_label(kind), index); }
+std::string Endpoint::label() const {
+  return link ? fmt::format("{} {} ({})", kind_label(kind), index, link->label()) : fmt::format("{} {}", kind_label(kind), index);
+}
 
 std::string TaskFailure::describe() const {
   return fmt::format("task {} ({}) {}{}: {}", task_id, callable.substr(0, 16), outcome_name(outcome),
@@ -97,7 +99,14 @@ Status WorkerConfig::validate() const {
 Worker::Worker(const WorkerConfig& config) : impl_(std::make_unique<WorkerImpl>(config)) {}
 Worker::~Worker() { (void)impl_->close(); }
 Status Worker::add_next_level_worker(std::unique_ptr<Worker> inner) { return impl_->add_next_level_worker(std::move(inner)); }
-CallableHandle Worker::register_callable(const Callable& c) { return impl_->register_callable(c); }
+Status Worker::add_remote_worker(std::shared_ptr<RemoteLink> link) { return impl_->add_remote_worker(std::move(link)); }
+CallableHandle Worker::register_callable(const Callable& c) { return impl_->register_callable(c, {}); }
+CallableHandle Worker::register_callable(const Callable& c, const CallableOptions& o) {
+  return impl_->register_callable(c, o);
+}
+CallableHandle Worker::register_remote_callable(const CallableIdentity& id, EntryAbi abi, const CallableOptions& o) {
+  return impl_->register_remote_callable(id, abi, o);
+}
 Status Worker::unregister_callable(const CallableHandle& h) { return impl_->unregister_callable(h); }
 Result<bool> Worker::child_has_callable(const CallableHandle& h, ChildKind kind, int index) {
   return impl_->child_has_callable(h, kind, index);
@@ -107,7 +116,11 @@ RunResult Worker::run_function(const OrchestrationFunction& fn, const TaskArgs& 
   return impl_->run(fn, args, cfg);
 }
 RunHandle Worker::submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg) {
-  return impl_->submit(std::move(fn), std::move(args), cfg);
+  return impl_->submit(std::move(fn), std::move(args), cfg, {});
+}
+RunHandle Worker::submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
+                                  std::function<void(const RunResult&)> on_done) {
+  return impl_->submit(std::move(fn), std::move(args), cfg, std::move(on_done));
 }
 Status Worker::close() { return impl_->close(); }
 Result<ContinuousTensor> Worker::alloc(const std::vector<uint32_t>& shape, int32_t dtype) {
@@ -153,7 +166,20 @@ Status WorkerImpl::add_next_level_worker(std::unique_ptr<Worker> inner) {
   if (inner->config().level != cfg_.level - 1)
     return Status::Error(kWorkerInvalidArgument, fmt::format("a level-{} Worker cannot hold a level-{} child",
                                                              cfg_.level, inner->config().level));
+  if (!links_.empty())
+    return Status::Error(kWorkerInvalidArgument, "add_next_level_worker after add_remote_worker: local L3 children come first");
   inner_.push_back(std::move(inner));
+  return Status::Ok();
+}
+
+Status WorkerImpl::add_remote_worker(std::shared_ptr<RemoteLink> link) {
+  if (cfg_.level < 4)
+    return Status::Error(kWorkerInvalidArgument,
+                         fmt::format("add_remote_worker on a level-{} Worker: remote L3 workers belong to levels >= 4",
+                                     cfg_.level));
+  if (initialized_ || closed_) return Status::Error(kWorkerInvalidArgument, "add_remote_worker after init()");
+  if (!link) return Status::Error(kWorkerInvalidArgument, "add_remote_worker: null link");
+  links_.push_back(std::move(link));
   return Status::Ok();
 }
 
@@ -193,14 +219,18 @@ Status WorkerImpl::store_blob(Callable* c) {
   return Status::Ok();
 }
 
+// The local children a registration is broadcast to (remote workers take
+// the two-phase path, install_remote). At level >= 4 chip callables go to the
+// local L3 children, which register them with their own chips.
 std::vector<Endpoint*> WorkerImpl::targets_for(EntryAbi abi) {
-  auto& list = abi == EntryAbi::CHIP ? chips_ : abi == EntryAbi::SUB ? subs_ : l3s_;
+  auto& list = abi == EntryAbi::SUB ? subs_ : cfg_.level == 3 ? chips_ : l3s_;
   std::vector<Endpoint*> out;
-  for (auto& e : list) out.push_back(e.get());
+  for (auto& e : list)
+    if (!e->is_remote()) out.push_back(e.get());
   return out;
 }
 
-CallableHandle WorkerImpl::register_callable(const Callable& c) {
+CallableHandle WorkerImpl::register_callable(const Callable& c, const CallableOptions& o) {
   CallableHandle h;
   h.abi = c.abi;
   if (!c.status.ok()) {
@@ -211,9 +241,20 @@ CallableHandle WorkerImpl::register_callable(const Callable& c) {
     h.status = Status::Error(kWorkerClosed, "register_callable after close()");
     return h;
   }
-  if (c.abi == EntryAbi::CHIP && cfg_.level != 3) {
+  if (c.abi == EntryAbi::CHIP && cfg_.level > 4) {
     h.status = Status::Error(kWorkerInvalidArgument,
-                             fmt::format("chip callables run on a level-3 Worker's chips; this Worker is level {}", cfg_.level));
+                             fmt::format("chip callables run on a level-3 Worker's chips (or a level-4 Worker's L3 "
+                                         "children); this Worker is level {}",
+                                         cfg_.level));
+    return h;
+  }
+  const bool remote = !o.remote_payload.empty();
+  if (remote && (!initialized_ || links_.empty() || c.abi == EntryAbi::SUB)) {
+    h.status = Status::Error(kWorkerInvalidArgument,
+                             !initialized_ ? "remote registration needs an initialised Worker (after init())"
+                             : links_.empty() ? "remote registration on a Worker without remote workers"
+                                              : "sub callables run on local sub workers only; register them without "
+                                                "remote_payload");
     return h;
   }
   if (c.abi == EntryAbi::ORCHESTRATION && cfg_.level < 4) {
@@ -236,7 +277,7 @@ CallableHandle WorkerImpl::register_callable(const Callable& c) {
     auto it = registry_.find(h.id.digest);
     if (it != registry_.end()) return it->second.handle;
     if (!initialized_) {
-      registry_[h.id.digest] = Registered{copy, h};
+      registry_[h.id.digest] = Registered{copy, h, o, nullptr, {}};
       return h;
     }
     if (copy.kind == CallableKind::FUNCTION) {
@@ -247,31 +288,157 @@ CallableHandle WorkerImpl::register_callable(const Callable& c) {
                                            copy.name));
       return h;
     }
-    targets = targets_for(copy.abi);
+    if (o.local) targets = targets_for(copy.abi);
   }
   ControlDescriptor d{copy.kind, copy.abi, copy.path, copy.symbol, copy.name};
   // Published in the same critical section that completes the broadcast, so
   // a replacement child forked later inherits it.
-  auto publish = [this, copy, h] { registry_[h.id.digest] = Registered{copy, h}; };
-  if (Status s = control(CTRL_REGISTER, h.id.digest, encode_control(d), targets, nullptr, publish); !s.ok()) {
+  auto publish = [this, copy, h, o] {
+    registry_[h.id.digest] = Registered{copy, h, o, mask_of(o.local, copy.abi, {}), {}};
+    tombstones_.erase(h.id.digest);
+  };
+  if (!remote) {
+    if (Status s = control(CTRL_REGISTER, h.id.digest, encode_control(d), targets, nullptr, publish); !s.ok())
+      h.status = Status::Error(s.code, fmt::format("registering {} ({}): {}", h.id.short_hex(), kind_name(copy.kind), s.message));
+    return h;
+  }
+  // Local children and remote workers together, all or nothing.
+  if (Status s = control(CTRL_REGISTER, h.id.digest, encode_control(d), targets, nullptr); !s.ok()) {
     h.status = Status::Error(s.code, fmt::format("registering {} ({}): {}", h.id.short_hex(), kind_name(copy.kind), s.message));
     return h;
   }
+  std::vector<int> installed;
+  if (Status s = install_remote(h.id, o, &installed); !s.ok()) {
+    (void)control(CTRL_UNREGISTER, h.id.digest, {}, targets, nullptr);
+    h.status = Status::Error(s.code, fmt::format("registering {} ({}) remotely: {}{}", h.id.short_hex(),
+                                                 kind_name(copy.kind), s.message,
+                                                 targets.empty() ? "" : " (rolled back on the local children)"));
+    return h;
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  registry_[h.id.digest] = Registered{copy, h, o, mask_of(o.local && !targets.empty(), copy.abi, installed), installed};
+  tombstones_.erase(h.id.digest);
   return h;
+}
+
+CallableHandle WorkerImpl::register_remote_callable(const CallableIdentity& id, EntryAbi abi, const CallableOptions& o) {
+  CallableHandle h;
+  h.id = id;
+  h.id.target_namespace = TargetNamespace::REMOTE;
+  h.abi = abi;
+  if (closed_) {
+    h.status = Status::Error(kWorkerClosed, "register_remote_callable after close()");
+    return h;
+  }
+  if (!initialized_ || links_.empty() || o.remote_payload.empty() || abi == EntryAbi::SUB) {
+    h.status = Status::Error(kWorkerInvalidArgument,
+                             "register_remote_callable needs an initialised Worker with remote workers, a "
+                             "remote_payload, and a next-level (chip or orchestration) callable");
+    return h;
+  }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = registry_.find(id.digest);
+    if (it != registry_.end()) return it->second.handle;
+  }
+  std::vector<int> installed;
+  if (Status s = install_remote(h.id, o, &installed); !s.ok()) {
+    h.status = Status::Error(s.code, fmt::format("registering {} remotely: {}", id.short_hex(), s.message));
+    return h;
+  }
+  Callable c;
+  c.kind = id.kind;
+  c.abi = abi;
+  std::lock_guard<std::mutex> g(mu_);
+  registry_[id.digest] = Registered{c, h, o, mask_of(false, abi, installed), installed};
+  tombstones_.erase(id.digest);
+  return h;
+}
+
+// Which next-level endpoints hold a callable: the local L3 children (when it
+// was broadcast to them) and the remote workers it was committed on. Null
+// means every endpoint of its kind (no remote workers involved).
+std::shared_ptr<const std::vector<uint8_t>> WorkerImpl::mask_of(bool local, EntryAbi abi,
+                                                                const std::vector<int>& remote) const {
+  if (links_.empty() || abi == EntryAbi::SUB) return nullptr;
+  auto m = std::make_shared<std::vector<uint8_t>>(l3s_.size(), 0);
+  for (size_t i = 0; i < l3s_.size(); ++i)
+    if (!l3s_[i]->is_remote()) (*m)[i] = local ? 1 : 0;
+  for (int i : remote) (*m)[i] = 1;
+  return m;
+}
+
+// Two-phase registration across the selected remote workers.
+Status WorkerImpl::install_remote(const CallableIdentity& id, const CallableOptions& o, std::vector<int>* installed) {
+  const int first = static_cast<int>(inner_.size());
+  const int n = static_cast<int>(links_.size());
+  std::vector<int> sel;
+  if (o.remote_workers.empty())
+    for (int i = 0; i < n; ++i) sel.push_back(first + i);
+  for (int r : o.remote_workers) {
+    if (r < 0 || r >= n)
+      return Status::Error(kWorkerInvalidArgument,
+                           fmt::format("remote worker {} is out of range (this Worker has {} remote workers, 0..{})", r,
+                                       n, n - 1));
+    if (std::find(sel.begin(), sel.end(), first + r) == sel.end()) sel.push_back(first + r);
+  }
+  const uint32_t tmo = cfg_.control_timeout_ms;
+  std::vector<int> prepared;
+  std::string failure;
+  auto note = [&](const std::string& m) { failure += (failure.empty() ? "" : "; ") + m; };
+  for (int i : sel) {
+    Endpoint& ep = *l3s_[i];
+    if (!ep.link->ready()) {
+      note(fmt::format("{} is not connected ({})", ep.label(), ep.link->state_text()));
+      continue;
+    }
+    if (Status s = ep.link->prepare(id, o.remote_payload, tmo); !s.ok()) note(ep.label() + " refused: " + s.message);
+    else prepared.push_back(i);
+  }
+  std::vector<int> committed;
+  if (failure.empty())
+    for (int i : prepared) {
+      if (Status s = l3s_[i]->link->commit(id, tmo); !s.ok()) {
+        note(l3s_[i]->label() + " could not commit: " + s.message);
+        break;
+      }
+      committed.push_back(i);
+    }
+  if (failure.empty()) {
+    *installed = committed;
+    return Status::Ok();
+  }
+  // Nothing stays registered anywhere.
+  for (int i : prepared) {
+    const bool was_committed = std::find(committed.begin(), committed.end(), i) != committed.end();
+    Status s = was_committed ? l3s_[i]->link->unregister(id, tmo) : l3s_[i]->link->abort(id, tmo);
+    if (!s.ok()) note(fmt::format("{} did not confirm the {}: {}", l3s_[i]->label(), was_committed ? "unregister" : "abort", s.message));
+  }
+  return Status::Error(kWorkerChildFailed, failure + (prepared.empty() ? "" : " (aborted on the peers that had prepared it)"));
 }
 
 Status WorkerImpl::unregister_callable(const CallableHandle& h) {
   std::vector<Endpoint*> targets;
+  std::vector<int> remote;
+  bool local = true;
   {
     std::lock_guard<std::mutex> g(mu_);
     auto it = registry_.find(h.id.digest);
     if (it == registry_.end())
       return Status::Error(kWorkerNotRegistered, fmt::format("unregister: callable {} is not registered", h.id.hex()));
+    remote = it->second.remote_installed;
+    local = it->second.options.local;
     registry_.erase(it);  // new submits fail from here on
+    tombstones_[h.id.digest] = "it was unregistered";
     if (!initialized_ || closed_) return Status::Ok();
-    targets = targets_for(h.abi);
+    if (local) targets = targets_for(h.abi);
   }
-  return control(CTRL_UNREGISTER, h.id.digest, {}, targets, nullptr);
+  Status first = control(CTRL_UNREGISTER, h.id.digest, {}, targets, nullptr);
+  // Remote peers keep a tombstone: a task that arrives late fails naming it.
+  for (int i : remote)
+    if (Status s = l3s_[i]->link->unregister(h.id, cfg_.control_timeout_ms); !s.ok() && first.ok())
+      first = Status::Error(s.code, fmt::format("{}: {}", l3s_[i]->label(), s.message));
+  return first;
 }
 
 Result<bool> WorkerImpl::child_has_callable(const CallableHandle& h, ChildKind kind, int index) {
@@ -408,8 +575,9 @@ Status WorkerImpl::init() {
   if (closed_) return Status::Error(kWorkerClosed, "init after close()");
   if (initialized_) return Status::Error(kWorkerInvalidArgument, "init() called twice");
   if (Status s = cfg_.validate(); !s.ok()) return s;
-  if (cfg_.level >= 4 && inner_.empty() && cfg_.num_sub_workers == 0)
-    return Status::Error(kWorkerInvalidConfig, "a level-4 Worker needs L3 children (add_next_level_worker) or sub workers");
+  if (cfg_.level >= 4 && inner_.empty() && links_.empty() && cfg_.num_sub_workers == 0)
+    return Status::Error(kWorkerInvalidConfig,
+                         "a level-4 Worker needs L3 children (add_next_level_worker, add_remote_worker) or sub workers");
   owner_pid_ = getpid();
   sweep_stale_segments();
   auto fail = [&](Status s) {
@@ -451,6 +619,13 @@ Status WorkerImpl::init() {
   if (Status s = make(ChildKind::CHIP, cfg_.level == 3 ? cfg_.num_chips : 0, chips_); !s.ok()) return fail(s);
   if (Status s = make(ChildKind::SUB, cfg_.num_sub_workers, subs_); !s.ok()) return fail(s);
   if (Status s = make(ChildKind::L3, static_cast<int>(inner_.size()), l3s_); !s.ok()) return fail(s);
+  for (auto& link : links_) {  // remote L3 workers follow the local ones
+    auto ep = std::make_unique<Endpoint>();
+    ep->kind = ChildKind::L3;
+    ep->index = static_cast<int>(l3s_.size());
+    ep->link = link;
+    l3s_.push_back(std::move(ep));
+  }
   next_pinned_.assign(cfg_.level == 3 ? chips_.size() : l3s_.size(), {});
   Status fork_error;
 
@@ -460,7 +635,7 @@ Status WorkerImpl::init() {
     std::lock_guard<std::mutex> g(mu_);
     for (auto* list : {&chips_, &subs_, &l3s_})
       for (auto& ep : *list)
-        if (Status s = fork_child(*ep, false); !s.ok()) {
+        if (Status s = ep->is_remote() ? Status::Ok() : fork_child(*ep, false); !s.ok()) {
           fork_error = s;
           break;
         }
@@ -472,6 +647,24 @@ Status WorkerImpl::init() {
   if (!fork_error.ok()) return fail(fork_error);
   initialized_ = true;
   start_scheduler();
+  // Sessions to remote L3 workers: started now that every child is forked
+  // (their threads must not exist at fork). A peer that is not READY within
+  // remote_ready_timeout_ms does not fail init: its link keeps reconnecting
+  // and the scheduler uses it once it is READY.
+  for (auto& link : links_)
+    if (Status s = link->start([this] {
+          if (SharedDoorbell* b = bell_) b->ring();
+        });
+        !s.ok())
+      return fail(s);
+  const uint64_t deadline = now_ns() + uint64_t(cfg_.remote_ready_timeout_ms) * 1'000'000;
+  for (auto& link : links_)
+    while (!link->ready() && now_ns() < deadline) usleep(2000);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& ep : l3s_)
+      if (ep->is_remote()) ep->alive = ep->link->ready();
+  }
   return Status::Ok();
 }
 
@@ -495,7 +688,7 @@ Status WorkerImpl::restart_dead_children() {
     idle_cv_.wait_for(lk, std::chrono::milliseconds(cfg_.control_timeout_ms), [&] { return controls_in_flight_ == 0; });
     for (auto* list : {&chips_, &subs_, &l3s_})
       for (auto& ep : *list)
-        if (!ep->alive) dead.push_back(ep.get());
+        if (!ep->alive && !ep->is_remote()) dead.push_back(ep.get());  // a link reconnects by itself
   }
   if (dead.empty()) return Status::Ok();
   // Fork only while no thread of ours runs: the child must not inherit a
@@ -612,9 +805,11 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
   return r;
 }
 
-RunHandle WorkerImpl::submit(OrchestrationFunction fn, TaskArgs args, CallConfig cfg) {
+RunHandle WorkerImpl::submit(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
+                             std::function<void(const RunResult&)> on_done) {
   RunHandle h;
   h.state_ = std::make_shared<RunHandle::State>();
+  h.state_->on_done = std::move(on_done);
   h.state_->fn = std::move(fn);
   h.state_->args = std::move(args);
   h.state_->cfg = cfg;
@@ -622,6 +817,7 @@ RunHandle WorkerImpl::submit(OrchestrationFunction fn, TaskArgs args, CallConfig
   if (closed_ || runner_stop_) {
     h.state_->result.status = Status::Error(kWorkerClosed, "submit after close()");
     h.state_->done = true;
+    if (h.state_->on_done) h.state_->on_done(h.state_->result);
     return h;
   }
   if (!runner_.joinable()) {
@@ -634,6 +830,7 @@ RunHandle WorkerImpl::submit(OrchestrationFunction fn, TaskArgs args, CallConfig
         async_q_.pop_front();
         lk.unlock();
         RunResult r = run(st->fn, st->args, st->cfg);
+        if (st->on_done) st->on_done(r);
         {
           std::lock_guard<std::mutex> g2(st->mu);
           st->result = std::move(r);
@@ -681,13 +878,17 @@ Status WorkerImpl::close() {
     controls_.clear();
     controls_queued_.store(0, std::memory_order_release);
   }
-  if (!initialized_) return Status::Ok();
+  if (!initialized_) {
+    for (auto& l : links_) l->stop();
+    return Status::Ok();
+  }
   stop_scheduler();
+  for (auto& l : links_) l->stop();  // SHUTDOWN frames; their sessions end
   // SHUTDOWN to every live child, then reap within the bound, then SIGKILL.
   std::vector<Endpoint*> all;
   for (auto* list : {&chips_, &subs_, &l3s_})
     for (auto& ep : *list)
-      if (ep->pid > 0 && !ep->reaped) all.push_back(ep.get());
+      if (!ep->is_remote() && ep->pid > 0 && !ep->reaped) all.push_back(ep.get());
   for (Endpoint* ep : all) {
     if (!ep->alive) continue;
     ep->mb->state.store(MB_SHUTDOWN, std::memory_order_seq_cst);
@@ -838,8 +1039,16 @@ std::vector<ChildInfo> WorkerImpl::children() const {
       c.restarts = ep->restarts;
       c.state = closed_ ? ChildState::STOPPED
                 : !ep->alive ? ChildState::DEAD
-                : (ep->running || ep->in_control) ? ChildState::BUSY
-                                                  : ChildState::IDLE;
+                : (ep->running || ep->in_control || !ep->inflight.empty()) ? ChildState::BUSY
+                                                                           : ChildState::IDLE;
+      if (ep->is_remote()) {
+        c.remote = true;
+        c.address = ep->link->label();
+        c.state_text = ep->link->state_text();
+        c.in_flight = static_cast<uint32_t>(ep->inflight.size());
+        c.credits = ep->link->credits();
+        c.peer_children = ep->link->peer_children();
+      }
       out.push_back(c);
     }
   return out;

@@ -39,6 +39,10 @@ struct Slot {
   CallConfig config;
   std::vector<std::vector<uint8_t>> blobs;  // one encoded args blob per group member
   std::vector<int> pinned;                  // per member: endpoint index within its kind, or -1
+  std::vector<std::vector<TensorDirection>> dirs;  // per member, per tensor (remote endpoints copy by it)
+  std::shared_ptr<const std::vector<uint8_t>> allowed;  // next-level endpoints holding the callable; null = all
+  uint32_t retries_left = 0;  // ENDPOINT_FAILURE retries on another endpoint (single-member tasks)
+  int avoid = -1;             // the endpoint index its last attempt failed on
   enum class State { kPending, kReady, kRunning, kFinal } state = State::kPending;
   int fanin = 0;  // producers not final yet (+1 while submit is wiring)
   std::vector<std::pair<Slot*, bool>> fanout;  // consumer, reads our data (poisons)
@@ -93,7 +97,10 @@ class L3TensorMap {
   uint64_t max_len_ = 0;
 };
 
-// One forked child and its mailbox (the local mailbox endpoint).
+// A next-level or sub endpoint: a forked child and its mailbox (the local
+// mailbox endpoint), or a RemoteLink to an L3 Worker in another daemon. The
+// scheduler sees both through the same fields: alive, room for a task
+// (has_room), in-flight tasks, and completions (poll_completions).
 struct Endpoint {
   ChildKind kind = ChildKind::SUB;
   int index = 0;
@@ -111,12 +118,28 @@ struct Endpoint {
   uint64_t timeout_ns = 0;
   uint64_t seq = 0;
   bool in_control = false;
+  // Remote endpoints only: the link, and the tasks it holds (up to its credits).
+  std::shared_ptr<RemoteLink> link;
+  struct InFlight {
+    uint64_t seq;
+    Slot* s;
+    int member;
+    uint64_t dispatch_ns, timeout_ns;
+  };
+  std::vector<InFlight> inflight;
+  bool is_remote() const { return link != nullptr; }
+  bool has_room() const {
+    return link ? alive && inflight.size() < link->credits() : running == nullptr;
+  }
   std::string label() const;
 };
 
 struct Registered {
   Callable callable;  // for FUNCTION kinds, the function itself (inherited by fork)
   CallableHandle handle;
+  CallableOptions options;
+  std::shared_ptr<const std::vector<uint8_t>> allowed;  // next-level endpoints holding it; null = all
+  std::vector<int> remote_installed;  // remote endpoint indices (in l3s_) it was committed on
 };
 
 struct ControlRequest {
@@ -144,6 +167,7 @@ struct RunHandle::State {
   OrchestrationFunction fn;
   TaskArgs args;
   CallConfig cfg;
+  std::function<void(const RunResult&)> on_done;
 };
 
 class WorkerImpl {
@@ -153,12 +177,15 @@ class WorkerImpl {
 
   // worker.cpp
   Status add_next_level_worker(std::unique_ptr<Worker> inner);
-  CallableHandle register_callable(const Callable& c);
+  Status add_remote_worker(std::shared_ptr<RemoteLink> link);
+  CallableHandle register_callable(const Callable& c, const CallableOptions& o);
+  CallableHandle register_remote_callable(const CallableIdentity& id, EntryAbi abi, const CallableOptions& o);
   Status unregister_callable(const CallableHandle& h);
   Result<bool> child_has_callable(const CallableHandle& h, ChildKind kind, int index);
   Status init();
   RunResult run(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg);
-  RunHandle submit(OrchestrationFunction fn, TaskArgs args, CallConfig cfg);
+  RunHandle submit(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
+                   std::function<void(const RunResult&)> on_done);
   Status close();
   Result<ContinuousTensor> alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype);
   Status free_buffer(const ContinuousTensor& t);
@@ -194,6 +221,10 @@ class WorkerImpl {
   Status control(ControlOp op, const Digest& digest, std::vector<uint8_t> payload, std::vector<Endpoint*> targets,
                  uint32_t* query_result, std::function<void()> on_success = {});
   std::vector<Endpoint*> targets_for(EntryAbi abi);
+  // Two-phase registration on remote endpoints (mu_ not held): prepares on
+  // each, commits when all prepared, aborts the prepared ones otherwise.
+  Status install_remote(const CallableIdentity& id, const CallableOptions& o, std::vector<int>* installed);
+  std::shared_ptr<const std::vector<uint8_t>> mask_of(bool local, EntryAbi abi, const std::vector<int>& remote) const;
   Status store_blob(Callable* c);
   void fail_run(const Status& s);  // orchestration-side error: keep the first
   [[noreturn]] void child_main(Endpoint& ep, bool forked_by_main_thread);
@@ -225,6 +256,9 @@ class WorkerImpl {
   void endpoint_failed(Endpoint& ep, const std::string& why);
   void mark_dead(Endpoint& ep, const std::string& why, bool reaped);
   void complete_member(Endpoint& ep, Slot* s, Outcome o, const std::string& message);
+  bool poll_remote();
+  void dispatch_remote(Endpoint& ep, Slot* s, int member, uint64_t seq);
+  void complete_remote(Endpoint& ep, size_t i, Outcome o, const std::string& worker, const std::string& message);
   bool has_work_in_flight() const;
 
   mutable std::mutex mu_;
@@ -234,7 +268,10 @@ class WorkerImpl {
   std::atomic<std::thread::id> run_thread_{};  // the thread inside run(), if any
   pid_t owner_pid_ = 0;  // the process that init()ed (children never close it)
   std::vector<std::unique_ptr<Endpoint>> chips_, subs_, l3s_;
-  std::vector<std::unique_ptr<Worker>> inner_;  // level >= 4: one per L3 child
+  std::vector<std::unique_ptr<Worker>> inner_;  // level >= 4: one per local L3 child
+  std::vector<std::shared_ptr<RemoteLink>> links_;  // level >= 4: remote L3 workers, after the local ones in l3s_
+  std::atomic<uint32_t> remote_in_flight_{0};   // tasks on remote endpoints (poll without the lock when 0)
+  std::map<Digest, std::string> tombstones_;    // unregistered digests: a late submit names it
   std::map<Digest, Registered> registry_;
   std::string state_dir_;
   bool own_state_dir_ = false;
@@ -266,9 +303,11 @@ class WorkerImpl {
     Endpoint* ep;
     Slot* s;
     int member;
+    uint64_t seq;  // remote endpoints: the dispatch number
   };
   std::vector<Plan> plan_;         // dispatch_ready's scratch (drive-token holder only)
   std::vector<Endpoint*> picked_;
+  std::vector<RemoteCompletion> remote_done_;  // poll_remote's scratch (drive-token holder only)
   RunResult run_;
   WorkerStats stats_;  // mu_
   std::string cancelled_;  // non-empty: the run in flight was cancelled, why

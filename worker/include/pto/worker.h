@@ -19,6 +19,7 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "pto/callable.h"
+#include "pto/remote.h"
 #include "pto/task_args.h"
 
 namespace pto {
@@ -62,6 +64,7 @@ struct WorkerConfig {
   uint32_t control_timeout_ms = 10000;
   uint64_t task_timeout_ms = 600000;  // a task running longer fails its child (0 = never)
   uint32_t shutdown_timeout_ms = 5000;  // then SIGKILL
+  uint32_t remote_ready_timeout_ms = 5000;  // init() waits this long for remote workers' sessions
   std::string state_dir;  // where uploaded libraries are stored; empty = a private temp dir
   std::string name = "worker";  // diagnostic label
 
@@ -82,6 +85,7 @@ struct RunResult {
   Status status;            // ok, the first failure (kWorkerRunFailed) or an orchestration error
   Outcome outcome = Outcome::SUCCESS;
   uint64_t tasks_submitted = 0, tasks_succeeded = 0, tasks_failed = 0, tasks_skipped = 0;
+  uint64_t tasks_retried = 0;  // attempts repeated after ENDPOINT_FAILURE (retryable callables)
   std::optional<TaskFailure> first_failure;
   std::vector<TaskFailure> failures;  // failed tasks (not the skipped ones), at most 64
   uint64_t wall_ns = 0;
@@ -182,9 +186,11 @@ struct WorkerStats {
   uint64_t runs = 0;
   uint64_t tasks_succeeded = 0, tasks_failed = 0, tasks_skipped = 0;
   uint64_t child_restarts = 0;
+  uint64_t task_retries = 0;  // ENDPOINT_FAILUREs retried on another worker
   uint64_t ready_queue_depth = 0;  // ready tasks waiting for an idle child (now)
   uint64_t tasks_in_flight = 0;    // group members on children (now)
   LatencyHistogram mailbox_round_trip;  // dispatch written -> completion seen by the scheduler
+  LatencyHistogram remote_round_trip;   // the same through a remote session
   LatencyHistogram task_latency;        // submit -> final
   uint64_t heap_ring_bytes = 0;
   uint64_t heap_ring_used[4] = {};
@@ -200,6 +206,12 @@ struct ChildInfo {
   ChildState state = ChildState::NOT_STARTED;
   uint64_t tasks_run = 0;
   uint32_t restarts = 0;
+  // Remote L3 workers (add_remote_worker): the link's label and state, and
+  // the peer's own children as it last reported them.
+  bool remote = false;
+  std::string address, state_text;
+  uint32_t in_flight = 0, credits = 0;
+  std::vector<RemoteLink::PeerChild> peer_children;
   std::string label() const;
 };
 const char* child_state_name(ChildState s);
@@ -229,11 +241,23 @@ class Worker {
   // Level >= 4 only, before init(): an L3 Worker (not initialised, with its
   // callables registered) that becomes a next-level child process.
   Status add_next_level_worker(std::unique_ptr<Worker> inner);
+  // Level >= 4 only, before init(): an L3 Worker in another daemon, reached
+  // through a link (pto/remote.h). Remote workers come after the local L3
+  // children in worker ids (submit_next_level's `worker`).
+  Status add_remote_worker(std::shared_ptr<RemoteLink> link);
 
   // Before init(): captured and inherited by the children. After: broadcast to
   // every target child, published only when all installed it, rolled back
   // otherwise. Registering the same descriptor twice returns the same digest.
   CallableHandle register_callable(const Callable& c);
+  // With options: retries after ENDPOINT_FAILURE, and (level >= 4, after
+  // init) registration on remote workers — all-or-nothing across the selected
+  // peers and the local children: prepare on each peer, commit when all
+  // prepared, abort (and roll the local children back) otherwise.
+  CallableHandle register_callable(const Callable& c, const CallableOptions& options);
+  // A callable that exists only on remote workers (its bytes travel in
+  // options.remote_payload): no local children are involved.
+  CallableHandle register_remote_callable(const CallableIdentity& id, EntryAbi abi, const CallableOptions& options);
   Status unregister_callable(const CallableHandle& h);
   // Diagnostic: asks one child whether it has the digest installed.
   Result<bool> child_has_callable(const CallableHandle& h, ChildKind kind, int index);
@@ -253,6 +277,10 @@ class Worker {
     return submit_function(as_orchestration(std::forward<F>(fn)), std::move(args), cfg);
   }
   RunHandle submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg);
+  // The same, calling on_done(result) on the run thread when the run ends
+  // (before wait() returns). on_done must not call into this Worker's run().
+  RunHandle submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
+                            std::function<void(const RunResult&)> on_done);
   Status close();  // idempotent
 
   // A buffer in the shared arena that lives until free().

@@ -1,0 +1,600 @@
+#include "remote_link.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "job_manager.h"
+#include "log.h"
+#include "session_service.h"
+
+namespace ptod {
+namespace {
+
+std::string read_pem(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+pto::v1::TensorDirection to_wire(pto::TensorDirection d) {
+  switch (d) {
+    case pto::TensorDirection::IN: return pto::v1::DIR_IN;
+    case pto::TensorDirection::OUT: return pto::v1::DIR_OUT;
+    case pto::TensorDirection::INOUT: return pto::v1::DIR_INOUT;
+    default: return pto::v1::DIRECTION_NONE;
+  }
+}
+
+bool copies_in(pto::TensorDirection d) { return d == pto::TensorDirection::IN || d == pto::TensorDirection::INOUT; }
+bool copies_out(pto::TensorDirection d) { return d == pto::TensorDirection::OUT || d == pto::TensorDirection::INOUT; }
+
+}  // namespace
+
+GrpcRemoteLink::GrpcRemoteLink(DaemonConfig::Peer peer, uint32_t worker_id, const DaemonConfig& cfg)
+    : peer_(std::move(peer)), worker_id_(worker_id), cfg_(cfg) {}
+
+GrpcRemoteLink::~GrpcRemoteLink() { stop(); }
+
+pto::Status GrpcRemoteLink::start(std::function<void()> wake) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (conn_.joinable()) return pto::Status::Error(pto::kWorkerInvalidArgument, label() + ": started twice");
+  wake_ = std::move(wake);
+  state_ = "connecting";
+  conn_ = std::thread([this] { run(); });
+  return pto::Status::Ok();
+}
+
+void GrpcRemoteLink::stop() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stop_) return;
+    stop_ = true;
+    cv_.notify_all();
+    out_cv_.notify_all();
+  }
+  if (conn_.joinable()) conn_.join();
+}
+
+std::string GrpcRemoteLink::state_text() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return state_;
+}
+
+std::vector<pto::RemoteLink::PeerChild> GrpcRemoteLink::peer_children() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return tree_;
+}
+
+void GrpcRemoteLink::set_tree(const pto::v1::WorkerNode& root) {
+  std::vector<PeerChild> t;
+  for (const auto& c : root.children()) t.push_back({c.name(), c.state(), c.pid()});
+  std::lock_guard<std::mutex> g(mu_);
+  tree_ = std::move(t);
+}
+
+void GrpcRemoteLink::send(pto::RemoteTask&& task) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!session_up_ || session_over_ || !ready_) {
+    done_.push_back({task.seq, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "",
+                     fmt::format("{} is not connected ({})", label(), state_)});
+    has_done_.store(true, std::memory_order_release);
+    lk.unlock();
+    if (wake_) wake_();
+    return;
+  }
+  tasks_out_.push_back(std::move(task));
+  out_cv_.notify_one();
+}
+
+void GrpcRemoteLink::poll(std::vector<pto::RemoteCompletion>* out) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& c : done_) out->push_back(std::move(c));
+  done_.clear();
+  has_done_.store(false, std::memory_order_release);
+}
+
+void GrpcRemoteLink::fill_header(pto::v1::Frame* f) {
+  f->set_version(kSessionVersion);
+  f->set_session(session_);
+  f->set_worker(worker_id_);
+  f->set_seq(++out_seq_);
+}
+
+std::shared_ptr<grpc::Channel> GrpcRemoteLink::make_channel(std::string* why) const {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(static_cast<int>(cfg_.max_message_bytes));
+  args.SetMaxSendMessageSize(static_cast<int>(cfg_.max_message_bytes));
+  // A fresh channel per attempt: reconnecting is this link's job, at its pace.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  if (!peer_.tls_server_name.empty()) args.SetSslTargetNameOverride(peer_.tls_server_name);
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (!peer_.tls_ca.empty()) {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = read_pem(peer_.tls_ca);
+    if (o.pem_root_certs.empty()) {
+      *why = fmt::format("tls_ca '{}' cannot be read", peer_.tls_ca);
+      return nullptr;
+    }
+    if (!peer_.tls_cert.empty()) {
+      o.pem_cert_chain = read_pem(peer_.tls_cert);
+      o.pem_private_key = read_pem(peer_.tls_key);
+    }
+    creds = grpc::SslCredentials(o);
+  } else {
+    creds = grpc::InsecureChannelCredentials();  // config validation: loopback or a unix socket only
+  }
+  return grpc::CreateCustomChannel(peer_.address, creds, args);
+}
+
+// HELLO until READY. On success the session is up (reader and writer not yet started).
+bool GrpcRemoteLink::open_session(std::string* why) {
+  auto channel = make_channel(why);
+  if (!channel) return false;
+  auto stub = pto::v1::Session::NewStub(channel);
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  if (!peer_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + peer_.token);
+  std::unique_lock<std::mutex> lk(mu_);
+  session_ = 0;
+  out_seq_ = in_seq_ = 0;
+  session_up_ = session_over_ = false;
+  end_reason_.clear();
+  ctx_ = std::move(ctx);
+  lk.unlock();
+  // The handshake is bounded: a peer that accepts the connection and says
+  // nothing is cancelled after 3 s.
+  std::mutex hs_mu;
+  std::condition_variable hs_cv;
+  bool hs_done = false;
+  grpc::ClientContext* raw = ctx_.get();
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> l(hs_mu);
+    if (!hs_cv.wait_for(l, std::chrono::seconds(3), [&] { return hs_done; })) raw->TryCancel();
+  });
+  auto finish_handshake = [&] {
+    {
+      std::lock_guard<std::mutex> l(hs_mu);
+      hs_done = true;
+    }
+    hs_cv.notify_all();
+    watchdog.join();
+  };
+  auto stream = stub->Open(ctx_.get());
+  pto::v1::Frame hello;
+  hello.mutable_hello()->set_min_version(kSessionVersion);
+  hello.mutable_hello()->set_max_version(kSessionVersion);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  hello.mutable_hello()->set_node(fmt::format("ptod {} pid {}", host, getpid()));
+  fill_header(&hello);
+  bool ok = stream->Write(hello);
+  pto::v1::Frame f;
+  std::string refused;
+  while (ok && stream->Read(&f)) {
+    if (!f.has_hello()) {
+      refused = fmt::format("protocol error: the peer's first frame is not HELLO (body {})", int(f.body_case()));
+      break;
+    }
+    if (f.seq() != ++in_seq_) {
+      refused = fmt::format("protocol error: HELLO seq {} (expected {})", f.seq(), in_seq_);
+      break;
+    }
+    if (f.hello().state() == pto::v1::Hello::NOT_READY) {
+      std::lock_guard<std::mutex> g(mu_);
+      state_ = "peer not ready";
+      continue;
+    }
+    if (f.hello().state() == pto::v1::Hello::REFUSED) {
+      refused = "refused by the peer: " + f.hello().message();
+      break;
+    }
+    if (f.hello().state() != pto::v1::Hello::READY) {
+      refused = "protocol error: HELLO without a state";
+      break;
+    }
+    if (f.version() != kSessionVersion) {
+      refused = fmt::format("the peer speaks session protocol version {}; this coordinator speaks {}", f.version(),
+                            kSessionVersion);
+      break;
+    }
+    int chips = 0;
+    for (const auto& c : f.hello().tree().children()) chips += c.level() == 2 ? 1 : 0;
+    if (peer_.workers > 0 && chips != peer_.workers) {
+      refused = fmt::format("the peer reports {} chip(s); [[peers]] workers = {}", chips, peer_.workers);
+      break;
+    }
+    if (f.hello().credits() == 0) {
+      refused = "protocol error: READY with 0 credits";
+      break;
+    }
+    finish_handshake();
+    set_tree(f.hello().tree());
+    lk.lock();
+    session_ = f.session();
+    window_.store(f.hello().credits(), std::memory_order_relaxed);
+    stream_ = std::move(stream);
+    session_up_ = true;
+    last_recv_ns_ = now_ns();
+    return true;
+  }
+  finish_handshake();
+  raw->TryCancel();
+  grpc::Status st = stream->Finish();
+  if (refused.empty())
+    refused = st.ok() ? "the peer ended the stream during HELLO"
+                      : fmt::format("{} ({})", st.error_message(), int(st.error_code()));
+  *why = refused;
+  lk.lock();
+  ctx_.reset();
+  return false;
+}
+
+void GrpcRemoteLink::end_session(const std::string& why) {
+  std::function<void()> wake;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (session_over_ || !session_up_) return;
+    session_over_ = true;
+    ready_.store(false, std::memory_order_release);
+    end_reason_ = why;
+    state_ = "lost: " + why;
+    if (ctx_) ctx_->TryCancel();
+    const std::string msg = fmt::format("{}: session lost: {}", label(), why);
+    for (auto& [id, p] : pending_)
+      done_.push_back({id, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "", msg});
+    for (auto& t : tasks_out_) done_.push_back({t.seq, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "", msg});
+    pending_.clear();
+    tasks_out_.clear();
+    frames_out_.clear();
+    has_done_.store(!done_.empty(), std::memory_order_release);
+    for (auto& [id, w] : controls_) {
+      w.done = true;
+      w.reply.set_ok(false);
+      w.reply.set_message("session lost: " + why);
+    }
+    ctl_cv_.notify_all();
+    out_cv_.notify_all();
+    cv_.notify_all();
+    wake = wake_;
+  }
+  log("remote")->warn("{}: session {:016x} lost: {}", label(), session_, why);
+  if (wake) wake();
+}
+
+void GrpcRemoteLink::writer_loop() {
+  const uint64_t hb_ns = uint64_t(cfg_.heartbeat_ms) * 1'000'000;
+  const uint64_t dead_ns = uint64_t(cfg_.dead_after_ms) * 1'000'000;
+  uint64_t last_health = 0;
+  std::vector<pto::RemoteTask> tasks;
+  std::deque<pto::v1::Frame> frames;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      out_cv_.wait_for(lk, std::chrono::milliseconds(cfg_.heartbeat_ms / 2 + 1),
+                       [&] { return session_over_ || !tasks_out_.empty() || !frames_out_.empty(); });
+      if (session_over_) return;
+      frames.swap(frames_out_);
+      tasks.clear();
+      while (!tasks_out_.empty()) {
+        tasks.push_back(std::move(tasks_out_.front()));
+        tasks_out_.pop_front();
+      }
+    }
+    bool ok = true;
+    for (auto& fr : frames) {
+      fill_header(&fr);
+      if (ok) ok = stream_->Write(fr);
+    }
+    frames.clear();
+    if (!tasks.empty() && ok) {
+      pto::v1::Frame tf;
+      auto* body = tf.mutable_task();
+      std::vector<pto::RemoteCompletion> refused;
+      std::vector<Pending> sent;
+      for (auto& t : tasks) {
+        std::string bad;
+        pto::v1::RemoteTask w;
+        w.set_id(t.seq);
+        w.set_task_id(t.task_id);
+        w.set_digest(std::string(reinterpret_cast<const char*>(t.callable.digest.data()), 32));
+        w.mutable_config()->set_block_dim(t.config.block_dim);
+        w.mutable_config()->set_aicpu_thread_num(t.config.aicpu_thread_num);
+        w.mutable_config()->set_timeout_ms(t.config.timeout_ms);
+        for (size_t i = 0; i < t.tensors.size() && bad.empty(); ++i) {
+          const pto::ContinuousTensor& ct = t.tensors[i];
+          const uint64_t bytes = pto::tensor_bytes(ct);
+          if (bytes > cfg_.inline_limit_bytes) {
+            bad = fmt::format("tensor {} has {} bytes, above [session] inline_limit_bytes {}; larger tensors need "
+                              "remote buffers, which this coordinator does not place yet",
+                              i, bytes, cfg_.inline_limit_bytes);
+            break;
+          }
+          auto* rt = w.add_tensors();
+          rt->set_dtype(static_cast<pto::v1::DataType>(ct.dtype));
+          for (int d = 0; d < ct.ndims; ++d) rt->add_shape(ct.shape[d]);
+          rt->set_direction(to_wire(t.directions[i]));
+          if (copies_in(t.directions[i])) rt->set_data(reinterpret_cast<const char*>(ct.data), bytes);
+        }
+        if (!bad.empty()) {
+          refused.push_back({t.seq, static_cast<uint8_t>(pto::Outcome::TASK_FAILURE), "", bad});
+          continue;
+        }
+        for (uint64_t s : t.scalars) w.add_scalars(s);
+        *body->add_tasks() = std::move(w);
+        sent.push_back(Pending{std::move(t)});
+      }
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (session_over_) {  // the session ended while encoding: these never left
+          for (auto& p : sent)
+            done_.push_back({p.task.seq, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "",
+                             fmt::format("{}: session lost: {}", label(), end_reason_)});
+          sent.clear();
+        }
+        for (auto& p : sent) pending_.emplace(p.task.seq, std::move(p));
+        for (auto& r : refused) done_.push_back(std::move(r));
+        if (!done_.empty()) has_done_.store(true, std::memory_order_release);
+      }
+      if (!refused.empty() && wake_) wake_();
+      if (body->tasks_size() > 0) {
+        fill_header(&tf);
+        ok = stream_->Write(tf);
+      }
+    }
+    const uint64_t now = now_ns();
+    if (ok && now - last_health >= hb_ns) {
+      pto::v1::Frame hb;
+      hb.mutable_health()->set_sent_ns(now);
+      fill_header(&hb);
+      ok = stream_->Write(hb);
+      last_health = now;
+    }
+    if (!ok) {
+      end_session("the connection broke while sending");
+      return;
+    }
+    const uint64_t last = last_recv_ns_.load();
+    if (now > last && now - last > dead_ns) {
+      end_session(fmt::format("no frame from the peer for {} ms (heartbeat every {} ms)", (now - last) / 1'000'000,
+                              cfg_.heartbeat_ms));
+      return;
+    }
+  }
+}
+
+void GrpcRemoteLink::reader_loop() {
+  pto::v1::Frame f;
+  std::string why;
+  while (stream_->Read(&f)) {
+    last_recv_ns_ = now_ns();
+    if (f.version() != kSessionVersion || f.session() != session_ || f.seq() != in_seq_ + 1) {
+      why = fmt::format("protocol error: frame version {} session {:016x} seq {} (expected {} / {:016x} / {})",
+                        f.version(), f.session(), f.seq(), kSessionVersion, session_, in_seq_ + 1);
+      break;
+    }
+    in_seq_ = f.seq();
+    if (f.has_completion()) {
+      std::vector<pto::RemoteCompletion> out;
+      for (const auto& c : f.completion().completions()) {
+        Pending p;
+        {
+          std::lock_guard<std::mutex> g(mu_);
+          auto it = pending_.find(c.id());
+          if (it == pending_.end()) {
+            why = fmt::format("protocol error: COMPLETION for task {}, which is not in flight", c.id());
+            break;
+          }
+          p = std::move(it->second);
+          pending_.erase(it);
+        }
+        pto::RemoteCompletion rc{c.id(), static_cast<uint8_t>(c.outcome()), c.failure().worker(), c.failure().message()};
+        if (c.outcome() == pto::v1::SUCCESS) {
+          // Outputs back into this process's tensors, size-checked.
+          for (size_t i = 0; i < p.task.tensors.size(); ++i) {
+            if (!copies_out(p.task.directions[i])) continue;
+            const uint64_t bytes = pto::tensor_bytes(p.task.tensors[i]);
+            if (int(i) >= c.outputs_size() || c.outputs(int(i)).size() != bytes) {
+              rc.outcome = static_cast<uint8_t>(pto::Outcome::TASK_FAILURE);
+              rc.message = fmt::format("the peer returned {} bytes for output tensor {} ({} expected)",
+                                       int(i) < c.outputs_size() ? c.outputs(int(i)).size() : 0, i, bytes);
+              break;
+            }
+            std::memcpy(reinterpret_cast<void*>(p.task.tensors[i].data), c.outputs(int(i)).data(), bytes);
+          }
+        } else if (!c.failure().callable().empty() || c.failure().task_id()) {
+          rc.message = fmt::format("{} (peer task {}, callable {})", c.failure().message(), c.failure().task_id(),
+                                   c.failure().callable().substr(0, 16));
+        }
+        out.push_back(std::move(rc));
+      }
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        for (auto& r : out) done_.push_back(std::move(r));
+        has_done_.store(!done_.empty(), std::memory_order_release);
+      }
+      if (wake_) wake_();
+      if (!why.empty()) break;
+    } else if (f.has_control_reply()) {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = controls_.find(f.control_reply().id());
+      if (it != controls_.end()) {
+        it->second.done = true;
+        it->second.reply = f.control_reply();
+        ctl_cv_.notify_all();
+      }
+    } else if (f.has_health()) {
+      if (f.health().has_tree()) set_tree(f.health().tree());
+    } else if (f.has_shutdown()) {
+      why = "the peer shut the session down: " + f.shutdown().reason();
+      break;
+    } else {
+      why = fmt::format("protocol error: unexpected frame (body {}) from the peer", int(f.body_case()));
+      break;
+    }
+  }
+  end_session(why.empty() ? "the connection was lost" : why);
+}
+
+pto::Status GrpcRemoteLink::call(pto::v1::Control c, uint32_t timeout_ms, pto::v1::ControlReply* reply) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!session_up_ || session_over_)
+    return pto::Status::Error(pto::kWorkerChildFailed, fmt::format("{} is not connected ({})", label(), state_));
+  const uint64_t id = ++control_id_;
+  c.set_id(id);
+  pto::v1::Frame f;
+  *f.mutable_control() = std::move(c);
+  controls_[id];
+  frames_out_.push_back(std::move(f));
+  out_cv_.notify_one();
+  const bool done = ctl_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), [&] { return controls_[id].done; });
+  *reply = controls_[id].reply;
+  controls_.erase(id);
+  if (!done)
+    return pto::Status::Error(pto::kWorkerTimeout, fmt::format("{} did not answer within {} ms", label(), timeout_ms));
+  if (!reply->ok()) return pto::Status::Error(pto::kWorkerChildFailed, reply->message());
+  return pto::Status::Ok();
+}
+
+pto::Status GrpcRemoteLink::prepare(const pto::CallableIdentity& id, const std::string& payload, uint32_t timeout_ms) {
+  const std::string digest(reinterpret_cast<const char*>(id.digest.data()), 32);
+  pto::v1::Control q;
+  q.set_op(pto::v1::Control::QUERY);
+  q.set_digest(digest);
+  pto::v1::ControlReply r;
+  if (pto::Status s = call(q, timeout_ms, &r); !s.ok()) return s;
+  pto::v1::Control p;
+  p.set_op(pto::v1::Control::PREPARE);
+  p.set_digest(digest);
+  // The bytes travel only to a peer that lacks the digest.
+  if (!r.present() && !p.mutable_request()->ParseFromString(payload))
+    return pto::Status::Error(pto::kWorkerInvalidArgument, "the registration payload is not a pto.v1.RegisterRequest");
+  if (pto::Status s = call(p, timeout_ms, &r); !s.ok()) return s;
+  log("remote")->info("{}: prepared {} ({})", label(), id.short_hex(),
+                      r.present() || !p.has_request() ? "already held: no bytes sent"
+                                                      : fmt::format("{} bytes sent", p.request().ByteSizeLong()));
+  std::lock_guard<std::mutex> g(mu_);
+  prepared_[id.digest] = payload;
+  return pto::Status::Ok();
+}
+
+pto::Status GrpcRemoteLink::digest_op(int op, const pto::CallableIdentity& id, uint32_t timeout_ms) {
+  pto::v1::Control c;
+  c.set_op(static_cast<pto::v1::Control::Op>(op));
+  c.set_digest(std::string(reinterpret_cast<const char*>(id.digest.data()), 32));
+  pto::v1::ControlReply r;
+  return call(c, timeout_ms, &r);
+}
+
+pto::Status GrpcRemoteLink::commit(const pto::CallableIdentity& id, uint32_t timeout_ms) {
+  if (pto::Status s = digest_op(pto::v1::Control::COMMIT, id, timeout_ms); !s.ok()) return s;
+  std::lock_guard<std::mutex> g(mu_);
+  committed_[id.digest] = prepared_[id.digest];
+  prepared_.erase(id.digest);
+  return pto::Status::Ok();
+}
+
+pto::Status GrpcRemoteLink::abort(const pto::CallableIdentity& id, uint32_t timeout_ms) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    prepared_.erase(id.digest);
+  }
+  return digest_op(pto::v1::Control::ABORT, id, timeout_ms);
+}
+
+pto::Status GrpcRemoteLink::unregister(const pto::CallableIdentity& id, uint32_t timeout_ms) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    committed_.erase(id.digest);
+  }
+  return digest_op(pto::v1::Control::UNREGISTER, id, timeout_ms);
+}
+
+void GrpcRemoteLink::run() {
+  auto lg = log("remote");
+  uint32_t backoff_ms = 50;
+  std::string last_why;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (stop_) break;
+    }
+    std::string why;
+    if (!open_session(&why)) {
+      std::unique_lock<std::mutex> lk(mu_);
+      state_ = "connecting: " + why;
+      if (why != last_why) lg->warn("{}: {}", label(), why);
+      last_why = why;
+      cv_.wait_for(lk, std::chrono::milliseconds(backoff_ms), [&] { return stop_; });
+      backoff_ms = std::min<uint32_t>(backoff_ms * 2, 1000);
+      continue;
+    }
+    last_why.clear();
+    backoff_ms = 50;
+    std::thread reader([this] { reader_loop(); });
+    std::thread writer([this] { writer_loop(); });
+    // A new session knows nothing of this coordinator: re-install what was
+    // committed before it is used.
+    std::map<pto::Digest, std::string> again;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      again = committed_;
+    }
+    std::string failed;
+    for (const auto& [d, payload] : again) {
+      pto::CallableIdentity id;
+      id.digest = d;
+      pto::Status s = prepare(id, payload, cfg_.peer_ready_timeout_ms);
+      if (s.ok()) s = commit(id, cfg_.peer_ready_timeout_ms);
+      if (!s.ok()) {
+        failed = fmt::format("re-installing {} failed: {}", id.short_hex(), s.message);
+        break;
+      }
+    }
+    if (!failed.empty()) {
+      end_session(failed);
+    } else {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!session_over_) {
+        ready_.store(true, std::memory_order_release);
+        state_ = "ready";
+        lg->info("{}: session {:016x} READY ({} credits, {} registration(s) re-installed)", label(), session_,
+                 window_.load(), again.size());
+      }
+    }
+    if (wake_) wake_();
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return session_over_ || stop_; });
+      if (stop_ && !session_over_) {
+        pto::v1::Frame f;
+        f.mutable_shutdown()->set_reason("the coordinator is stopping");
+        frames_out_.push_back(std::move(f));
+        out_cv_.notify_one();
+        cv_.wait_for(lk, std::chrono::milliseconds(200), [&] { return frames_out_.empty(); });
+      }
+    }
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stopping = stop_;
+    }
+    end_session(stopping ? "the coordinator stopped" : "ended");
+    writer.join();
+    reader.join();
+    (void)stream_->Finish();
+    std::lock_guard<std::mutex> g(mu_);
+    stream_.reset();
+    ctx_.reset();
+    session_up_ = false;
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  state_ = "stopped";
+}
+
+}  // namespace ptod

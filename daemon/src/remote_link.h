@@ -1,0 +1,109 @@
+// The coordinator side of the remote L3 session (docs/remote.md): a
+// pto::RemoteLink over one gRPC Session.Open stream to a peer ptod. One
+// connection thread opens sessions (HELLO until READY, re-installing the
+// committed registrations on every new session) and reconnects after a loss;
+// during a session a writer thread sends batched TASK frames, CONTROLs and
+// HEALTH, and a reader thread takes COMPLETIONs (copying outputs back into
+// this process's tensors), CONTROL_REPLYs and HEALTH. A session is lost when
+// the stream breaks, a frame is out of protocol, or nothing arrives for
+// dead_after_ms; every task it held then comes back as ENDPOINT_FAILURE.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "config.h"
+#include "pto/remote.h"
+#include "pto/v1/session.grpc.pb.h"
+
+namespace ptod {
+
+class GrpcRemoteLink final : public pto::RemoteLink {
+ public:
+  GrpcRemoteLink(DaemonConfig::Peer peer, uint32_t worker_id, const DaemonConfig& cfg);
+  ~GrpcRemoteLink() override;
+
+  std::string label() const override { return "peer " + peer_.name; }
+  pto::Status start(std::function<void()> wake) override;
+  void stop() override;
+  bool ready() const override { return ready_.load(std::memory_order_acquire); }
+  std::string state_text() const override;
+  uint32_t credits() const override { return window_.load(std::memory_order_relaxed); }
+  void send(pto::RemoteTask&& task) override;
+  bool has_completions() const override { return has_done_.load(std::memory_order_acquire); }
+  void poll(std::vector<pto::RemoteCompletion>* out) override;
+  pto::Status prepare(const pto::CallableIdentity& id, const std::string& payload, uint32_t timeout_ms) override;
+  pto::Status commit(const pto::CallableIdentity& id, uint32_t timeout_ms) override;
+  pto::Status abort(const pto::CallableIdentity& id, uint32_t timeout_ms) override;
+  pto::Status unregister(const pto::CallableIdentity& id, uint32_t timeout_ms) override;
+  std::vector<PeerChild> peer_children() const override;
+
+ private:
+  struct Pending {
+    pto::RemoteTask task;
+  };
+  struct ControlWait {
+    bool done = false;
+    pto::v1::ControlReply reply;
+  };
+
+  void run();
+  bool open_session(std::string* why);
+  void reader_loop();
+  void writer_loop();
+  // Ends the session in flight (first caller wins): cancels the stream and
+  // hands every task it held back as ENDPOINT_FAILURE.
+  void end_session(const std::string& why);
+  pto::Status call(pto::v1::Control c, uint32_t timeout_ms, pto::v1::ControlReply* reply);
+  pto::Status digest_op(int op, const pto::CallableIdentity& id, uint32_t timeout_ms);  // COMMIT, ABORT, UNREGISTER
+  void fill_header(pto::v1::Frame* f);
+  void set_tree(const pto::v1::WorkerNode& root);
+  std::shared_ptr<grpc::Channel> make_channel(std::string* why) const;
+
+  const DaemonConfig::Peer peer_;
+  const uint32_t worker_id_;
+  const DaemonConfig& cfg_;
+  std::function<void()> wake_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;      // session state, stop
+  std::condition_variable out_cv_;  // the writer's queue
+  std::condition_variable ctl_cv_;  // control replies
+  std::thread conn_;
+  bool stop_ = false;
+  std::atomic<bool> ready_{false};
+  std::string state_ = "not started";
+
+  // The session in flight.
+  std::unique_ptr<grpc::ClientContext> ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<pto::v1::Frame, pto::v1::Frame>> stream_;
+  bool session_up_ = false, session_over_ = false;
+  std::string end_reason_;
+  uint64_t session_ = 0;
+  uint64_t out_seq_ = 0, in_seq_ = 0;
+  std::atomic<uint64_t> last_recv_ns_{0};
+  std::atomic<uint32_t> window_{0};
+  std::deque<pto::RemoteTask> tasks_out_;
+  std::deque<pto::v1::Frame> frames_out_;
+  std::unordered_map<uint64_t, Pending> pending_;
+  std::vector<pto::RemoteCompletion> done_;
+  std::atomic<bool> has_done_{false};
+  std::map<uint64_t, ControlWait> controls_;
+  uint64_t control_id_ = 0;
+  std::vector<PeerChild> tree_;
+
+  // Registrations: committed ones are re-installed on every new session.
+  std::map<pto::Digest, std::string> prepared_, committed_;
+};
+
+}  // namespace ptod

@@ -1,0 +1,481 @@
+#include "session_service.h"
+
+#include <fmt/format.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "log.h"
+#include "pto2/orchestration_api.h"
+
+namespace ptod {
+
+// One open session. Shared with the runs it started: a run that ends after
+// the session drops its completion.
+struct SessionConn {
+  grpc::ServerContext* ctx = nullptr;
+  uint64_t session = 0;
+  uint32_t worker = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<pto::v1::Frame> out;             // frames to write (bodies; the writer adds the header)
+  std::vector<pto::v1::Completion> done;      // completions to batch into one frame
+  uint32_t credits_back = 0;                  // credits to hand back with them
+  bool closed = false;
+  uint32_t outstanding = 0;                   // tasks taken and not completed (<= credits)
+  std::atomic<uint64_t> last_recv_ns{0};
+  std::set<pto::Digest> prepared;             // prepared here and not committed: aborted at the end
+  std::string peer;
+
+  void push(pto::v1::Frame f) {
+    std::lock_guard<std::mutex> g(mu);
+    if (closed) return;
+    out.push_back(std::move(f));
+    cv.notify_one();
+  }
+  void complete(pto::v1::Completion c) {
+    std::lock_guard<std::mutex> g(mu);
+    if (outstanding) --outstanding;
+    ++credits_back;
+    if (closed) return;
+    done.push_back(std::move(c));
+    cv.notify_one();
+  }
+};
+
+namespace {
+
+bool digest_of(const std::string& bytes, pto::Digest* d) {
+  if (bytes.size() != 32) return false;
+  std::memcpy(d->data(), bytes.data(), 32);
+  return true;
+}
+
+pto::v1::Frame body_shutdown(const std::string& reason) {
+  pto::v1::Frame f;
+  f.mutable_shutdown()->set_reason(reason);
+  return f;
+}
+
+}  // namespace
+
+void fill_worker_tree(const DaemonParts& p, pto::v1::WorkerNode* root) {
+  root->set_name("ptod");
+  root->set_level(p.worker.config().level);
+  root->set_state(p.draining ? "draining" : "serving");
+  root->set_pid(getpid());
+  const pto::WorkerStats st = p.worker.stats();
+  root->set_tasks_run(st.tasks_succeeded + st.tasks_failed + st.tasks_skipped);
+  for (const pto::ChildInfo& c : p.worker.children()) {
+    pto::v1::WorkerNode* n = root->add_children();
+    n->set_level(c.kind == pto::ChildKind::CHIP ? 2 : c.kind == pto::ChildKind::L3 ? 3 : 0);
+    n->set_pid(c.pid);
+    n->set_tasks_run(c.tasks_run);
+    n->set_restarts(c.restarts);
+    if (!c.remote) {
+      n->set_name(c.label());
+      n->set_state(pto::child_state_name(c.state));
+      continue;
+    }
+    // A remote L3 worker: its session's state, then the peer's own children.
+    n->set_name(fmt::format("{} [{}]", c.label(), c.address));
+    n->set_state(c.state == pto::ChildState::DEAD ? c.state_text
+                                                  : fmt::format("{}, {}/{} in flight", pto::child_state_name(c.state),
+                                                                c.in_flight, c.credits));
+    for (const auto& pc : c.peer_children) {
+      pto::v1::WorkerNode* g = n->add_children();
+      g->set_name(pc.label);
+      g->set_state(pc.state);
+      g->set_pid(pc.pid);
+      g->set_level(pc.label.rfind("chip", 0) == 0 ? 2 : 0);
+    }
+  }
+}
+
+grpc::Status SessionService::Open(grpc::ServerContext* ctx,
+                                  grpc::ServerReaderWriter<pto::v1::Frame, pto::v1::Frame>* stream) {
+  auto lg = log("session");
+  const DaemonConfig& cfg = p_.cfg;
+  // Between daemons a session needs the token whenever this daemon has one,
+  // whatever the listener (TLS listeners also check it before we get here).
+  if (!cfg.token.empty()) {
+    const std::string want = "Bearer " + cfg.token;
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    if (it == md.end() || it->second.size() != want.size() ||
+        CRYPTO_memcmp(it->second.data(), want.data(), want.size()) != 0) {
+      lg->warn("session from {} refused: no valid token", ctx->peer());
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "a session needs 'authorization: Bearer <token>' (the peer's [server] token_file)");
+    }
+  }
+  auto c = std::make_shared<SessionConn>();
+  c->ctx = ctx;
+  c->peer = ctx->peer();
+  uint64_t out_seq = 0;
+  auto write_now = [&](pto::v1::Frame f) {
+    f.set_version(kSessionVersion);
+    f.set_session(c->session);
+    f.set_worker(c->worker);
+    f.set_seq(++out_seq);
+    return stream->Write(f);
+  };
+  pto::v1::Frame f;
+  if (!stream->Read(&f)) return grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before HELLO");
+  c->worker = f.worker();
+  auto refuse = [&](grpc::StatusCode code, const std::string& why) {
+    lg->warn("session from {} refused: {}", c->peer, why);
+    pto::v1::Frame r;
+    r.mutable_hello()->set_state(pto::v1::Hello::REFUSED);
+    r.mutable_hello()->set_message(why);
+    r.mutable_hello()->set_min_version(kSessionVersion);
+    r.mutable_hello()->set_max_version(kSessionVersion);
+    (void)write_now(r);
+    return grpc::Status(code, why);
+  };
+  const auto& h = f.hello();
+  if (f.version() != kSessionVersion ||
+      (f.has_hello() && h.max_version() != 0 && (h.min_version() > kSessionVersion || h.max_version() < kSessionVersion)))
+    return refuse(grpc::StatusCode::FAILED_PRECONDITION,
+                  fmt::format("session protocol version {} is not spoken here: this peer speaks version {}",
+                              f.version() != kSessionVersion ? f.version() : h.min_version(), kSessionVersion));
+  if (!f.has_hello()) return refuse(grpc::StatusCode::INVALID_ARGUMENT, "the first frame of a session must be HELLO");
+  if (f.seq() != 1) return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("HELLO has seq {}, not 1", f.seq()));
+  if (p_.draining) return refuse(grpc::StatusCode::UNAVAILABLE, "the peer is draining");
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&c->session), sizeof c->session) != 1 || c->session == 0)
+    c->session = now_ns() | 1;
+  // NOT_READY until the Worker is up (ptod listens only after it is, so this
+  // is normally skipped); nothing is scheduled on the session before READY.
+  for (int i = 0; i < 3000 && !p_.worker.initialized(); ++i) {
+    if (i % 100 == 0) {
+      pto::v1::Frame nr;
+      nr.mutable_hello()->set_state(pto::v1::Hello::NOT_READY);
+      if (!write_now(nr)) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
+    }
+    usleep(10000);
+  }
+  if (!p_.worker.initialized()) return refuse(grpc::StatusCode::UNAVAILABLE, "the peer's Worker did not come up");
+  {
+    pto::v1::Frame r;
+    auto* hr = r.mutable_hello();
+    hr->set_state(pto::v1::Hello::READY);
+    hr->set_min_version(kSessionVersion);
+    hr->set_max_version(kSessionVersion);
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    hr->set_node(fmt::format("ptod {} pid {}", host, getpid()));
+    hr->set_credits(cfg.session_credits);
+    hr->set_heartbeat_ms(cfg.heartbeat_ms);
+    fill_worker_tree(p_, hr->mutable_tree());
+    if (!write_now(r)) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
+  }
+  ++opened_;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    live_.insert(c);
+  }
+  lg->info("session {:016x} from {} (worker {}) READY with {} credits", c->session, c->peer, c->worker,
+           cfg.session_credits);
+  c->last_recv_ns = now_ns();
+
+  // The writer: batched completions, replies, HEALTH every heartbeat_ms, and
+  // the coordinator's silence check.
+  std::thread writer([&, c] {
+    const auto period = std::chrono::milliseconds(cfg.heartbeat_ms);
+    uint64_t last_health = now_ns();
+    uint64_t beats = 0;
+    std::unique_lock<std::mutex> lk(c->mu);
+    for (;;) {
+      c->cv.wait_for(lk, period, [&] { return c->closed || !c->out.empty() || !c->done.empty(); });
+      std::deque<pto::v1::Frame> frames;
+      frames.swap(c->out);
+      pto::v1::Frame comp;
+      if (!c->done.empty()) {
+        auto* cf = comp.mutable_completion();
+        for (auto& d : c->done) *cf->add_completions() = std::move(d);
+        cf->set_credits(c->credits_back);
+        c->credits_back = 0;
+        c->done.clear();
+      }
+      const bool closing = c->closed;
+      lk.unlock();
+      bool ok = true;
+      if (comp.has_completion()) ok = write_now(std::move(comp));
+      for (auto& fr : frames)
+        if (ok) ok = write_now(std::move(fr));
+      const uint64_t now = now_ns();
+      if (ok && now - last_health >= uint64_t(cfg.heartbeat_ms) * 1'000'000) {
+        pto::v1::Frame hb;
+        hb.mutable_health()->set_sent_ns(now);
+        if (++beats % 5 == 1) fill_worker_tree(p_, hb.mutable_health()->mutable_tree());  // the tree now and then
+        ok = write_now(std::move(hb));
+        last_health = now;
+      }
+      if (ok && now > c->last_recv_ns + uint64_t(cfg.dead_after_ms) * 1'000'000) {
+        lg->warn("session {:016x}: nothing from the coordinator for {} ms: ending it", c->session, cfg.dead_after_ms);
+        ok = false;
+      }
+      lk.lock();
+      if (!ok) {
+        c->closed = true;
+        ctx->TryCancel();
+        return;
+      }
+      if (closing && c->out.empty() && c->done.empty()) return;
+    }
+  });
+
+  grpc::Status result = grpc::Status::OK;
+  uint64_t in_seq = 1;
+  std::string why;
+  auto protocol_error = [&](const std::string& m) {
+    why = m;
+    result = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, m);
+  };
+  while (why.empty() && stream->Read(&f)) {
+    c->last_recv_ns = now_ns();
+    if (f.version() != kSessionVersion) {
+      protocol_error(fmt::format("frame of protocol version {} in a version-{} session", f.version(), kSessionVersion));
+      break;
+    }
+    if (f.session() != c->session) {
+      protocol_error(fmt::format("frame of session {:016x} in session {:016x}", f.session(), c->session));
+      break;
+    }
+    if (f.seq() != in_seq + 1) {
+      protocol_error(fmt::format("frame seq {} out of order (expected {})", f.seq(), in_seq + 1));
+      break;
+    }
+    in_seq = f.seq();
+    switch (f.body_case()) {
+      case pto::v1::Frame::kTask:
+        for (const auto& t : f.task().tasks()) {
+          {
+            std::lock_guard<std::mutex> g(c->mu);
+            if (c->outstanding >= cfg.session_credits) {
+              why = fmt::format("TASK {} beyond the {} credits granted", t.id(), cfg.session_credits);
+              break;
+            }
+            ++c->outstanding;
+          }
+          start_task(c, t);
+        }
+        if (!why.empty()) protocol_error(why);
+        break;
+      case pto::v1::Frame::kControl: {
+        pto::v1::Frame r;
+        control(*c, f.control(), r.mutable_control_reply());
+        c->push(std::move(r));
+        break;
+      }
+      case pto::v1::Frame::kHealth: break;
+      case pto::v1::Frame::kShutdown:
+        lg->info("session {:016x}: the coordinator ended it: {}", c->session, f.shutdown().reason());
+        why = "shutdown";
+        break;
+      case pto::v1::Frame::kHello: protocol_error("HELLO after the session began"); break;
+      default: protocol_error(fmt::format("frame {} has no body the peer knows", f.seq()));
+    }
+  }
+  if (result.ok() && why.empty()) why = "the stream ended";
+  if (!result.ok()) {
+    lg->warn("session {:016x} from {}: {}: ending it", c->session, c->peer, why);
+    c->push(body_shutdown("protocol error: " + why));
+  }
+  {
+    std::lock_guard<std::mutex> g(c->mu);
+    c->closed = true;
+    c->cv.notify_all();
+  }
+  writer.join();
+  // What this session prepared and never committed is undone.
+  for (const pto::Digest& d : c->prepared) (void)p_.registry.abort(d);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    live_.erase(c);
+  }
+  lg->info("session {:016x} ended: {}", c->session, why);
+  return result;
+}
+
+void SessionService::shutdown_all(const std::string& reason) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (const auto& c : live_) {
+    c->push(body_shutdown(reason));
+    std::lock_guard<std::mutex> g2(c->mu);
+    c->closed = true;
+    c->cv.notify_all();
+    c->ctx->TryCancel();
+  }
+}
+
+void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto::v1::RemoteTask& t) {
+  pto::v1::Completion fail;
+  fail.set_id(t.id());
+  auto failed = [&](const std::string& m) {
+    fail.set_outcome(pto::v1::TASK_FAILURE);
+    auto* fr = fail.mutable_failure();
+    fr->set_task_id(0);
+    fr->set_callable(t.digest().size() == 32 ? pto::to_hex(*reinterpret_cast<const pto::Digest*>(t.digest().data())) : "");
+    fr->set_outcome(pto::v1::TASK_FAILURE);
+    fr->set_message(m);
+    c->complete(std::move(fail));
+  };
+  pto::Digest d{};
+  if (!digest_of(t.digest(), &d)) return failed(fmt::format("a digest has 32 bytes, not {}", t.digest().size()));
+  pto::v1::CallableRef ref;
+  ref.set_digest(t.digest());
+  auto rc = std::make_shared<RegisteredCallable>();
+  if (Status s = p_.registry.find(ref, rc.get()); !s.ok()) {
+    const std::string tomb = p_.registry.tombstone(d);
+    return failed(tomb.empty() ? fmt::format("callable {} is not registered on this peer", pto::to_hex(d))
+                               : fmt::format("callable {} is not registered any more: {}", pto::to_hex(d), tomb));
+  }
+  // Inline tensors go into the Worker's arena for the run; outputs come back
+  // with the completion.
+  struct Held {
+    std::vector<pto::ContinuousTensor> tensors;
+    std::vector<int> dirs;
+  };
+  auto held = std::make_shared<Held>();
+  auto release = [this, held] {
+    for (const auto& x : held->tensors) (void)p_.worker.free(x);
+  };
+  pto::TaskArgs args;
+  for (int i = 0; i < t.tensors_size(); ++i) {
+    const auto& rt = t.tensors(i);
+    if (rt.has_buffer()) {
+      release();
+      return failed(fmt::format("tensor {}: remote buffers are not supported by this peer", i));
+    }
+    std::vector<uint32_t> shape(rt.shape().begin(), rt.shape().end());
+    const uint64_t esize = pto2_dtype_size(rt.dtype());
+    uint64_t bytes = esize;
+    bool overflow = esize == 0 || shape.size() > PTO_TENSOR_MAX_DIMS;
+    for (uint32_t s : shape) overflow |= __builtin_mul_overflow(bytes, uint64_t(s), &bytes);
+    if (overflow || bytes > (uint64_t(1) << 40)) {
+      release();
+      return failed(fmt::format("tensor {}: dtype {} with {} dims is not a valid tensor", i, int(rt.dtype()), shape.size()));
+    }
+    const bool in = rt.direction() == pto::v1::DIR_IN || rt.direction() == pto::v1::DIR_INOUT;
+    if (in && rt.data().size() != bytes) {
+      release();
+      return failed(fmt::format("tensor {}: {} inline bytes for a {}-byte tensor", i, rt.data().size(), bytes));
+    }
+    auto a = p_.worker.alloc(shape, rt.dtype());
+    if (!a.ok()) {
+      release();
+      return failed(fmt::format("tensor {}: {}", i, a.status.message));
+    }
+    held->tensors.push_back(a.value);
+    held->dirs.push_back(rt.direction());
+    if (in) std::memcpy(reinterpret_cast<void*>(a.value.data), rt.data().data(), bytes);
+    const pto::TensorArgType tag = rt.direction() == pto::v1::DIR_IN    ? pto::TensorArgType::INPUT
+                                   : rt.direction() == pto::v1::DIR_OUT ? pto::TensorArgType::OUTPUT_EXISTING
+                                                                        : pto::TensorArgType::INOUT;
+    args.add_tensor(a.value, tag);
+  }
+  for (uint64_t s : t.scalars()) args.add_scalar(s);
+  pto::CallConfig cc;
+  cc.block_dim = t.config().block_dim();
+  cc.aicpu_thread_num = t.config().aicpu_thread_num();
+  cc.timeout_ms = t.config().timeout_ms();
+  const uint64_t id = t.id();
+  auto fn = [rc, args](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cfg) {
+    return run_registered(*rc, o, args, view, cfg);
+  };
+  const pto::TaskArgs run_args = rc->orchestration ? args : pto::TaskArgs();
+  p_.worker.submit_function(fn, run_args, cc, [c, held, id, release](const pto::RunResult& r) {
+    pto::v1::Completion done;
+    done.set_id(id);
+    if (r.ok()) {
+      done.set_outcome(pto::v1::SUCCESS);
+      for (size_t i = 0; i < held->tensors.size(); ++i) {
+        const bool out = held->dirs[i] == pto::v1::DIR_OUT || held->dirs[i] == pto::v1::DIR_INOUT;
+        done.add_outputs(out ? std::string(reinterpret_cast<const char*>(held->tensors[i].data),
+                                           pto::tensor_bytes(held->tensors[i]))
+                             : std::string());
+      }
+    } else {
+      done.set_outcome(pto::v1::TASK_FAILURE);
+      auto* fr = done.mutable_failure();
+      fr->set_outcome(pto::v1::TASK_FAILURE);
+      fr->set_message(r.status.message);
+      if (r.first_failure) {
+        fr->set_task_id(r.first_failure->task_id);
+        fr->set_callable(r.first_failure->callable);
+        fr->set_worker(r.first_failure->worker);
+        fr->set_message(r.first_failure->message);
+      }
+    }
+    release();
+    c->complete(std::move(done));
+  });
+}
+
+void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v1::ControlReply* reply) {
+  reply->set_id(req.id());
+  reply->set_ok(true);
+  auto no = [&](const std::string& m) {
+    reply->set_ok(false);
+    reply->set_message(m);
+  };
+  pto::Digest d{};
+  const bool has_digest = digest_of(req.digest(), &d);
+  auto lg = log("session");
+  switch (req.op()) {
+    case pto::v1::Control::QUERY:
+      if (!has_digest) return no("QUERY needs a 32-byte digest");
+      reply->set_present(p_.registry.has(d));
+      return;
+    case pto::v1::Control::PREPARE: {
+      if (!has_digest) return no("PREPARE needs a 32-byte digest");
+      if (!req.has_request()) {  // the coordinator learnt that we hold it: no bytes sent
+        if (!p_.registry.has(d)) return no(fmt::format("PREPARE without bytes, but callable {} is not here", pto::to_hex(d)));
+        reply->set_digest(req.digest());
+        return;
+      }
+      pto::v1::RegisterReply rr;
+      if (Status s = p_.registry.prepare(req.request(), &rr); !s.ok()) return no(s.message);
+      reply->set_digest(rr.identity().digest());
+      if (rr.identity().digest() != req.digest()) {
+        if (!rr.existed()) (void)p_.registry.abort(*reinterpret_cast<const pto::Digest*>(rr.identity().digest().data()));
+        return no(fmt::format("digest mismatch: the coordinator computed {}, this peer {}", pto::to_hex(d),
+                              rr.identity().digest().size() == 32
+                                  ? pto::to_hex(*reinterpret_cast<const pto::Digest*>(rr.identity().digest().data()))
+                                  : "nothing"));
+      }
+      if (!rr.existed()) c.prepared.insert(d);
+      lg->info("session {:016x}: prepared {}{}", c.session, pto::to_hex(d).substr(0, 16), rr.existed() ? " (present)" : "");
+      return;
+    }
+    case pto::v1::Control::COMMIT:
+      if (!has_digest) return no("COMMIT needs a 32-byte digest");
+      if (Status s = p_.registry.commit(d); !s.ok()) return no(s.message);
+      c.prepared.erase(d);
+      lg->info("session {:016x}: committed {}", c.session, pto::to_hex(d).substr(0, 16));
+      return;
+    case pto::v1::Control::ABORT:
+      if (!has_digest) return no("ABORT needs a 32-byte digest");
+      if (c.prepared.erase(d)) (void)p_.registry.abort(d);
+      lg->info("session {:016x}: aborted {}", c.session, pto::to_hex(d).substr(0, 16));
+      return;
+    case pto::v1::Control::UNREGISTER: {
+      if (!has_digest) return no("UNREGISTER needs a 32-byte digest");
+      pto::v1::CallableRef ref;
+      ref.set_digest(req.digest());
+      if (Status s = p_.registry.remove(ref); !s.ok() && s.code != pto::kWorkerNotRegistered) return no(s.message);
+      lg->info("session {:016x}: unregistered {} (tombstone kept)", c.session, pto::to_hex(d).substr(0, 16));
+      return;
+    }
+    default: return no(fmt::format("control op {} is not supported by this peer", int(req.op())));
+  }
+}
+
+}  // namespace ptod
