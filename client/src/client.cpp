@@ -85,7 +85,16 @@ Result<pto::v1::RegisterReply> Client::register_callable(const pto::v1::Register
 // The bundle is the config plus every library it names ([orchestration],
 // [[kernels]], [golden]), sent by file name; the config's paths are rewritten
 // to those names so the daemon finds them next to its copy.
-Result<pto::v1::RegisterReply> Client::register_chip(const std::string& kernels_toml, const std::string& name) {
+namespace {
+void place(const Placement& where, pto::v1::RegisterRequest* req) {
+  req->set_max_retries(where.max_retries);
+  req->set_next_level(where.next_level);
+  for (uint32_t p : where.peers) req->add_peers(p);
+}
+}  // namespace
+
+Result<pto::v1::RegisterReply> Client::register_chip(const std::string& kernels_toml, const std::string& name,
+                                                     const Placement& where) {
   Result<pto::v1::RegisterReply> r;
   toml::table doc;
   try {
@@ -98,6 +107,7 @@ Result<pto::v1::RegisterReply> Client::register_chip(const std::string& kernels_
   pto::v1::RegisterRequest req;
   req.set_name(name);
   req.set_abi(pto::v1::ABI_CHIP);
+  place(where, &req);
   auto* bundle = req.mutable_chip();
   auto take = [&](toml::table& t) -> bool {
     auto lib = t["library"].value<std::string>();
@@ -132,8 +142,10 @@ Result<pto::v1::RegisterReply> Client::register_chip(const std::string& kernels_
 }
 
 Result<pto::v1::RegisterReply> Client::register_import(const std::string& library, const std::string& symbol,
-                                                       const std::string& name, bool orchestration) {
+                                                       const std::string& name, bool orchestration,
+                                                       const Placement& where) {
   pto::v1::RegisterRequest req;
+  place(where, &req);
   req.set_name(name);
   req.set_abi(orchestration ? pto::v1::ABI_ORCHESTRATION : pto::v1::ABI_SUB);
   req.mutable_native_import()->set_library_path(std::filesystem::absolute(library).string());
@@ -142,8 +154,10 @@ Result<pto::v1::RegisterReply> Client::register_import(const std::string& librar
 }
 
 Result<pto::v1::RegisterReply> Client::register_blob(const std::string& library_file, const std::string& symbol,
-                                                     const std::string& name, bool orchestration) {
+                                                     const std::string& name, bool orchestration,
+                                                     const Placement& where) {
   pto::v1::RegisterRequest req;
+  place(where, &req);
   req.set_name(name);
   req.set_abi(orchestration ? pto::v1::ABI_ORCHESTRATION : pto::v1::ABI_SUB);
   std::string bytes;

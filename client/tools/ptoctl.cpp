@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -158,58 +159,86 @@ void print_node(const v1::WorkerNode& n, int depth) {
 
 // run-example: the example's inputs generated as pto2-run does, uploaded; its
 // outputs allocated; one job; outputs downloaded and compared with the
-// reference library run here on the same inputs.
-int run_example(Client& c, const std::string& config, const std::string& name, int block_dim, bool keep, bool trace) {
+// reference library run here on the same inputs. With --spread ORCH (a
+// level-4 daemon with the pto_spread orchestration registered under that
+// name), `instances` independent instances run as one job spread over the
+// daemon's L3 workers, and each is checked.
+int run_example(Client& c, const std::string& config, const std::string& name, int block_dim, bool keep, bool trace,
+                int instances, const std::string& spread, const pto::client::Placement& where) {
   pto2::sim::ChipConfig cfg;
   if (pto2::Status s = pto2::sim::ChipConfig::load(config, &cfg); !s.ok()) {
     std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
     return kExitUsage;
   }
-  auto reg = c.register_chip(config, name);
+  if (instances < 1 || (instances > 1 && spread.empty())) {
+    std::fprintf(stderr, "ptoctl: --instances %d: more than one instance needs --spread ORCHESTRATION\n", instances);
+    return kExitUsage;
+  }
+  auto reg = c.register_chip(config, name, where);
   if (!reg.ok()) return report(reg.status, "register");
   if (!g_json)
     std::printf("registered %s as %s%s\n", config.c_str(), hex(reg.value.identity().digest()).substr(0, 16).c_str(),
                 reg.value.existed() ? " (already known)" : "");
   std::mt19937_64 rng(cfg.seed);
   v1::SubmitRequest req;
-  *req.mutable_callable() = callable_ref(hex(reg.value.identity().digest()));
+  *req.mutable_callable() = callable_ref(spread.empty() ? hex(reg.value.identity().digest()) : spread);
   req.set_label("run-example " + std::filesystem::path(config).filename().string());
   req.mutable_config()->set_block_dim(block_dim);
   req.mutable_config()->set_enable_profiling(trace);
-  std::vector<std::vector<uint8_t>> host(cfg.args.size());
-  std::vector<uint64_t> host_args(cfg.args.size());
-  std::vector<v1::TensorHandle> handles(cfg.args.size());
+  const size_t n_args = cfg.args.size();
+  std::vector<std::vector<uint8_t>> host(n_args * instances);
+  std::vector<std::vector<uint64_t>> host_args(instances, std::vector<uint64_t>(n_args));
+  std::vector<v1::TensorHandle> handles(n_args * instances);
+  std::vector<uint64_t> scalars;
+  uint64_t group = 0, out_mask = 0;
   auto cleanup = [&] {
     if (keep) return;
     for (const auto& h : handles)
       if (h.id()) (void)c.free(h);
   };
-  for (size_t i = 0; i < cfg.args.size(); ++i) {
-    const auto& a = cfg.args[i];
-    if (a.role == pto2::sim::ArgSpec::Role::kScalar) {
-      req.mutable_args()->add_scalars(a.scalar);
-      host_args[i] = a.scalar;
-      continue;
+  for (int k = 0; k < instances; ++k)
+    for (size_t i = 0; i < n_args; ++i) {
+      const auto& a = cfg.args[i];
+      const size_t slot = k * n_args + i;
+      if (a.role == pto2::sim::ArgSpec::Role::kScalar) {
+        if (k == 0) scalars.push_back(a.scalar);
+        host_args[k][i] = a.scalar;
+        continue;
+      }
+      if (k == 0) {
+        if (a.role == pto2::sim::ArgSpec::Role::kOutput) out_mask |= uint64_t(1) << group;
+        ++group;
+      }
+      std::vector<uint32_t> shape(a.shape.begin(), a.shape.end());
+      pto::client::Result<v1::TensorInfo> t;
+      if (a.role == pto2::sim::ArgSpec::Role::kInput) {
+        pto2::sim::generate_input(a, rng, host[slot]);
+        t = c.upload("", shape, a.dtype, host[slot].data(), host[slot].size());
+      } else {
+        host[slot].assign(a.bytes(), 0);
+        t = c.alloc("", shape, a.dtype);
+      }
+      if (!t.ok()) {
+        cleanup();
+        return report(t.status, a.role == pto2::sim::ArgSpec::Role::kInput ? "upload" : "alloc");
+      }
+      handles[slot] = t.value.handle();
+      host_args[k][i] = reinterpret_cast<uint64_t>(host[slot].data());
+      auto* ref = req.mutable_args()->add_tensors();
+      *ref->mutable_tensor() = t.value.handle();
+      req.mutable_args()->add_tags(a.role == pto2::sim::ArgSpec::Role::kInput ? v1::INPUT : v1::OUTPUT);
     }
-    std::vector<uint32_t> shape(a.shape.begin(), a.shape.end());
-    pto::client::Result<v1::TensorInfo> t;
-    if (a.role == pto2::sim::ArgSpec::Role::kInput) {
-      pto2::sim::generate_input(a, rng, host[i]);
-      t = c.upload("", shape, a.dtype, host[i].data(), host[i].size());
-    } else {
-      host[i].assign(a.bytes(), 0);
-      t = c.alloc("", shape, a.dtype);
+  if (!spread.empty()) {  // pto_spread's scalars: digest, group size, output mask, the example's scalars
+    const std::string& d = reg.value.identity().digest();
+    for (int w = 0; w < 4; ++w) {
+      uint64_t v = 0;
+      std::memcpy(&v, d.data() + 8 * w, 8);
+      req.mutable_args()->add_scalars(v);
     }
-    if (!t.ok()) {
-      cleanup();
-      return report(t.status, a.role == pto2::sim::ArgSpec::Role::kInput ? "upload" : "alloc");
-    }
-    handles[i] = t.value.handle();
-    host_args[i] = reinterpret_cast<uint64_t>(host[i].data());
-    auto* ref = req.mutable_args()->add_tensors();
-    *ref->mutable_tensor() = t.value.handle();
-    req.mutable_args()->add_tags(a.role == pto2::sim::ArgSpec::Role::kInput ? v1::INPUT : v1::OUTPUT);
+    req.mutable_args()->add_scalars(group);
+    req.mutable_args()->add_scalars(out_mask);
   }
+  for (uint64_t v : scalars) req.mutable_args()->add_scalars(v);
   ProgressPrinter progress;
   auto run = c.run(req, std::ref(progress));
   if (!run.ok()) {
@@ -221,24 +250,26 @@ int run_example(Client& c, const std::string& config, const std::string& name, i
     cleanup();
     return job_exit;
   }
-  if (pto2::Status s = pto2::sim::run_reference(cfg, host_args); !s.ok()) {
-    std::fprintf(stderr, "ptoctl: reference: %s\n", s.message.c_str());
-    cleanup();
-    return kExitFailed;
-  }
   bool pass = true;
-  for (size_t i = 0; i < cfg.args.size(); ++i) {
-    const auto& a = cfg.args[i];
-    if (a.role != pto2::sim::ArgSpec::Role::kOutput) continue;
-    std::vector<uint8_t> got;
-    auto d = c.download(handles[i], &got);
-    if (!d.ok()) {
+  for (int k = 0; k < instances; ++k) {
+    if (pto2::Status s = pto2::sim::run_reference(cfg, host_args[k]); !s.ok()) {
+      std::fprintf(stderr, "ptoctl: reference: %s\n", s.message.c_str());
       cleanup();
-      return report(d.status, "download");
+      return kExitFailed;
     }
-    const auto cmp = pto2::sim::compare_output(a, got.data(), host[i].data());
-    pass &= cmp.pass();
-    std::printf("%s\n", cmp.describe(a).c_str());
+    for (size_t i = 0; i < n_args; ++i) {
+      const auto& a = cfg.args[i];
+      if (a.role != pto2::sim::ArgSpec::Role::kOutput) continue;
+      std::vector<uint8_t> got;
+      auto d = c.download(handles[k * n_args + i], &got);
+      if (!d.ok()) {
+        cleanup();
+        return report(d.status, "download");
+      }
+      const auto cmp = pto2::sim::compare_output(a, got.data(), host[k * n_args + i].data());
+      pass &= cmp.pass();
+      std::printf("%s%s\n", instances > 1 ? fmt::format("instance {}: ", k).c_str() : "", cmp.describe(a).c_str());
+    }
   }
   if (!run.value.trace_path().empty())
     std::printf("open the trace at https://ui.perfetto.dev (the file is on the daemon's host)\n");
@@ -287,6 +318,13 @@ int main(int argc, char** argv) {
   reg_blob->add_option("symbol", symbol)->required();
   for (auto* s : {reg_chip, reg_import, reg_blob}) s->add_option("-n,--name", name, "a name to find it by");
   for (auto* s : {reg_import, reg_blob}) s->add_flag("--orchestration", orchestration, "an L3 orchestration entry");
+  pto::client::Placement where;
+  for (auto* s : {reg_chip, reg_import, reg_blob}) {
+    s->add_option("--retries", where.max_retries, "level 4: retries on another L3 worker after ENDPOINT_FAILURE");
+    s->add_option("--peer", where.peers, "level 4: register on this [[peers]] index (repeatable; default all)");
+  }
+  for (auto* s : {reg_import, reg_blob})
+    s->add_flag("--next-level", where.next_level, "level 4: the orchestration runs on the L3 workers, not in ptod");
   auto* unreg = app.add_subcommand("unregister", "remove a callable (name or digest)");
   unreg->add_option("callable", callable)->required();
   auto* callables = app.add_subcommand("callables", "list registered callables");
@@ -332,6 +370,11 @@ int main(int argc, char** argv) {
   example->add_flag("--keep", keep, "keep the tensors on the daemon");
   bool trace = false;
   example->add_flag("--trace", trace, "profile the chip run; the daemon writes a swimlane trace and says where");
+  int instances = 1;
+  std::string spread;
+  example->add_option("--instances", instances, "independent instances (needs --spread)")->capture_default_str();
+  example->add_option("--spread", spread, "level 4: run the instances through this pto_spread orchestration");
+  example->add_option("--retries", where.max_retries, "level 4: register the example retryable");
 
   try {
     app.parse(argc, argv);
@@ -352,9 +395,9 @@ int main(int argc, char** argv) {
   Client c(opts);
 
   if (*reg_chip || *reg_import || *reg_blob) {
-    auto r = *reg_chip ? c.register_chip(path, name)
-             : *reg_import ? c.register_import(path, symbol, name, orchestration)
-                           : c.register_blob(path, symbol, name, orchestration);
+    auto r = *reg_chip ? c.register_chip(path, name, where)
+             : *reg_import ? c.register_import(path, symbol, name, orchestration, where)
+                           : c.register_blob(path, symbol, name, orchestration, where);
     if (!r.ok()) return report(r.status, "register");
     if (g_json) print_json(r.value);
     else
@@ -532,6 +575,6 @@ int main(int argc, char** argv) {
     std::printf("%s", r.value.effective_toml().c_str());
     return kExitOk;
   }
-  if (*example) return run_example(c, path, name, block_dim, keep, trace);
+  if (*example) return run_example(c, path, name, block_dim, keep, trace, instances, spread, where);
   return kExitUsage;
 }

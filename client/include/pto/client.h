@@ -39,16 +39,27 @@ struct Result {
 
 using Progress = std::function<void(const pto::v1::JobEvent&)>;
 
+// Where a level-4 daemon installs a callable (docs/remote.md); ignored by
+// level-3 daemons.
+struct Placement {
+  uint32_t max_retries = 0;     // retries on another L3 worker after ENDPOINT_FAILURE
+  bool next_level = false;      // an orchestration runs on the L3 workers, not in the daemon
+  std::vector<uint32_t> peers;  // the [[peers]] to register on (empty = all)
+};
+
 class Client {
  public:
   explicit Client(const ClientOptions& o);
 
   // Registry
-  Result<pto::v1::RegisterReply> register_chip(const std::string& kernels_toml, const std::string& name = "");
+  Result<pto::v1::RegisterReply> register_chip(const std::string& kernels_toml, const std::string& name = "",
+                                               const Placement& where = {});
   Result<pto::v1::RegisterReply> register_import(const std::string& library, const std::string& symbol,
-                                                 const std::string& name = "", bool orchestration = false);
+                                                 const std::string& name = "", bool orchestration = false,
+                                                 const Placement& where = {});
   Result<pto::v1::RegisterReply> register_blob(const std::string& library_file, const std::string& symbol,
-                                               const std::string& name = "", bool orchestration = false);
+                                               const std::string& name = "", bool orchestration = false,
+                                               const Placement& where = {});
   Result<pto::v1::RegisterReply> register_callable(const pto::v1::RegisterRequest& req);
   Status unregister(const pto::v1::CallableRef& ref);
   Result<pto::v1::ListCallablesReply> callables();
