@@ -7,7 +7,7 @@
 #include "daemon.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"ptod: the PTO runtime daemon (one level-3 Worker per host, served over gRPC)"};
+  CLI::App app{"ptod: the PTO runtime daemon (one Worker per host, level 3 or level 4 over peers, served over gRPC)"};
   std::string config_path = "/etc/ptod/ptod.toml";
   bool config_given = false;
   std::string socket, state_dir, metrics, log_level, log_file, token_file, tls_cert, tls_key;

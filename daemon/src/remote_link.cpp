@@ -151,11 +151,14 @@ bool GrpcRemoteLink::open_session(std::string* why) {
   // nothing is cancelled after 3 s.
   std::mutex hs_mu;
   std::condition_variable hs_cv;
-  bool hs_done = false;
+  bool hs_done = false, hs_timed_out = false;
   grpc::ClientContext* raw = ctx_.get();
   std::thread watchdog([&] {
     std::unique_lock<std::mutex> l(hs_mu);
-    if (!hs_cv.wait_for(l, std::chrono::seconds(3), [&] { return hs_done; })) raw->TryCancel();
+    if (!hs_cv.wait_for(l, std::chrono::seconds(3), [&] { return hs_done; })) {
+      hs_timed_out = true;
+      raw->TryCancel();
+    }
   });
   auto finish_handshake = [&] {
     {
@@ -224,11 +227,12 @@ bool GrpcRemoteLink::open_session(std::string* why) {
     return true;
   }
   finish_handshake();
-  raw->TryCancel();
+  if (!refused.empty()) raw->TryCancel();  // we end it; otherwise the stream ended and Finish says why
   grpc::Status st = stream->Finish();
   if (refused.empty())
-    refused = st.ok() ? "the peer ended the stream during HELLO"
-                      : fmt::format("{} ({})", st.error_message(), int(st.error_code()));
+    refused = hs_timed_out ? "no HELLO from the peer within 3 s"
+              : st.ok()    ? "the peer ended the stream during HELLO"
+                           : fmt::format("{} ({})", st.error_message(), int(st.error_code()));
   *why = refused;
   lk.lock();
   ctx_.reset();

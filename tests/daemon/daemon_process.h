@@ -72,28 +72,63 @@ inline Output run_command(const std::vector<std::string>& argv, int timeout_s = 
   return out;
 }
 
+// A CA and, signed by it, a server and a client certificate for localhost and
+// 127.0.0.1 (dir/ca.pem, server.pem/.key, client.pem/.key). False on failure.
+inline bool make_test_pki(const std::string& dir) {
+  auto ossl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "/usr/bin/openssl");
+    return run_command(args, 60).code == 0;
+  };
+  if (!ossl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/ca.key", "-out", dir + "/ca.pem",
+             "-days", "1", "-subj", "/CN=test-ca"}))
+    return false;
+  for (const std::string who : {"server", "client"}) {
+    if (!ossl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/" + who + ".key", "-out",
+               dir + "/" + who + ".csr", "-subj", "/CN=localhost"}))
+      return false;
+    std::ofstream(dir + "/" + who + ".ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
+    if (!ossl({"x509", "-req", "-in", dir + "/" + who + ".csr", "-CA", dir + "/ca.pem", "-CAkey", dir + "/ca.key",
+               "-CAcreateserial", "-out", dir + "/" + who + ".pem", "-days", "1", "-extfile", dir + "/" + who + ".ext"}))
+      return false;
+  }
+  return true;
+}
+
 class DaemonProcess {
  public:
   // Starts ptod with a private state dir and socket, no TCP listener unless
   // given, metrics on an ephemeral loopback port. Waits for its ready file.
   explicit DaemonProcess(std::vector<std::string> extra = {}, int chips = 1, int subs = 2,
-                         std::vector<std::string> env = {}) {
+                         std::vector<std::string> env = {})
+      : env_(std::move(env)) {
     dir_ = make_temp_dir("ptod-test");
     socket_ = dir_ + "/ptod.sock";
-    const std::string ready = dir_ + "/ready";
-    std::vector<std::string> argv = {PTOD_PATH,           "--state-dir", dir_ + "/state", "--socket", socket_,
-                                     "--metrics",         "127.0.0.1:0", "--ready-file",  ready,      "--chips",
-                                     std::to_string(chips), "--sub-workers", std::to_string(subs)};
-    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv_ = {PTOD_PATH,           "--state-dir", dir_ + "/state", "--socket",      socket_,
+             "--metrics",         "127.0.0.1:0", "--ready-file",  dir_ + "/ready", "--chips",
+             std::to_string(chips), "--sub-workers", std::to_string(subs)};
+    argv_.insert(argv_.end(), extra.begin(), extra.end());
     log_ = dir_ + "/ptod.log";
+    launch();
+  }
+  // Starts it again after stop(): same state directory, socket and flags (a
+  // host whose daemon came back).
+  void restart() {
+    stop(SIGKILL);
+    info_.clear();
+    std::error_code ec;
+    std::filesystem::remove(dir_ + "/ready", ec);
+    launch();
+  }
+  void launch() {
+    const std::string ready = dir_ + "/ready";
     pid_ = fork();
     if (pid_ == 0) {
-      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
       dup2(fd, 1);
       dup2(fd, 2);
-      for (auto& e : env) putenv(e.data());
+      for (auto& e : env_) putenv(e.data());
       std::vector<char*> a;
-      for (auto& s : argv) a.push_back(s.data());
+      for (auto& s : argv_) a.push_back(s.data());
       a.push_back(nullptr);
       execv(a[0], a.data());
       _exit(127);
@@ -154,6 +189,7 @@ class DaemonProcess {
 
  private:
   std::string dir_, socket_, log_;
+  std::vector<std::string> argv_, env_;
   pid_t pid_ = -1;
   int exit_code_ = -1;
   std::map<std::string, std::string> info_;

@@ -529,21 +529,7 @@ TEST_CASE("server reflection lists the pto.v1 services (what grpcurl uses)") {
 
 TEST_CASE("mutual TLS - a client without a certificate the daemon's CA signed is refused") {
   const std::string dir = make_temp_dir("ptod-mtls");
-  auto ossl = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), "/usr/bin/openssl");
-    return run_command(args, 60).code;
-  };
-  // A CA, a server certificate and a client certificate signed by it.
-  REQUIRE(ossl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/ca.key", "-out", dir + "/ca.pem",
-                "-days", "1", "-subj", "/CN=test-ca"}) == 0);
-  for (const std::string who : {"server", "client"}) {
-    REQUIRE(ossl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/" + who + ".key", "-out",
-                  dir + "/" + who + ".csr", "-subj", "/CN=localhost"}) == 0);
-    std::ofstream(dir + "/" + who + ".ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
-    REQUIRE(ossl({"x509", "-req", "-in", dir + "/" + who + ".csr", "-CA", dir + "/ca.pem", "-CAkey", dir + "/ca.key",
-                  "-CAcreateserial", "-out", dir + "/" + who + ".pem", "-days", "1", "-extfile",
-                  dir + "/" + who + ".ext"}) == 0);
-  }
+  REQUIRE(make_test_pki(dir));  // a CA, a server certificate and a client certificate signed by it
   std::ofstream(dir + "/token") << "0123456789abcdef-mtls-token\n";
   std::ofstream(dir + "/ptod.toml") << "[server]\nlisten = [\"0.0.0.0:0\"]\ntls_cert = \"" << dir
                                     << "/server.pem\"\ntls_key = \"" << dir << "/server.key\"\ntls_client_ca = \""
