@@ -47,6 +47,7 @@ pto::Status GrpcRemoteLink::start(std::function<void()> wake) {
   wake_ = std::move(wake);
   state_ = "connecting";
   conn_ = std::thread([this] { run(); });
+  stager_ = std::thread([this] { stager_loop(); });
   return pto::Status::Ok();
 }
 
@@ -57,8 +58,10 @@ void GrpcRemoteLink::stop() {
     stop_ = true;
     cv_.notify_all();
     out_cv_.notify_all();
+    stage_cv_.notify_all();
   }
   if (conn_.joinable()) conn_.join();
+  if (stager_.joinable()) stager_.join();
 }
 
 std::string GrpcRemoteLink::state_text() const {
@@ -88,8 +91,93 @@ void GrpcRemoteLink::send(pto::RemoteTask&& task) {
     if (wake_) wake_();
     return;
   }
+  if (needs_staging(task)) {
+    stage_q_.push_back(std::move(task));
+    stage_cv_.notify_one();
+    return;
+  }
   tasks_out_.push_back(std::move(task));
   out_cv_.notify_one();
+}
+
+bool GrpcRemoteLink::needs_staging(const pto::RemoteTask& t) const {
+  if (!t.refuse.empty()) return false;
+  for (size_t i = 0; i < t.tensors.size(); ++i)
+    if (t.buffers[i].id == 0 && pto::tensor_bytes(t.tensors[i]) > cfg_.inline_limit_bytes) return true;
+  return false;
+}
+
+void GrpcRemoteLink::stager_loop() {
+  const uint32_t tmo = cfg_.peer_ready_timeout_ms;
+  for (;;) {
+    pto::RemoteTask task;
+    Unstage un;
+    bool staging = false;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      stage_cv_.wait(lk, [&] { return stop_ || !stage_q_.empty() || !unstage_q_.empty(); });
+      if (!unstage_q_.empty()) {
+        un = std::move(unstage_q_.front());
+        unstage_q_.pop_front();
+      } else if (!stage_q_.empty()) {
+        task = std::move(stage_q_.front());
+        stage_q_.pop_front();
+        staging = true;
+      } else {
+        return;  // stopping, nothing left
+      }
+    }
+    if (staging) {
+      std::vector<size_t> staged;
+      pto::Status st;
+      for (size_t i = 0; i < task.tensors.size() && st.ok(); ++i) {
+        const uint64_t bytes = pto::tensor_bytes(task.tensors[i]);
+        if (task.buffers[i].id != 0 || bytes <= cfg_.inline_limit_bytes) continue;
+        st = buffer_alloc(bytes, &task.buffers[i], tmo);
+        if (!st.ok()) break;
+        staged.push_back(i);
+        if (copies_in(task.directions[i]))
+          st = buffer_write(task.buffers[i], reinterpret_cast<const void*>(task.tensors[i].data), bytes, tmo);
+      }
+      if (!st.ok())
+        for (size_t i : staged) (void)buffer_free(task.buffers[i], tmo);
+      std::lock_guard<std::mutex> g(mu_);
+      if (!st.ok() || !session_up_ || session_over_) {
+        for (size_t i : staged) task.buffers[i].id = 0;  // the session's buffers go with it, or are freed below
+        done_.push_back({task.seq, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "",
+                         fmt::format("{}: staging a large tensor in a remote buffer failed: {}", label(),
+                                     st.ok() ? "the session ended" : st.message)});
+        has_done_.store(true, std::memory_order_release);
+      } else {
+        staged_[task.seq] = std::move(staged);
+        tasks_out_.push_back(std::move(task));
+        out_cv_.notify_one();
+        continue;
+      }
+    } else {
+      std::vector<size_t> staged;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        staged = std::move(staged_[un.task.seq]);
+        staged_.erase(un.task.seq);
+      }
+      pto::Status st;
+      for (size_t i : staged) {
+        const pto::ContinuousTensor& t = un.task.tensors[i];
+        if (st.ok() && un.done.outcome == static_cast<uint8_t>(pto::Outcome::SUCCESS) && copies_out(un.task.directions[i]))
+          st = buffer_read(un.task.buffers[i], reinterpret_cast<void*>(t.data), pto::tensor_bytes(t), tmo);
+        (void)buffer_free(un.task.buffers[i], tmo);
+      }
+      if (!st.ok()) {
+        un.done.outcome = static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE);
+        un.done.message = fmt::format("{}: reading outputs back from a remote buffer failed: {}", label(), st.message);
+      }
+      std::lock_guard<std::mutex> g(mu_);
+      done_.push_back(std::move(un.done));
+      has_done_.store(true, std::memory_order_release);
+    }
+    if (wake_) wake_();
+  }
 }
 
 void GrpcRemoteLink::poll(std::vector<pto::RemoteCompletion>* out) {
@@ -255,6 +343,7 @@ void GrpcRemoteLink::end_session(const std::string& why) {
     for (auto& t : tasks_out_) done_.push_back({t.seq, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "", msg});
     pending_.clear();
     tasks_out_.clear();
+    staged_.clear();  // their buffers went with the session
     frames_out_.clear();
     has_done_.store(!done_.empty(), std::memory_order_release);
     for (auto& [id, w] : controls_) {
@@ -302,7 +391,7 @@ void GrpcRemoteLink::writer_loop() {
       std::vector<pto::RemoteCompletion> refused;
       std::vector<Pending> sent;
       for (auto& t : tasks) {
-        std::string bad;
+        std::string bad = t.refuse;
         pto::v1::RemoteTask w;
         w.set_id(t.seq);
         w.set_task_id(t.task_id);
@@ -313,9 +402,10 @@ void GrpcRemoteLink::writer_loop() {
         for (size_t i = 0; i < t.tensors.size() && bad.empty(); ++i) {
           const pto::ContinuousTensor& ct = t.tensors[i];
           const uint64_t bytes = pto::tensor_bytes(ct);
-          if (bytes > cfg_.inline_limit_bytes) {
-            bad = fmt::format("tensor {} has {} bytes, above [session] inline_limit_bytes {}; larger tensors need "
-                              "remote buffers, which this coordinator does not place yet",
+          const pto::RemoteBufferRef& ref = t.buffers[i];
+          if (ref.id == 0 && bytes > cfg_.inline_limit_bytes) {
+            bad = fmt::format("tensor {} has {} bytes, above [session] inline_limit_bytes {}: keep it in a remote "
+                              "buffer (Worker::alloc_remote) instead",
                               i, bytes, cfg_.inline_limit_bytes);
             break;
           }
@@ -323,7 +413,16 @@ void GrpcRemoteLink::writer_loop() {
           rt->set_dtype(static_cast<pto::v1::DataType>(ct.dtype));
           for (int d = 0; d < ct.ndims; ++d) rt->add_shape(ct.shape[d]);
           rt->set_direction(to_wire(t.directions[i]));
-          if (copies_in(t.directions[i])) rt->set_data(reinterpret_cast<const char*>(ct.data), bytes);
+          if (ref.id != 0) {  // on the peer already: a reference, no bytes
+            auto* b = rt->mutable_buffer();
+            b->set_owner(worker_id_);
+            b->set_buffer_id(ref.id);
+            b->set_generation(ref.generation);
+            b->set_offset(ref.offset);
+            b->set_bytes(bytes);
+          } else if (copies_in(t.directions[i])) {
+            rt->set_data(reinterpret_cast<const char*>(ct.data), bytes);
+          }
         }
         if (!bad.empty()) {
           refused.push_back({t.seq, static_cast<uint8_t>(pto::Outcome::TASK_FAILURE), "", bad});
@@ -401,7 +500,7 @@ void GrpcRemoteLink::reader_loop() {
         if (c.outcome() == pto::v1::SUCCESS) {
           // Outputs back into this process's tensors, size-checked.
           for (size_t i = 0; i < p.task.tensors.size(); ++i) {
-            if (!copies_out(p.task.directions[i])) continue;
+            if (!copies_out(p.task.directions[i]) || p.task.buffers[i].id != 0) continue;
             const uint64_t bytes = pto::tensor_bytes(p.task.tensors[i]);
             if (int(i) >= c.outputs_size() || c.outputs(int(i)).size() != bytes) {
               rc.outcome = static_cast<uint8_t>(pto::Outcome::TASK_FAILURE);
@@ -414,6 +513,14 @@ void GrpcRemoteLink::reader_loop() {
         } else if (!c.failure().callable().empty() || c.failure().task_id()) {
           rc.message = fmt::format("{} (peer task {}, callable {})", c.failure().message(), c.failure().task_id(),
                                    c.failure().callable().substr(0, 16));
+        }
+        {
+          std::lock_guard<std::mutex> g(mu_);
+          if (staged_.count(rc.seq)) {  // outputs in remote buffers: the stager reads them back
+            unstage_q_.push_back(Unstage{std::move(rc), std::move(p.task)});
+            stage_cv_.notify_one();
+            continue;
+          }
         }
         out.push_back(std::move(rc));
       }
@@ -517,6 +624,63 @@ pto::Status GrpcRemoteLink::unregister(const pto::CallableIdentity& id, uint32_t
     committed_.erase(id.digest);
   }
   return digest_op(pto::v1::Control::UNREGISTER, id, timeout_ms);
+}
+
+pto::Status GrpcRemoteLink::buffer_alloc(uint64_t bytes, pto::RemoteBufferRef* out, uint32_t timeout_ms) {
+  pto::v1::Control c;
+  c.set_op(pto::v1::Control::BUFFER_ALLOC);
+  c.set_bytes(bytes);
+  pto::v1::ControlReply r;
+  if (pto::Status s = call(c, timeout_ms, &r); !s.ok()) return s;
+  out->id = r.buffer_id();
+  out->generation = r.generation();
+  out->offset = 0;
+  return pto::Status::Ok();
+}
+
+pto::Status GrpcRemoteLink::buffer_free(const pto::RemoteBufferRef& b, uint32_t timeout_ms) {
+  pto::v1::Control c;
+  c.set_op(pto::v1::Control::BUFFER_FREE);
+  c.set_buffer_id(b.id);
+  c.set_generation(b.generation);
+  pto::v1::ControlReply r;
+  return call(c, timeout_ms, &r);
+}
+
+// Chunked: one CONTROL per kChunkBytes, one in flight at a time.
+pto::Status GrpcRemoteLink::buffer_write(const pto::RemoteBufferRef& b, const void* src, uint64_t bytes,
+                                         uint32_t timeout_ms) {
+  for (uint64_t off = 0; off < bytes; off += kChunkBytes) {
+    const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - off);
+    pto::v1::Control c;
+    c.set_op(pto::v1::Control::BUFFER_WRITE);
+    c.set_buffer_id(b.id);
+    c.set_generation(b.generation);
+    c.set_offset(b.offset + off);
+    c.set_data(static_cast<const char*>(src) + off, n);
+    pto::v1::ControlReply r;
+    if (pto::Status s = call(std::move(c), timeout_ms, &r); !s.ok()) return s;
+  }
+  return pto::Status::Ok();
+}
+
+pto::Status GrpcRemoteLink::buffer_read(const pto::RemoteBufferRef& b, void* dst, uint64_t bytes, uint32_t timeout_ms) {
+  for (uint64_t off = 0; off < bytes; off += kChunkBytes) {
+    const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - off);
+    pto::v1::Control c;
+    c.set_op(pto::v1::Control::BUFFER_READ);
+    c.set_buffer_id(b.id);
+    c.set_generation(b.generation);
+    c.set_offset(b.offset + off);
+    c.set_bytes(n);
+    pto::v1::ControlReply r;
+    if (pto::Status s = call(std::move(c), timeout_ms, &r); !s.ok()) return s;
+    if (r.data().size() != n)
+      return pto::Status::Error(pto::kWorkerChildFailed,
+                                fmt::format("{}: read {} bytes at offset {}, got {}", label(), n, b.offset + off, r.data().size()));
+    std::memcpy(static_cast<char*>(dst) + off, r.data().data(), n);
+  }
+  return pto::Status::Ok();
 }
 
 void GrpcRemoteLink::run() {

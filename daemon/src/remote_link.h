@@ -47,6 +47,12 @@ class GrpcRemoteLink final : public pto::RemoteLink {
   pto::Status abort(const pto::CallableIdentity& id, uint32_t timeout_ms) override;
   pto::Status unregister(const pto::CallableIdentity& id, uint32_t timeout_ms) override;
   std::vector<PeerChild> peer_children() const override;
+  pto::Status buffer_alloc(uint64_t bytes, pto::RemoteBufferRef* out, uint32_t timeout_ms) override;
+  pto::Status buffer_free(const pto::RemoteBufferRef& b, uint32_t timeout_ms) override;
+  pto::Status buffer_write(const pto::RemoteBufferRef& b, const void* src, uint64_t bytes, uint32_t timeout_ms) override;
+  pto::Status buffer_read(const pto::RemoteBufferRef& b, void* dst, uint64_t bytes, uint32_t timeout_ms) override;
+
+  static constexpr uint64_t kChunkBytes = 1 << 20;  // remote-buffer writes and reads, per CONTROL
 
  private:
   struct Pending {
@@ -58,6 +64,12 @@ class GrpcRemoteLink final : public pto::RemoteLink {
   };
 
   void run();
+  // Tensors above inline_limit_bytes travel through remote buffers: the
+  // stager allocates and writes them before the task is sent, and reads the
+  // outputs back and frees them after its completion (it may wait on CONTROL
+  // replies, which the writer and reader threads cannot).
+  void stager_loop();
+  bool needs_staging(const pto::RemoteTask& t) const;
   bool open_session(std::string* why);
   void reader_loop();
   void writer_loop();
@@ -79,7 +91,15 @@ class GrpcRemoteLink final : public pto::RemoteLink {
   std::condition_variable cv_;      // session state, stop
   std::condition_variable out_cv_;  // the writer's queue
   std::condition_variable ctl_cv_;  // control replies
-  std::thread conn_;
+  std::thread conn_, stager_;
+  std::condition_variable stage_cv_;
+  std::deque<pto::RemoteTask> stage_q_;  // to stage before sending
+  struct Unstage {
+    pto::RemoteCompletion done;
+    pto::RemoteTask task;
+  };
+  std::deque<Unstage> unstage_q_;                       // completed: outputs to read back, buffers to free
+  std::map<uint64_t, std::vector<size_t>> staged_;      // task seq -> its staged tensors
   bool stop_ = false;
   std::atomic<bool> ready_{false};
   std::string state_ = "not started";

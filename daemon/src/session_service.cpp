@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <thread>
 
 #include "log.h"
@@ -32,6 +33,30 @@ struct SessionConn {
   std::atomic<uint64_t> last_recv_ns{0};
   std::set<pto::Digest> prepared;             // prepared here and not committed: aborted at the end
   std::string peer;
+  // Remote buffers of this session (generation = the session id), in the
+  // Worker's arena. Freed when the coordinator frees them and no task uses
+  // them, or when the last reference to the session goes.
+  struct Buffer {
+    pto::ContinuousTensor t;
+    uint32_t users = 0;
+    bool freed = false;
+  };
+  pto::Worker* engine = nullptr;
+  std::map<uint64_t, Buffer> buffers;  // under mu
+  uint64_t next_buffer = 0;
+
+  ~SessionConn() {
+    for (auto& [id, b] : buffers) (void)engine->free(b.t);
+  }
+  void release_buffer(uint64_t id) {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = buffers.find(id);
+    if (it == buffers.end()) return;
+    if (--it->second.users == 0 && it->second.freed) {
+      (void)engine->free(it->second.t);
+      buffers.erase(it);
+    }
+  }
 
   void push(pto::v1::Frame f) {
     std::lock_guard<std::mutex> g(mu);
@@ -117,6 +142,7 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
   }
   auto c = std::make_shared<SessionConn>();
   c->ctx = ctx;
+  c->engine = &p_.worker;
   c->peer = ctx->peer();
   uint64_t out_seq = 0;
   auto write_now = [&](pto::v1::Frame f) {
@@ -342,18 +368,18 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
   struct Held {
     std::vector<pto::ContinuousTensor> tensors;
     std::vector<int> dirs;
+    std::vector<bool> owned;       // allocated for this task (inline), else a view of a remote buffer
+    std::vector<uint64_t> buffers;  // remote buffers in use
   };
   auto held = std::make_shared<Held>();
-  auto release = [this, held] {
-    for (const auto& x : held->tensors) (void)p_.worker.free(x);
+  auto release = [this, held, c] {
+    for (size_t i = 0; i < held->tensors.size(); ++i)
+      if (held->owned[i]) (void)p_.worker.free(held->tensors[i]);
+    for (uint64_t id : held->buffers) c->release_buffer(id);
   };
   pto::TaskArgs args;
   for (int i = 0; i < t.tensors_size(); ++i) {
     const auto& rt = t.tensors(i);
-    if (rt.has_buffer()) {
-      release();
-      return failed(fmt::format("tensor {}: remote buffers are not supported by this peer", i));
-    }
     std::vector<uint32_t> shape(rt.shape().begin(), rt.shape().end());
     const uint64_t esize = pto2_dtype_size(rt.dtype());
     uint64_t bytes = esize;
@@ -362,6 +388,42 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
     if (overflow || bytes > (uint64_t(1) << 40)) {
       release();
       return failed(fmt::format("tensor {}: dtype {} with {} dims is not a valid tensor", i, int(rt.dtype()), shape.size()));
+    }
+    const pto::TensorArgType tag = rt.direction() == pto::v1::DIR_IN    ? pto::TensorArgType::INPUT
+                                   : rt.direction() == pto::v1::DIR_OUT ? pto::TensorArgType::OUTPUT_EXISTING
+                                                                        : pto::TensorArgType::INOUT;
+    if (rt.has_buffer()) {  // a view of one of this session's remote buffers
+      const auto& ref = rt.buffer();
+      std::string why;
+      {
+        std::lock_guard<std::mutex> g(c->mu);
+        auto it = c->buffers.find(ref.buffer_id());
+        if (ref.owner() != c->worker || ref.generation() != c->session)
+          why = fmt::format("remote buffer {} of worker {} generation {:016x} is not of this session (worker {}, "
+                            "generation {:016x}): the peer restarted or the session was renewed",
+                            ref.buffer_id(), ref.owner(), ref.generation(), c->worker, c->session);
+        else if (it == c->buffers.end() || it->second.freed)
+          why = fmt::format("remote buffer {} does not exist (freed?)", ref.buffer_id());
+        else if (ref.bytes() != bytes || ref.offset() > pto::tensor_bytes(it->second.t) ||
+                 bytes > pto::tensor_bytes(it->second.t) - ref.offset())
+          why = fmt::format("a {}-byte view at offset {} does not fit remote buffer {} ({} bytes)", bytes, ref.offset(),
+                            ref.buffer_id(), pto::tensor_bytes(it->second.t));
+        else {
+          ++it->second.users;
+          held->buffers.push_back(ref.buffer_id());
+          pto::ContinuousTensor v = pto::make_tensor(reinterpret_cast<uint8_t*>(it->second.t.data) + ref.offset(), shape,
+                                                     rt.dtype());
+          held->tensors.push_back(v);
+          held->dirs.push_back(pto::v1::DIRECTION_NONE);  // nothing travels back
+          held->owned.push_back(false);
+          args.add_tensor(v, tag);
+        }
+      }
+      if (!why.empty()) {
+        release();
+        return failed(fmt::format("tensor {}: {}", i, why));
+      }
+      continue;
     }
     const bool in = rt.direction() == pto::v1::DIR_IN || rt.direction() == pto::v1::DIR_INOUT;
     if (in && rt.data().size() != bytes) {
@@ -375,10 +437,8 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
     }
     held->tensors.push_back(a.value);
     held->dirs.push_back(rt.direction());
+    held->owned.push_back(true);
     if (in) std::memcpy(reinterpret_cast<void*>(a.value.data), rt.data().data(), bytes);
-    const pto::TensorArgType tag = rt.direction() == pto::v1::DIR_IN    ? pto::TensorArgType::INPUT
-                                   : rt.direction() == pto::v1::DIR_OUT ? pto::TensorArgType::OUTPUT_EXISTING
-                                                                        : pto::TensorArgType::INOUT;
     args.add_tensor(a.value, tag);
   }
   for (uint64_t s : t.scalars()) args.add_scalar(s);
@@ -472,6 +532,48 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
       ref.set_digest(req.digest());
       if (Status s = p_.registry.remove(ref); !s.ok() && s.code != pto::kWorkerNotRegistered) return no(s.message);
       lg->info("session {:016x}: unregistered {} (tombstone kept)", c.session, pto::to_hex(d).substr(0, 16));
+      return;
+    }
+    case pto::v1::Control::BUFFER_ALLOC: {
+      if (req.bytes() == 0 || req.bytes() > (uint64_t(1) << 36))
+        return no(fmt::format("BUFFER_ALLOC of {} bytes: must be 1..2^36", req.bytes()));
+      // One dimension up to 4 GiB; beyond, whole 4 KiB rows (at least the bytes asked for).
+      const uint64_t n = req.bytes();
+      auto a = n <= UINT32_MAX ? p_.worker.alloc({static_cast<uint32_t>(n)}, PTO2_UINT8)
+                               : p_.worker.alloc({static_cast<uint32_t>((n + 4095) / 4096), 4096}, PTO2_UINT8);
+      if (!a.ok()) return no("BUFFER_ALLOC: " + a.status.message);
+      std::lock_guard<std::mutex> g(c.mu);
+      const uint64_t id = ++c.next_buffer;
+      c.buffers[id].t = a.value;
+      reply->set_buffer_id(id);
+      reply->set_generation(c.session);
+      return;
+    }
+    case pto::v1::Control::BUFFER_FREE:
+    case pto::v1::Control::BUFFER_WRITE:
+    case pto::v1::Control::BUFFER_READ: {
+      std::lock_guard<std::mutex> g(c.mu);
+      auto it = c.buffers.find(req.buffer_id());
+      if (req.generation() != c.session || it == c.buffers.end() || it->second.freed)
+        return no(fmt::format("remote buffer {} (generation {:016x}) is not a live buffer of this session", req.buffer_id(),
+                              req.generation()));
+      auto& b = it->second;
+      const uint64_t size = pto::tensor_bytes(b.t);
+      uint8_t* base = reinterpret_cast<uint8_t*>(b.t.data);
+      if (req.op() == pto::v1::Control::BUFFER_FREE) {
+        b.freed = true;
+        if (b.users == 0) {
+          (void)p_.worker.free(b.t);
+          c.buffers.erase(it);
+        }
+        return;
+      }
+      const uint64_t n = req.op() == pto::v1::Control::BUFFER_WRITE ? req.data().size() : req.bytes();
+      if (req.offset() > size || n > size - req.offset() || n > (64u << 20))
+        return no(fmt::format("{} bytes at offset {} do not fit remote buffer {} ({} bytes)", n, req.offset(),
+                              req.buffer_id(), size));
+      if (req.op() == pto::v1::Control::BUFFER_WRITE) std::memcpy(base + req.offset(), req.data().data(), n);
+      else reply->set_data(reinterpret_cast<const char*>(base + req.offset()), n);
       return;
     }
     default: return no(fmt::format("control op {} is not supported by this peer", int(req.op())));

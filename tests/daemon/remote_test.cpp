@@ -46,10 +46,10 @@ struct Coordinator {
   std::string dir;
   std::unique_ptr<DaemonProcess> d;
   Coordinator(const std::vector<const DaemonProcess*>& peers, int l3_children = 0, const std::string& peer_extra = "",
-              const std::vector<std::string>& addresses = {}) {
+              const std::vector<std::string>& addresses = {}, const std::string& extra_toml = "") {
     dir = make_temp_dir("ptod-coord");
     std::ofstream f(dir + "/ptod.toml");
-    f << "[worker]\nlevel = 4\nl3_children = " << l3_children << "\n";
+    f << extra_toml << "[worker]\nlevel = 4\nl3_children = " << l3_children << "\n";
     for (const DaemonProcess* p : peers) f << "[[peers]]\naddress = \"" << p->address() << "\"\n" << peer_extra;
     for (const std::string& a : addresses) f << "[[peers]]\naddress = \"" << a << "\"\n" << peer_extra;
     f.close();
@@ -191,6 +191,23 @@ TEST_CASE("a job spread over two remote L3 daemons and a local L3 child matches 
   INFO(tree.text);
   CHECK_THAT(tree.text, Catch::Contains("level 4") && Catch::Contains("[peer " + a.address()) &&
                             Catch::Contains("[peer " + b.address()) && Catch::Contains("    chip 0"));
+}
+
+TEST_CASE("tensors above the inline limit travel through remote buffers and come back") {
+  DaemonProcess a({}, 1, 1);
+  REQUIRE(a.up());
+  // 4 KiB inline limit: the examples' 64 KiB tensors are staged in buffers on the peer.
+  Coordinator c({&a}, 0, "", {}, "[session]\ninline_limit_bytes = 4096\n");
+  INFO(c.d->log());
+  REQUIRE(c.d->up());
+  auto cl = connect(*c.d);
+  REQUIRE(eventually([&] { return all_peers_ready(*cl, 1); }));
+  for (const char* example : {VECTOR_CONFIG, PAGED_ATTENTION_CONFIG}) {
+    Output r = run_command({PTOCTL_PATH, "--address", c.d->address(), "run-example", example}, 120);
+    INFO(r.text);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.text, Catch::Contains(": PASS ("));
+  }
 }
 
 TEST_CASE("remote registration is all or nothing - one peer refusing leaves nothing registered anywhere") {

@@ -113,6 +113,11 @@ Status WorkerImpl::validate_tensor(const ContinuousTensor& t, TensorArgType tag,
     return bad("has no address; only an OUTPUT tensor may be allocated by the Worker");
   }
   const uint64_t bytes = tensor_bytes(t);
+  int ep = -1;
+  RemoteBufferRef ref;
+  Status remote_error;
+  if (remote_buffer_of(t.data, t.data + bytes, &ep, &ref, &remote_error))
+    return remote_error.ok() ? Status::Ok() : bad(remote_error.message);
   if (!in_shared_region(t.data, bytes))
     return bad(fmt::format("[0x{:x}, +{} bytes) is not in memory the children share; allocate it with "
                            "Worker::alloc / Orchestrator::alloc or register it with register_shared_memory",
@@ -194,6 +199,29 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
         return reject(kWorkerInvalidArgument, fmt::format("{}: worker id {} named twice; group members need distinct workers",
                                                           what, pinned[i]));
   }
+  // Remote buffers live on one worker: a task naming one runs there.
+  for (int m = 0; m < n && rbuf_base_; ++m)
+    for (int i = 0; i < members[m].tensor_count(); ++i) {
+      const ContinuousTensor& t = members[m].tensor(i);
+      int ep = -1;
+      RemoteBufferRef ref;
+      Status err;
+      if (t.data == 0 || !remote_buffer_of(t.data, t.data + tensor_bytes(t), &ep, &ref, &err) || !err.ok()) continue;
+      if (!next_level)
+        return reject(kWorkerInvalidArgument,
+                      fmt::format("{}: tensor {} is in a remote buffer; only next-level tasks on its worker can use it", what, i));
+      if (pinned[m] >= 0 && pinned[m] != ep)
+        return reject(kWorkerInvalidArgument,
+                      fmt::format("{}: member {} tensor {} is in a remote buffer on worker {}, but the task is placed on "
+                                  "worker {}",
+                                  what, m, i, ep, pinned[m]));
+      pinned[m] = ep;
+    }
+  if (n > 1 && std::count(pinned.begin(), pinned.end(), -1) != 0 && std::count(pinned.begin(), pinned.end(), -1) != n)
+    return reject(kWorkerInvalidArgument,
+                  fmt::format("{}: some members use remote buffers (placed on their workers) and some do not; name a "
+                              "worker for every member",
+                              what));
   // Arguments: counts, tensors, the mailbox budget, outputs to allocate.
   // (members is this call's own copy: allocated outputs are written into it.)
   std::vector<TaskArgs>& args = members;

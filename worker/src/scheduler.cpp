@@ -308,6 +308,14 @@ void WorkerImpl::dispatch_remote(Endpoint& ep, Slot* s, int member, uint64_t seq
   t.scalars.assign(view.scalars, view.scalars + view.scalar_count);
   if (member < static_cast<int>(s->dirs.size())) t.directions = s->dirs[member];
   t.directions.resize(t.tensors.size(), TensorDirection::INOUT);
+  t.buffers.resize(t.tensors.size());
+  for (size_t i = 0; i < t.tensors.size() && rbuf_base_; ++i) {
+    int owner = -1;
+    Status err;
+    if (remote_buffer_of(t.tensors[i].data, t.tensors[i].data + tensor_bytes(t.tensors[i]), &owner, &t.buffers[i], &err) &&
+        (!err.ok() || owner != ep.index))  // freed since submit: the link refuses the task with this
+      t.refuse = fmt::format("tensor {}: {}", i, err.ok() ? "its remote buffer is on another worker" : err.message);
+  }
   ep.link->send(std::move(t));
 }
 

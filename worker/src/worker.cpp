@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -127,6 +128,14 @@ Result<ContinuousTensor> Worker::alloc(const std::vector<uint32_t>& shape, int32
   return impl_->alloc_buffer(shape, dtype);
 }
 Status Worker::free(const ContinuousTensor& t) { return impl_->free_buffer(t); }
+Result<ContinuousTensor> Worker::alloc_remote(int worker, const std::vector<uint32_t>& shape, int32_t dtype) {
+  return impl_->alloc_remote(worker, shape, dtype);
+}
+Status Worker::free_remote(const ContinuousTensor& t) { return impl_->free_remote(t); }
+Status Worker::write_remote(const ContinuousTensor& t, const void* src) {
+  return impl_->move_remote(t, const_cast<void*>(src), true);
+}
+Status Worker::read_remote(const ContinuousTensor& t, void* dst) { return impl_->move_remote(t, dst, false); }
 std::vector<ChildInfo> Worker::children() const { return impl_->children(); }
 WorkerStats Worker::stats() const { return impl_->stats(); }
 Status Worker::name_callable(const std::string& name, const CallableHandle& h) { return impl_->name_callable(name, h); }
@@ -619,6 +628,14 @@ Status WorkerImpl::init() {
   if (Status s = make(ChildKind::CHIP, cfg_.level == 3 ? cfg_.num_chips : 0, chips_); !s.ok()) return fail(s);
   if (Status s = make(ChildKind::SUB, cfg_.num_sub_workers, subs_); !s.ok()) return fail(s);
   if (Status s = make(ChildKind::L3, static_cast<int>(inner_.size()), l3s_); !s.ok()) return fail(s);
+  if (!links_.empty()) {
+    // Address space only (PROT_NONE, nothing backed): remote buffers get
+    // placeholder addresses no real tensor can have.
+    rbuf_size_ = 64ull << 30;
+    void* p = mmap(nullptr, rbuf_size_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return fail(Status::Error(kWorkerHeapExhausted, "cannot reserve the remote-buffer address range"));
+    rbuf_base_ = rbuf_next_ = reinterpret_cast<uint64_t>(p);
+  }
   for (auto& link : links_) {  // remote L3 workers follow the local ones
     auto ep = std::make_unique<Endpoint>();
     ep->kind = ChildKind::L3;
@@ -919,6 +936,8 @@ Status WorkerImpl::close() {
   }
   for (auto& m : rings_map_) m.reset();
   arena_map_.reset();
+  if (rbuf_base_) munmap(reinterpret_cast<void*>(rbuf_base_), rbuf_size_);
+  rbuf_base_ = 0;
   bell_map_.reset();
   if (own_state_dir_) {
     std::error_code ec;

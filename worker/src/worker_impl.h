@@ -188,6 +188,14 @@ class WorkerImpl {
                    std::function<void(const RunResult&)> on_done);
   Status close();
   Result<ContinuousTensor> alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype);
+  // remote_buffers.cpp
+  Result<ContinuousTensor> alloc_remote(int worker, const std::vector<uint32_t>& shape, int32_t dtype);
+  Status free_remote(const ContinuousTensor& t);
+  Status move_remote(const ContinuousTensor& t, void* host, bool write);
+  // The remote buffer holding [lo, hi): found (true) with its endpoint index
+  // and reference at lo; false when the range is outside the remote range.
+  // Inside it but not in a live buffer: an error naming the range.
+  bool remote_buffer_of(uint64_t lo, uint64_t hi, int* endpoint, RemoteBufferRef* ref, Status* error) const;
   Status free_buffer(const ContinuousTensor& t);
   std::vector<ChildInfo> children() const;
   WorkerStats stats() const;
@@ -272,6 +280,15 @@ class WorkerImpl {
   std::vector<std::shared_ptr<RemoteLink>> links_;  // level >= 4: remote L3 workers, after the local ones in l3s_
   std::atomic<uint32_t> remote_in_flight_{0};   // tasks on remote endpoints (poll without the lock when 0)
   std::map<Digest, std::string> tombstones_;    // unregistered digests: a late submit names it
+  // Remote buffers: placeholders in a reserved, never-mapped address range.
+  struct RemoteBuffer {
+    int endpoint;
+    RemoteBufferRef ref;
+    uint64_t bytes;
+  };
+  mutable std::mutex rbuf_mu_;
+  std::map<uint64_t, RemoteBuffer> rbufs_;  // placeholder address -> buffer
+  uint64_t rbuf_base_ = 0, rbuf_size_ = 0, rbuf_next_ = 0;
   std::map<Digest, Registered> registry_;
   std::string state_dir_;
   bool own_state_dir_ = false;

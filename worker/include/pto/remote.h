@@ -28,6 +28,13 @@ enum class TensorDirection : uint8_t { IN = 1, OUT = 2, INOUT = 3, NONE = 0 };
 // A task handed to a link. Tensor addresses are valid in this process; the
 // link copies IN bytes out when it sends and OUT bytes back before it reports
 // the completion.
+// A tensor that lives in a remote buffer (Worker::alloc_remote): no bytes
+// travel with the task, the peer finds them by (buffer id, generation,
+// offset). id 0: the tensor travels inline.
+struct RemoteBufferRef {
+  uint64_t id = 0, generation = 0, offset = 0;
+};
+
 struct RemoteTask {
   uint64_t seq = 0;  // the engine's dispatch number on this endpoint (echoed in the completion)
   uint64_t task_id = 0;
@@ -35,6 +42,8 @@ struct RemoteTask {
   CallConfig config;
   std::vector<ContinuousTensor> tensors;
   std::vector<TensorDirection> directions;  // one per tensor
+  std::vector<RemoteBufferRef> buffers;     // one per tensor
+  std::string refuse;  // non-empty: fail the task with this message instead of sending it
   std::vector<uint64_t> scalars;
 };
 
@@ -81,6 +90,14 @@ class RemoteLink {
   virtual Status commit(const CallableIdentity& id, uint32_t timeout_ms) = 0;
   virtual Status abort(const CallableIdentity& id, uint32_t timeout_ms) = 0;
   virtual Status unregister(const CallableIdentity& id, uint32_t timeout_ms) = 0;
+
+  // Remote buffers on the peer, for the session in flight (its id is the
+  // buffer's generation: a new session makes old buffers stale). Writes and
+  // reads are chunked; each call blocks for at most timeout_ms per chunk.
+  virtual Status buffer_alloc(uint64_t bytes, RemoteBufferRef* out, uint32_t timeout_ms) = 0;
+  virtual Status buffer_free(const RemoteBufferRef& b, uint32_t timeout_ms) = 0;
+  virtual Status buffer_write(const RemoteBufferRef& b, const void* src, uint64_t bytes, uint32_t timeout_ms) = 0;
+  virtual Status buffer_read(const RemoteBufferRef& b, void* dst, uint64_t bytes, uint32_t timeout_ms) = 0;
 
   // The peer's own children (label, state) for the worker tree; empty when unknown.
   struct PeerChild {

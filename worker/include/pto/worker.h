@@ -287,6 +287,19 @@ class Worker {
   Result<ContinuousTensor> alloc(const std::vector<uint32_t>& shape, int32_t dtype);
   Status free(const ContinuousTensor& t);
 
+  // Level >= 4: a buffer on a remote next-level worker (its worker id), for
+  // tensors too large to travel with each task or that stay on the peer
+  // between tasks. The tensor's address is a placeholder in an address range
+  // no memory uses: tasks that name it (or a view inside it) run on that
+  // worker (submit pins them there) and are ordered by byte-range overlap
+  // like any tensor. Bytes move with write_remote / read_remote (chunked); a
+  // view moves just its bytes. The buffer belongs to the session: after a
+  // reconnect it is stale and every use fails naming it.
+  Result<ContinuousTensor> alloc_remote(int worker, const std::vector<uint32_t>& shape, int32_t dtype);
+  Status free_remote(const ContinuousTensor& t);
+  Status write_remote(const ContinuousTensor& t, const void* src);
+  Status read_remote(const ContinuousTensor& t, void* dst);
+
   std::vector<ChildInfo> children() const;
   WorkerStats stats() const;
 
