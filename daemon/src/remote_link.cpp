@@ -96,8 +96,20 @@ void GrpcRemoteLink::send(pto::RemoteTask&& task) {
     stage_cv_.notify_one();
     return;
   }
-  tasks_out_.push_back(std::move(task));
-  out_cv_.notify_one();
+  // A lone task (nothing else in flight or queued) is written from this
+  // thread: one thread wake-up less on the latency path. Under load the
+  // writer thread batches tasks into frames instead.
+  if (!tasks_out_.empty() || !pending_.empty() || !write_mu_.try_lock()) {
+    tasks_out_.push_back(std::move(task));
+    out_cv_.notify_one();
+    return;
+  }
+  lk.unlock();
+  std::vector<pto::RemoteTask> one;
+  one.push_back(std::move(task));
+  const bool ok = write_tasks(one);
+  write_mu_.unlock();
+  if (!ok) end_session("the connection broke while sending");
 }
 
 bool GrpcRemoteLink::needs_staging(const pto::RemoteTask& t) const {
@@ -360,6 +372,76 @@ void GrpcRemoteLink::end_session(const std::string& why) {
   if (wake) wake();
 }
 
+// write_mu_ held. Encodes tasks into one TASK frame (inline bytes or buffer
+// references), records them as in flight, and writes the frame. False when
+// the stream broke.
+bool GrpcRemoteLink::write_tasks(std::vector<pto::RemoteTask>& tasks) {
+  pto::v1::Frame tf;
+  auto* body = tf.mutable_task();
+  std::vector<pto::RemoteCompletion> refused;
+  std::vector<Pending> sent;
+  for (auto& t : tasks) {
+    std::string bad = t.refuse;
+    pto::v1::RemoteTask w;
+    w.set_id(t.seq);
+    w.set_task_id(t.task_id);
+    w.set_digest(std::string(reinterpret_cast<const char*>(t.callable.digest.data()), 32));
+    w.mutable_config()->set_block_dim(t.config.block_dim);
+    w.mutable_config()->set_aicpu_thread_num(t.config.aicpu_thread_num);
+    w.mutable_config()->set_timeout_ms(t.config.timeout_ms);
+    for (size_t i = 0; i < t.tensors.size() && bad.empty(); ++i) {
+      const pto::ContinuousTensor& ct = t.tensors[i];
+      const uint64_t bytes = pto::tensor_bytes(ct);
+      const pto::RemoteBufferRef& ref = t.buffers[i];
+      if (ref.id == 0 && bytes > cfg_.inline_limit_bytes) {
+        bad = fmt::format("tensor {} has {} bytes, above [session] inline_limit_bytes {}: keep it in a remote "
+                          "buffer (Worker::alloc_remote) instead",
+                          i, bytes, cfg_.inline_limit_bytes);
+        break;
+      }
+      auto* rt = w.add_tensors();
+      rt->set_dtype(static_cast<pto::v1::DataType>(ct.dtype));
+      for (int d = 0; d < ct.ndims; ++d) rt->add_shape(ct.shape[d]);
+      rt->set_direction(to_wire(t.directions[i]));
+      if (ref.id != 0) {  // on the peer already: a reference, no bytes
+        auto* b = rt->mutable_buffer();
+        b->set_owner(worker_id_);
+        b->set_buffer_id(ref.id);
+        b->set_generation(ref.generation);
+        b->set_offset(ref.offset);
+        b->set_bytes(bytes);
+      } else if (copies_in(t.directions[i])) {
+        rt->set_data(reinterpret_cast<const char*>(ct.data), bytes);
+      }
+    }
+    if (!bad.empty()) {
+      refused.push_back({t.seq, static_cast<uint8_t>(pto::Outcome::TASK_FAILURE), "", bad});
+      continue;
+    }
+    for (uint64_t s : t.scalars) w.add_scalars(s);
+    *body->add_tasks() = std::move(w);
+    sent.push_back(Pending{std::move(t)});
+  }
+  bool over = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    over = session_over_;
+    if (over) {  // the session ended while encoding: these never left
+      for (auto& p : sent)
+        done_.push_back({p.task.seq, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "",
+                         fmt::format("{}: session lost: {}", label(), end_reason_)});
+      sent.clear();
+    }
+    for (auto& p : sent) pending_.emplace(p.task.seq, std::move(p));
+    for (auto& r : refused) done_.push_back(std::move(r));
+    if (!done_.empty()) has_done_.store(true, std::memory_order_release);
+  }
+  if ((!refused.empty() || over) && wake_) wake_();
+  if (over || body->tasks_size() == 0) return !over;
+  fill_header(&tf);
+  return stream_->Write(tf);
+}
+
 void GrpcRemoteLink::writer_loop() {
   const uint64_t hb_ns = uint64_t(cfg_.heartbeat_ms) * 1'000'000;
   const uint64_t dead_ns = uint64_t(cfg_.dead_after_ms) * 1'000'000;
@@ -380,83 +462,22 @@ void GrpcRemoteLink::writer_loop() {
       }
     }
     bool ok = true;
-    for (auto& fr : frames) {
-      fill_header(&fr);
-      if (ok) ok = stream_->Write(fr);
-    }
-    frames.clear();
-    if (!tasks.empty() && ok) {
-      pto::v1::Frame tf;
-      auto* body = tf.mutable_task();
-      std::vector<pto::RemoteCompletion> refused;
-      std::vector<Pending> sent;
-      for (auto& t : tasks) {
-        std::string bad = t.refuse;
-        pto::v1::RemoteTask w;
-        w.set_id(t.seq);
-        w.set_task_id(t.task_id);
-        w.set_digest(std::string(reinterpret_cast<const char*>(t.callable.digest.data()), 32));
-        w.mutable_config()->set_block_dim(t.config.block_dim);
-        w.mutable_config()->set_aicpu_thread_num(t.config.aicpu_thread_num);
-        w.mutable_config()->set_timeout_ms(t.config.timeout_ms);
-        for (size_t i = 0; i < t.tensors.size() && bad.empty(); ++i) {
-          const pto::ContinuousTensor& ct = t.tensors[i];
-          const uint64_t bytes = pto::tensor_bytes(ct);
-          const pto::RemoteBufferRef& ref = t.buffers[i];
-          if (ref.id == 0 && bytes > cfg_.inline_limit_bytes) {
-            bad = fmt::format("tensor {} has {} bytes, above [session] inline_limit_bytes {}: keep it in a remote "
-                              "buffer (Worker::alloc_remote) instead",
-                              i, bytes, cfg_.inline_limit_bytes);
-            break;
-          }
-          auto* rt = w.add_tensors();
-          rt->set_dtype(static_cast<pto::v1::DataType>(ct.dtype));
-          for (int d = 0; d < ct.ndims; ++d) rt->add_shape(ct.shape[d]);
-          rt->set_direction(to_wire(t.directions[i]));
-          if (ref.id != 0) {  // on the peer already: a reference, no bytes
-            auto* b = rt->mutable_buffer();
-            b->set_owner(worker_id_);
-            b->set_buffer_id(ref.id);
-            b->set_generation(ref.generation);
-            b->set_offset(ref.offset);
-            b->set_bytes(bytes);
-          } else if (copies_in(t.directions[i])) {
-            rt->set_data(reinterpret_cast<const char*>(ct.data), bytes);
-          }
-        }
-        if (!bad.empty()) {
-          refused.push_back({t.seq, static_cast<uint8_t>(pto::Outcome::TASK_FAILURE), "", bad});
-          continue;
-        }
-        for (uint64_t s : t.scalars) w.add_scalars(s);
-        *body->add_tasks() = std::move(w);
-        sent.push_back(Pending{std::move(t)});
-      }
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        if (session_over_) {  // the session ended while encoding: these never left
-          for (auto& p : sent)
-            done_.push_back({p.task.seq, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "",
-                             fmt::format("{}: session lost: {}", label(), end_reason_)});
-          sent.clear();
-        }
-        for (auto& p : sent) pending_.emplace(p.task.seq, std::move(p));
-        for (auto& r : refused) done_.push_back(std::move(r));
-        if (!done_.empty()) has_done_.store(true, std::memory_order_release);
-      }
-      if (!refused.empty() && wake_) wake_();
-      if (body->tasks_size() > 0) {
-        fill_header(&tf);
-        ok = stream_->Write(tf);
-      }
-    }
     const uint64_t now = now_ns();
-    if (ok && now - last_health >= hb_ns) {
-      pto::v1::Frame hb;
-      hb.mutable_health()->set_sent_ns(now);
-      fill_header(&hb);
-      ok = stream_->Write(hb);
-      last_health = now;
+    {
+      std::lock_guard<std::mutex> w(write_mu_);
+      for (auto& fr : frames) {
+        fill_header(&fr);
+        if (ok) ok = stream_->Write(fr);
+      }
+      frames.clear();
+      if (!tasks.empty() && ok) ok = write_tasks(tasks);
+      if (ok && now - last_health >= hb_ns) {
+        pto::v1::Frame hb;
+        hb.mutable_health()->set_sent_ns(now);
+        fill_header(&hb);
+        ok = stream_->Write(hb);
+        last_health = now;
+      }
     }
     if (!ok) {
       end_session("the connection broke while sending");
@@ -553,23 +574,45 @@ void GrpcRemoteLink::reader_loop() {
 }
 
 pto::Status GrpcRemoteLink::call(pto::v1::Control c, uint32_t timeout_ms, pto::v1::ControlReply* reply) {
+  std::vector<pto::v1::Control> one(1);
+  one[0] = std::move(c);
+  std::vector<pto::v1::ControlReply> replies;
+  pto::Status s = call_batch(one, timeout_ms, &replies);
+  if (!replies.empty()) *reply = std::move(replies[0]);
+  return s;
+}
+
+// Several CONTROLs in flight at once (remote-buffer chunks): all are queued
+// for the writer, then every reply is awaited; the first failure is returned.
+pto::Status GrpcRemoteLink::call_batch(std::vector<pto::v1::Control>& cs, uint32_t timeout_ms,
+                                       std::vector<pto::v1::ControlReply>* replies) {
   std::unique_lock<std::mutex> lk(mu_);
   if (!session_up_ || session_over_)
     return pto::Status::Error(pto::kWorkerChildFailed, fmt::format("{} is not connected ({})", label(), state_));
-  const uint64_t id = ++control_id_;
-  c.set_id(id);
-  pto::v1::Frame f;
-  *f.mutable_control() = std::move(c);
-  controls_[id];
-  frames_out_.push_back(std::move(f));
+  std::vector<uint64_t> ids;
+  for (auto& c : cs) {
+    const uint64_t id = ++control_id_;
+    ids.push_back(id);
+    c.set_id(id);
+    pto::v1::Frame f;
+    *f.mutable_control() = std::move(c);
+    controls_[id];
+    frames_out_.push_back(std::move(f));
+  }
   out_cv_.notify_one();
-  const bool done = ctl_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), [&] { return controls_[id].done; });
-  *reply = controls_[id].reply;
-  controls_.erase(id);
-  if (!done)
-    return pto::Status::Error(pto::kWorkerTimeout, fmt::format("{} did not answer within {} ms", label(), timeout_ms));
-  if (!reply->ok()) return pto::Status::Error(pto::kWorkerChildFailed, reply->message());
-  return pto::Status::Ok();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  pto::Status first;
+  for (uint64_t id : ids) {
+    const bool done = ctl_cv_.wait_until(lk, deadline, [&] { return controls_[id].done; });
+    replies->push_back(std::move(controls_[id].reply));
+    controls_.erase(id);
+    if (!first.ok()) continue;
+    if (!done)
+      first = pto::Status::Error(pto::kWorkerTimeout, fmt::format("{} did not answer within {} ms", label(), timeout_ms));
+    else if (!replies->back().ok())
+      first = pto::Status::Error(pto::kWorkerChildFailed, replies->back().message());
+  }
+  return first;
 }
 
 pto::Status GrpcRemoteLink::prepare(const pto::CallableIdentity& id, const std::string& payload, uint32_t timeout_ms) {
@@ -647,38 +690,51 @@ pto::Status GrpcRemoteLink::buffer_free(const pto::RemoteBufferRef& b, uint32_t 
   return call(c, timeout_ms, &r);
 }
 
-// Chunked: one CONTROL per kChunkBytes, one in flight at a time.
+// Chunked: one CONTROL per kChunkBytes, kChunkWindow of them in flight.
 pto::Status GrpcRemoteLink::buffer_write(const pto::RemoteBufferRef& b, const void* src, uint64_t bytes,
                                          uint32_t timeout_ms) {
-  for (uint64_t off = 0; off < bytes; off += kChunkBytes) {
-    const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - off);
-    pto::v1::Control c;
-    c.set_op(pto::v1::Control::BUFFER_WRITE);
-    c.set_buffer_id(b.id);
-    c.set_generation(b.generation);
-    c.set_offset(b.offset + off);
-    c.set_data(static_cast<const char*>(src) + off, n);
-    pto::v1::ControlReply r;
-    if (pto::Status s = call(std::move(c), timeout_ms, &r); !s.ok()) return s;
+  for (uint64_t off = 0; off < bytes;) {
+    std::vector<pto::v1::Control> cs;
+    for (int k = 0; k < kChunkWindow && off < bytes; ++k) {
+      const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - off);
+      pto::v1::Control& c = cs.emplace_back();
+      c.set_op(pto::v1::Control::BUFFER_WRITE);
+      c.set_buffer_id(b.id);
+      c.set_generation(b.generation);
+      c.set_offset(b.offset + off);
+      c.set_data(static_cast<const char*>(src) + off, n);
+      off += n;
+    }
+    std::vector<pto::v1::ControlReply> r;
+    if (pto::Status s = call_batch(cs, timeout_ms, &r); !s.ok()) return s;
   }
   return pto::Status::Ok();
 }
 
 pto::Status GrpcRemoteLink::buffer_read(const pto::RemoteBufferRef& b, void* dst, uint64_t bytes, uint32_t timeout_ms) {
-  for (uint64_t off = 0; off < bytes; off += kChunkBytes) {
-    const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - off);
-    pto::v1::Control c;
-    c.set_op(pto::v1::Control::BUFFER_READ);
-    c.set_buffer_id(b.id);
-    c.set_generation(b.generation);
-    c.set_offset(b.offset + off);
-    c.set_bytes(n);
-    pto::v1::ControlReply r;
-    if (pto::Status s = call(std::move(c), timeout_ms, &r); !s.ok()) return s;
-    if (r.data().size() != n)
-      return pto::Status::Error(pto::kWorkerChildFailed,
-                                fmt::format("{}: read {} bytes at offset {}, got {}", label(), n, b.offset + off, r.data().size()));
-    std::memcpy(static_cast<char*>(dst) + off, r.data().data(), n);
+  for (uint64_t off = 0; off < bytes;) {
+    std::vector<pto::v1::Control> cs;
+    std::vector<std::pair<uint64_t, uint64_t>> parts;  // (offset, bytes) of each chunk
+    for (int k = 0; k < kChunkWindow && off < bytes; ++k) {
+      const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - off);
+      pto::v1::Control& c = cs.emplace_back();
+      c.set_op(pto::v1::Control::BUFFER_READ);
+      c.set_buffer_id(b.id);
+      c.set_generation(b.generation);
+      c.set_offset(b.offset + off);
+      c.set_bytes(n);
+      parts.emplace_back(off, n);
+      off += n;
+    }
+    std::vector<pto::v1::ControlReply> r;
+    if (pto::Status s = call_batch(cs, timeout_ms, &r); !s.ok()) return s;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      if (r[k].data().size() != parts[k].second)
+        return pto::Status::Error(pto::kWorkerChildFailed, fmt::format("{}: read {} bytes at offset {}, got {}", label(),
+                                                                       parts[k].second, b.offset + parts[k].first,
+                                                                       r[k].data().size()));
+      std::memcpy(static_cast<char*>(dst) + parts[k].first, r[k].data().data(), parts[k].second);
+    }
   }
   return pto::Status::Ok();
 }

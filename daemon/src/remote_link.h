@@ -52,7 +52,8 @@ class GrpcRemoteLink final : public pto::RemoteLink {
   pto::Status buffer_write(const pto::RemoteBufferRef& b, const void* src, uint64_t bytes, uint32_t timeout_ms) override;
   pto::Status buffer_read(const pto::RemoteBufferRef& b, void* dst, uint64_t bytes, uint32_t timeout_ms) override;
 
-  static constexpr uint64_t kChunkBytes = 1 << 20;  // remote-buffer writes and reads, per CONTROL
+  static constexpr uint64_t kChunkBytes = 4 << 20;  // remote-buffer writes and reads, per CONTROL
+  static constexpr int kChunkWindow = 4;             // chunks in flight at once
 
  private:
   struct Pending {
@@ -73,10 +74,13 @@ class GrpcRemoteLink final : public pto::RemoteLink {
   bool open_session(std::string* why);
   void reader_loop();
   void writer_loop();
+  bool write_tasks(std::vector<pto::RemoteTask>& tasks);  // write_mu_ held
   // Ends the session in flight (first caller wins): cancels the stream and
   // hands every task it held back as ENDPOINT_FAILURE.
   void end_session(const std::string& why);
   pto::Status call(pto::v1::Control c, uint32_t timeout_ms, pto::v1::ControlReply* reply);
+  pto::Status call_batch(std::vector<pto::v1::Control>& cs, uint32_t timeout_ms,
+                         std::vector<pto::v1::ControlReply>* replies);
   pto::Status digest_op(int op, const pto::CallableIdentity& id, uint32_t timeout_ms);  // COMMIT, ABORT, UNREGISTER
   void fill_header(pto::v1::Frame* f);
   void set_tree(const pto::v1::WorkerNode& root);
@@ -88,6 +92,7 @@ class GrpcRemoteLink final : public pto::RemoteLink {
   std::function<void()> wake_;
 
   mutable std::mutex mu_;
+  std::mutex write_mu_;  // the stream's writes and out_seq_ (taken before mu_ when both are held)
   std::condition_variable cv_;      // session state, stop
   std::condition_variable out_cv_;  // the writer's queue
   std::condition_variable ctl_cv_;  // control replies

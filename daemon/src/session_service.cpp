@@ -64,13 +64,36 @@ struct SessionConn {
     out.push_back(std::move(f));
     cv.notify_one();
   }
+  // The stream's writes (and the frame sequence) happen under write_mu:
+  // from the writer thread, or directly from the thread that finished a task
+  // when nothing else is queued (one thread wake-up less per task).
+  std::mutex write_mu;
+  std::function<bool(pto::v1::Frame)> write;  // set while the session is open
+
   void complete(pto::v1::Completion c) {
-    std::lock_guard<std::mutex> g(mu);
+    std::unique_lock<std::mutex> lk(mu);
     if (outstanding) --outstanding;
     ++credits_back;
     if (closed) return;
-    done.push_back(std::move(c));
-    cv.notify_one();
+    // The last task in flight answers at once from this thread; under load
+    // the writer thread batches completions into frames.
+    if (outstanding > 0 || !done.empty() || !out.empty() || !write_mu.try_lock()) {
+      done.push_back(std::move(c));
+      cv.notify_one();
+      return;
+    }
+    pto::v1::Frame f;
+    *f.mutable_completion()->add_completions() = std::move(c);
+    f.mutable_completion()->set_credits(credits_back);
+    credits_back = 0;
+    lk.unlock();
+    const bool ok = write && write(std::move(f));
+    write_mu.unlock();
+    if (!ok) {  // the stream broke: the reader sees it too and ends the session
+      lk.lock();
+      closed = true;
+      cv.notify_all();
+    }
   }
 };
 
@@ -202,6 +225,7 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
     if (!write_now(r)) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
   }
   ++opened_;
+  c->write = write_now;
   {
     std::lock_guard<std::mutex> g(mu_);
     live_.insert(c);
@@ -232,16 +256,19 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
       const bool closing = c->closed;
       lk.unlock();
       bool ok = true;
-      if (comp.has_completion()) ok = write_now(std::move(comp));
-      for (auto& fr : frames)
-        if (ok) ok = write_now(std::move(fr));
       const uint64_t now = now_ns();
-      if (ok && now - last_health >= uint64_t(cfg.heartbeat_ms) * 1'000'000) {
-        pto::v1::Frame hb;
-        hb.mutable_health()->set_sent_ns(now);
-        if (++beats % 5 == 1) fill_worker_tree(p_, hb.mutable_health()->mutable_tree());  // the tree now and then
-        ok = write_now(std::move(hb));
-        last_health = now;
+      {
+        std::lock_guard<std::mutex> w(c->write_mu);
+        if (comp.has_completion()) ok = write_now(std::move(comp));
+        for (auto& fr : frames)
+          if (ok) ok = write_now(std::move(fr));
+        if (ok && now - last_health >= uint64_t(cfg.heartbeat_ms) * 1'000'000) {
+          pto::v1::Frame hb;
+          hb.mutable_health()->set_sent_ns(now);
+          if (++beats % 5 == 1) fill_worker_tree(p_, hb.mutable_health()->mutable_tree());  // the tree now and then
+          ok = write_now(std::move(hb));
+          last_health = now;
+        }
       }
       if (ok && now > c->last_recv_ns + uint64_t(cfg.dead_after_ms) * 1'000'000) {
         lg->warn("session {:016x}: nothing from the coordinator for {} ms: ending it", c->session, cfg.dead_after_ms);
@@ -320,6 +347,10 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
     c->cv.notify_all();
   }
   writer.join();
+  {  // a direct write in progress finishes before the stream goes away
+    std::lock_guard<std::mutex> w(c->write_mu);
+    c->write = nullptr;
+  }
   // What this session prepared and never committed is undone.
   for (const pto::Digest& d : c->prepared) (void)p_.registry.abort(d);
   {

@@ -841,10 +841,21 @@ RunHandle WorkerImpl::submit(OrchestrationFunction fn, TaskArgs args, CallConfig
     runner_ = std::thread([this] {
       std::unique_lock<std::mutex> lk(async_mu_);
       for (;;) {
+        if (async_q_.empty() && !runner_stop_) {
+          // Runs that follow each other (a remote session's tasks) find
+          // this thread awake: spin spin_us before sleeping on the condition.
+          lk.unlock();
+          const uint64_t t0 = now_ns();
+          uint32_t spins = 0;
+          while (async_queued_.load(std::memory_order_acquire) == 0 && now_ns() - t0 < uint64_t(cfg_.spin_us) * 1000)
+            spin_step(spins);
+          lk.lock();
+        }
         async_cv_.wait(lk, [&] { return runner_stop_ || !async_q_.empty(); });
         if (async_q_.empty()) return;  // stopping and drained
         auto st = async_q_.front();
         async_q_.pop_front();
+        async_queued_.fetch_sub(1, std::memory_order_release);
         lk.unlock();
         RunResult r = run(st->fn, st->args, st->cfg);
         if (st->on_done) st->on_done(r);
@@ -859,6 +870,7 @@ RunHandle WorkerImpl::submit(OrchestrationFunction fn, TaskArgs args, CallConfig
     });
   }
   async_q_.push_back(h.state_);
+  async_queued_.fetch_add(1, std::memory_order_release);
   async_cv_.notify_one();
   return h;
 }

@@ -345,6 +345,7 @@ class WorkerImpl {
   std::mutex async_mu_;
   std::condition_variable async_cv_;
   std::deque<std::shared_ptr<RunHandle::State>> async_q_;
+  std::atomic<uint32_t> async_queued_{0};  // async_q_.size(), for the runner's spin
   std::thread runner_;
   bool runner_stop_ = false;
 
