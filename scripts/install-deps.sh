@@ -16,6 +16,7 @@ PACKAGES=(
   libtomlplusplus-dev
   libssl-dev openssl
   libsystemd-dev
+  iproute2
   libstarpu-dev
 )
 
