@@ -5,7 +5,7 @@
 # ptoctl (generated inputs uploaded, one job, outputs downloaded and checked
 # against the reference), prints where the trace is, shows the worker tree and
 # stops the daemon (SIGTERM: drain, exit 0). With --bench it also runs the
-# runtime and engine benchmarks.
+# runtime, engine, daemon and remote-session benchmarks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,4 +51,6 @@ PTOD_PID=""
 if [ "${1:-}" = "--bench" ]; then
   ./build/tests/bench/pto2_runtime_bench
   ./build/tests/bench/pto_worker_bench
+  ./build/tests/bench/ptod_bench
+  ./build/tests/bench/pto_remote_bench
 fi
