@@ -81,10 +81,10 @@ else
        "falling back to three daemons on this host's loopback, separate ports"
 fi
 
-host_run() {  # host_run N command...: run in host N's namespace (or here)
-  h=$1
+host_run() {  # host_run N command...: run in host N's namespace (or here); called with &, so
+  h=$1           # exec makes $! the daemon itself (ip netns exec execs its command)
   shift
-  if [ "$MODE" = netns ]; then ip netns exec "pto$TAG-h$h" "$@"; else "$@"; fi
+  if [ "$MODE" = netns ]; then exec ip netns exec "pto$TAG-h$h" "$@"; else exec "$@"; fi
 }
 
 wait_ready() {  # wait_ready FILE: the daemon's --ready-file, bounded

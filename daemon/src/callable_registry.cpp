@@ -161,8 +161,11 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
     return bad("a level-4 daemon runs sub callables on its own sub workers only; register them on the L3 daemons");
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (pending && pending_.count(id.digest))
-      return bad(fmt::format("callable {} is already being prepared by another session", id.short_hex()));
+    if (pending_.count(id.digest))  // a coordinator's two-phase registration of it is in progress
+      return Status::Error(pto::kWorkerChildFailed,
+                           fmt::format("callable {} is being registered by a coordinator session; retry when it "
+                                       "has been committed or aborted",
+                                       id.short_hex()));
     auto it = by_digest_.find(id.digest);
     if (it != by_digest_.end()) {
       if (!req.name().empty() && req.name() != it->second.name)

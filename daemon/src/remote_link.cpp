@@ -99,7 +99,10 @@ void GrpcRemoteLink::send(pto::RemoteTask&& task) {
   // A lone task (nothing else in flight or queued) is written from this
   // thread: one thread wake-up less on the latency path. Under load the
   // writer thread batches tasks into frames instead.
-  if (!tasks_out_.empty() || !pending_.empty() || !write_mu_.try_lock()) {
+  uint64_t inline_bytes = 0;
+  for (size_t i = 0; i < task.tensors.size(); ++i)
+    if (task.buffers[i].id == 0 && copies_in(task.directions[i])) inline_bytes += pto::tensor_bytes(task.tensors[i]);
+  if (!tasks_out_.empty() || !pending_.empty() || inline_bytes > kDirectWriteBytes || !write_mu_.try_lock()) {
     tasks_out_.push_back(std::move(task));
     out_cv_.notify_one();
     return;
@@ -167,16 +170,11 @@ void GrpcRemoteLink::stager_loop() {
         continue;
       }
     } else {
-      std::vector<size_t> staged;
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        staged = std::move(staged_[un.task.seq]);
-        staged_.erase(un.task.seq);
-      }
       pto::Status st;
-      for (size_t i : staged) {
+      for (size_t i : un.staged) {
         const pto::ContinuousTensor& t = un.task.tensors[i];
-        if (st.ok() && un.done.outcome == static_cast<uint8_t>(pto::Outcome::SUCCESS) && copies_out(un.task.directions[i]))
+        if (st.ok() && !un.abandoned && un.done.outcome == static_cast<uint8_t>(pto::Outcome::SUCCESS) &&
+            copies_out(un.task.directions[i]))
           st = buffer_read(un.task.buffers[i], reinterpret_cast<void*>(t.data), pto::tensor_bytes(t), tmo);
         (void)buffer_free(un.task.buffers[i], tmo);
       }
@@ -190,6 +188,12 @@ void GrpcRemoteLink::stager_loop() {
     }
     if (wake_) wake_();
   }
+}
+
+void GrpcRemoteLink::abandon(uint64_t seq) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (auto it = pending_.find(seq); it != pending_.end()) it->second.abandoned = true;
+  else abandoned_.insert(seq);  // still queued or being staged: marked when it is sent
 }
 
 void GrpcRemoteLink::poll(std::vector<pto::RemoteCompletion>* out) {
@@ -240,6 +244,7 @@ bool GrpcRemoteLink::open_session(std::string* why) {
   auto stub = pto::v1::Session::NewStub(channel);
   auto ctx = std::make_unique<grpc::ClientContext>();
   if (!peer_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + peer_.token);
+  std::unique_lock<std::mutex> wl(write_mu_);  // no direct write may see half a session
   std::unique_lock<std::mutex> lk(mu_);
   session_ = 0;
   out_seq_ = in_seq_ = 0;
@@ -247,6 +252,7 @@ bool GrpcRemoteLink::open_session(std::string* why) {
   end_reason_.clear();
   ctx_ = std::move(ctx);
   lk.unlock();
+  wl.unlock();
   // The handshake is bounded: a peer that accepts the connection and says
   // nothing is cancelled after 3 s.
   std::mutex hs_mu;
@@ -432,7 +438,10 @@ bool GrpcRemoteLink::write_tasks(std::vector<pto::RemoteTask>& tasks) {
                          fmt::format("{}: session lost: {}", label(), end_reason_)});
       sent.clear();
     }
-    for (auto& p : sent) pending_.emplace(p.task.seq, std::move(p));
+    for (auto& p : sent) {
+      p.abandoned = abandoned_.erase(p.task.seq) > 0;
+      pending_.emplace(p.task.seq, std::move(p));
+    }
     for (auto& r : refused) done_.push_back(std::move(r));
     if (!done_.empty()) has_done_.store(true, std::memory_order_release);
   }
@@ -455,6 +464,7 @@ void GrpcRemoteLink::writer_loop() {
                        [&] { return session_over_ || !tasks_out_.empty() || !frames_out_.empty(); });
       if (session_over_) return;
       frames.swap(frames_out_);
+      cv_.notify_all();  // stop() waits for its SHUTDOWN to leave the queue
       tasks.clear();
       while (!tasks_out_.empty()) {
         tasks.push_back(std::move(tasks_out_.front()));
@@ -518,7 +528,7 @@ void GrpcRemoteLink::reader_loop() {
           pending_.erase(it);
         }
         pto::RemoteCompletion rc{c.id(), static_cast<uint8_t>(c.outcome()), c.failure().worker(), c.failure().message()};
-        if (c.outcome() == pto::v1::SUCCESS) {
+        if (c.outcome() == pto::v1::SUCCESS && !p.abandoned) {
           // Outputs back into this process's tensors, size-checked.
           for (size_t i = 0; i < p.task.tensors.size(); ++i) {
             if (!copies_out(p.task.directions[i]) || p.task.buffers[i].id != 0) continue;
@@ -537,8 +547,9 @@ void GrpcRemoteLink::reader_loop() {
         }
         {
           std::lock_guard<std::mutex> g(mu_);
-          if (staged_.count(rc.seq)) {  // outputs in remote buffers: the stager reads them back
-            unstage_q_.push_back(Unstage{std::move(rc), std::move(p.task)});
+          if (auto st = staged_.find(rc.seq); st != staged_.end()) {  // outputs in remote buffers: the stager reads them back
+            unstage_q_.push_back(Unstage{std::move(rc), std::move(p.task), std::move(st->second), p.abandoned});
+            staged_.erase(st);
             stage_cv_.notify_one();
             continue;
           }
@@ -648,8 +659,11 @@ pto::Status GrpcRemoteLink::digest_op(int op, const pto::CallableIdentity& id, u
 pto::Status GrpcRemoteLink::commit(const pto::CallableIdentity& id, uint32_t timeout_ms) {
   if (pto::Status s = digest_op(pto::v1::Control::COMMIT, id, timeout_ms); !s.ok()) return s;
   std::lock_guard<std::mutex> g(mu_);
-  committed_[id.digest] = prepared_[id.digest];
-  prepared_.erase(id.digest);
+  auto it = prepared_.find(id.digest);
+  if (it == prepared_.end())
+    return pto::Status::Error(pto::kWorkerInvalidArgument, fmt::format("{}: commit of {} without a prepare", label(), id.short_hex()));
+  committed_[id.digest] = it->second;
+  prepared_.erase(it);
   return pto::Status::Ok();
 }
 
@@ -759,7 +773,6 @@ void GrpcRemoteLink::run() {
       continue;
     }
     last_why.clear();
-    backoff_ms = 50;
     std::thread reader([this] { reader_loop(); });
     std::thread writer([this] { writer_loop(); });
     // A new session knows nothing of this coordinator: re-install what was
@@ -781,10 +794,11 @@ void GrpcRemoteLink::run() {
       }
     }
     if (!failed.empty()) {
-      end_session(failed);
+      end_session(failed);  // the peer cannot hold what the coordinator relies on: not used; retried with backoff
     } else {
       std::lock_guard<std::mutex> g(mu_);
       if (!session_over_) {
+        backoff_ms = 50;
         ready_.store(true, std::memory_order_release);
         state_ = "ready";
         lg->info("{}: session {:016x} READY ({} credits, {} registration(s) re-installed)", label(), session_,
@@ -793,8 +807,19 @@ void GrpcRemoteLink::run() {
     }
     if (wake_) wake_();
     {
+      // This thread is also the session's watchdog: silence for dead_after_ms
+      // ends it even when the writer is blocked in a Write (TryCancel
+      // unblocks that).
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return session_over_ || stop_; });
+      while (!cv_.wait_for(lk, std::chrono::milliseconds(cfg_.heartbeat_ms), [&] { return session_over_ || stop_; })) {
+        const uint64_t now = now_ns(), last = last_recv_ns_.load();
+        if (now > last && now - last > uint64_t(cfg_.dead_after_ms) * 1'000'000) {
+          lk.unlock();
+          end_session(fmt::format("no frame from the peer for {} ms (heartbeat every {} ms)", (now - last) / 1'000'000,
+                                  cfg_.heartbeat_ms));
+          lk.lock();
+        }
+      }
       if (stop_ && !session_over_) {
         pto::v1::Frame f;
         f.mutable_shutdown()->set_reason("the coordinator is stopping");
@@ -811,11 +836,21 @@ void GrpcRemoteLink::run() {
     end_session(stopping ? "the coordinator stopped" : "ended");
     writer.join();
     reader.join();
-    (void)stream_->Finish();
-    std::lock_guard<std::mutex> g(mu_);
-    stream_.reset();
-    ctx_.reset();
-    session_up_ = false;
+    {
+      std::lock_guard<std::mutex> w(write_mu_);  // a direct write in progress finishes first
+      (void)stream_->Finish();
+      std::lock_guard<std::mutex> g(mu_);
+      stream_.reset();
+      ctx_.reset();
+      session_up_ = false;
+      abandoned_.clear();
+    }
+    if (!failed.empty()) {  // a peer that refuses a re-install is retried at the backoff's pace
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait_for(lk, std::chrono::milliseconds(backoff_ms), [&] { return stop_; });
+      backoff_ms = std::min<uint32_t>(backoff_ms * 2, 1000);
+      state_ = "connecting: " + failed;
+    }
   }
   std::lock_guard<std::mutex> g(mu_);
   state_ = "stopped";

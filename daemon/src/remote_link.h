@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -42,6 +43,7 @@ class GrpcRemoteLink final : public pto::RemoteLink {
   void send(pto::RemoteTask&& task) override;
   bool has_completions() const override { return has_done_.load(std::memory_order_acquire); }
   void poll(std::vector<pto::RemoteCompletion>* out) override;
+  void abandon(uint64_t seq) override;
   pto::Status prepare(const pto::CallableIdentity& id, const std::string& payload, uint32_t timeout_ms) override;
   pto::Status commit(const pto::CallableIdentity& id, uint32_t timeout_ms) override;
   pto::Status abort(const pto::CallableIdentity& id, uint32_t timeout_ms) override;
@@ -54,10 +56,14 @@ class GrpcRemoteLink final : public pto::RemoteLink {
 
   static constexpr uint64_t kChunkBytes = 4 << 20;  // remote-buffer writes and reads, per CONTROL
   static constexpr int kChunkWindow = 4;             // chunks in flight at once
+  // A lone task with at most this many inline bytes is written by the thread
+  // that dispatches it (a larger Write could block it on flow control).
+  static constexpr uint64_t kDirectWriteBytes = 64 << 10;
 
  private:
   struct Pending {
     pto::RemoteTask task;
+    bool abandoned = false;  // the engine timed it out: write none of its outputs
   };
   struct ControlWait {
     bool done = false;
@@ -102,9 +108,12 @@ class GrpcRemoteLink final : public pto::RemoteLink {
   struct Unstage {
     pto::RemoteCompletion done;
     pto::RemoteTask task;
+    std::vector<size_t> staged;  // its tensors in remote buffers
+    bool abandoned = false;
   };
   std::deque<Unstage> unstage_q_;                       // completed: outputs to read back, buffers to free
   std::map<uint64_t, std::vector<size_t>> staged_;      // task seq -> its staged tensors
+  std::set<uint64_t> abandoned_;                        // timed out by the engine before they were sent
   bool stop_ = false;
   std::atomic<bool> ready_{false};
   std::string state_ = "not started";

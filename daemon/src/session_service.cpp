@@ -24,13 +24,16 @@ struct SessionConn {
   uint64_t session = 0;
   uint32_t worker = 0;
   std::mutex mu;
-  std::condition_variable cv;
+  std::condition_variable cv;       // the writer's queue
+  std::condition_variable stop_cv;  // the watchdog: the session closed
   std::deque<pto::v1::Frame> out;             // frames to write (bodies; the writer adds the header)
   std::vector<pto::v1::Completion> done;      // completions to batch into one frame
   uint32_t credits_back = 0;                  // credits to hand back with them
   bool closed = false;
+  bool cancel_after_flush = false;  // drain: the reader is still in Read; cancel once the SHUTDOWN is out
   uint32_t outstanding = 0;                   // tasks taken and not completed (<= credits)
   std::atomic<uint64_t> last_recv_ns{0};
+  std::atomic<bool> in_control{false};  // a CONTROL is being served: the coordinator's frames wait meanwhile
   std::set<pto::Digest> prepared;             // prepared here and not committed: aborted at the end
   std::string peer;
   // Remote buffers of this session (generation = the session id), in the
@@ -75,9 +78,12 @@ struct SessionConn {
     if (outstanding) --outstanding;
     ++credits_back;
     if (closed) return;
-    // The last task in flight answers at once from this thread; under load
-    // the writer thread batches completions into frames.
-    if (outstanding > 0 || !done.empty() || !out.empty() || !write_mu.try_lock()) {
+    // The last task in flight answers at once from this thread when it is
+    // small; under load (or for large outputs, whose Write could block this
+    // run thread on flow control) the writer thread batches completions.
+    uint64_t bytes = 0;
+    for (const auto& o : c.outputs()) bytes += o.size();
+    if (outstanding > 0 || bytes > (64u << 10) || !done.empty() || !out.empty() || !write_mu.try_lock()) {
       done.push_back(std::move(c));
       cv.notify_one();
       return;
@@ -92,6 +98,7 @@ struct SessionConn {
     if (!ok) {  // the stream broke: the reader sees it too and ends the session
       lk.lock();
       closed = true;
+      stop_cv.notify_all();
       cv.notify_all();
     }
   }
@@ -270,17 +277,34 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
           last_health = now;
         }
       }
-      if (ok && now > c->last_recv_ns + uint64_t(cfg.dead_after_ms) * 1'000'000) {
-        lg->warn("session {:016x}: nothing from the coordinator for {} ms: ending it", c->session, cfg.dead_after_ms);
-        ok = false;
-      }
       lk.lock();
       if (!ok) {
         c->closed = true;
+        c->stop_cv.notify_all();
         ctx->TryCancel();
         return;
       }
-      if (closing && c->out.empty() && c->done.empty()) return;
+      if (closing && c->out.empty() && c->done.empty()) {
+        if (c->cancel_after_flush) ctx->TryCancel();  // the SHUTDOWN is out: end the reader's Read too
+        return;
+      }
+    }
+  });
+
+  // The watchdog: a coordinator silent for dead_after_ms ends the session,
+  // even while the writer or a run thread is blocked in a Write (TryCancel
+  // unblocks both). A CONTROL being served is not silence.
+  std::thread watchdog([&, c] {
+    std::unique_lock<std::mutex> lk(c->mu);
+    while (!c->stop_cv.wait_for(lk, std::chrono::milliseconds(cfg.heartbeat_ms), [&] { return c->closed; })) {
+      const uint64_t now = now_ns();
+      if (c->in_control.load() || now <= c->last_recv_ns + uint64_t(cfg.dead_after_ms) * 1'000'000) continue;
+      lg->warn("session {:016x}: nothing from the coordinator for {} ms: ending it", c->session, cfg.dead_after_ms);
+      c->closed = true;
+      c->stop_cv.notify_all();
+      c->cv.notify_all();
+      ctx->TryCancel();
+      return;
     }
   });
 
@@ -323,7 +347,10 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
         break;
       case pto::v1::Frame::kControl: {
         pto::v1::Frame r;
+        c->in_control = true;
         control(*c, f.control(), r.mutable_control_reply());
+        c->last_recv_ns = now_ns();
+        c->in_control = false;
         c->push(std::move(r));
         break;
       }
@@ -344,9 +371,11 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
   {
     std::lock_guard<std::mutex> g(c->mu);
     c->closed = true;
+    c->stop_cv.notify_all();
     c->cv.notify_all();
   }
   writer.join();
+  watchdog.join();
   {  // a direct write in progress finishes before the stream goes away
     std::lock_guard<std::mutex> w(c->write_mu);
     c->write = nullptr;
@@ -363,12 +392,14 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
 
 void SessionService::shutdown_all(const std::string& reason) {
   std::lock_guard<std::mutex> g(mu_);
+  // The writers send the SHUTDOWN, then cancel their streams.
   for (const auto& c : live_) {
     c->push(body_shutdown(reason));
     std::lock_guard<std::mutex> g2(c->mu);
     c->closed = true;
+    c->stop_cv.notify_all();
+    c->cancel_after_flush = true;
     c->cv.notify_all();
-    c->ctx->TryCancel();
   }
 }
 

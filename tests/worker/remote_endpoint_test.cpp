@@ -43,6 +43,7 @@ class ScriptedLink : public RemoteLink {
     sent_.push_back(std::move(t));
     cv_.notify_all();
   }
+  void abandon(uint64_t) override {}
   bool has_completions() const override {
     std::lock_guard<std::mutex> g(mu_);
     return !done_.empty();

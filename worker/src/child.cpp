@@ -299,6 +299,7 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
   for (auto& [digest, reg] : registry_) {
     if (!st.ok()) break;
     if (reg.handle.abi != abi_of(ep.kind) && !(ep.kind == ChildKind::L3 && reg.handle.abi == EntryAbi::CHIP)) continue;
+    if (reg.allowed && ep.kind == ChildKind::L3 && !(*reg.allowed)[ep.index]) continue;  // held by peers only
     ControlDescriptor d{reg.callable.kind, reg.callable.abi, reg.callable.path, reg.callable.symbol, reg.callable.name};
     st = runner.install(digest, d, &reg.callable);
     if (!st.ok()) st.message = fmt::format("callable {}: {}", to_hex(digest).substr(0, 16), st.message);

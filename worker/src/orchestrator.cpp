@@ -200,6 +200,7 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
                                                           what, pinned[i]));
   }
   // Remote buffers live on one worker: a task naming one runs there.
+  bool remote_pinned = false;
   for (int m = 0; m < n && rbuf_base_; ++m)
     for (int i = 0; i < members[m].tensor_count(); ++i) {
       const ContinuousTensor& t = members[m].tensor(i);
@@ -216,6 +217,7 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
                                   "worker {}",
                                   what, m, i, ep, pinned[m]));
       pinned[m] = ep;
+      remote_pinned = true;
     }
   if (n > 1 && std::count(pinned.begin(), pinned.end(), -1) != 0 && std::count(pinned.begin(), pinned.end(), -1) != n)
     return reject(kWorkerInvalidArgument,
@@ -308,6 +310,7 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
   s->pinned = pinned;
   s->allowed = allowed;
   s->retries_left = n == 1 ? reg->second.options.max_retries : 0;
+  s->uses_remote_buffer = remote_pinned;
   s->members_left = n;
   s->refs = 2;   // the scope, and the task itself until it is final
   s->fanin = 1;  // guard while wiring

@@ -173,7 +173,9 @@ void WorkerImpl::complete_member(Endpoint& ep, Slot* s, Outcome o, const std::st
   if (ep.kind == ChildKind::SUB) --running_subs_;
   // A retryable callable whose worker was lost runs again, on another worker
   // when there is one (dispatch_ready avoids this one).
-  if (o == Outcome::ENDPOINT_FAILURE && s->retries_left > 0 && s->blobs.size() == 1 && cancelled_.empty()) {
+  // (Not a task on remote buffers: they died with their session.)
+  if (o == Outcome::ENDPOINT_FAILURE && s->retries_left > 0 && s->blobs.size() == 1 && cancelled_.empty() &&
+      !s->uses_remote_buffer) {
     --s->retries_left;
     s->avoid = ep.index;
     s->pinned[0] = -1;
@@ -231,14 +233,17 @@ void WorkerImpl::check_children(uint64_t now) {
       if (ep.is_remote()) {
         ep.alive = ep.link->ready();
         // A remote task cannot be killed from here: past its timeout it fails
-        // and its late completion is ignored (the peer bounds its own runs).
-        for (size_t i = 0; i < ep.inflight.size();)
-          if (ep.inflight[i].timeout_ns && now - ep.inflight[i].dispatch_ns > ep.inflight[i].timeout_ns)
-            complete_remote(ep, i, Outcome::TASK_FAILURE, "",
-                            fmt::format("timed out: task {} ran longer than {} ms on {}", ep.inflight[i].s->id,
-                                        ep.inflight[i].timeout_ns / 1'000'000, ep.label()));
-          else
-            ++i;
+        // now, but its entry stays (slot-less) and keeps its credit until the
+        // peer answers or the session ends; the link drops its outputs.
+        for (auto& f : ep.inflight)
+          if (f.s && f.timeout_ns && now - f.dispatch_ns > f.timeout_ns) {
+            Slot* s = f.s;
+            f.s = nullptr;
+            ep.link->abandon(f.seq);
+            complete_member(ep, s, Outcome::TASK_FAILURE,
+                            fmt::format("timed out: task {} ran longer than {} ms on {}", s->id, f.timeout_ns / 1'000'000,
+                                        ep.label()));
+          }
         continue;
       }
       if (!ep.alive) continue;
@@ -265,6 +270,7 @@ void WorkerImpl::complete_remote(Endpoint& ep, size_t i, Outcome o, const std::s
   ep.inflight[i] = ep.inflight.back();
   ep.inflight.pop_back();
   remote_in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  if (!f.s) return;  // timed out earlier: its credit comes back now, nothing else
   if (o == Outcome::SUCCESS) stats_.remote_round_trip.record(now_ns() - f.dispatch_ns);
   // The failure names the peer and, when it said, the worker inside it.
   complete_member(ep, f.s, o, worker.empty() ? message : fmt::format("{}: {}", worker, message));
@@ -286,7 +292,7 @@ bool WorkerImpl::poll_remote() {
     for (const RemoteCompletion& c : done) {
       size_t i = 0;
       while (i < ep.inflight.size() && ep.inflight[i].seq != c.seq) ++i;
-      if (i == ep.inflight.size()) continue;  // timed out already: its late answer is dropped
+      if (i == ep.inflight.size()) continue;  // not ours (the link reports each task once)
       const Outcome o = c.outcome <= static_cast<uint8_t>(Outcome::SKIPPED) ? static_cast<Outcome>(c.outcome)
                                                                              : Outcome::TASK_FAILURE;
       complete_remote(ep, i, o, c.worker, c.message);

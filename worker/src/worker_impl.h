@@ -43,6 +43,7 @@ struct Slot {
   std::shared_ptr<const std::vector<uint8_t>> allowed;  // next-level endpoints holding the callable; null = all
   uint32_t retries_left = 0;  // ENDPOINT_FAILURE retries on another endpoint (single-member tasks)
   int avoid = -1;             // the endpoint index its last attempt failed on
+  bool uses_remote_buffer = false;  // pinned to the worker that holds the buffer; never retried
   enum class State { kPending, kReady, kRunning, kFinal } state = State::kPending;
   int fanin = 0;  // producers not final yet (+1 while submit is wiring)
   std::vector<std::pair<Slot*, bool>> fanout;  // consumer, reads our data (poisons)
@@ -122,7 +123,7 @@ struct Endpoint {
   std::shared_ptr<RemoteLink> link;
   struct InFlight {
     uint64_t seq;
-    Slot* s;
+    Slot* s;  // null once it timed out here: the entry only holds the peer's credit
     int member;
     uint64_t dispatch_ns, timeout_ns;
   };

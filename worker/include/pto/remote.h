@@ -77,6 +77,10 @@ class RemoteLink {
   // True when poll() has something (a cheap check the scheduler makes on
   // every round).
   virtual bool has_completions() const = 0;
+  // The engine gave up on a task (its timeout ran out here): when its
+  // completion arrives, report it but write none of its outputs (the
+  // tensors may already be reused).
+  virtual void abandon(uint64_t seq) = 0;
   // Moves completions that arrived into out. When a session ends, every task
   // it held comes back here as an ENDPOINT_FAILURE completion.
   virtual void poll(std::vector<RemoteCompletion>* out) = 0;
