@@ -157,6 +157,7 @@ ctl register import "$(readlink -f "$SPREAD")" pto_spread --orchestration -n spr
 echo "cluster-demo: three paged-attention instances, one job, spread over host1's L3 child, host2 and host3"
 status=0
 ctl run-example "$EXAMPLE" --instances 3 --spread spread || status=$?
+sleep 0.2  # the peers report their trees with their next heartbeat (100 ms)
 echo "cluster-demo: topology"
 ctl workers
 if [ $status = 0 ]; then echo "cluster-demo: PASS ($MODE)"; else echo "cluster-demo: FAILED (exit $status)"; fi

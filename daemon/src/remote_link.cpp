@@ -76,7 +76,7 @@ std::vector<pto::RemoteLink::PeerChild> GrpcRemoteLink::peer_children() const {
 
 void GrpcRemoteLink::set_tree(const pto::v1::WorkerNode& root) {
   std::vector<PeerChild> t;
-  for (const auto& c : root.children()) t.push_back({c.name(), c.state(), c.pid()});
+  for (const auto& c : root.children()) t.push_back({c.name(), c.state(), c.pid(), c.tasks_run()});
   std::lock_guard<std::mutex> g(mu_);
   tree_ = std::move(t);
 }

@@ -33,7 +33,8 @@ struct SessionConn {
   bool cancel_after_flush = false;  // drain: the reader is still in Read; cancel once the SHUTDOWN is out
   uint32_t outstanding = 0;                   // tasks taken and not completed (<= credits)
   std::atomic<uint64_t> last_recv_ns{0};
-  std::atomic<bool> in_control{false};  // a CONTROL is being served: the coordinator's frames wait meanwhile
+  std::atomic<bool> in_control{false};
+  std::atomic<bool> tree_dirty{false};  // a task ended: the next HEALTH carries the worker tree  // a CONTROL is being served: the coordinator's frames wait meanwhile
   std::set<pto::Digest> prepared;             // prepared here and not committed: aborted at the end
   std::string peer;
   // Remote buffers of this session (generation = the session id), in the
@@ -74,6 +75,7 @@ struct SessionConn {
   std::function<bool(pto::v1::Frame)> write;  // set while the session is open
 
   void complete(pto::v1::Completion c) {
+    tree_dirty = true;
     std::unique_lock<std::mutex> lk(mu);
     if (outstanding) --outstanding;
     ++credits_back;
@@ -136,18 +138,20 @@ void fill_worker_tree(const DaemonParts& p, pto::v1::WorkerNode* root) {
     if (!c.remote) {
       n->set_name(c.label());
       n->set_state(pto::child_state_name(c.state));
-      continue;
+    } else {  // a remote L3 worker: its session's state
+      n->set_name(fmt::format("{} [{}]", c.label(), c.address));
+      n->set_state(c.state == pto::ChildState::DEAD ? c.state_text
+                                                    : fmt::format("{}, {}/{} in flight", pto::child_state_name(c.state),
+                                                                  c.in_flight, c.credits));
     }
-    // A remote L3 worker: its session's state, then the peer's own children.
-    n->set_name(fmt::format("{} [{}]", c.label(), c.address));
-    n->set_state(c.state == pto::ChildState::DEAD ? c.state_text
-                                                  : fmt::format("{}, {}/{} in flight", pto::child_state_name(c.state),
-                                                                c.in_flight, c.credits));
+    // An L3 worker's own chips and sub workers (a local child's last report,
+    // a peer's last HEALTH).
     for (const auto& pc : c.peer_children) {
       pto::v1::WorkerNode* g = n->add_children();
       g->set_name(pc.label);
       g->set_state(pc.state);
       g->set_pid(pc.pid);
+      g->set_tasks_run(pc.tasks_run);
       g->set_level(pc.label.rfind("chip", 0) == 0 ? 2 : 0);
     }
   }
@@ -272,7 +276,8 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
         if (ok && now - last_health >= uint64_t(cfg.heartbeat_ms) * 1'000'000) {
           pto::v1::Frame hb;
           hb.mutable_health()->set_sent_ns(now);
-          if (++beats % 5 == 1) fill_worker_tree(p_, hb.mutable_health()->mutable_tree());  // the tree now and then
+          // The tree every fifth beat, and in the first beat after a task ended.
+          if (++beats % 5 == 1 || c->tree_dirty.exchange(false)) fill_worker_tree(p_, hb.mutable_health()->mutable_tree());
           ok = write_now(std::move(hb));
           last_health = now;
         }

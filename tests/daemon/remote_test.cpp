@@ -184,6 +184,12 @@ TEST_CASE("a job spread over two remote L3 daemons and a local L3 child matches 
   REQUIRE(w.ok());
   REQUIRE(w.value.root().children_size() == 3);
   for (const auto& n : w.value.root().children()) CHECK(n.tasks_run() == 2);
+  // The local L3 child reports its own chip (as of its last task).
+  const auto& local = w.value.root().children(0);
+  CHECK(local.name() == "l3 0");
+  REQUIRE(local.children_size() == 1);
+  CHECK(local.children(0).name() == "chip 0");
+  CHECK(local.children(0).tasks_run() == 2);
   CHECK(chip_tasks(*connect(a)) == 2);
   CHECK(chip_tasks(*connect(b)) == 2);
   // ptoctl workers shows the whole tree: L4, the L3 workers, the peers' chips.

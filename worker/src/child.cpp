@@ -110,6 +110,23 @@ class ChildRunner {
   }
 
   bool installed(const Digest& d) const { return natives_.count(d) || chip_.has(d); }
+
+  // An L3 child publishes its own children (mailbox InnerReport) for the
+  // parent's worker tree.
+  void report_inner() {
+    InnerReport& r = mb_->inner;
+    const uint32_t s = r.seq.load(std::memory_order_relaxed);
+    r.seq.store(s + 1, std::memory_order_relaxed);  // odd: being written
+    std::atomic_thread_fence(std::memory_order_release);
+    int n = 0;
+    for (const ChildInfo& c : inner_->children()) {
+      if (n == InnerReport::kMax) break;
+      r.entries[n++] = {static_cast<uint8_t>(c.kind), static_cast<uint8_t>(c.state), static_cast<uint16_t>(c.index), c.pid,
+                        c.tasks_run};
+    }
+    r.count = static_cast<uint32_t>(n);
+    r.seq.store(s + 2, std::memory_order_release);
+  }
   void uninstall(const Digest& d) {
     natives_.erase(d);
     chip_.remove(d);
@@ -178,6 +195,7 @@ class ChildRunner {
         st = Status::Error(kWorkerRunFailed, "callable threw a non-std exception");
       }
     }
+    if (inner_) report_inner();  // before the answer: the parent reads it after
     if (st.ok()) {
       mb_->error_code = 0;
       mb_->error_text[0] = '\0';
@@ -323,6 +341,7 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
       }
     }).detach();
   }
+  if (inner) runner.report_inner();
   ep.mb->state.store(MB_INIT_READY, std::memory_order_seq_cst);
   futex_wake_shared(&ep.mb->state);
   const int code = runner.serve();

@@ -46,6 +46,24 @@ inline constexpr size_t kBlobHeaderBytes = 8;
 inline constexpr int32_t kMaxBlobTensors =
     static_cast<int32_t>((kMailboxBlobCapacity - kBlobHeaderBytes) / sizeof(ContinuousTensor));
 
+// An L3 child's own children as it last saw them (after start-up and after
+// each task), for the parent's worker tree. A seqlock: the child makes
+// `seq` odd while writing; the parent retries a read that straddled a write.
+struct InnerReport {
+  struct Entry {
+    uint8_t kind;   // ChildKind
+    uint8_t state;  // ChildState
+    uint16_t index;
+    int32_t pid;
+    uint64_t tasks_run;
+  };
+  static constexpr int kMax = 10;
+  std::atomic<uint32_t> seq;
+  uint32_t count;
+  Entry entries[kMax];
+};
+static_assert(sizeof(InnerReport) == 168);
+
 struct Mailbox {
   std::atomic<uint32_t> state;         // MailboxState; the futex word
   std::atomic<uint32_t> child_parked;  // 1 while the child sleeps on `state`
@@ -58,7 +76,8 @@ struct Mailbox {
   uint8_t digest[32];
   uint32_t blob_bytes;
   uint32_t control_result;  // CTRL_QUERY: 1 installed, 0 not
-  uint8_t reserved[kMailboxBlobOffset - 840];
+  InnerReport inner;        // L3 children only
+  uint8_t reserved[kMailboxBlobOffset - 840 - sizeof(InnerReport)];
   uint8_t blob[kMailboxBlobCapacity];
 
   void set_error(int32_t code, const std::string& text);
@@ -68,6 +87,7 @@ static_assert(offsetof(Mailbox, error_text) == 32);
 static_assert(offsetof(Mailbox, config) == 512);
 static_assert(offsetof(Mailbox, digest) == 800);
 static_assert(offsetof(Mailbox, blob_bytes) == 832);
+static_assert(offsetof(Mailbox, inner) == 840);
 static_assert(offsetof(Mailbox, blob) == kMailboxBlobOffset);
 static_assert(sizeof(Mailbox) == kMailboxBytes);
 

@@ -1072,6 +1072,27 @@ std::vector<ChildInfo> WorkerImpl::children() const {
                 : !ep->alive ? ChildState::DEAD
                 : (ep->running || ep->in_control || !ep->inflight.empty()) ? ChildState::BUSY
                                                                            : ChildState::IDLE;
+      if (ep->kind == ChildKind::L3 && !ep->is_remote() && ep->mb) {
+        // A local L3 child's own children, as it last reported them (seqlock).
+        const InnerReport& r = ep->mb->inner;
+        for (int attempt = 0; attempt < 3; ++attempt) {
+          const uint32_t s0 = r.seq.load(std::memory_order_acquire);
+          if (s0 == 0 || (s0 & 1)) continue;
+          std::vector<RemoteLink::PeerChild> kids;
+          const uint32_t n = std::min<uint32_t>(r.count, InnerReport::kMax);
+          for (uint32_t i = 0; i < n; ++i) {
+            const InnerReport::Entry e = r.entries[i];
+            ChildInfo k;
+            k.kind = static_cast<ChildKind>(e.kind);
+            k.index = e.index;
+            kids.push_back({k.label(), child_state_name(static_cast<ChildState>(e.state)), e.pid, e.tasks_run});
+          }
+          std::atomic_thread_fence(std::memory_order_acquire);
+          if (r.seq.load(std::memory_order_relaxed) != s0) continue;
+          c.peer_children = std::move(kids);
+          break;
+        }
+      }
       if (ep->is_remote()) {
         c.remote = true;
         c.address = ep->link->label();

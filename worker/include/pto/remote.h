@@ -107,6 +107,7 @@ class RemoteLink {
   struct PeerChild {
     std::string label, state;
     int pid = -1;
+    uint64_t tasks_run = 0;
   };
   virtual std::vector<PeerChild> peer_children() const = 0;
 };

@@ -207,7 +207,8 @@ struct ChildInfo {
   uint64_t tasks_run = 0;
   uint32_t restarts = 0;
   // Remote L3 workers (add_remote_worker): the link's label and state, and
-  // the peer's own children as it last reported them.
+  // the peer's own children as it last reported them. Local L3 children fill
+  // peer_children too (their chips and sub workers as of their last task).
   bool remote = false;
   std::string address, state_text;
   uint32_t in_flight = 0, credits = 0;
