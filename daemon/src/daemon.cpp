@@ -101,6 +101,21 @@ std::string render_metrics(pto::Worker& w, JobManager& jobs) {
   o += fmt::format("# HELP ptod_child_restarts_total Children forked again after they died.\n"
                    "# TYPE ptod_child_restarts_total counter\nptod_child_restarts_total {}\n",
                    s.child_restarts);
+  // Level 4: the remote sessions.
+  histogram(o, "ptod_remote_round_trip_seconds", "Remote task dispatch to completion seen.", s.remote_round_trip);
+  o += fmt::format("# HELP ptod_task_retries_total Tasks run again after ENDPOINT_FAILURE.\n"
+                   "# TYPE ptod_task_retries_total counter\nptod_task_retries_total {}\n",
+                   s.task_retries);
+  std::string up, in_flight;
+  for (const pto::ChildInfo& c : w.children())
+    if (c.remote) {
+      up += fmt::format("ptod_peer_up{{worker=\"{}\",peer=\"{}\"}} {}\n", c.index, c.address,
+                        c.state == pto::ChildState::DEAD ? 0 : 1);
+      in_flight += fmt::format("ptod_peer_tasks_in_flight{{worker=\"{}\"}} {}\n", c.index, c.in_flight);
+    }
+  if (!up.empty())
+    o += "# HELP ptod_peer_up 1 while the session to the peer is READY.\n# TYPE ptod_peer_up gauge\n" + up +
+         "# HELP ptod_peer_tasks_in_flight Tasks the peer holds.\n# TYPE ptod_peer_tasks_in_flight gauge\n" + in_flight;
   return o;
 }
 

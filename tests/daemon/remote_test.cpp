@@ -192,6 +192,10 @@ TEST_CASE("a job spread over two remote L3 daemons and a local L3 child matches 
   CHECK(local.children(0).tasks_run() == 2);
   CHECK(chip_tasks(*connect(a)) == 2);
   CHECK(chip_tasks(*connect(b)) == 2);
+  // Metrics: the sessions and the remote round trips.
+  const std::string m = http_get(c.d->metrics_port(), "/metrics");
+  CHECK_THAT(m, Catch::Contains("ptod_peer_up{worker=\"1\",peer=\"peer " + a.address() + "\"} 1") &&
+                    Catch::Contains("ptod_remote_round_trip_seconds_count 4") && Catch::Contains("ptod_task_retries_total 0"));
   // ptoctl workers shows the whole tree: L4, the L3 workers, the peers' chips.
   Output tree = run_command({PTOCTL_PATH, "--address", c.d->address(), "workers"});
   INFO(tree.text);
