@@ -2,7 +2,8 @@
 // its next-level workers two real ptod peers reached through the gRPC link.
 // Prints the round trip of a no-op remote task, pipelined remote tasks per
 // second on one session and across two, remote-buffer transfer rates, and how
-// long a lost peer takes to be noticed. Never fails on a time.
+// long a lost peer takes to be noticed. Never fails on a time. Arguments are
+// passed to the peers' ptod (e.g. --config FILE with a [worker] spin_us).
 #include <signal.h>
 
 #include <algorithm>
@@ -129,8 +130,10 @@ void bulk(Cluster& c, uint64_t mib) {
 
 }  // namespace
 
-int main() {
-  pto_test::DaemonProcess a({}, 1, 0), b({}, 1, 0);
+int main(int argc, char** argv) {
+  // Extra ptod flags for the peers (e.g. --config FILE), after the bench's own.
+  std::vector<std::string> extra(argv + 1, argv + argc);
+  pto_test::DaemonProcess a(extra, 1, 0), b(extra, 1, 0);
   if (!a.up() || !b.up()) {
     std::fprintf(stderr, "a peer did not start:\n%s\n%s\n", a.log().c_str(), b.log().c_str());
     return 1;
