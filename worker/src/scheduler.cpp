@@ -1,8 +1,9 @@
-// The scheduler thread (seed 001 §7–§8): one thread drives every endpoint. A
-// round polls busy mailboxes for TASK_DONE / TASK_FAILED, advances control
-// requests, and dispatches ready tasks to idle children (per-worker FIFOs for
-// pinned next-level tasks, shared FIFOs otherwise; a group launches only when
-// it has as many idle workers as members). With nothing to do it spins for
+// The scheduler thread (seed 001 §7–§8): one thread drives every endpoint,
+// local or remote, through EndpointTransport (worker_impl.h; the transports
+// are in endpoints.cpp). A round collects completions, advances control
+// requests, and dispatches ready tasks to endpoints with room (per-worker
+// FIFOs for pinned next-level tasks, shared FIFOs otherwise; a group launches
+// only when it has as many workers with room as members). With nothing to do it spins for
 // spin_us, then parks on the doorbell that children and the orchestrator
 // ring; while tasks are in flight it parks at most 1 ms so child deaths and
 // task timeouts are noticed promptly.
@@ -15,15 +16,6 @@
 #include "worker_impl.h"
 
 namespace pto {
-namespace {
-
-std::string describe_exit(int status) {
-  if (WIFSIGNALED(status)) return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
-  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
-  return "ended";
-}
-
-}  // namespace
 
 bool WorkerImpl::has_work_in_flight() const { return running_ > 0 || !controls_.empty(); }
 
@@ -32,7 +24,6 @@ bool WorkerImpl::has_work_in_flight() const { return running_ > 0 || !controls_.
 // token runs it, so each mailbox has one writer on the parent side.
 bool WorkerImpl::drive_round() {
   bool progressed = poll_completions();
-  if (!links_.empty()) progressed |= poll_remote();
   progressed |= progress_controls();
   progressed |= dispatch_ready();
   const uint64_t now = now_ns();
@@ -125,49 +116,22 @@ void WorkerImpl::help_drain() {
   futex_wake_shared(&helper_, 1);
 }
 
+// Completions from every endpoint: a look without the lock at each (the
+// common case on a spinning driver finds nothing), then one lock for the
+// ones that have something.
 bool WorkerImpl::poll_completions() {
-  struct Done {
-    Endpoint* ep;
-    uint32_t state;
-  };
-  Done done[64];
+  Endpoint* ready[64];
   int n = 0;
   for (auto* list : {&chips_, &subs_, &l3s_})
-    for (auto& ep : *list) {
-      if (!ep->running || n == 64) continue;
-      const uint32_t s = ep->mb->state.load(std::memory_order_acquire);
-      // TASK_READY: still running. Anything but an answer is a broken child.
-      if (s != MB_TASK_READY) done[n++] = {ep.get(), s};
-    }
+    for (auto& ep : *list)
+      if (n < 64 && ep->transport->has_completions(*ep)) ready[n++] = ep.get();
   if (n == 0) return false;
-  const uint64_t seen = now_ns();
   std::lock_guard<std::mutex> g(mu_);
-  for (int i = 0; i < n; ++i) {
-    Endpoint& ep = *done[i].ep;
-    Mailbox* mb = ep.mb;
-    Slot* s = ep.running;
-    if (done[i].state != MB_TASK_DONE && done[i].state != MB_TASK_FAILED) {
-      endpoint_failed(ep, fmt::format("broke the mailbox protocol: state {} ({}) while a task was in flight",
-                                      done[i].state, mailbox_state_name(done[i].state)));
-      continue;
-    }
-    if (mb->done_sequence != ep.seq) {
-      // The child answered a different dispatch: it cannot be trusted.
-      endpoint_failed(ep, fmt::format("broke the mailbox protocol: completion for dispatch {} while {} was in flight",
-                                      mb->done_sequence, ep.seq));
-      continue;
-    }
-    stats_.mailbox_round_trip.record(seen - ep.dispatch_ns);
-    const bool ok = done[i].state == MB_TASK_DONE;
-    const std::string msg = ok ? std::string() : mb->error();
-    mb->state.store(MB_IDLE, std::memory_order_release);
-    complete_member(ep, s, ok ? Outcome::SUCCESS : Outcome::TASK_FAILURE, msg);
-  }
+  for (int i = 0; i < n; ++i) ready[i]->transport->collect(*ready[i]);
   return true;
 }
 
 void WorkerImpl::complete_member(Endpoint& ep, Slot* s, Outcome o, const std::string& message) {
-  if (!ep.is_remote()) ep.running = nullptr;
   ++ep.tasks_run;
   --running_;
   if (ep.kind == ChildKind::SUB) --running_subs_;
@@ -200,6 +164,7 @@ void WorkerImpl::mark_dead(Endpoint& ep, const std::string& why, bool reaped) {
   ep.in_control = false;  // progress_controls sees !alive and fails the target
   if (!ep.running) return;
   Slot* s = ep.running;
+  ep.running = nullptr;
   const uint32_t st = ep.mb->state.load(std::memory_order_acquire);
   if ((st == MB_TASK_DONE || st == MB_TASK_FAILED) && ep.mb->done_sequence == ep.seq) {
     const bool ok = st == MB_TASK_DONE;
@@ -228,118 +193,7 @@ void WorkerImpl::endpoint_failed(Endpoint& ep, const std::string& why) {
 void WorkerImpl::check_children(uint64_t now) {
   std::lock_guard<std::mutex> g(mu_);
   for (auto* list : {&chips_, &subs_, &l3s_})
-    for (auto& e : *list) {
-      Endpoint& ep = *e;
-      if (ep.is_remote()) {
-        ep.alive = ep.link->ready();
-        // A remote task cannot be killed from here: past its timeout it fails
-        // now, but its entry stays (slot-less) and keeps its credit until the
-        // peer answers or the session ends; the link drops its outputs.
-        for (auto& f : ep.inflight)
-          if (f.s && f.timeout_ns && now - f.dispatch_ns > f.timeout_ns) {
-            Slot* s = f.s;
-            f.s = nullptr;
-            ep.link->abandon(f.seq);
-            complete_member(ep, s, Outcome::TASK_FAILURE,
-                            fmt::format("timed out: task {} ran longer than {} ms on {}", s->id, f.timeout_ns / 1'000'000,
-                                        ep.label()));
-          }
-        continue;
-      }
-      if (!ep.alive) continue;
-      int status = 0;
-      const pid_t r = waitpid(ep.pid, &status, WNOHANG);
-      if (r == ep.pid) {
-        mark_dead(ep, describe_exit(status), true);
-        continue;
-      }
-      if (r < 0 && errno == ECHILD) {  // reaped elsewhere (SIGCHLD ignored by the application?)
-        mark_dead(ep, "is gone (it could not be waited for; is SIGCHLD ignored?)", true);
-        continue;
-      }
-      if (ep.running && ep.timeout_ns && now - ep.dispatch_ns > ep.timeout_ns)
-        endpoint_failed(ep, fmt::format("timed out: task {} ran longer than {} ms; the child was killed",
-                                        ep.running->id, ep.timeout_ns / 1'000'000));
-    }
-}
-
-// mu_ held: the i-th task in flight on a remote endpoint is done.
-void WorkerImpl::complete_remote(Endpoint& ep, size_t i, Outcome o, const std::string& worker,
-                                 const std::string& message) {
-  const Endpoint::InFlight f = ep.inflight[i];
-  ep.inflight[i] = ep.inflight.back();
-  ep.inflight.pop_back();
-  remote_in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  if (!f.s) return;  // timed out earlier: its credit comes back now, nothing else
-  if (o == Outcome::SUCCESS) stats_.remote_round_trip.record(now_ns() - f.dispatch_ns);
-  // The failure names the peer and, when it said, the worker inside it.
-  complete_member(ep, f.s, o, worker.empty() ? message : fmt::format("{}: {}", worker, message));
-}
-
-// Completions from remote sessions (and the tasks of sessions that ended).
-bool WorkerImpl::poll_remote() {
-  bool any = false;
-  for (auto& e : l3s_) any |= e->is_remote() && e->link->has_completions();
-  if (!any) return false;
-  std::vector<RemoteCompletion>& done = remote_done_;
-  std::lock_guard<std::mutex> g(mu_);
-  for (auto& e : l3s_) {
-    Endpoint& ep = *e;
-    if (!ep.is_remote()) continue;
-    done.clear();
-    ep.link->poll(&done);
-    ep.alive = ep.link->ready();
-    for (const RemoteCompletion& c : done) {
-      size_t i = 0;
-      while (i < ep.inflight.size() && ep.inflight[i].seq != c.seq) ++i;
-      if (i == ep.inflight.size()) continue;  // not ours (the link reports each task once)
-      const Outcome o = c.outcome <= static_cast<uint8_t>(Outcome::SKIPPED) ? static_cast<Outcome>(c.outcome)
-                                                                             : Outcome::TASK_FAILURE;
-      complete_remote(ep, i, o, c.worker, c.message);
-    }
-  }
-  return true;
-}
-
-// Outside mu_: hand a task to a remote link (it copies the tensor bytes).
-void WorkerImpl::dispatch_remote(Endpoint& ep, Slot* s, int member, uint64_t seq) {
-  RemoteTask t;
-  t.seq = seq;
-  t.task_id = s->id;
-  t.callable = s->callable;
-  t.config = s->config;
-  TaskArgsView view{};
-  (void)decode_args(s->blobs[member].data(), s->blobs[member].size(), &view);  // encoded by submit: valid
-  t.tensors.assign(view.tensors, view.tensors + view.tensor_count);
-  t.scalars.assign(view.scalars, view.scalars + view.scalar_count);
-  if (member < static_cast<int>(s->dirs.size())) t.directions = s->dirs[member];
-  t.directions.resize(t.tensors.size(), TensorDirection::INOUT);
-  t.buffers.resize(t.tensors.size());
-  for (size_t i = 0; i < t.tensors.size() && rbuf_base_; ++i) {
-    int owner = -1;
-    Status err;
-    if (remote_buffer_of(t.tensors[i].data, t.tensors[i].data + tensor_bytes(t.tensors[i]), &owner, &t.buffers[i], &err) &&
-        (!err.ok() || owner != ep.index))  // freed since submit: the link refuses the task with this
-      t.refuse = fmt::format("tensor {}: {}", i, err.ok() ? "its remote buffer is on another worker" : err.message);
-  }
-  ep.link->send(std::move(t));
-}
-
-void WorkerImpl::dispatch_to(Endpoint& ep, Slot* s, int member) {
-  Mailbox* mb = ep.mb;
-  const auto& blob = s->blobs[member];
-  std::memcpy(mb->digest, s->callable.digest.data(), 32);
-  mb->config = s->config;
-  std::memcpy(mb->blob, blob.data(), blob.size());
-  mb->blob_bytes = static_cast<uint32_t>(blob.size());
-  mb->error_code = 0;
-  mb->sequence = ++ep.seq;
-  ep.dispatch_ns = now_ns();
-  const uint64_t tmo_ms = std::min<uint64_t>(s->config.timeout_ms ? s->config.timeout_ms : cfg_.task_timeout_ms,
-                                             uint64_t(1) << 40);  // ~35 years: no overflow below
-  ep.timeout_ns = tmo_ms * 1'000'000;
-  mb->state.store(MB_TASK_READY, std::memory_order_seq_cst);
-  if (mb->child_parked.load(std::memory_order_seq_cst)) futex_wake_shared(&mb->state);
+    for (auto& ep : *list) ep->transport->check(*ep, now);
 }
 
 bool WorkerImpl::dispatch_ready() {
@@ -375,15 +229,7 @@ bool WorkerImpl::dispatch_ready() {
       ++running_;
       if (ep->kind == ChildKind::SUB) ++running_subs_;
       uint64_t seq = 0;
-      if (ep->is_remote()) {
-        seq = ++ep->seq;
-        const uint64_t tmo_ms = std::min<uint64_t>(s->config.timeout_ms ? s->config.timeout_ms : cfg_.task_timeout_ms,
-                                                   uint64_t(1) << 40);
-        ep->inflight.push_back({seq, s, m, now_ns(), tmo_ms * 1'000'000});
-        remote_in_flight_.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        ep->running = s;
-      }
+      ep->transport->accept(*ep, s, m, &seq);
       plan.push_back({ep, s, m, seq});
     };
     auto& next_eps = cfg_.level == 3 ? chips_ : l3s_;
@@ -399,7 +245,7 @@ bool WorkerImpl::dispatch_ready() {
       while (!next_pinned_[i].empty() && !next_eps[i]->alive) {
         never(next_pinned_[i].front(),
               fmt::format("not launched: its worker {} {}", next_eps[i]->label(),
-                          next_eps[i]->is_remote() ? next_eps[i]->link->state_text() : next_eps[i]->death));
+                          next_eps[i]->transport->down_reason(*next_eps[i])));
         pop(next_pinned_[i]);
       }
     auto cull = [&](std::deque<Slot*>& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
@@ -410,7 +256,7 @@ bool WorkerImpl::dispatch_ready() {
         for (auto& ep : eps) {
           if (!fits(t, ep.get(), false)) continue;
           if (ep->alive) ++live;
-          else if (dead.empty()) dead = ep->label() + " " + (ep->is_remote() ? ep->link->state_text() : ep->death);
+          else if (dead.empty()) dead = ep->label() + " " + ep->transport->down_reason(*ep);
         }
         const int n = static_cast<int>(t->blobs.size());
         std::string why;
@@ -458,10 +304,7 @@ bool WorkerImpl::dispatch_ready() {
     drain(next_any_, next_eps);
     drain(sub_q_, subs_);
   }
-  for (const Plan& p : plan) {
-    if (p.ep->is_remote()) dispatch_remote(*p.ep, p.s, p.member, p.seq);
-    else dispatch_to(*p.ep, p.s, p.member);
-  }
+  for (const Plan& p : plan) p.ep->transport->dispatch(*p.ep, p.s, p.member, p.seq);
   return !plan.empty() || failed_any;
 }
 

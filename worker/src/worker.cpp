@@ -621,6 +621,7 @@ Status WorkerImpl::init() {
         return Status::Error(kWorkerChildFailed, fmt::format("mailbox {} for {} {}: {}", name, kind_label(kind), i, e.what()));
       }
       ep->mb = new (ep->region->get_address()) Mailbox();
+      ep->transport = make_mailbox_transport(*this);
       list.push_back(std::move(ep));
     }
     return Status::Ok();
@@ -641,6 +642,7 @@ Status WorkerImpl::init() {
     ep->kind = ChildKind::L3;
     ep->index = static_cast<int>(l3s_.size());
     ep->link = link;
+    ep->transport = make_remote_transport(*this);
     l3s_.push_back(std::move(ep));
   }
   next_pinned_.assign(cfg_.level == 3 ? chips_.size() : l3s_.size(), {});
@@ -1070,7 +1072,7 @@ std::vector<ChildInfo> WorkerImpl::children() const {
       c.restarts = ep->restarts;
       c.state = closed_ ? ChildState::STOPPED
                 : !ep->alive ? ChildState::DEAD
-                : (ep->running || ep->in_control || !ep->inflight.empty()) ? ChildState::BUSY
+                : (ep->transport->held(*ep) > 0 || ep->in_control) ? ChildState::BUSY
                                                                            : ChildState::IDLE;
       if (ep->kind == ChildKind::L3 && !ep->is_remote() && ep->mb) {
         // A local L3 child's own children, as it last reported them (seqlock).

@@ -98,10 +98,40 @@ class L3TensorMap {
   uint64_t max_len_ = 0;
 };
 
-// A next-level or sub endpoint: a forked child and its mailbox (the local
-// mailbox endpoint), or a RemoteLink to an L3 Worker in another daemon. The
-// scheduler sees both through the same fields: alive, room for a task
-// (has_room), in-flight tasks, and completions (poll_completions).
+class WorkerImpl;
+struct Endpoint;
+
+// How the scheduler reaches one endpoint (ARCHITECTURE.md §5: endpoints
+// implement one interface). The scheduler's policy — ready queues, groups,
+// pinning, dependencies, poisoning, retries — only calls this; endpoints.cpp
+// has the two implementations: a forked child and its shared-memory mailbox
+// (one task at a time, liveness by waitpid), and a RemoteLink to another
+// daemon's L3 Worker (several tasks under the peer's credits, liveness = the
+// session is READY). Called by the drive-token holder; dispatch and
+// has_completions without mu_, the rest with it.
+class EndpointTransport {
+ public:
+  virtual ~EndpointTransport() = default;
+  virtual uint32_t capacity(const Endpoint& ep) const = 0;  // tasks it may hold at once
+  virtual uint32_t held(const Endpoint& ep) const = 0;      // tasks it holds now
+  // The task is now this endpoint's: bookkeeping, and *seq for dispatch.
+  virtual void accept(Endpoint& ep, Slot* s, int member, uint64_t* seq) = 0;
+  // Sends it: writes the mailbox, or queues it on the link.
+  virtual void dispatch(Endpoint& ep, Slot* s, int member, uint64_t seq) = 0;
+  // Whether collect() has something to do (a cheap look, no lock).
+  virtual bool has_completions(const Endpoint& ep) const = 0;
+  // Hands finished tasks to the engine (WorkerImpl::complete_member).
+  virtual void collect(Endpoint& ep) = 0;
+  // Every millisecond: liveness and task timeouts.
+  virtual void check(Endpoint& ep, uint64_t now) = 0;
+  // Why it is not alive: how the child died, or the session's state.
+  virtual std::string down_reason(const Endpoint& ep) const = 0;
+};
+std::unique_ptr<EndpointTransport> make_mailbox_transport(WorkerImpl& w);
+std::unique_ptr<EndpointTransport> make_remote_transport(WorkerImpl& w);
+
+// A next-level or sub endpoint: a forked child and its mailbox, or a
+// RemoteLink to an L3 Worker in another daemon, driven through `transport`.
 struct Endpoint {
   ChildKind kind = ChildKind::SUB;
   int index = 0;
@@ -128,10 +158,9 @@ struct Endpoint {
     uint64_t dispatch_ns, timeout_ns;
   };
   std::vector<InFlight> inflight;
+  std::unique_ptr<EndpointTransport> transport;
   bool is_remote() const { return link != nullptr; }
-  bool has_room() const {
-    return link ? alive && inflight.size() < link->credits() : running == nullptr;
-  }
+  bool has_room() const { return alive && transport->held(*this) < transport->capacity(*this); }
   std::string label() const;
 };
 
@@ -250,7 +279,9 @@ class WorkerImpl {
   Status buffer_owner(uint64_t lo, uint64_t hi, Slot** owner) const;
   Status heap_alloc(uint64_t bytes, int ring, std::unique_lock<std::mutex>& lk, uint8_t** ptr, uint64_t* end);
 
-  // scheduler.cpp
+  // scheduler.cpp (policy) and endpoints.cpp (the transports)
+  friend class MailboxTransport;
+  friend class RemoteTransport;
   void scheduler_main();
   uint64_t spin_budget_ns() const;
   void drive_until(const std::function<bool()>& finished, bool scheduler);
@@ -259,15 +290,13 @@ class WorkerImpl {
   void help_drain();
   bool poll_completions();
   bool dispatch_ready();
-  void dispatch_to(Endpoint& ep, Slot* s, int member);
+  uint64_t task_timeout_ns(const Slot& s) const;  // CallConfig.timeout_ms, else task_timeout_ms
   bool progress_controls();
   void check_children(uint64_t now);
   void endpoint_failed(Endpoint& ep, const std::string& why);
   void mark_dead(Endpoint& ep, const std::string& why, bool reaped);
   void complete_member(Endpoint& ep, Slot* s, Outcome o, const std::string& message);
-  bool poll_remote();
-  void dispatch_remote(Endpoint& ep, Slot* s, int member, uint64_t seq);
-  void complete_remote(Endpoint& ep, size_t i, Outcome o, const std::string& worker, const std::string& message);
+
   bool has_work_in_flight() const;
 
   mutable std::mutex mu_;
@@ -325,7 +354,6 @@ class WorkerImpl {
   };
   std::vector<Plan> plan_;         // dispatch_ready's scratch (drive-token holder only)
   std::vector<Endpoint*> picked_;
-  std::vector<RemoteCompletion> remote_done_;  // poll_remote's scratch (drive-token holder only)
   RunResult run_;
   WorkerStats stats_;  // mu_
   std::string cancelled_;  // non-empty: the run in flight was cancelled, why
