@@ -72,14 +72,19 @@ void Client::prepare(grpc::ClientContext* ctx, bool stream) const {
   if (!o_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + o_.token);
 }
 
+template <class Reply, class Call>
+Result<Reply> Client::unary(Call&& call) const {
+  Result<Reply> r;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  r.status = from_grpc(call(&ctx, &r.value));
+  return r;
+}
+
 // ---------------------------------------------------------------- Registry
 
 Result<pto::v1::RegisterReply> Client::register_callable(const pto::v1::RegisterRequest& req) {
-  Result<pto::v1::RegisterReply> r;
-  grpc::ClientContext ctx;
-  prepare(&ctx);
-  r.status = from_grpc(registry_->Register(&ctx, req, &r.value));
-  return r;
+  return unary<pto::v1::RegisterReply>([&](auto* ctx, auto* out) { return registry_->Register(ctx, req, out); });
 }
 
 // The bundle is the config plus every library it names ([orchestration],
@@ -172,20 +177,15 @@ Result<pto::v1::RegisterReply> Client::register_blob(const std::string& library_
 }
 
 Status Client::unregister(const pto::v1::CallableRef& ref) {
-  grpc::ClientContext ctx;
-  prepare(&ctx);
   pto::v1::UnregisterRequest req;
   *req.mutable_callable() = ref;
-  pto::v1::UnregisterReply reply;
-  return from_grpc(registry_->Unregister(&ctx, req, &reply));
+  return unary<pto::v1::UnregisterReply>([&](auto* ctx, auto* out) { return registry_->Unregister(ctx, req, out); })
+      .status;
 }
 
 Result<pto::v1::ListCallablesReply> Client::callables() {
-  Result<pto::v1::ListCallablesReply> r;
-  grpc::ClientContext ctx;
-  prepare(&ctx);
-  r.status = from_grpc(registry_->List(&ctx, pto::v1::ListCallablesRequest(), &r.value));
-  return r;
+  return unary<pto::v1::ListCallablesReply>(
+      [&](auto* ctx, auto* out) { return registry_->List(ctx, pto::v1::ListCallablesRequest(), out); });
 }
 
 // ----------------------------------------------------------------- Tensors
@@ -216,15 +216,11 @@ Result<pto::v1::TensorInfo> Client::upload(const std::string& name, const std::v
 }
 
 Result<pto::v1::TensorInfo> Client::alloc(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype) {
-  Result<pto::v1::TensorInfo> r;
-  grpc::ClientContext ctx;
-  prepare(&ctx);
   pto::v1::AllocRequest req;
   req.set_name(name);
   for (uint32_t d : shape) req.add_shape(d);
   req.set_dtype(static_cast<pto::v1::DataType>(dtype));
-  r.status = from_grpc(tensors_->Alloc(&ctx, req, &r.value));
-  return r;
+  return unary<pto::v1::TensorInfo>([&](auto* ctx, auto* out) { return tensors_->Alloc(ctx, req, out); });
 }
 
 Result<pto::v1::TensorInfo> Client::download(const pto::v1::TensorHandle& t, std::vector<uint8_t>* out,
@@ -257,31 +253,24 @@ Result<pto::v1::TensorInfo> Client::download(const pto::v1::TensorHandle& t, std
 }
 
 Status Client::free(const pto::v1::TensorHandle& t) {
-  grpc::ClientContext ctx;
-  prepare(&ctx);
   pto::v1::FreeTensorRequest req;
   *req.mutable_tensor() = t;
-  pto::v1::FreeTensorReply reply;
-  return from_grpc(tensors_->Free(&ctx, req, &reply));
+  return unary<pto::v1::FreeTensorReply>([&](auto* ctx, auto* out) { return tensors_->Free(ctx, req, out); }).status;
 }
 
 Result<pto::v1::ListTensorsReply> Client::tensors() {
-  Result<pto::v1::ListTensorsReply> r;
-  grpc::ClientContext ctx;
-  prepare(&ctx);
-  r.status = from_grpc(tensors_->List(&ctx, pto::v1::ListTensorsRequest(), &r.value));
-  return r;
+  return unary<pto::v1::ListTensorsReply>(
+      [&](auto* ctx, auto* out) { return tensors_->List(ctx, pto::v1::ListTensorsRequest(), out); });
 }
 
 // -------------------------------------------------------------------- Jobs
 
 Result<pto::v1::SubmitReply> Client::submit(const pto::v1::SubmitRequest& req) {
-  Result<pto::v1::SubmitReply> r;
-  grpc::ClientContext ctx;
-  prepare(&ctx);
-  if (req.wait_ms()) ctx.set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::milliseconds(req.wait_ms()));
-  r.status = from_grpc(jobs_->Submit(&ctx, req, &r.value));
-  return r;
+  return unary<pto::v1::SubmitReply>([&](grpc::ClientContext* ctx, auto* out) {
+    if (req.wait_ms())
+      ctx->set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::milliseconds(req.wait_ms()));
+    return jobs_->Submit(ctx, req, out);
+  });
 }
 
 Result<pto::v1::JobResult> Client::watch(uint64_t job_id, const Progress& progress) {
@@ -326,63 +315,46 @@ std::future<Result<pto::v1::JobResult>> Client::run_async(pto::v1::SubmitRequest
 }
 
 Result<pto::v1::JobState> Client::cancel(uint64_t job_id) {
-  Result<pto::v1::JobState> r;
-  grpc::ClientContext ctx;
-  prepare(&ctx);
   pto::v1::CancelRequest req;
   req.set_job_id(job_id);
-  pto::v1::CancelReply reply;
-  r.status = from_grpc(jobs_->Cancel(&ctx, req, &reply));
-  r.value = reply.state();
+  auto reply = unary<pto::v1::CancelReply>([&](auto* ctx, auto* out) { return jobs_->Cancel(ctx, req, out); });
+  Result<pto::v1::JobState> r;
+  r.status = reply.status;
+  r.value = reply.value.state();
   return r;
 }
 
 Result<pto::v1::JobResult> Client::result(uint64_t job_id, uint32_t wait_ms) {
-  Result<pto::v1::JobResult> r;
-  grpc::ClientContext ctx;
-  prepare(&ctx);
-  ctx.set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::milliseconds(wait_ms));
   pto::v1::ResultRequest req;
   req.set_job_id(job_id);
   req.set_wait_ms(wait_ms);
-  r.status = from_grpc(jobs_->Result(&ctx, req, &r.value));
-  return r;
+  return unary<pto::v1::JobResult>([&](grpc::ClientContext* ctx, auto* out) {
+    ctx->set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::milliseconds(wait_ms));
+    return jobs_->Result(ctx, req, out);
+  });
 }
 
 Result<pto::v1::ListJobsReply> Client::jobs(uint32_t limit) {
-  Result<pto::v1::ListJobsReply> r;
-  grpc::ClientContext ctx;
-  prepare(&ctx);
   pto::v1::ListJobsRequest req;
   req.set_limit(limit);
-  r.status = from_grpc(jobs_->List(&ctx, req, &r.value));
-  return r;
+  return unary<pto::v1::ListJobsReply>([&](auto* ctx, auto* out) { return jobs_->List(ctx, req, out); });
 }
 
 // -------------------------------------------------------------------- Node
 
 Result<pto::v1::WorkersReply> Client::workers() {
-  Result<pto::v1::WorkersReply> r;
-  grpc::ClientContext ctx;
-  prepare(&ctx);
-  r.status = from_grpc(node_->Workers(&ctx, pto::v1::WorkersRequest(), &r.value));
-  return r;
+  return unary<pto::v1::WorkersReply>(
+      [&](auto* ctx, auto* out) { return node_->Workers(ctx, pto::v1::WorkersRequest(), out); });
 }
 
 Result<pto::v1::VersionReply> Client::version() {
-  Result<pto::v1::VersionReply> r;
-  grpc::ClientContext ctx;
-  prepare(&ctx);
-  r.status = from_grpc(node_->Version(&ctx, pto::v1::VersionRequest(), &r.value));
-  return r;
+  return unary<pto::v1::VersionReply>(
+      [&](auto* ctx, auto* out) { return node_->Version(ctx, pto::v1::VersionRequest(), out); });
 }
 
 Result<pto::v1::ConfigReply> Client::config() {
-  Result<pto::v1::ConfigReply> r;
-  grpc::ClientContext ctx;
-  prepare(&ctx);
-  r.status = from_grpc(node_->Config(&ctx, pto::v1::ConfigRequest(), &r.value));
-  return r;
+  return unary<pto::v1::ConfigReply>(
+      [&](auto* ctx, auto* out) { return node_->Config(ctx, pto::v1::ConfigRequest(), out); });
 }
 
 Result<std::string> Client::health(const std::string& service) {

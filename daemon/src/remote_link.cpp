@@ -76,7 +76,7 @@ std::vector<pto::RemoteLink::PeerChild> GrpcRemoteLink::peer_children() const {
 
 void GrpcRemoteLink::set_tree(const pto::v1::WorkerNode& root) {
   std::vector<PeerChild> t;
-  for (const auto& c : root.children()) t.push_back({c.name(), c.state(), c.pid(), c.tasks_run()});
+  for (const auto& c : root.children()) t.push_back({c.name(), c.state(), c.pid(), c.tasks_run(), c.level()});
   std::lock_guard<std::mutex> g(mu_);
   tree_ = std::move(t);
 }
@@ -278,9 +278,7 @@ bool GrpcRemoteLink::open_session(std::string* why) {
   pto::v1::Frame hello;
   hello.mutable_hello()->set_min_version(kSessionVersion);
   hello.mutable_hello()->set_max_version(kSessionVersion);
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  hello.mutable_hello()->set_node(fmt::format("ptod {} pid {}", host, getpid()));
+  hello.mutable_hello()->set_node(node_name());
   fill_header(&hello);
   bool ok = stream->Write(hello);
   pto::v1::Frame f;
@@ -704,50 +702,41 @@ pto::Status GrpcRemoteLink::buffer_free(const pto::RemoteBufferRef& b, uint32_t 
   return call(c, timeout_ms, &r);
 }
 
-// Chunked: one CONTROL per kChunkBytes, kChunkWindow of them in flight.
 pto::Status GrpcRemoteLink::buffer_write(const pto::RemoteBufferRef& b, const void* src, uint64_t bytes,
                                          uint32_t timeout_ms) {
-  for (uint64_t off = 0; off < bytes;) {
-    std::vector<pto::v1::Control> cs;
-    for (int k = 0; k < kChunkWindow && off < bytes; ++k) {
-      const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - off);
-      pto::v1::Control& c = cs.emplace_back();
-      c.set_op(pto::v1::Control::BUFFER_WRITE);
-      c.set_buffer_id(b.id);
-      c.set_generation(b.generation);
-      c.set_offset(b.offset + off);
-      c.set_data(static_cast<const char*>(src) + off, n);
-      off += n;
-    }
-    std::vector<pto::v1::ControlReply> r;
-    if (pto::Status s = call_batch(cs, timeout_ms, &r); !s.ok()) return s;
-  }
-  return pto::Status::Ok();
+  return transfer(b, static_cast<char*>(const_cast<void*>(src)), bytes, true, timeout_ms);
 }
 
 pto::Status GrpcRemoteLink::buffer_read(const pto::RemoteBufferRef& b, void* dst, uint64_t bytes, uint32_t timeout_ms) {
+  return transfer(b, static_cast<char*>(dst), bytes, false, timeout_ms);
+}
+
+// Chunked: one CONTROL per kChunkBytes, kChunkWindow of them in flight.
+pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, uint64_t bytes, bool write,
+                                     uint32_t timeout_ms) {
   for (uint64_t off = 0; off < bytes;) {
     std::vector<pto::v1::Control> cs;
     std::vector<std::pair<uint64_t, uint64_t>> parts;  // (offset, bytes) of each chunk
     for (int k = 0; k < kChunkWindow && off < bytes; ++k) {
       const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - off);
       pto::v1::Control& c = cs.emplace_back();
-      c.set_op(pto::v1::Control::BUFFER_READ);
+      c.set_op(write ? pto::v1::Control::BUFFER_WRITE : pto::v1::Control::BUFFER_READ);
       c.set_buffer_id(b.id);
       c.set_generation(b.generation);
       c.set_offset(b.offset + off);
-      c.set_bytes(n);
+      if (write) c.set_data(host + off, n);
+      else c.set_bytes(n);
       parts.emplace_back(off, n);
       off += n;
     }
     std::vector<pto::v1::ControlReply> r;
     if (pto::Status s = call_batch(cs, timeout_ms, &r); !s.ok()) return s;
-    for (size_t k = 0; k < parts.size(); ++k) {
+    for (size_t k = 0; k < parts.size() && !write; ++k) {
       if (r[k].data().size() != parts[k].second)
         return pto::Status::Error(pto::kWorkerChildFailed, fmt::format("{}: read {} bytes at offset {}, got {}", label(),
                                                                        parts[k].second, b.offset + parts[k].first,
                                                                        r[k].data().size()));
-      std::memcpy(static_cast<char*>(dst) + parts[k].first, r[k].data().data(), parts[k].second);
+      std::memcpy(host + parts[k].first, r[k].data().data(), parts[k].second);
     }
   }
   return pto::Status::Ok();

@@ -88,6 +88,7 @@ class GrpcRemoteLink final : public pto::RemoteLink {
   pto::Status call_batch(std::vector<pto::v1::Control>& cs, uint32_t timeout_ms,
                          std::vector<pto::v1::ControlReply>* replies);
   pto::Status digest_op(int op, const pto::CallableIdentity& id, uint32_t timeout_ms);  // COMMIT, ABORT, UNREGISTER
+  pto::Status transfer(const pto::RemoteBufferRef& b, char* host, uint64_t bytes, bool write, uint32_t timeout_ms);
   void fill_header(pto::v1::Frame* f);
   void set_tree(const pto::v1::WorkerNode& root);
   std::shared_ptr<grpc::Channel> make_channel(std::string* why) const;

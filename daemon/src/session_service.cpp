@@ -122,6 +122,12 @@ pto::v1::Frame body_shutdown(const std::string& reason) {
 
 }  // namespace
 
+std::string node_name() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return fmt::format("ptod {} pid {}", host, getpid());
+}
+
 void fill_worker_tree(const DaemonParts& p, pto::v1::WorkerNode* root) {
   root->set_name("ptod");
   root->set_level(p.worker.config().level);
@@ -152,7 +158,7 @@ void fill_worker_tree(const DaemonParts& p, pto::v1::WorkerNode* root) {
       g->set_state(pc.state);
       g->set_pid(pc.pid);
       g->set_tasks_run(pc.tasks_run);
-      g->set_level(pc.label.rfind("chip", 0) == 0 ? 2 : 0);
+      g->set_level(pc.level);
     }
   }
 }
@@ -227,15 +233,12 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
     hr->set_state(pto::v1::Hello::READY);
     hr->set_min_version(kSessionVersion);
     hr->set_max_version(kSessionVersion);
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    hr->set_node(fmt::format("ptod {} pid {}", host, getpid()));
+    hr->set_node(node_name());
     hr->set_credits(cfg.session_credits);
     hr->set_heartbeat_ms(cfg.heartbeat_ms);
     fill_worker_tree(p_, hr->mutable_tree());
     if (!write_now(r)) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
   }
-  ++opened_;
   c->write = write_now;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -415,7 +418,8 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
     fail.set_outcome(pto::v1::TASK_FAILURE);
     auto* fr = fail.mutable_failure();
     fr->set_task_id(0);
-    fr->set_callable(t.digest().size() == 32 ? pto::to_hex(*reinterpret_cast<const pto::Digest*>(t.digest().data())) : "");
+    pto::Digest d{};
+    fr->set_callable(digest_of(t.digest(), &d) ? pto::to_hex(d) : "");
     fr->set_outcome(pto::v1::TASK_FAILURE);
     fr->set_message(m);
     c->complete(std::move(fail));
@@ -572,11 +576,11 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
       if (Status s = p_.registry.prepare(req.request(), &rr); !s.ok()) return no(s.message);
       reply->set_digest(rr.identity().digest());
       if (rr.identity().digest() != req.digest()) {
-        if (!rr.existed()) (void)p_.registry.abort(*reinterpret_cast<const pto::Digest*>(rr.identity().digest().data()));
+        pto::Digest got{};
+        const bool computed = digest_of(rr.identity().digest(), &got);
+        if (computed && !rr.existed()) (void)p_.registry.abort(got);
         return no(fmt::format("digest mismatch: the coordinator computed {}, this peer {}", pto::to_hex(d),
-                              rr.identity().digest().size() == 32
-                                  ? pto::to_hex(*reinterpret_cast<const pto::Digest*>(rr.identity().digest().data()))
-                                  : "nothing"));
+                              computed ? pto::to_hex(got) : "nothing"));
       }
       if (!rr.existed()) c.prepared.insert(d);
       lg->info("session {:016x}: prepared {}{}", c.session, pto::to_hex(d).substr(0, 16), rr.existed() ? " (present)" : "");

@@ -31,17 +31,18 @@ class SessionService final : public pto::v1::Session::Service {
   // Drain: every open session gets a SHUTDOWN and ends (before the server's
   // shutdown, which waits for its streams).
   void shutdown_all(const std::string& reason);
-  uint64_t sessions_opened() const { return opened_.load(); }
 
  private:
   void start_task(const std::shared_ptr<SessionConn>& c, const pto::v1::RemoteTask& t);
   void control(SessionConn& c, const pto::v1::Control& req, pto::v1::ControlReply* reply);
 
   DaemonParts p_;
-  std::atomic<uint64_t> opened_{0};
   std::mutex mu_;
   std::set<std::shared_ptr<SessionConn>> live_;
 };
+
+// How a daemon names itself in HELLO: "ptod <host> pid <pid>".
+std::string node_name();
 
 // The worker tree as the Node service reports it (also sent in HELLO and HEALTH).
 void fill_worker_tree(const DaemonParts& p, pto::v1::WorkerNode* root);

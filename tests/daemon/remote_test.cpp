@@ -86,6 +86,15 @@ v1::SubmitRequest sleep_job(uint64_t ms) {
   return req;
 }
 
+// A client of a coordinator that is up with all its peers READY.
+std::unique_ptr<Client> connect_ready(const Coordinator& c, size_t peers) {
+  INFO(c.d->log());
+  REQUIRE(c.d->up());
+  auto cl = connect(*c.d);
+  REQUIRE(eventually([&] { return all_peers_ready(*cl, peers); }));
+  return cl;
+}
+
 // The peer whose session holds a task, by the socket in the node's name.
 const DaemonProcess* busy_peer(Client& c, const std::vector<const DaemonProcess*>& peers) {
   for (const auto& n : remote_nodes(c))
@@ -162,9 +171,7 @@ TEST_CASE("a job spread over two remote L3 daemons and a local L3 child matches 
   REQUIRE((a.up() && b.up()));
   Coordinator c({&a, &b}, 1);
   INFO(c.d->log());
-  REQUIRE(c.d->up());
-  auto cl = connect(*c.d);
-  REQUIRE(eventually([&] { return all_peers_ready(*cl, 2); }));
+  auto cl = connect_ready(c, 2);
   Output reg = run_command({PTOCTL_PATH, "--address", c.d->address(), "register", "import", CLUSTER_LIB, "pto_spread",
                             "--orchestration", "-n", "spread"});
   INFO(reg.text);
@@ -209,9 +216,7 @@ TEST_CASE("tensors above the inline limit travel through remote buffers and come
   // 4 KiB inline limit: the examples' 64 KiB tensors are staged in buffers on the peer.
   Coordinator c({&a}, 0, "", {}, "[session]\ninline_limit_bytes = 4096\n");
   INFO(c.d->log());
-  REQUIRE(c.d->up());
-  auto cl = connect(*c.d);
-  REQUIRE(eventually([&] { return all_peers_ready(*cl, 1); }));
+  auto cl = connect_ready(c, 1);
   for (const char* example : {VECTOR_CONFIG, PAGED_ATTENTION_CONFIG}) {
     Output r = run_command({PTOCTL_PATH, "--address", c.d->address(), "run-example", example}, 120);
     INFO(r.text);
@@ -226,9 +231,7 @@ TEST_CASE("remote registration is all or nothing - one peer refusing leaves noth
   DaemonProcess a({}, 1, 1), b({"--config", dir + "/refuse.toml"}, 1, 1);
   REQUIRE((a.up() && b.up()));
   Coordinator c({&a, &b});
-  REQUIRE(c.d->up());
-  auto cl = connect(*c.d);
-  REQUIRE(eventually([&] { return all_peers_ready(*cl, 2); }));
+  auto cl = connect_ready(c, 2);
   auto r = cl->register_chip(VECTOR_CONFIG, "vector");
   REQUIRE_FALSE(r.ok());
   INFO(r.status.message);
@@ -259,9 +262,7 @@ TEST_CASE("library bytes travel once - unregister removes it from every peer") {
   // Peer a has the example already (registered by its own user).
   REQUIRE(connect(a)->register_chip(VECTOR_CONFIG, "vector").ok());
   Coordinator c({&a, &b});
-  REQUIRE(c.d->up());
-  auto cl = connect(*c.d);
-  REQUIRE(eventually([&] { return all_peers_ready(*cl, 2); }));
+  auto cl = connect_ready(c, 2);
   auto r = cl->register_chip(VECTOR_CONFIG, "vector");
   INFO(r.status.message);
   REQUIRE(r.ok());
@@ -287,9 +288,7 @@ TEST_CASE("a remote daemon killed mid-job is detected - the job fails clearly - 
   DaemonProcess a({}, 1, 1), b({}, 1, 1);
   REQUIRE((a.up() && b.up()));
   Coordinator c({&a, &b});
-  REQUIRE(c.d->up());
-  auto cl = connect(*c.d);
-  REQUIRE(eventually([&] { return all_peers_ready(*cl, 2); }));
+  auto cl = connect_ready(c, 2);
   auto reg = cl->register_chip(SLEEP_CONFIG, "sleep");
   INFO(reg.status.message);
   REQUIRE(reg.ok());
@@ -331,9 +330,7 @@ TEST_CASE("a retryable callable survives the loss of its peer - the run succeeds
   DaemonProcess a({}, 1, 1), b({}, 1, 1);
   REQUIRE((a.up() && b.up()));
   Coordinator c({&a, &b});
-  REQUIRE(c.d->up());
-  auto cl = connect(*c.d);
-  REQUIRE(eventually([&] { return all_peers_ready(*cl, 2); }));
+  auto cl = connect_ready(c, 2);
   pto::client::Placement retry;
   retry.max_retries = 2;
   REQUIRE(cl->register_chip(SLEEP_CONFIG, "sleep", retry).ok());
@@ -354,9 +351,7 @@ TEST_CASE("a peer that stops answering is detected by heartbeats") {
   DaemonProcess a({}, 1, 1);
   REQUIRE(a.up());
   Coordinator c({&a});
-  REQUIRE(c.d->up());
-  auto cl = connect(*c.d);
-  REQUIRE(eventually([&] { return all_peers_ready(*cl, 1); }));
+  auto cl = connect_ready(c, 1);
   REQUIRE(cl->register_chip(SLEEP_CONFIG, "sleep").ok());
   auto sub = cl->submit(sleep_job(20000));
   REQUIRE(sub.ok());
@@ -521,9 +516,7 @@ TEST_CASE("sessions between daemons need the token - TLS and mutual TLS between 
   {  // The right token over mutual TLS: READY, and a job runs through it.
     Coordinator c({}, 0, tls + "token_file = \"" + dir + "/token\"\ntls_server_name = \"localhost\"\n", {tcp});
     INFO(c.d->log());
-    REQUIRE(c.d->up());
-    auto cl = connect(*c.d);
-    REQUIRE(eventually([&] { return all_peers_ready(*cl, 1); }));
+    auto cl = connect_ready(c, 1);
     Output r = run_command({PTOCTL_PATH, "--address", c.d->address(), "run-example", VECTOR_CONFIG}, 120);
     INFO(r.text);
     CHECK(r.code == 0);

@@ -200,14 +200,20 @@ Callable NativeCallable::blob(std::vector<uint8_t> library_bytes, const std::str
   return c;
 }
 
-Callable NativeCallable::function(const std::string& name, SubFunction fn) {
-  if (name.empty() || !fn) return failed(CallableKind::FUNCTION, EntryAbi::SUB, "function callable needs a name and a function");
+// An in-process function callable; the caller stores the function itself.
+static Callable function_callable(EntryAbi abi, const std::string& name, bool has_fn) {
+  if (name.empty() || !has_fn) return failed(CallableKind::FUNCTION, abi, "function callable needs a name and a function");
   Callable c;
   c.kind = CallableKind::FUNCTION;
-  c.abi = EntryAbi::SUB;
+  c.abi = abi;
   c.name = name;
-  c.sub_fn = std::move(fn);
-  c.descriptor = descriptor::function(c.abi, name);
+  c.descriptor = descriptor::function(abi, name);
+  return c;
+}
+
+Callable NativeCallable::function(const std::string& name, SubFunction fn) {
+  Callable c = function_callable(EntryAbi::SUB, name, static_cast<bool>(fn));
+  if (c.status.ok()) c.sub_fn = std::move(fn);
   return c;
 }
 
@@ -216,14 +222,8 @@ Callable OrchestrationCallable::import(const std::string& library, const std::st
 }
 
 Callable OrchestrationCallable::function(const std::string& name, OrchestrationFunction fn) {
-  if (name.empty() || !fn)
-    return failed(CallableKind::FUNCTION, EntryAbi::ORCHESTRATION, "function callable needs a name and a function");
-  Callable c;
-  c.kind = CallableKind::FUNCTION;
-  c.abi = EntryAbi::ORCHESTRATION;
-  c.name = name;
-  c.orch_fn = std::move(fn);
-  c.descriptor = descriptor::function(c.abi, name);
+  Callable c = function_callable(EntryAbi::ORCHESTRATION, name, static_cast<bool>(fn));
+  if (c.status.ok()) c.orch_fn = std::move(fn);
   return c;
 }
 

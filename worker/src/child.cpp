@@ -74,16 +74,10 @@ class ChildRunner {
     if (d.abi != abi_of(ep_.kind) && !l3_chip)
       return Status::Error(kWorkerInvalidArgument, fmt::format("a {} callable cannot run on {}", abi_name(d.abi), ep_.label()));
     if (l3_chip) {
-      if (local) {
-        Native n;
-        n.chip = inner_->register_callable(*local);
-        if (!n.chip.ok()) return n.chip.status;
-        natives_[digest] = std::move(n);
-        return Status::Ok();
-      }
-      if (Status s = verify(digest, d); !s.ok()) return s;
+      if (!local)
+        if (Status s = verify(digest, d); !s.ok()) return s;
       Native n;
-      n.chip = inner_->register_callable(ChipCallable::from_config(d.path));
+      n.chip = inner_->register_callable(local ? *local : ChipCallable::from_config(d.path));
       if (!n.chip.ok()) return n.chip.status;
       natives_[digest] = std::move(n);
       return Status::Ok();
@@ -113,20 +107,7 @@ class ChildRunner {
 
   // An L3 child publishes its own children (mailbox InnerReport) for the
   // parent's worker tree.
-  void report_inner() {
-    InnerReport& r = mb_->inner;
-    const uint32_t s = r.seq.load(std::memory_order_relaxed);
-    r.seq.store(s + 1, std::memory_order_relaxed);  // odd: being written
-    std::atomic_thread_fence(std::memory_order_release);
-    int n = 0;
-    for (const ChildInfo& c : inner_->children()) {
-      if (n == InnerReport::kMax) break;
-      r.entries[n++] = {static_cast<uint8_t>(c.kind), static_cast<uint8_t>(c.state), static_cast<uint16_t>(c.index), c.pid,
-                        c.tasks_run};
-    }
-    r.count = static_cast<uint32_t>(n);
-    r.seq.store(s + 2, std::memory_order_release);
-  }
+  void report_inner() { mb_->inner.publish(inner_->children()); }
   void uninstall(const Digest& d) {
     natives_.erase(d);
     chip_.remove(d);

@@ -117,7 +117,6 @@ class RemoteTransport final : public EndpointTransport {
   void accept(Endpoint& ep, Slot* s, int member, uint64_t* seq) override {
     *seq = ++ep.seq;
     ep.inflight.push_back({*seq, s, member, now_ns(), w_.task_timeout_ns(*s)});
-    w_.remote_in_flight_.fetch_add(1, std::memory_order_relaxed);
   }
 
   void dispatch(Endpoint& ep, Slot* s, int member, uint64_t seq) override {
@@ -159,7 +158,6 @@ class RemoteTransport final : public EndpointTransport {
       const Endpoint::InFlight f = ep.inflight[i];
       ep.inflight[i] = ep.inflight.back();
       ep.inflight.pop_back();
-      w_.remote_in_flight_.fetch_sub(1, std::memory_order_relaxed);
       if (!f.s) continue;  // timed out earlier: its credit comes back now, nothing else
       if (o == Outcome::SUCCESS) w_.stats_.remote_round_trip.record(now_ns() - f.dispatch_ns);
       // The failure names the peer and, when it said, the worker inside it.

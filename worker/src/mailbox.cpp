@@ -28,6 +28,43 @@ void Mailbox::set_error(int32_t code, const std::string& text) {
   error_text[n] = '\0';
 }
 
+void InnerReport::publish(const std::vector<ChildInfo>& children) {
+  const uint32_t s = seq.load(std::memory_order_relaxed);
+  seq.store(s + 1, std::memory_order_relaxed);  // odd: being written
+  std::atomic_thread_fence(std::memory_order_release);
+  uint32_t n = 0;
+  for (const ChildInfo& c : children) {
+    if (n == kMax) break;
+    entries[n++] = {static_cast<uint8_t>(c.kind), static_cast<uint8_t>(c.state), static_cast<uint16_t>(c.index), c.pid,
+                    c.tasks_run};
+  }
+  count = n;
+  seq.store(s + 2, std::memory_order_release);
+}
+
+bool InnerReport::read(std::vector<ChildInfo>* out) const {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const uint32_t s0 = seq.load(std::memory_order_acquire);
+    if (s0 == 0) return false;  // nothing published yet
+    if (s0 & 1) continue;       // being written
+    out->clear();
+    const uint32_t n = std::min<uint32_t>(count, kMax);
+    for (uint32_t i = 0; i < n; ++i) {
+      const Entry e = entries[i];
+      ChildInfo c;
+      c.kind = static_cast<ChildKind>(e.kind);
+      c.state = static_cast<ChildState>(e.state);
+      c.index = e.index;
+      c.pid = e.pid;
+      c.tasks_run = e.tasks_run;
+      out->push_back(c);
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (seq.load(std::memory_order_relaxed) == s0) return true;
+  }
+  return false;
+}
+
 std::string Mailbox::error() const { return std::string(error_text, strnlen(error_text, kMailboxErrorText)); }
 
 void encode_args(const TaskArgsView& view, std::vector<uint8_t>* out) {

@@ -19,6 +19,7 @@
 #include "futex.h"
 #include "pto/callable.h"
 #include "pto/task_args.h"
+#include "pto/worker.h"
 
 namespace pto {
 
@@ -61,6 +62,12 @@ struct InnerReport {
   std::atomic<uint32_t> seq;
   uint32_t count;
   Entry entries[kMax];
+
+  // The child: its children now (the first kMax).
+  void publish(const std::vector<ChildInfo>& children);
+  // The parent: the last published list; false when there is none yet or a
+  // write kept overlapping the read.
+  bool read(std::vector<ChildInfo>* out) const;
 };
 static_assert(sizeof(InnerReport) == 168);
 

@@ -1074,32 +1074,17 @@ std::vector<ChildInfo> WorkerImpl::children() const {
                 : !ep->alive ? ChildState::DEAD
                 : (ep->transport->held(*ep) > 0 || ep->in_control) ? ChildState::BUSY
                                                                            : ChildState::IDLE;
-      if (ep->kind == ChildKind::L3 && !ep->is_remote() && ep->mb) {
-        // A local L3 child's own children, as it last reported them (seqlock).
-        const InnerReport& r = ep->mb->inner;
-        for (int attempt = 0; attempt < 3; ++attempt) {
-          const uint32_t s0 = r.seq.load(std::memory_order_acquire);
-          if (s0 == 0 || (s0 & 1)) continue;
-          std::vector<RemoteLink::PeerChild> kids;
-          const uint32_t n = std::min<uint32_t>(r.count, InnerReport::kMax);
-          for (uint32_t i = 0; i < n; ++i) {
-            const InnerReport::Entry e = r.entries[i];
-            ChildInfo k;
-            k.kind = static_cast<ChildKind>(e.kind);
-            k.index = e.index;
-            kids.push_back({k.label(), child_state_name(static_cast<ChildState>(e.state)), e.pid, e.tasks_run});
-          }
-          std::atomic_thread_fence(std::memory_order_acquire);
-          if (r.seq.load(std::memory_order_relaxed) != s0) continue;
-          c.peer_children = std::move(kids);
-          break;
-        }
-      }
+      // A local L3 child's own children, as it last reported them.
+      std::vector<ChildInfo> inner;
+      if (ep->kind == ChildKind::L3 && !ep->is_remote() && ep->mb && ep->mb->inner.read(&inner))
+        for (const ChildInfo& k : inner)
+          c.peer_children.push_back(
+              {k.label(), child_state_name(k.state), k.pid, k.tasks_run, k.kind == ChildKind::CHIP ? 2 : 0});
       if (ep->is_remote()) {
         c.remote = true;
         c.address = ep->link->label();
         c.state_text = ep->link->state_text();
-        c.in_flight = static_cast<uint32_t>(ep->inflight.size());
+        c.in_flight = ep->transport->held(*ep);
         c.credits = ep->link->credits();
         c.peer_children = ep->link->peer_children();
       }

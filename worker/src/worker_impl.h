@@ -308,7 +308,6 @@ class WorkerImpl {
   std::vector<std::unique_ptr<Endpoint>> chips_, subs_, l3s_;
   std::vector<std::unique_ptr<Worker>> inner_;  // level >= 4: one per local L3 child
   std::vector<std::shared_ptr<RemoteLink>> links_;  // level >= 4: remote L3 workers, after the local ones in l3s_
-  std::atomic<uint32_t> remote_in_flight_{0};   // tasks on remote endpoints (poll without the lock when 0)
   std::map<Digest, std::string> tombstones_;    // unregistered digests: a late submit names it
   // Remote buffers: placeholders in a reserved, never-mapped address range.
   struct RemoteBuffer {

@@ -92,6 +92,10 @@ class Client {
 
  private:
   void prepare(grpc::ClientContext* ctx, bool stream = false) const;
+  // One unary call with this client's deadline and token: call(ctx, reply)
+  // issues the RPC (and may extend the deadline).
+  template <class Reply, class Call>
+  Result<Reply> unary(Call&& call) const;
   ClientOptions o_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pto::v1::Registry::Stub> registry_;

@@ -108,6 +108,7 @@ class RemoteLink {
     std::string label, state;
     int pid = -1;
     uint64_t tasks_run = 0;
+    int level = 0;  // 2 for a chip, 0 for a sub worker
   };
   virtual std::vector<PeerChild> peer_children() const = 0;
 };
