@@ -59,6 +59,8 @@ Orchestrator::Orchestrator(RuntimeState& state) : s_(state) {
   tensor_map_ = std::make_unique<TensorMap>(s_.config.tensormap_pool_size, s_.config.tensormap_buckets,
                                             s_.config.task_window, last_alive);
   tensor_map_->set_cleanup_interval(s_.config.cleanup_interval);
+  heap_begin_ = reinterpret_cast<uint64_t>(s_.heap_base);
+  heap_end_ = heap_begin_ + kMaxRings * s_.config.heap_size;
   scope_tasks_.reserve(s_.config.task_window * kMaxRings);
   producers_.reserve(64);
 }
@@ -77,9 +79,11 @@ void Orchestrator::begin_run() {
   for (auto& cache : kernel_addr_cache_) cache.clear();
   done_ = false;
   submitted_ = 0;
+  noops_ = 0;
   blocked_waits_ = 0;
   scope_tasks_.clear();
   scope_begin_.assign(1, 0);  // the implicit scope around the orchestration (seed §10.2 step 6)
+  tensor_map_->begin_run();   // the previous run drained: no task is alive
 }
 
 void Orchestrator::end_run() {
@@ -202,6 +206,15 @@ bool Orchestrator::validate_params(int32_t worker_type, const PTOParam* params, 
                                          i, kind_name(p.type)));
       return false;
     }
+    if (t->owner == 0 && t->addr != 0 && t->addr < heap_end_ && t->addr + bytes > heap_begin_) {
+      // Such a tensor would keep no buffer alive and would meet the buffer's
+      // own tensors only by accident of base address.
+      fail(kInvalidArgument,
+           fmt::format("param {} ({}): external tensor at {:#x} ({} bytes) lies inside the runtime's heap rings; "
+                       "use the runtime-allocated tensor, or a tensor_view of it, instead",
+                       i, kind_name(p.type), t->addr, bytes));
+      return false;
+    }
     if (t->owner != 0) {
       const uint64_t owner = task_from_owner(t->owner);
       const uint32_t r = task_ring(owner);
@@ -318,6 +331,7 @@ void Orchestrator::publish_as_noop(uint32_t ring, uint64_t seq) {
   tr.slot_state(seq).scan_id.store(id | TaskSlotState::kRootBit, std::memory_order_release);
   tr.publish(seq);
   s_.notify_work();
+  ++noops_;
 }
 
 void Orchestrator::prefetch_next(uint32_t ring, uint64_t seq) {
@@ -459,7 +473,7 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
   for (int32_t i = 0; i < n; ++i) {
     const PTOParam& p = params[i];
     if (p.type == PTO_PARAM_SCALAR || (p.type == PTO_PARAM_OUTPUT && p.tensor->addr == 0)) continue;
-    tensor_map_->lookup(*p.tensor, /*as_writer=*/p.type != PTO_PARAM_INPUT, &producers_);
+    tensor_map_->lookup(*p.tensor, /*as_writer=*/p.type != PTO_PARAM_INPUT, id, &producers_);
     if (p.tensor->owner != 0) producers_.push_back(task_from_owner(p.tensor->owner));
   }
   for (int32_t i = 0; i < num_extra_deps; ++i) {

@@ -54,6 +54,8 @@ class Orchestrator {
   void fail(int32_t code, std::string message);
 
   uint64_t tasks_submitted() const { return submitted_; }
+  // Slots of failed submits, published as no-ops: they complete, but are not tasks of the run.
+  uint64_t noop_slots() const { return noops_; }
   uint64_t blocked_waits() const { return blocked_waits_; }
   int scope_depth() const { return static_cast<int>(scope_begin_.size()) - 1; }
 
@@ -90,7 +92,9 @@ class Orchestrator {
   Status error_;
   bool done_ = false;
   uint64_t submitted_ = 0;
+  uint64_t noops_ = 0;
   uint64_t blocked_waits_ = 0;
+  uint64_t heap_begin_ = 0, heap_end_ = 0;  // the heap rings' addresses
 };
 
 }  // namespace pto2

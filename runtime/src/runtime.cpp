@@ -84,7 +84,9 @@ RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
   if (state_.config.profiling && drained) scheduler_.take_records(&result.records);
   result.status = orchestrator_.error();
   result.stats.tasks_submitted = orchestrator_.tasks_submitted();
-  result.stats.tasks_completed = state_.completed_count.load(std::memory_order_acquire) - completed0;
+  // Slots of failed submits complete as no-ops; they are not tasks of the run.
+  const uint64_t finished = state_.completed_count.load(std::memory_order_acquire) - completed0;
+  result.stats.tasks_completed = finished > orchestrator_.noop_slots() ? finished - orchestrator_.noop_slots() : 0;
   result.stats.orchestrator_ns = t1 - t0;
   result.stats.wall_ns = now_ns() - t0;
   result.stats.blocked_waits = orchestrator_.blocked_waits();

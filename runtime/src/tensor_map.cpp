@@ -89,11 +89,10 @@ void TensorMap::unlink(int32_t idx) {
   --linked_;
 }
 
-void TensorMap::lookup(const Tensor& t, bool as_writer, std::vector<uint64_t>* tasks) {
-  const uint32_t b = bucket_of(t.addr);
-  uint64_t lo, hi;
-  byte_span(t, &lo, &hi);
-  const int kinds = as_writer ? 2 : 1;
+template <typename Visit>
+void TensorMap::walk(uint64_t addr, bool with_readers, Visit&& visit) {
+  const uint32_t b = bucket_of(addr);
+  const int kinds = with_readers ? 2 : 1;
   for (int kind = 0; kind < kinds; ++kind) {
     for (int ring = 0; ring < kMaxRings; ++ring) {
       int32_t idx = head(b, kind, ring);
@@ -112,17 +111,37 @@ void TensorMap::lookup(const Tensor& t, bool as_writer, std::vector<uint64_t>* t
           break;
         }
         const int32_t next = e.next_in_chain;
-        // Disjoint byte spans cannot overlap: rejected without the view.
-        if (e.addr == t.addr && lo < e.span_hi && e.span_lo < hi) {
-          const Overlap o = view_overlap(t, e.view);
-          if (o != Overlap::kNone) {
-            tasks->push_back(e.task_id);
-            if (as_writer && o == Overlap::kCovered) unlink(idx);
-          }
-        }
+        visit(idx);
         idx = next;
       }
     }
+  }
+}
+
+void TensorMap::lookup(const Tensor& t, bool as_writer, uint64_t task_id, std::vector<uint64_t>* tasks) {
+  uint64_t lo, hi;
+  byte_span(t, &lo, &hi);
+  walk(t.addr, as_writer, [&](int32_t idx) {
+    const Entry& e = pool_[idx];
+    // Disjoint byte spans cannot overlap: rejected without the view.
+    if (e.addr != t.addr || lo >= e.span_hi || e.span_lo >= hi) return;
+    const Overlap o = view_overlap(t, e.view);
+    if (o == Overlap::kNone) return;
+    tasks->push_back(e.task_id);
+    if (as_writer && o == Overlap::kCovered) unlink(idx);
+  });
+  if (t.owner != 0) return;  // runtime-allocated: no other base reaches its bytes
+  const uint32_t base = bases_.touch(t.addr, pto2_tensor_buffer_bytes(&t), task_id, last_alive_snapshot_);
+  const std::vector<uint32_t>& aliases = bases_.at(base).aliases;
+  if (aliases.empty()) return;
+  // Other bases over some of the same memory: absolute byte ranges decide.
+  const uint64_t abs_lo = t.addr + lo, abs_hi = t.addr + hi;
+  for (uint32_t a : aliases) {
+    const uint64_t other = bases_.at(a).addr;
+    walk(other, as_writer, [&](int32_t idx) {
+      const Entry& e = pool_[idx];
+      if (e.addr == other && abs_lo < other + e.span_hi && other + e.span_lo < abs_hi) tasks->push_back(e.task_id);
+    });
   }
 }
 

@@ -19,6 +19,13 @@
 //        orchestrator waits (back-pressure) or diagnoses a deadlock.
 // * A writer that COVERS an older entry removes it from its chain: the writer
 //   depends on it, so later tasks reach it transitively through the writer.
+// * Any two tensors whose bytes overlap are ordered, whatever their base
+//   addresses: external buffers are also registered in ExternalBases, and a
+//   lookup of an external tensor walks the chains of every other external base
+//   whose extent overlaps its own, comparing absolute byte ranges there (never
+//   unlinking: coverage is only decided within one base). Runtime-allocated
+//   buffers never overlap one another while alive, and an external tensor may
+//   not lie inside the heap rings (the orchestrator refuses it).
 //
 // Orchestrator-private: no locking.
 #pragma once
@@ -28,6 +35,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "external_bases.h"
 #include "pto2/config.h"
 #include "pto2/orchestration_api.h"
 
@@ -49,8 +57,9 @@ class TensorMap {
 
   // Appends to *tasks the ids of live tasks whose entries overlap t: writers
   // only when as_writer is false, writers and readers when true. A writer
-  // lookup also removes the entries t covers (see above).
-  void lookup(const Tensor& t, bool as_writer, std::vector<uint64_t>* tasks);
+  // lookup also removes the entries t covers (see above). task_id is the task
+  // being submitted: an external t's base is registered for it.
+  void lookup(const Tensor& t, bool as_writer, uint64_t task_id, std::vector<uint64_t>* tasks);
 
   // True when n entries can be inserted; runs cleanup first if needed.
   bool reserve(uint64_t n);
@@ -67,7 +76,12 @@ class TensorMap {
   // the next task (ring, seq).
   void prefetch_next(uint32_t ring, uint64_t seq) const;
 
+  // Between runs (no task alive): forgets the external bases.
+  void begin_run() { bases_.clear(); }
+
   void set_cleanup_interval(uint32_t n) { cleanup_interval_ = n; }
+  // External bases currently registered (for tests).
+  uint32_t external_bases() const { return bases_.live(); }
   uint64_t pool_size() const { return pool_.size(); }
   uint64_t free_entries() const { return free_list_.size() + (pool_.size() - bump_); }
   uint64_t entries_in_use(uint32_t ring) const { return in_use_[ring]; }
@@ -100,6 +114,10 @@ class TensorMap {
   int32_t& head(uint32_t bucket, int kind, int ring) { return heads_[bucket * kChains + kind * kMaxRings + ring]; }
   bool stale(const Entry& e) const;
   void unlink(int32_t idx);
+  // Walks the live entries of `addr`'s bucket chains (writers; readers too
+  // when with_readers), truncating stale tails; visit(entry index) may unlink.
+  template <typename Visit>
+  void walk(uint64_t addr, bool with_readers, Visit&& visit);
   void cleanup_ring(uint32_t ring, uint64_t upto);
 
   std::vector<Entry> pool_;
@@ -115,6 +133,7 @@ class TensorMap {
   uint64_t in_use_[kMaxRings] = {};
   uint64_t linked_ = 0;
   uint32_t cleanup_interval_ = 64;
+  ExternalBases bases_;
 };
 
 }  // namespace pto2

@@ -3,6 +3,9 @@
 // threads, kernels inline and on executor threads, repeated. Two golden
 // checks: the final buffers equal a sequential replay (the mixing kernel is
 // order-sensitive), and every pair of conflicting tasks ran in program order.
+// The second case reaches the same rows through externals at random bases
+// (a buffer's row k, or a flat 1-D external over just the accessed rows), so
+// conflicting tasks share bytes but not base addresses.
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -19,6 +22,8 @@ constexpr uint32_t kRows = 16, kCols = 4, kBuffers = 5;
 
 struct Access {
   uint32_t buf, r0, r1;
+  uint32_t base = 0;  // the external starts at this row of the buffer (<= r0)
+  bool flat = false;  // a 1-D external over rows r0..r1 instead of a 2-D view
   bool overlaps(const Access& o) const { return buf == o.buf && r0 < o.r1 && o.r0 < r1; }
 };
 struct Op {
@@ -28,20 +33,29 @@ struct Op {
   int scope_delta;  // scopes opened (+n) before, or closed (-1) after
 };
 
-std::vector<Op> random_program(std::mt19937& rng, int n) {
+std::vector<Op> random_program(std::mt19937& rng, int n, bool random_bases) {
   std::vector<Op> ops;
   auto acc = [&] {
     const uint32_t b = rng() % kBuffers, r0 = rng() % kRows, len = 1 + rng() % 4;
-    return Access{b, r0, std::min(kRows, r0 + len)};
+    Access a{b, r0, std::min(kRows, r0 + len)};
+    if (random_bases) {
+      a.base = rng() % (r0 + 1);
+      a.flat = rng() % 3 == 0;
+    }
+    return a;
   };
   for (int i = 0; i < n; ++i) ops.push_back({acc(), acc(), bool(rng() % 2), int(rng() % 4) - 1});
   return ops;
 }
 
 Tensor view_of(std::vector<std::vector<int64_t>>& bufs, const Access& a) {
-  const uint32_t shape[2] = {kRows, kCols};
-  Tensor t = make_tensor_external(bufs[a.buf].data(), shape, 2, PTO2_INT64);
-  const uint32_t off[2] = {a.r0, 0}, sh[2] = {a.r1 - a.r0, kCols};
+  if (a.flat) {
+    const uint32_t n[1] = {(a.r1 - a.r0) * kCols};
+    return make_tensor_external(bufs[a.buf].data() + a.r0 * kCols, n, 1, PTO2_INT64);
+  }
+  const uint32_t shape[2] = {kRows - a.base, kCols};
+  Tensor t = make_tensor_external(bufs[a.buf].data() + a.base * kCols, shape, 2, PTO2_INT64);
+  const uint32_t off[2] = {a.r0 - a.base, 0}, sh[2] = {a.r1 - a.r0, kCols};
   return tensor_view(t, off, sh);
 }
 
@@ -58,9 +72,9 @@ void replay(std::vector<std::vector<int64_t>>& bufs, const std::vector<Op>& ops)
 
 }  // namespace
 
-TEST_CASE("random graphs on overlapping views match a sequential replay", "[stress]") {
-  const int sched = GENERATE(1, 2, 4);
-  const int exec = GENERATE(0, 2);
+namespace {
+
+void run_random_graphs(int sched, int exec, bool random_bases) {
   RuntimeConfig cfg = small_config(sched);
   cfg.task_window = 64;
   cfg.dep_pool_size = 2048;
@@ -75,7 +89,7 @@ TEST_CASE("random graphs on overlapping views match a sequential replay", "[stre
 #endif
   for (int rep = 0; rep < reps; ++rep) {
     std::mt19937 rng(1234u + 97u * rep + 7u * sched + exec);
-    const std::vector<Op> ops = random_program(rng, n);
+    const std::vector<Op> ops = random_program(rng, n, random_bases);
     std::vector<std::vector<int64_t>> bufs(kBuffers), golden(kBuffers);
     for (uint32_t b = 0; b < kBuffers; ++b) {
       bufs[b].resize(kRows * kCols);
@@ -114,7 +128,8 @@ TEST_CASE("random graphs on overlapping views match a sequential replay", "[stre
       return 0;
     });
     set_exec_log(nullptr);
-    INFO("sched=" << sched << " exec=" << exec << " rep=" << rep << " " << r.status.message);
+    INFO("sched=" << sched << " exec=" << exec << " random_bases=" << random_bases << " rep=" << rep << " "
+                  << r.status.message);
     REQUIRE(r.ok());
     REQUIRE(r.stats.tasks_completed == ops.size());
     for (uint32_t b = 0; b < kBuffers; ++b) REQUIRE(bufs[b] == golden[b]);
@@ -124,4 +139,18 @@ TEST_CASE("random graphs on overlapping views match a sequential replay", "[stre
         if (conflict) REQUIRE(log.end[i].load() < log.start[j].load());
       }
   }
+}
+
+}  // namespace
+
+TEST_CASE("random graphs on overlapping views match a sequential replay", "[stress]") {
+  const int sched = GENERATE(1, 2, 4);
+  const int exec = GENERATE(0, 2);
+  run_random_graphs(sched, exec, false);
+}
+
+TEST_CASE("random graphs on overlapping externals at random bases match a sequential replay", "[stress]") {
+  const int sched = GENERATE(1, 2, 4);
+  const int exec = GENERATE(0, 2);
+  run_random_graphs(sched, exec, true);
 }

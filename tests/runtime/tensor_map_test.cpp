@@ -28,7 +28,7 @@ struct Map {
   }
   std::vector<uint64_t> find(const Tensor& t, bool writer) {
     std::vector<uint64_t> v;
-    tm->lookup(t, writer, &v);
+    tm->lookup(t, writer, make_task_id(0, 1000), &v);
     std::sort(v.begin(), v.end());
     return v;
   }
@@ -37,6 +37,7 @@ struct Map {
     tm->insert(t, make_task_id(ring, seq), k);
   }
   std::atomic<uint64_t> la[kMaxRings] = {};
+  std::vector<uint64_t> scratch;
   std::atomic<uint64_t>* ptrs[kMaxRings];
   std::unique_ptr<TensorMap> tm;
 };
@@ -161,4 +162,45 @@ TEST_CASE("a slot's previous occupant is cleaned before its per-task chain is re
   CHECK(m.tm->entries_in_use(0) == 0);
   m.put(t, 0, 4);
   CHECK(m.find(t, false) == std::vector<uint64_t>{make_task_id(0, 4)});
+}
+
+namespace {
+Tensor flat(uint64_t addr, uint32_t n) {
+  const uint32_t shape[1] = {n};
+  return make_tensor_external(reinterpret_cast<void*>(addr), shape, 1, PTO2_FLOAT32);
+}
+}  // namespace
+
+TEST_CASE("externals at different bases over the same bytes find each other", "[tensor_map]") {
+  Map m;
+  const Tensor whole = flat(0xA0000, 16);  // bytes [0xA0000, 0xA0040)
+  CHECK(m.find(whole, true).empty());      // registers the base, as a submit does
+  m.put(whole, 0, 1);
+  CHECK(m.find(flat(0xA0020, 8), false) == std::vector<uint64_t>{make_task_id(0, 1)});  // inside
+  CHECK(m.find(flat(0xA0030, 16), false) == std::vector<uint64_t>{make_task_id(0, 1)});  // straddles the end
+  CHECK(m.find(flat(0xA0040, 8), false).empty());  // adjacent, no byte in common
+  CHECK(m.find(flat(0x9FFC0, 16), false).empty());  // ends where whole begins
+  // The reverse direction: a writer through an inner base finds readers of the outer one.
+  m.put(whole, 0, 2, TensorMap::kReader);
+  CHECK(m.find(flat(0xA0010, 2), true) == std::vector<uint64_t>{make_task_id(0, 1), make_task_id(0, 2)});
+  // A view through one base against a view through another: only the bytes count.
+  const Tensor rows = grid(0xA0000, 4, 4);  // same base as whole, a reshape
+  CHECK(m.find(box(rows, 3, 0, 1, 4), false) == std::vector<uint64_t>{make_task_id(0, 1)});
+}
+
+TEST_CASE("external bases no live task uses are pruned", "[tensor_map]") {
+  Map m(4096, 64, 1024);
+  for (uint64_t s = 0; s < 600; ++s) {
+    const Tensor t = flat(0x100000 + s * 0x100, 4);
+    m.tm->lookup(t, true, make_task_id(0, s), &m.scratch);
+    m.put(t, 0, s);
+  }
+  CHECK(m.tm->external_bases() <= 600);
+  const uint32_t before = m.tm->external_bases();
+  m.la[0] = 600;  // every task retired
+  m.tm->sync(true);
+  for (uint64_t s = 600; s < 1200; ++s) m.tm->lookup(flat(0x900000 + s * 0x100, 4), true, make_task_id(0, s), &m.scratch);
+  CHECK(m.tm->external_bases() < before + 600);  // dead records were reclaimed on the way
+  m.tm->begin_run();
+  CHECK(m.tm->external_bases() == 0);
 }
