@@ -32,6 +32,13 @@ const char* api_error_message(PTO2Runtime* rt) { return self(rt)->error().messag
 const PTO2RuntimeOps kOps = {api_submit, api_scope_begin, api_scope_end, api_done,
                              api_read,   api_error,       api_error_message};
 
+bool is_sizing_failure(int32_t code) { return code >= kScopeExceedsWindow && code <= kHeapRequestTooLarge; }
+
+// Measured outputs get addresses from a range no real buffer uses.
+constexpr uint64_t kProbeAddressBase = 0xF000000000000000ull;
+// Entries for the measured tasks' accesses: address space, committed on use.
+constexpr uint64_t kProbeMapEntries = 1ull << 22;
+
 const char* kind_name(int32_t type) {
   switch (type) {
     case PTO_PARAM_INPUT: return "INPUT";
@@ -40,8 +47,6 @@ const char* kind_name(int32_t type) {
     default: return "SCALAR";
   }
 }
-
-uint64_t recommend(uint64_t needed) { return std::bit_ceil(std::max<uint64_t>(needed, 4) * 2); }
 
 }  // namespace
 
@@ -70,7 +75,9 @@ int Orchestrator::current_ring() const { return std::min(scope_depth(), kMaxRing
 void Orchestrator::fail(int32_t code, std::string message) {
   if (!error_.ok()) return;  // the first error is the one reported
   error_ = Status::Error(code, std::move(message));
-  component_logger("orchestrator")->error("{} ({}): {}", error_name(code), code, error_.message);
+  // A sizing failure is logged when the run ends, with the size the whole run needs.
+  if (!is_sizing_failure(code))
+    component_logger("orchestrator")->error("{} ({}): {}", error_name(code), code, error_.message);
 }
 
 void Orchestrator::begin_run() {
@@ -84,9 +91,12 @@ void Orchestrator::begin_run() {
   scope_tasks_.clear();
   scope_begin_.assign(1, 0);  // the implicit scope around the orchestration (seed §10.2 step 6)
   tensor_map_->begin_run();   // the previous run drained: no task is alive
+  probe_.reset();
+  probe_map_.reset();
 }
 
 void Orchestrator::end_run() {
+  if (probe_) finish_probe();
   if (scope_begin_.size() > 1) {
     component_logger("orchestrator")
         ->warn("orchestration returned with {} scope(s) still open; closing them", scope_begin_.size() - 1);
@@ -95,7 +105,10 @@ void Orchestrator::end_run() {
   orchestration_done();
 }
 
-void Orchestrator::scope_begin() { scope_begin_.push_back(scope_tasks_.size()); }
+void Orchestrator::scope_begin() {
+  scope_begin_.push_back(scope_tasks_.size());
+  if (probe_) probe_->scope_begin();
+}
 
 void Orchestrator::scope_end() {
   if (scope_begin_.size() <= 1) {
@@ -103,6 +116,7 @@ void Orchestrator::scope_end() {
     return;
   }
   close_innermost_scope();
+  if (probe_) probe_->scope_end();
 }
 
 void Orchestrator::close_innermost_scope() {
@@ -194,10 +208,9 @@ bool Orchestrator::validate_params(int32_t worker_type, const PTOParam* params, 
       }
     }
     if (t->addr == 0 && p.type == PTO_PARAM_OUTPUT && bytes > s_.config.heap_size) {
-      fail(kHeapRequestTooLarge,
-           fmt::format("param {} (OUTPUT): a {}-byte buffer cannot come from a heap ring of {} bytes; "
-                       "Recommended: PTO2_RING_HEAP >= {}",
-                       i, bytes, s_.config.heap_size, recommend(bytes)));
+      fail(kHeapRequestTooLarge, fmt::format("param {} (OUTPUT): a {}-byte buffer cannot come from a heap ring of {} "
+                                             "bytes.",
+                                             i, bytes, s_.config.heap_size));
       return false;
     }
     if (t->addr == 0 && p.type != PTO_PARAM_OUTPUT) {
@@ -308,9 +321,8 @@ Status Orchestrator::diagnose_task_ring(uint32_t ring) {
       fmt::format("FATAL: Flow Control Deadlock Detected! Task ring {} is FULL: active tasks {} / window {}, the "
                   "innermost scope (depth {}) holds {} of them. Root cause: every active task still holds its "
                   "owning scope's reference, which only scope_end() releases, and scope_end() needs this "
-                  "orchestrator to continue. Solution: PTO2_RING_TASK_WINDOW >= {} (at least 2x the tasks of the "
-                  "largest scope), or split the scope.",
-                  ring, active, tr.window(), scope_depth(), in_scope, recommend(active + 1)));
+                  "orchestrator to continue.",
+                  ring, active, tr.window(), scope_depth(), in_scope));
 }
 
 void Orchestrator::publish_as_noop(uint32_t ring, uint64_t seq) {
@@ -394,23 +406,23 @@ void Orchestrator::add_producer(uint64_t consumer, uint64_t producer, int32_t* e
 
 int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* params, int32_t n,
                              const int64_t* extra_deps, int32_t num_extra_deps) {
-  if (!error_.ok()) return -error_.code;
+  if (!error_.ok()) return probe_ ? probe_submit(params, n, extra_deps, num_extra_deps) : -error_.code;
   if (done_) {
     fail(kOrchestrationDone, "task submitted after pto2_rt_orchestration_done");
-    return -error_.code;
+    return submit_failed(params, n, extra_deps, num_extra_deps);
   }
   const bool dummy = kernel_id == PTO2_KERNEL_DUMMY;
   if (dummy) worker_type = PTO2_WORKER_VECTOR;  // validated as a normal type, stored as dummy below
-  if (!validate_params(worker_type, params, n)) return -error_.code;
+  if (!validate_params(worker_type, params, n)) return submit_failed(params, n, extra_deps, num_extra_deps);
   if (num_extra_deps < 0 || (num_extra_deps > 0 && extra_deps == nullptr)) {
     fail(kInvalidArgument, fmt::format("num_deps {} with deps {}", num_extra_deps, extra_deps ? "set" : "null"));
-    return -error_.code;
+    return submit_failed(params, n, extra_deps, num_extra_deps);
   }
   uint64_t function_addr = 0;
   if (!dummy && !resolve_kernel(kernel_id, worker_type, &function_addr)) {
     fail(kUnknownKernel, fmt::format("kernel id {} is not registered for {} cores", kernel_id,
                                      worker_type == PTO2_WORKER_CUBE ? "CUBE (AIC)" : "VECTOR (AIV)"));
-    return -error_.code;
+    return submit_failed(params, n, extra_deps, num_extra_deps);
   }
 
   const uint32_t ring = static_cast<uint32_t>(current_ring());
@@ -429,7 +441,7 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
                                      ring, tr.next_seq(), tr.last_alive(), active, tr.window(),
                                      100.0 * double(active) / double(tr.window()));
                 }))
-    return -error_.code;
+    return submit_failed(params, n, extra_deps, num_extra_deps);
   const uint64_t id = make_task_id(ring, seq);
 
   // Step 1b: reset the recycled slot.
@@ -483,7 +495,7 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
     if (extra_deps[i] < 0 || task_seq(dep) >= limit) {
       publish_as_noop(ring, seq);
       fail(kInvalidArgument, fmt::format("dependency {} is not a task submitted before this one", extra_deps[i]));
-      return -error_.code;
+      return submit_failed(params, n, extra_deps, num_extra_deps);
     }
     producers_.push_back(dep);
   }
@@ -495,11 +507,10 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
     uint64_t base = 0;
     if (out_bytes > heap.size()) {
       publish_as_noop(ring, seq);
-      fail(kHeapRequestTooLarge,
-           fmt::format("task needs {} bytes of packed outputs but heap ring {} has {} bytes in all; "
-                       "Recommended: PTO2_RING_HEAP >= {}",
-                       out_bytes, ring, heap.size(), recommend(out_bytes)));
-      return -error_.code;
+      fail(kHeapRequestTooLarge, fmt::format("task needs {} bytes of packed outputs but heap ring {} has {} bytes in "
+                                             "all.",
+                                             out_bytes, ring, heap.size()));
+      return submit_failed(params, n, extra_deps, num_extra_deps);
     }
     const bool ok = wait_for(
         [&] { return heap.try_alloc(out_bytes, &base) == HeapRing::Alloc::kOk; },
@@ -508,10 +519,9 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
           return Status::Error(
               kHeapRingDeadlock,
               fmt::format("FATAL: Heap ring {} deadlock: requesting {} bytes, used {} of {} (top={}, tail={}); "
-                          "the oldest live task {} is held by an open scope, so nothing can be reclaimed. "
-                          "Recommended: PTO2_RING_HEAP >= {}",
+                          "the oldest live task {} is held by an open scope, so nothing can be reclaimed.",
                           ring, out_bytes, heap.used(), heap.size(), heap.top(), heap.tail(),
-                          make_task_id(ring, tr.last_alive()), recommend(heap.used() + out_bytes)));
+                          make_task_id(ring, tr.last_alive())));
         },
         [&] {
           return fmt::format("[HeapRing] BLOCKED: ring={} requesting {} bytes, used={}/{}, top={}, tail={}", ring,
@@ -519,7 +529,7 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
         });
     if (!ok) {
       publish_as_noop(ring, seq);
-      return -error_.code;
+      return submit_failed(params, n, extra_deps, num_extra_deps);
     }
     d.packed_buffer_base = base;
     d.packed_buffer_end = base + out_bytes;
@@ -550,9 +560,9 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
   if (dep_needed > deps.size()) {
     publish_as_noop(ring, seq);
     fail(kDepPoolDeadlock, fmt::format("task has {} producers and needs {} dependency-list entries, but the pool of "
-                                       "ring {} has {}; Recommended: PTO2_RING_DEP_POOL >= {}",
-                                       producers_.size(), dep_needed, ring, deps.size(), recommend(dep_needed)));
-    return -error_.code;
+                                       "ring {} has {}.",
+                                       producers_.size(), dep_needed, ring, deps.size()));
+    return submit_failed(params, n, extra_deps, num_extra_deps);
   }
   if (!wait_for([&] { return deps.can_reserve(dep_needed); },
                 [&]() -> Status {
@@ -560,16 +570,15 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
                   return Status::Error(
                       kDepPoolDeadlock,
                       fmt::format("FATAL: Dependency list pool of ring {} deadlock: task needs {} entries, {} of "
-                                  "{} in use by tasks that cannot retire while their scope is open. "
-                                  "Recommended: PTO2_RING_DEP_POOL >= {}",
-                                  ring, dep_needed, deps.used(), deps.size(), recommend(deps.used() + dep_needed)));
+                                  "{} in use by tasks that cannot retire while their scope is open.",
+                                  ring, dep_needed, deps.used(), deps.size()));
                 },
                 [&] {
                   return fmt::format("[DepPool] BLOCKED: ring={} requesting {} entries, used={}/{}", ring,
                                      dep_needed, deps.used(), deps.size());
                 })) {
     publish_as_noop(ring, seq);
-    return -error_.code;
+    return submit_failed(params, n, extra_deps, num_extra_deps);
   }
   uint64_t tm_needed = 0;
   for (int32_t i = 0; i < n; ++i) tm_needed += params[i].type != PTO_PARAM_SCALAR;
@@ -577,7 +586,7 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
                 [&]() -> Status {
                   if (tm_needed > tensor_map_->pool_size())
                     return Status::Error(kTensorMapDeadlock,
-                                         fmt::format("task needs {} TensorMap entries, pool has {}", tm_needed,
+                                         fmt::format("task needs {} TensorMap entries, pool has {}.", tm_needed,
                                                      tensor_map_->pool_size()));
                   for (uint32_t r = 0; r < kMaxRings; ++r) {
                     if (tensor_map_->entries_in_use(r) == 0) continue;
@@ -587,15 +596,15 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
                   return Status::Error(
                       kTensorMapDeadlock,
                       fmt::format("FATAL: TensorMap entry pool deadlock: {} of {} entries belong to tasks that "
-                                  "cannot retire while their scopes are open. Recommended: PTO2_TENSORMAP_POOL >= {}",
-                                  used, tensor_map_->pool_size(), recommend(used + tm_needed)));
+                                  "cannot retire while their scopes are open.",
+                                  used, tensor_map_->pool_size()));
                 },
                 [&] {
                   return fmt::format("[TensorMap] BLOCKED: pool exhausted, requesting {} entries, free={}/{}",
                                      tm_needed, tensor_map_->free_entries(), tensor_map_->pool_size());
                 })) {
     publish_as_noop(ring, seq);
-    return -error_.code;
+    return submit_failed(params, n, extra_deps, num_extra_deps);
   }
 
   // Step 4: dependencies.
@@ -637,6 +646,133 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
   prefetch_next(ring, seq + 1);
   return static_cast<int64_t>(id);
 }
+
+// ---- sizing after a failure (sizing_probe.h) ----
+
+int64_t Orchestrator::submit_failed(PTOParam* params, int32_t n, const int64_t* extra_deps, int32_t num_extra_deps) {
+  if (!probe_ && is_sizing_failure(error_.code)) {
+    start_probe();
+    sizing_diagnosis_ = error_.message;
+    probe_submit(params, n, extra_deps, num_extra_deps);  // the task that failed
+    error_.message = sizing_diagnosis_ + " " + sizing_solution(false);
+    return -error_.code;
+  }
+  return probe_ ? probe_submit(params, n, extra_deps, num_extra_deps) : -error_.code;
+}
+
+void Orchestrator::start_probe() {
+  probe_ = std::make_unique<SizingProbe>();
+  std::atomic<uint64_t>* none[kMaxRings];
+  for (auto& a : probe_last_alive_) a.store(0, std::memory_order_relaxed);
+  for (int r = 0; r < kMaxRings; ++r) none[r] = &probe_last_alive_[r];
+  probe_map_ = std::make_unique<TensorMap>(kProbeMapEntries, s_.config.tensormap_buckets, s_.config.task_window, none);
+  probe_addr_ = kProbeAddressBase;
+  // Per ring, the oldest task an open scope holds: scope k owns the tasks
+  // scope_tasks_[scope_begin_[k] ..] up to the next scope's start.
+  uint64_t oldest[kMaxRings];
+  std::fill(std::begin(oldest), std::end(oldest), SizingProbe::kNoTask);
+  for (size_t k = 0; k < scope_begin_.size(); ++k) {
+    const size_t b = scope_begin_[k], e = k + 1 < scope_begin_.size() ? scope_begin_[k + 1] : scope_tasks_.size();
+    const uint64_t first = b < e ? task_seq(scope_tasks_[b]) : SizingProbe::kNoTask;
+    probe_->seed_scope(first);
+    const uint32_t r = static_cast<uint32_t>(std::min<size_t>(k, kMaxRings - 1));
+    oldest[r] = std::min(oldest[r], first);
+  }
+  for (uint32_t r = 0; r < kMaxRings; ++r) {
+    TaskRing& tr = s_.rings[r];
+    probe_->seed_ring(r, oldest[r], tr.next_seq());
+    if (oldest[r] == SizingProbe::kNoTask) continue;
+    // Every task from the oldest held one on is pinned and intact (a slot is
+    // reused only after its task retired). The dep-list entries of a task are
+    // the distance from its predecessor's end position.
+    uint64_t prev_dep = oldest[r] > 0 ? tr.descriptor(oldest[r] - 1).dep_end_pos : 0;
+    for (uint64_t seq = oldest[r]; seq < tr.next_seq(); ++seq) {
+      const TaskDescriptor& d = tr.descriptor(seq);
+      uint64_t tensors = 0;
+      for (int32_t i = 0; i < d.num_params; ++i) tensors += d.param_kind[i] != PTO_PARAM_SCALAR;
+      probe_->seed_task(r, d.packed_buffer_end - d.packed_buffer_base, d.dep_end_pos - prev_dep, tensors);
+      prev_dep = d.dep_end_pos;
+    }
+  }
+}
+
+int64_t Orchestrator::probe_submit(PTOParam* params, int32_t n, const int64_t* extra_deps, int32_t num_extra_deps) {
+  // Measured, not run. Only what the measurement needs is checked.
+  if (n < 0 || n > PTO2_MAX_PARAMS || (n > 0 && params == nullptr)) return -error_.code;
+  for (int32_t i = 0; i < n; ++i) {
+    const PTOParam& p = params[i];
+    if (p.type == PTO_PARAM_SCALAR) continue;
+    const Tensor* t = p.tensor;
+    if (t == nullptr || t->ndim < 1 || t->ndim > PTO2_MAX_DIMS || pto2_dtype_size(t->dtype) == 0) return -error_.code;
+    for (int32_t d = 0; d < t->ndim; ++d)
+      if (static_cast<uint64_t>(t->offsets[d]) + t->shapes[d] > t->raw_shape[d]) return -error_.code;
+  }
+  const uint32_t ring = static_cast<uint32_t>(current_ring());
+  const uint64_t id = make_task_id(ring, probe_->next_seq(ring));
+  producers_.clear();
+  uint64_t out_bytes = 0, tensors = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    PTOParam& p = params[i];
+    if (p.type == PTO_PARAM_SCALAR) continue;
+    ++tensors;
+    Tensor* t = p.tensor;
+    if (p.type == PTO_PARAM_OUTPUT && t->addr == 0) {
+      const uint64_t bytes = align_up(std::max<uint64_t>(pto2_tensor_buffer_bytes(t), 1), kOutputAlign);
+      out_bytes += bytes;
+      t->addr = probe_addr_;
+      t->owner = owner_from_task(id);
+      probe_addr_ += bytes;
+      continue;
+    }
+    const bool writer = p.type != PTO_PARAM_INPUT;
+    tensor_map_->lookup(*t, writer, id, &producers_);  // live tasks of the run
+    probe_map_->lookup(*t, writer, id, &producers_);   // measured tasks
+    if (t->owner != 0) producers_.push_back(task_from_owner(t->owner));
+  }
+  for (int32_t i = 0; i < num_extra_deps && extra_deps != nullptr; ++i)
+    producers_.push_back(static_cast<uint64_t>(extra_deps[i]));
+  dedup_producers();
+  if (probe_map_->reserve(tensors)) {
+    for (int32_t i = 0; i < n; ++i) {
+      if (params[i].type == PTO_PARAM_SCALAR) continue;
+      probe_map_->insert(*params[i].tensor, id,
+                         params[i].type == PTO_PARAM_INPUT ? TensorMap::kReader : TensorMap::kWriter);
+    }
+  }
+  probe_->submit(ring, out_bytes, 2 * producers_.size(), tensors);
+  return -error_.code;
+}
+
+std::string Orchestrator::sizing_solution(bool final) const {
+  const SizingProbe::Needs& need = probe_->needs();
+  const int32_t code = error_.code;
+  std::string sizes;
+  // The failing limit always grows; any other limit the measured run exceeds is named too.
+  auto want = [&](const char* var, uint64_t needed, uint64_t have, uint64_t floor, bool failing) {
+    uint64_t v = std::bit_ceil(std::max(needed, floor));
+    if (failing && v <= have) v = have * 2;
+    if (v <= have) return;
+    sizes += fmt::format("{}{} >= {}", sizes.empty() ? "" : ", ", var, v);
+  };
+  want("PTO2_RING_TASK_WINDOW", need.task_window, s_.config.task_window, 4,
+       code == kScopeExceedsWindow || code == kTaskRingDeadlock);
+  want("PTO2_RING_HEAP", need.heap_size, s_.config.heap_size, 1024,
+       code == kHeapRingDeadlock || code == kHeapRequestTooLarge);
+  want("PTO2_RING_DEP_POOL", need.dep_pool_size, s_.config.dep_pool_size, 16, code == kDepPoolDeadlock);
+  want("PTO2_TENSORMAP_POOL", need.tensormap_pool_size, s_.config.tensormap_pool_size, 16,
+       code == kTensorMapDeadlock);
+  const bool window = code == kScopeExceedsWindow || code == kTaskRingDeadlock;
+  return fmt::format("Solution: {} (sized for all {} tasks this run submitted{}; the {} from the failure on were "
+                     "measured, not run){}",
+                     sizes, probe_->measured_submits() + submitted_, final ? "" : " so far",
+                     probe_->measured_submits(), window ? ", or split the scope." : ".");
+}
+
+void Orchestrator::finish_probe() {
+  error_.message = sizing_diagnosis_ + " " + sizing_solution(true);
+  component_logger("orchestrator")->error("{} ({}): {}", error_name(error_.code), error_.code, error_.message);
+}
+
 
 int32_t Orchestrator::read_tensor(const Tensor* t, void* dst, uint64_t dst_bytes) {
   if (!error_.ok()) return error_.code;

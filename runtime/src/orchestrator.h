@@ -29,6 +29,7 @@
 #include "pto2/errors.h"
 #include "pto2/orchestration_api.h"
 #include "runtime_state.h"
+#include "sizing_probe.h"
 #include "tensor_map.h"
 
 namespace pto2 {
@@ -60,6 +61,8 @@ class Orchestrator {
   int scope_depth() const { return static_cast<int>(scope_begin_.size()) - 1; }
 
   PTO2Runtime* api() { return &api_; }
+  // False when the TensorMap's entry pool could not be mapped.
+  bool valid() const { return tensor_map_->valid(); }
 
  private:
   int current_ring() const;
@@ -79,6 +82,14 @@ class Orchestrator {
   void dedup_producers();
   void prefetch_next(uint32_t ring, uint64_t seq);
 
+  // After a failure: sizing failures start measuring the rest of the run
+  // (SizingProbe); every later submit is measured instead of run.
+  int64_t submit_failed(PTOParam* params, int32_t n, const int64_t* extra_deps, int32_t num_extra_deps);
+  void start_probe();
+  int64_t probe_submit(PTOParam* params, int32_t n, const int64_t* extra_deps, int32_t num_extra_deps);
+  std::string sizing_solution(bool final) const;
+  void finish_probe();
+
   RuntimeState& s_;
   PTO2Runtime api_;
   HeapRing heaps_[kMaxRings];
@@ -95,6 +106,11 @@ class Orchestrator {
   uint64_t noops_ = 0;
   uint64_t blocked_waits_ = 0;
   uint64_t heap_begin_ = 0, heap_end_ = 0;  // the heap rings' addresses
+  std::unique_ptr<SizingProbe> probe_;      // set after a sizing failure, for the rest of the run
+  std::unique_ptr<TensorMap> probe_map_;    // the measured tasks' accesses
+  std::atomic<uint64_t> probe_last_alive_[kMaxRings] = {};  // nothing measured ever retires
+  uint64_t probe_addr_ = 0;                 // next address for a measured output
+  std::string sizing_diagnosis_;            // the failure's message without its solution
 };
 
 }  // namespace pto2

@@ -23,6 +23,7 @@ class RuntimeImpl {
 
   RunResult run(const OrchestrationFn& orchestration);
   RuntimeState& state() { return state_; }
+  bool valid() const { return state_.valid() && orchestrator_.valid(); }
   bool broken() const { return broken_; }
   void abandon() { scheduler_.abandon(); }
 
@@ -120,7 +121,7 @@ std::unique_ptr<Runtime> Runtime::create(const RuntimeConfig& config, Platform& 
     return nullptr;
   }
   auto impl = std::make_unique<RuntimeImpl>(config, platform);
-  if (!impl->state().valid()) {
+  if (!impl->valid()) {
     if (error)
       *error = Status::Error(kInvalidConfig, fmt::format("could not map {} bytes of shared region plus {} of heap",
                                                          SharedRegionLayout::compute(config).total_bytes,

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 
+#include <sys/mman.h>
+
 #include "task_ref.h"
 
 namespace pto2 {
@@ -61,15 +63,24 @@ Overlap view_overlap(const Tensor& outer, const Tensor& inner) {
 
 TensorMap::TensorMap(uint64_t pool_size, uint64_t num_buckets, uint64_t window,
                      std::atomic<uint64_t>* const* last_alive)
-    : pool_(pool_size), heads_(num_buckets * kChains, -1), window_mask_(window - 1) {
+    : heads_(num_buckets * kChains, -1), window_mask_(window - 1) {
+  void* p = mmap(nullptr, pool_size * sizeof(Entry), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p != MAP_FAILED) {
+    pool_ = static_cast<Entry*>(p);
+    pool_size_ = pool_size;
+  }
   bucket_shift_ = 64 - static_cast<uint64_t>(std::countr_zero(num_buckets));
-  free_list_.reserve(pool_size);
   for (int r = 0; r < kMaxRings; ++r) {
     last_alive_[r] = last_alive[r];
     task_entry_head_[r].assign(window, -1);
     cleaned_upto_[r] = last_alive[r]->load(std::memory_order_acquire);
     last_alive_snapshot_[r] = cleaned_upto_[r];
   }
+}
+
+TensorMap::~TensorMap() {
+  if (pool_ != nullptr) munmap(pool_, pool_size_ * sizeof(Entry));
 }
 
 uint32_t TensorMap::bucket_of(uint64_t addr) const {
@@ -187,7 +198,7 @@ void TensorMap::prefetch_next(uint32_t ring, uint64_t seq) const {
   for (size_t k = 0; k < 3; ++k) {
     const Entry* e = nullptr;
     if (k < n) e = &pool_[free_list_[n - 1 - k]];
-    else if (bump_ + (k - n) < pool_.size()) e = &pool_[bump_ + (k - n)];
+    else if (bump_ + (k - n) < pool_size_) e = &pool_[bump_ + (k - n)];
     if (e == nullptr) break;
     __builtin_prefetch(e, 1, 3);
     __builtin_prefetch(reinterpret_cast<const char*>(e) + 64, 1, 3);

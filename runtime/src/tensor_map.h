@@ -54,6 +54,11 @@ class TensorMap {
   // last_alive[r] points at ring r's last_task_alive; window is the per-ring
   // task window (per-task chains are indexed by slot).
   TensorMap(uint64_t pool_size, uint64_t num_buckets, uint64_t window, std::atomic<uint64_t>* const* last_alive);
+  ~TensorMap();
+  TensorMap(const TensorMap&) = delete;
+  TensorMap& operator=(const TensorMap&) = delete;
+  // False when the entry pool could not be mapped.
+  bool valid() const { return pool_ != nullptr; }
 
   // Appends to *tasks the ids of live tasks whose entries overlap t: writers
   // only when as_writer is false, writers and readers when true. A writer
@@ -82,8 +87,8 @@ class TensorMap {
   void set_cleanup_interval(uint32_t n) { cleanup_interval_ = n; }
   // External bases currently registered (for tests).
   uint32_t external_bases() const { return bases_.live(); }
-  uint64_t pool_size() const { return pool_.size(); }
-  uint64_t free_entries() const { return free_list_.size() + (pool_.size() - bump_); }
+  uint64_t pool_size() const { return pool_size_; }
+  uint64_t free_entries() const { return free_list_.size() + (pool_size_ - bump_); }
   uint64_t entries_in_use(uint32_t ring) const { return in_use_[ring]; }
   // Entries currently linked in bucket chains (for tests).
   uint64_t linked_entries() const { return linked_; }
@@ -120,7 +125,11 @@ class TensorMap {
   void walk(uint64_t addr, bool with_readers, Visit&& visit);
   void cleanup_ring(uint32_t ring, uint64_t upto);
 
-  std::vector<Entry> pool_;
+  // Entries are handed out by a bump pointer and then a free list, so the
+  // pool is an untouched mapping committed page by page as it is first used:
+  // a large pool costs address space, not start-up time.
+  Entry* pool_ = nullptr;
+  uint64_t pool_size_ = 0;
   uint64_t bump_ = 0;
   std::vector<int32_t> free_list_;
   std::vector<int32_t> heads_;

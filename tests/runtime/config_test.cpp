@@ -18,7 +18,12 @@ TEST_CASE("defaults follow the seed and validate", "[config]") {
   RuntimeConfig c;
   CHECK(c.task_window == 65536);
   CHECK(c.heap_size == (1ull << 30));
-  CHECK(c.dep_pool_size == 65536);
+  CHECK(c.dep_pool_size == 131072);
+  CHECK(c.tensormap_pool_size == 131072);
+  // Consistent defaults: a scope of window - 1 tasks with two tensors and one
+  // producer each fits both pools.
+  CHECK(c.tensormap_pool_size >= 2 * (c.task_window - 1));
+  CHECK(c.dep_pool_size >= 2 * (c.task_window - 1));
   CHECK(c.ready_queue_shards == 3);
   CHECK(c.validate().ok());
   CHECK(c.resolved_scheduler_threads() >= 1);

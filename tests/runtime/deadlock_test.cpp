@@ -4,6 +4,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <regex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -42,6 +45,44 @@ void check_still_usable(Runtime& rt) {
   CHECK(v[0] == 42);
 }
 
+// Applies every "PTO2_X >= N" of a FATAL message's solution to cfg; returns
+// how many sizes it named.
+int follow_advice(const std::string& message, RuntimeConfig* cfg) {
+  static const std::regex re("(PTO2_[A-Z_]+) >= ([0-9]+)");
+  int named = 0;
+  for (auto it = std::sregex_iterator(message.begin(), message.end(), re); it != std::sregex_iterator(); ++it) {
+    const std::string var = (*it)[1];
+    const uint64_t v = std::stoull((*it)[2]);
+    if (var == "PTO2_RING_TASK_WINDOW") cfg->task_window = v;
+    else if (var == "PTO2_RING_HEAP") cfg->heap_size = v;
+    else if (var == "PTO2_RING_DEP_POOL") cfg->dep_pool_size = v;
+    else if (var == "PTO2_TENSORMAP_POOL") cfg->tensormap_pool_size = v;
+    else FAIL("unknown variable in advice: " << var);
+    ++named;
+  }
+  return named;
+}
+
+// Runs orch on a chip with cfg: it must fail with `code`; rerun once with the
+// recommended sizes, the same orchestration must pass.
+void advice_makes_it_pass(RuntimeConfig cfg, int32_t code, const std::function<int(PTO2Runtime*)>& orch) {
+  RunResult first;
+  {
+    Chip chip(cfg, 0);
+    REQUIRE(chip.runtime);
+    first = chip.runtime->run(orch);
+  }
+  INFO("first run: " << first.status.message);
+  REQUIRE(first.status.code == code);
+  CHECK(first.stats.tasks_completed <= first.stats.tasks_submitted);
+  REQUIRE(follow_advice(first.status.message, &cfg) >= 1);
+  Chip chip(cfg, 0);
+  REQUIRE(chip.runtime);
+  RunResult second = chip.runtime->run(orch);
+  INFO("second run: " << second.status.message);
+  CHECK(second.ok());
+}
+
 }  // namespace
 
 TEST_CASE("window 4 with 8 tasks in one scope: SCOPE_EXCEEDS_WINDOW at once", "[deadlock]") {
@@ -65,8 +106,11 @@ TEST_CASE("window 4 with 8 tasks in one scope: SCOPE_EXCEEDS_WINDOW at once", "[
   CHECK(seconds_since(t0) < 5.0);
   CHECK(r.status.code == kScopeExceedsWindow);
   CHECK(last == -kScopeExceedsWindow);  // later submits return the sticky error
+  // 8 tasks held at once: the 8th is allocated while 7 are active, so the
+  // window must be at least 9 -> 16 (8 would fail again).
   CHECK_THAT(r.status.message, Catch::Contains("Deadlock") && Catch::Contains("window 4") &&
-                                   Catch::Contains("PTO2_RING_TASK_WINDOW >= 8"));
+                                   Catch::Contains("PTO2_RING_TASK_WINDOW >= 16"));
+  CHECK(r.stats.tasks_completed == r.stats.tasks_submitted);
   CHECK(buf[2 * 8] == 2);  // the tasks that fit did run
   check_still_usable(*chip.runtime);
 }
@@ -222,4 +266,151 @@ TEST_CASE("a kernel that never finishes in time: STALLED, then the runtime refus
   CHECK(seconds_since(t0) < 1.4);
   CHECK(r.status.code == kStalled);
   CHECK(chip.runtime->run([](PTO2Runtime*) { return 0; }).status.code == kRuntimeBroken);
+}
+
+// --- Following the advice once makes the same run pass (one case per class) ---
+
+namespace {
+
+int fill_rows(PTO2Runtime* rt, std::vector<int64_t>& buf, uint32_t nrows, uint32_t from, uint32_t to) {
+  for (uint32_t i = from; i < to; ++i) {
+    Tensor t = row_of(buf, nrows, i);
+    PTOParam p[] = {make_output_param(t), make_scalar_param(i)};
+    pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, p, 2);
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("advice: SCOPE_EXCEEDS_WINDOW, window 4 and window 8 with 3..40 tasks in one scope", "[deadlock][advice]") {
+  const uint32_t tasks = GENERATE(3u, 8u, 40u);
+  const uint64_t window = GENERATE(4u, 8u);
+  if (tasks < window) return;  // fits (the last is allocated while tasks - 1 < window - 1 are active)
+  RuntimeConfig cfg = small_config(2);
+  cfg.task_window = window;
+  std::vector<int64_t> buf(64 * 8, 0);
+  advice_makes_it_pass(cfg, kScopeExceedsWindow, [&](PTO2Runtime* rt) {
+    PTO2_SCOPE(rt) { fill_rows(rt, buf, 64, 0, tasks); }
+    return 0;
+  });
+}
+
+TEST_CASE("advice: the vector example (4 tasks, one scope) with window 4", "[deadlock][advice]") {
+  RuntimeConfig cfg = small_config(2);
+  cfg.task_window = 4;
+  std::vector<float> a(1024, 1.f), b(1024, 2.f), f(1024, 0.f);
+  advice_makes_it_pass(cfg, kScopeExceedsWindow, [&](PTO2Runtime* rt) {
+    const uint32_t shape[1] = {1024};
+    Tensor ta = make_tensor_external(a.data(), shape, 1, PTO2_FLOAT32);
+    Tensor tb = make_tensor_external(b.data(), shape, 1, PTO2_FLOAT32);
+    Tensor tf = make_tensor_external(f.data(), shape, 1, PTO2_FLOAT32);
+    PTO2_SCOPE(rt) {
+      Tensor c = make_tensor(shape, 1, PTO2_FLOAT32), d = make_tensor(shape, 1, PTO2_FLOAT32),
+             e = make_tensor(shape, 1, PTO2_FLOAT32);
+      PTOParam p0[] = {make_input_param(ta), make_input_param(tb), make_output_param(c)};
+      pto2_rt_submit_task(rt, kAdd, PTO2_WORKER_VECTOR, p0, 3);
+      PTOParam p1[] = {make_input_param(c), make_scalar_param(f32_bits(1.f)), make_output_param(d)};
+      pto2_rt_submit_task(rt, kAddScalar, PTO2_WORKER_VECTOR, p1, 3);
+      PTOParam p2[] = {make_input_param(c), make_scalar_param(f32_bits(2.f)), make_output_param(e)};
+      pto2_rt_submit_task(rt, kAddScalar, PTO2_WORKER_VECTOR, p2, 3);
+      PTOParam p3[] = {make_input_param(d), make_input_param(e), make_output_param(tf)};
+      pto2_rt_submit_task(rt, kMul, PTO2_WORKER_VECTOR, p3, 3);
+    }
+    return 0;
+  });
+  CHECK(f[0] == 20.f);  // (1 + 2 + 1) * (1 + 2 + 2)
+}
+
+TEST_CASE("advice: TASK_RING_DEADLOCK, nested scopes sharing ring 3", "[deadlock][advice]") {
+  RuntimeConfig cfg = small_config(2);
+  cfg.task_window = 8;
+  std::vector<int64_t> buf(64 * 8, 0);
+  advice_makes_it_pass(cfg, kTaskRingDeadlock, [&](PTO2Runtime* rt) {
+    PTO2_SCOPE(rt) PTO2_SCOPE(rt) PTO2_SCOPE(rt) {
+      fill_rows(rt, buf, 64, 0, 4);
+      PTO2_SCOPE(rt) { fill_rows(rt, buf, 64, 4, 8); }
+      fill_rows(rt, buf, 64, 8, 20);  // after the failure: the rest of the open scope
+    }
+    return 0;
+  });
+}
+
+TEST_CASE("advice: HEAP_RING_DEADLOCK with more allocations after the failure", "[deadlock][advice]") {
+  RuntimeConfig cfg = small_config(2);
+  cfg.heap_size = 4096;
+  advice_makes_it_pass(cfg, kHeapRingDeadlock, [&](PTO2Runtime* rt) {
+    const uint32_t shape[2] = {1, 8};
+    PTO2_SCOPE(rt) {
+      for (int i = 0; i < 23; ++i) {
+        Tensor t = make_tensor(shape, 2, PTO2_INT64);
+        PTOParam p[] = {make_output_param(t), make_scalar_param(i)};
+        pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, p, 2);
+      }
+    }
+    return 0;
+  });
+}
+
+TEST_CASE("advice: HEAP_REQUEST_TOO_LARGE", "[deadlock][advice]") {
+  RuntimeConfig cfg = small_config(1);
+  cfg.heap_size = 4096;
+  advice_makes_it_pass(cfg, kHeapRequestTooLarge, [&](PTO2Runtime* rt) {
+    const uint32_t shape[2] = {64, 16};  // 8 KiB of int64
+    PTO2_SCOPE(rt) {
+      for (int i = 0; i < 3; ++i) {
+        Tensor t = make_tensor(shape, 2, PTO2_INT64);
+        PTOParam p[] = {make_output_param(t), make_scalar_param(0)};
+        pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, p, 2);
+      }
+    }
+    return 0;
+  });
+}
+
+TEST_CASE("advice: DEP_POOL_DEADLOCK, 16 entries and a long INOUT chain", "[deadlock][advice]") {
+  RuntimeConfig cfg = small_config(2);
+  cfg.dep_pool_size = GENERATE(16u, 64u);
+  std::vector<int64_t> acc(8, 0), one(8, 1);
+  advice_makes_it_pass(cfg, kDepPoolDeadlock, [&](PTO2Runtime* rt) {
+    PTO2_SCOPE(rt) {
+      for (int i = 0; i < 100; ++i) {
+        Tensor v = row_of(acc, 1, 0), u = row_of(one, 1, 0);
+        PTOParam p[] = {make_inout_param(v), make_input_param(u), make_scalar_param(i)};
+        pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, p, 3);
+      }
+    }
+    return 0;
+  });
+}
+
+TEST_CASE("advice: TENSORMAP_DEADLOCK, many outputs in one scope", "[deadlock][advice]") {
+  RuntimeConfig cfg = small_config(2);
+  cfg.tensormap_pool_size = 16;
+  std::vector<int64_t> buf(64 * 8, 0);
+  advice_makes_it_pass(cfg, kTensorMapDeadlock, [&](PTO2Runtime* rt) {
+    PTO2_SCOPE(rt) { fill_rows(rt, buf, 64, 0, 60); }
+    return 0;
+  });
+}
+
+TEST_CASE("default sizes: a 60,000-task scope with one input and one output per task fits", "[deadlock][advice]") {
+  RuntimeConfig cfg;  // the defaults
+  cfg.scheduler_threads = 1;
+  Chip chip(cfg, 0);
+  REQUIRE(chip.runtime);
+  std::vector<int64_t> in(8, 1), out(8, 0);
+  RunResult r = chip.runtime->run([&](PTO2Runtime* rt) {
+    PTO2_SCOPE(rt) {
+      for (uint32_t i = 0; i < 60000; ++i) {
+        Tensor a = row_of(in, 1, 0), o = row_of(out, 1, 0);
+        PTOParam p[] = {make_input_param(a), make_output_param(o), make_scalar_param(0)};
+        pto2_rt_submit_task(rt, kSlowCopy, PTO2_WORKER_VECTOR, p, 3);
+      }
+    }
+    return 0;
+  });
+  INFO(r.status.message);
+  CHECK(r.ok());
+  CHECK(r.stats.tasks_completed == 60000);
 }

@@ -13,11 +13,13 @@ inline constexpr int kMaxRings = 4;  // ring = min(scope depth, 3)
 
 struct RuntimeConfig {
   // Per ring (one ring per scope depth 0..3): task slots, output heap bytes,
-  // dependency-list entries.
-  uint64_t task_window = 65536;          // PTO2_RING_TASK_WINDOW: power of two, >= 4
-  uint64_t heap_size = 1ull << 30;       // PTO2_RING_HEAP: bytes, >= 1024 (address space; committed on use)
-  uint64_t dep_pool_size = 65536;        // PTO2_RING_DEP_POOL: entries, >= 16
-  uint64_t tensormap_pool_size = 65536;  // PTO2_TENSORMAP_POOL: entries, >= 16
+  // dependency-list entries. The defaults are consistent with one another:
+  // a scope that fits the window (up to window - 1 tasks held at once) with
+  // up to two tensors and one producer per task fits both pools.
+  uint64_t task_window = 65536;           // PTO2_RING_TASK_WINDOW: power of two, >= 4
+  uint64_t heap_size = 1ull << 30;        // PTO2_RING_HEAP: bytes, >= 1024 (address space; committed on use)
+  uint64_t dep_pool_size = 131072;        // PTO2_RING_DEP_POOL: entries, >= 16 (an edge takes 2)
+  uint64_t tensormap_pool_size = 131072;  // PTO2_TENSORMAP_POOL: entries, >= 16 (one per tensor parameter)
   // PTO2_TENSORMAP_BUCKETS: power of two. The seed uses 65536; 4096 keeps the
   // bucket heads (32 B each) in L2, and chain truncation keeps chains short.
   // Measured: 0.60 -> 0.43 us per contended submit (docs/runtime.md).
