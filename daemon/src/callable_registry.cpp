@@ -30,6 +30,50 @@ bool safe_file_name(const std::string& n) {
 
 }  // namespace
 
+// Holds a registration's claim on the files it stored; on destruction the
+// files go unless the registration published its callable (keep()) or
+// another one uses them.
+class CallableRegistry::StoredClaim {
+ public:
+  explicit StoredClaim(CallableRegistry& r) : r_(r) {}
+  ~StoredClaim() {
+    if (!path_.empty()) r_.release_stored(path_, kept_);
+  }
+  StoredClaim(const StoredClaim&) = delete;
+  StoredClaim& operator=(const StoredClaim&) = delete;
+  void claim(const std::string& path) {
+    path_ = path;
+    r_.claim_stored(path);
+  }
+  void keep() { kept_ = true; }
+
+ private:
+  CallableRegistry& r_;
+  std::string path_;
+  bool kept_ = false;
+};
+
+void CallableRegistry::claim_stored(const std::string& path) {
+  std::lock_guard<std::mutex> g(mu_);
+  ++claims_[path];
+}
+
+void CallableRegistry::release_stored(const std::string& path, bool kept) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (--claims_[path] > 0 || kept) {
+      if (claims_[path] == 0) claims_.erase(path);
+      return;
+    }
+    claims_.erase(path);
+    for (const auto* m : {&by_digest_, &pending_})
+      for (const auto& [d, rc] : *m)
+        if (rc.stored == path) return;  // the same content, registered by someone else
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
 // Content-addressed: a file that exists already has these bytes (its name is
 // their hash, or it sits in a directory named by the bundle's hash), so it is
 // never rewritten — it may be loaded in this very process. New files are
@@ -62,7 +106,7 @@ Status CallableRegistry::store_file(const std::string& dir, const std::string& n
 
 // A bundle directory is named by the SHA-256 of its canonical content (the
 // config, then each library's name and bytes in name order).
-Status CallableRegistry::store_bundle(const pto::v1::ChipBundle& b, std::string* config_path) {
+Status CallableRegistry::store_bundle(const pto::v1::ChipBundle& b, StoredClaim* claim, std::string* config_path) {
   if (b.config_toml().empty()) return bad("chip bundle: config_toml is empty");
   std::string canon = b.config_toml();
   std::map<std::string, std::string> libs(b.libraries().begin(), b.libraries().end());
@@ -73,6 +117,7 @@ Status CallableRegistry::store_bundle(const pto::v1::ChipBundle& b, std::string*
     canon += '\0' + name + '\0' + std::to_string(bytes.size()) + '\0' + bytes;
   }
   const std::string dir = cfg_.state_dir + "/callables/bundle-" + pto::to_hex(pto::sha256(canon.data(), canon.size()));
+  claim->claim(dir);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::Error(pto::kWorkerInvalidConfig, fmt::format("cannot create {}: {}", dir, ec.message()));
@@ -113,13 +158,14 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
   if (req.abi() == pto::v1::ABI_CHIP && !req.has_chip()) return bad("abi ABI_CHIP needs a chip bundle");
   pto::Callable c;
   std::string source, stored;
+  StoredClaim claim(*this);  // what this request stores goes again unless it is published
   switch (req.callable_case()) {
     case pto::v1::RegisterRequest::kChip: {
       if (!cfg_.allow_chip_bundles)
         return Status::Error(kRefused, "chip bundles are refused by this daemon ([security] allow_chip_bundles = false)");
       if (orch_abi) return bad("a chip bundle cannot have abi ABI_ORCHESTRATION");
       std::string path;
-      if (Status s = store_bundle(req.chip(), &path); !s.ok()) return s;
+      if (Status s = store_bundle(req.chip(), &claim, &path); !s.ok()) return s;
       c = pto::ChipCallable::from_config(path);
       source = "bundle";
       stored = std::filesystem::path(path).parent_path().string();
@@ -143,6 +189,7 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
       if (n.library().empty()) return bad("native blob: no library bytes");
       const std::string dir = cfg_.state_dir + "/callables";
       const std::string file = "blob-" + pto::to_hex(pto::sha256(n.library().data(), n.library().size())) + ".so";
+      claim.claim(dir + "/" + file);
       if (Status s = store_file(dir, file, n.library()); !s.ok()) return s;
       stored = dir + "/" + file;
       if (orch_abi) {
@@ -228,6 +275,7 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
       return Status::Ok();
     }
     pending_[id.digest] = rc;
+    claim.keep();
     *reply->mutable_identity() = to_proto(id);
     reply->set_name(rc.name);
     return Status::Ok();
@@ -240,9 +288,12 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
     reply->set_existed(true);
     return Status::Ok();
   }
-  if (!rc.name.empty() && by_name_.count(rc.name))
+  if (!rc.name.empty() && by_name_.count(rc.name)) {
+    if (rc.orchestration == nullptr) (void)w_.unregister_callable(rc.handle);
     return bad(fmt::format("the name '{}' is taken by another callable", rc.name));
+  }
   by_digest_[id.digest] = rc;
+  claim.keep();
   if (!rc.name.empty()) by_name_[rc.name] = id.digest;
   *reply->mutable_identity() = to_proto(id);
   reply->set_name(rc.name);

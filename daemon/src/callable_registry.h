@@ -56,7 +56,14 @@ class CallableRegistry {
   static constexpr int32_t kRefused = 40;
 
  private:
-  Status store_bundle(const pto::v1::ChipBundle& b, std::string* config_path);
+  // Files a registration stores are claimed while it is in flight; a
+  // registration that ends without publishing its callable removes them
+  // unless another registration (published, pending or in flight) uses them.
+  class StoredClaim;
+  void claim_stored(const std::string& path);
+  void release_stored(const std::string& path, bool kept);
+
+  Status store_bundle(const pto::v1::ChipBundle& b, StoredClaim* claim, std::string* config_path);
   Status store_file(const std::string& dir, const std::string& name, const std::string& bytes);
   Status find_locked(const pto::v1::CallableRef& ref, const RegisteredCallable** out) const;
   Status add_impl(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply, bool pending);
@@ -70,6 +77,7 @@ class CallableRegistry {
   std::map<std::string, pto::Digest> by_name_;
   std::map<pto::Digest, RegisteredCallable> pending_;  // prepared, not committed
   std::map<pto::Digest, std::string> tombstones_;
+  std::map<std::string, int> claims_;  // stored path -> registrations in flight
 };
 
 }  // namespace ptod

@@ -1,5 +1,7 @@
 #include "pto2/errors.h"
 
+#include <string>
+
 namespace pto2 {
 
 const char* error_name(int32_t code) {
@@ -21,6 +23,24 @@ const char* error_name(int32_t code) {
     case kRuntimeBroken: return "RUNTIME_BROKEN";
     default: return "UNKNOWN_ERROR";
   }
+}
+
+std::string clip_message(std::string text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  constexpr size_t kMarkerMax = sizeof(" [... 18446744073709551615 bytes cut ...] ") - 1;
+  if (max_bytes < 2 * kMarkerMax) return text.substr(0, max_bytes);
+  const size_t keep = max_bytes - kMarkerMax;
+  size_t head = keep / 2;
+  size_t tail_from = text.size() - (keep - head);
+  // Never split a UTF-8 sequence: each cut moves to a character start.
+  while (head > 0 && (static_cast<unsigned char>(text[head]) & 0xC0) == 0x80) --head;
+  while (tail_from < text.size() && (static_cast<unsigned char>(text[tail_from]) & 0xC0) == 0x80) ++tail_from;
+  std::string out;
+  out.reserve(max_bytes);
+  out.append(text, 0, head);
+  out += " [... " + std::to_string(tail_from - head) + " bytes cut ...] ";
+  out.append(text, tail_from, std::string::npos);
+  return out;
 }
 
 }  // namespace pto2

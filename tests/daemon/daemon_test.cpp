@@ -540,3 +540,74 @@ TEST_CASE("mutual TLS - a client without a certificate the daemon's CA signed is
   CHECK_THAT(out.text, Catch::Contains("pto.v1"));
   std::filesystem::remove_all(dir);
 }
+
+namespace {
+
+// The vector example's config with absolute library paths and `extra` added
+// to its [runtime] section, written as dir/kernels.toml.
+std::string vector_config_with(const std::string& dir, const std::string& extra) {
+  const std::filesystem::path src = VECTOR_CONFIG;
+  std::ifstream in(src);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t at = 0; (at = text.find("library = \"", at)) != std::string::npos;) {
+    at += 11;
+    text.insert(at, src.parent_path().string() + "/");
+  }
+  text.replace(text.find("[runtime]"), 9, "[runtime]\n" + extra);
+  const std::string path = dir + "/kernels.toml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("rejected registrations leave no files - [runtime] is part of a bundle's identity - advice reaches ptoctl whole") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  const std::string tmp = make_temp_dir("pto-advice");
+  const std::string small_window = vector_config_with(tmp, "task_window = 4");
+  auto bundles = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(d.dir() + "/state/callables"))
+      n += e.path().filename().string().rfind("bundle-", 0) == 0;
+    return n;
+  };
+  // Ten rejected bundles (each names a library that is not in the bundle).
+  for (int i = 0; i < 10; ++i) {
+    v1::RegisterRequest outside;
+    outside.mutable_chip()->set_config_toml(
+        "[orchestration]\nlibrary = \"/usr/lib/x86_64-linux-gnu/libc.so.6\"\n[[kernels]]\nfunc_id = 0\nlibrary = "
+        "\"k.so\"\ncore_type = \"aiv\"\n[[args]]\nname = \"n\"\nrole = \"scalar\"\nvalue = " + std::to_string(i) + "\n");
+    (*outside.mutable_chip()->mutable_libraries())["k.so"] = std::string(1 << 20, 'k');
+    CHECK_FALSE(c->register_callable(outside).ok());
+  }
+  CHECK(bundles() == 0);
+  auto v = c->register_chip(VECTOR_CONFIG, "v");
+  REQUIRE(v.ok());
+  CHECK(bundles() == 1);
+  // Another callable (only [runtime] differs) under a taken name: refused, nothing left.
+  auto clash = c->register_chip(small_window, "v");
+  CHECK_FALSE(clash.ok());
+  CHECK_THAT(clash.status.message, Catch::Contains("taken"));
+  CHECK(bundles() == 1);
+  // Under its own name it is a second callable, its settings kept.
+  auto small = c->register_chip(small_window, "v4");
+  REQUIRE(small.ok());
+  CHECK_FALSE(small.value.existed());
+  CHECK(small.value.identity().digest() != v.value.identity().digest());
+  CHECK(bundles() == 2);
+  // Its job fails for the small window; the advice is whole in ptoctl's output and in --json.
+  const std::vector<std::string> env = {"PTOD_ADDRESS=" + d.address()};
+  Output r = run_command({PTOCTL_PATH, "run-example", small_window}, 120, env);
+  INFO(r.text);
+  CHECK(r.code != 0);
+  CHECK_THAT(r.text, Catch::Contains("Solution: PTO2_RING_TASK_WINDOW >= 8") && Catch::Contains("or split the scope."));
+  Output j = run_command({PTOCTL_PATH, "--json", "result", "1"}, 30, env);
+  INFO(j.text);
+  // (JSON writes '>' as \u003e.)
+  CHECK_THAT(j.text, Catch::Contains("Solution: PTO2_RING_TASK_WINDOW \\u003e= 8") &&
+                         Catch::Contains("or split the scope."));
+  std::filesystem::remove_all(tmp);
+  CHECK(d.stop() == 0);
+}

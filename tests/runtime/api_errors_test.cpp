@@ -204,3 +204,26 @@ TEST_CASE("exported-symbol form checks the expected argument count", "[api]") {
   REQUIRE(ok.ok());
   CHECK(buf[7] == 77);
 }
+
+TEST_CASE("a message longer than the bound is cut in the middle, keeping head and tail", "[errors]") {
+  CHECK(clip_message("short") == "short");
+  const std::string head = "task 3 failed: ", tail = " Solution: PTO2_RING_TASK_WINDOW >= 128";
+  const std::string long_text = head + std::string(20000, 'x') + tail;
+  const std::string c = clip_message(long_text);
+  CHECK(c.size() <= kMaxMessageBytes);
+  CHECK(c.rfind(head, 0) == 0);
+  CHECK(c.size() >= tail.size());
+  CHECK(c.substr(c.size() - tail.size()) == tail);
+  CHECK_THAT(c, Catch::Contains("bytes cut"));
+  // Exactly at the bound: whole.
+  const std::string exact(kMaxMessageBytes, 'y');
+  CHECK(clip_message(exact) == exact);
+  // UTF-8 sequences are never split.
+  std::string utf;
+  for (int i = 0; i < 5000; ++i) utf += "\xC3\xA9";  // é
+  const std::string cu = clip_message(utf, 1000);
+  CHECK(cu.size() <= 1000);
+  const size_t marker = cu.find(" [...");
+  REQUIRE(marker != std::string::npos);
+  CHECK(marker % 2 == 0);  // the head ends on a character boundary
+}

@@ -30,18 +30,18 @@ std::string tmp_path(const char* stem) {
 TEST_CASE("fixed vectors - descriptor bytes and digests") {
   // Computed independently (Python hashlib) from the layout in docs/worker.md.
   const auto d = descriptor::function(EntryAbi::SUB, "hello");
-  CHECK(hex(d) == "50544f2d43414c4c41424c45010004020500000068656c6c6f");
-  CHECK(to_hex(sha256(d.data(), d.size())) == "3dc395fc3ccd3870ae54dac72ee87d8031d39afd3ef829eb970c8fa5b866a5a3");
+  CHECK(hex(d) == "50544f2d43414c4c41424c45020004020500000068656c6c6f");
+  CHECK(to_hex(sha256(d.data(), d.size())) == "5d7aa0cd56b412f7bf62e4d5d349ceb8d213b922b3cf14e6fda9b0be12d9e0fd");
   const Digest abc = sha256("abc", 3);
   CHECK(to_hex(abc) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");  // FIPS 180-2
   const auto imp = descriptor::import_or_blob(CallableKind::NATIVE_IMPORT, EntryAbi::SUB, "f", abc);
-  CHECK(to_hex(sha256(imp.data(), imp.size())) == "3564670ccf80a80ef3fc95a11eeb8e06841847c0213bb2100d1ca03826f9b137");
+  CHECK(to_hex(sha256(imp.data(), imp.size())) == "019663c0b61e0bc4349fe192ecfba8b77cf87a2cd0a9f86f774fcc05adc31dbc");
   const auto blob = descriptor::import_or_blob(CallableKind::NATIVE_BLOB, EntryAbi::SUB, "f", abc);
-  CHECK(to_hex(sha256(blob.data(), blob.size())) == "d915b8a3f2550d7fa32feed5cafa19806f08e5253d1a4d3005d5fdc936726395");
+  CHECK(to_hex(sha256(blob.data(), blob.size())) == "575cafb1005364006532848fd204a33825322dd1c141e706606fe508c5a3b1e2");
   // A blob of the bytes "abc" with symbol f is exactly that descriptor.
   Callable c = NativeCallable::blob({'a', 'b', 'c'}, "f");
   REQUIRE(c.status.ok());
-  CHECK(c.identity().hex() == "d915b8a3f2550d7fa32feed5cafa19806f08e5253d1a4d3005d5fdc936726395");
+  CHECK(c.identity().hex() == "575cafb1005364006532848fd204a33825322dd1c141e706606fe508c5a3b1e2");
   CHECK(c.identity().kind == CallableKind::NATIVE_BLOB);
   CHECK(c.identity().target_namespace == TargetNamespace::LOCAL_NATIVE);
 }
@@ -95,4 +95,30 @@ TEST_CASE("factory errors name the file and are carried to registration") {
   CHECK_FALSE(NativeCallable::import(NATIVE_SUBS, "").status.ok());
   CHECK_FALSE(NativeCallable::blob({}, "f").status.ok());
   CHECK_FALSE(NativeCallable::function("", nullptr).status.ok());
+}
+
+TEST_CASE("the [runtime] section is part of a chip callable's identity") {
+  // Two bundles that differ only in [runtime] are two callables: registering
+  // the second must not silently drop its settings.
+  const std::filesystem::path src = VECTOR_CONFIG;
+  std::ifstream in(src);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t at = 0; (at = text.find("library = \"", at)) != std::string::npos;) {
+    at += 11;
+    text.insert(at, src.parent_path().string() + "/");
+  }
+  const std::string base = tmp_path("pto-runtime-a") + ".toml", other = tmp_path("pto-runtime-b") + ".toml",
+                    same = tmp_path("pto-runtime-c") + ".toml";
+  std::ofstream(base) << text;
+  std::string changed = text;
+  changed.replace(changed.find("[runtime]"), 9, "[runtime]\ntask_window = 4096");
+  std::ofstream(other) << changed;
+  std::ofstream(same) << text;  // another path, same content
+  const Callable a = ChipCallable::from_config(base), b = ChipCallable::from_config(other),
+                 c = ChipCallable::from_config(same);
+  REQUIRE(a.status.ok());
+  REQUIRE(b.status.ok());
+  CHECK(a.identity().digest != b.identity().digest);
+  CHECK(a.identity().digest == c.identity().digest);
+  for (const auto& p : {base, other, same}) std::filesystem::remove(p);
 }

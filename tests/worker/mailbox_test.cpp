@@ -64,7 +64,12 @@ TEST_CASE("mailbox capacity and state names") {
   CHECK(std::string(mailbox_state_name(99)) == "UNKNOWN");
   Mailbox* m = new Mailbox();
   m->set_error(5, std::string(2000, 'x'));
-  CHECK(m->error().size() == kMailboxErrorText - 1);
+  CHECK(m->error() == std::string(2000, 'x'));  // whole: the text lives in the blob
+  m->set_error(5, std::string(20000, 'x'));
+  CHECK(m->error().size() <= pto2::kMaxMessageBytes);
+  CHECK_THAT(m->error(), Catch::Contains("bytes cut"));
+  m->clear_error();
+  CHECK(m->error().empty());
   delete m;
 }
 

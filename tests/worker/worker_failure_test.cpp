@@ -564,3 +564,63 @@ TEST_CASE("a shape whose size overflows is refused at submit") {
   });
   CHECK_FALSE(r.ok());
 }
+
+TEST_CASE("long messages cross the mailbox whole up to the bound and are cut in the middle beyond it") {
+  Worker w({.level = 3, .num_sub_workers = 1});
+  const std::string head = "HEAD ", tail = " Solution: TAIL >= 42";
+  auto speak = [&](size_t filler) {
+    return head + std::string(filler, 'm') + tail;
+  };
+  auto fits = w.register_callable(NativeCallable::function("fits", [&](const TaskArgsView&, std::string& err) {
+    err = speak(pto2::kMaxMessageBytes - head.size() - tail.size());
+    return 3;
+  }));
+  auto too_long = w.register_callable(NativeCallable::function("too_long", [&](const TaskArgsView&, std::string& err) {
+    err = speak(30000);
+    return 3;
+  }));
+  REQUIRE(w.init().ok());
+  for (auto [h, whole] : {std::pair{fits, true}, std::pair{too_long, false}}) {
+    RunResult r = w.run([&, h = h](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+      return o.submit_sub(h, TaskArgs()).ok() ? 0 : 1;
+    });
+    REQUIRE(r.first_failure);
+    const std::string& m = r.first_failure->message;
+    CHECK(m.rfind(head, 0) == 0);
+    REQUIRE(m.size() >= tail.size());
+    CHECK(m.substr(m.size() - tail.size()) == tail);
+    CHECK(m.size() <= pto2::kMaxMessageBytes);
+    if (whole) CHECK(m == speak(pto2::kMaxMessageBytes - head.size() - tail.size()));
+    else CHECK_THAT(m, Catch::Contains("bytes cut"));
+  }
+}
+
+TEST_CASE("a chip run's deadlock advice reaches the caller whole") {
+  // The vector example with a window too small for its scope of four tasks.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("pto-advice-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path src = VECTOR_CONFIG;
+  std::ifstream in(src);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t at = 0; (at = text.find("library = \"", at)) != std::string::npos;) {
+    at += 11;
+    text.insert(at, src.parent_path().string() + "/");
+  }
+  text.replace(text.find("[runtime]"), 9, "[runtime]\ntask_window = 4");
+  std::ofstream(dir / "kernels.toml") << text;
+  Worker w({.level = 3, .num_chips = 1});
+  auto chip = w.register_callable(ChipCallable::from_config((dir / "kernels.toml").string()));
+  REQUIRE(chip.ok());
+  REQUIRE(w.init().ok());
+  ContinuousTensor a = alloc_f32(w, 16384), b = alloc_f32(w, 16384), f = alloc_f32(w, 16384);
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    TaskArgs t;
+    t.add_tensor(a, IN).add_tensor(b, IN).add_tensor(f, OUT_EXISTING);
+    return o.submit_next_level(chip, t).ok() ? 0 : 1;
+  });
+  std::filesystem::remove_all(dir);
+  REQUIRE(r.first_failure);
+  CHECK_THAT(r.first_failure->message, Catch::Contains("SCOPE_EXCEEDS_WINDOW") &&
+                                           Catch::Contains("Solution: PTO2_RING_TASK_WINDOW >= 8") &&
+                                           Catch::EndsWith("or split the scope."));
+}

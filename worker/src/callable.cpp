@@ -176,6 +176,15 @@ Callable ChipCallable::from_config(const std::string& path) {
     e.u64(a.scalar);
   }
   e.str(cfg.variant);
+  // The [runtime] section decides how the package runs (ring and pool sizes,
+  // the chip's shape), so two bundles that differ only there are two callables.
+  e.i32(cfg.block_dim);
+  e.i32(cfg.aicpu_threads);
+  e.u64(cfg.runtime.task_window);
+  e.u64(cfg.runtime.heap_size);
+  e.u64(cfg.runtime.dep_pool_size);
+  e.u64(cfg.runtime.tensormap_pool_size);
+  e.i32(cfg.runtime.ready_queue_shards);
   Callable c;
   c.kind = CallableKind::CHIP;
   c.abi = EntryAbi::CHIP;

@@ -178,8 +178,7 @@ class ChildRunner {
     }
     if (inner_) report_inner();  // before the answer: the parent reads it after
     if (st.ok()) {
-      mb_->error_code = 0;
-      mb_->error_text[0] = '\0';
+      mb_->clear_error();
       reply(MB_TASK_READY, MB_TASK_DONE);
     } else {
       mb_->set_error(st.code ? st.code : 1, st.message);
@@ -204,11 +203,13 @@ class ChildRunner {
         if (rc != 0) return Status::Error(rc, err.empty() ? fmt::format("returned {}", rc) : err);
         return Status::Ok();
       }
-      char err[kMailboxErrorText] = {};
-      const int rc = n.entry(&view, err, sizeof err);
+      // The callable's message buffer lives on this child's heap, not in the
+      // mailbox: the args it reads are in the blob.
+      std::vector<char> err(pto2::kMaxMessageBytes, '\0');
+      const int rc = n.entry(&view, err.data(), err.size());
       if (rc != 0) {
-        err[sizeof err - 1] = '\0';
-        return Status::Error(rc, err[0] ? std::string(err) : fmt::format("returned {}", rc));
+        err.back() = '\0';
+        return Status::Error(rc, err[0] ? std::string(err.data()) : fmt::format("returned {}", rc));
       }
       return Status::Ok();
     }
@@ -254,8 +255,7 @@ class ChildRunner {
       default: st = Status::Error(kWorkerChildFailed, fmt::format("unknown control op {}", mb_->control_op));
     }
     if (st.ok()) {
-      mb_->error_code = 0;
-      mb_->error_text[0] = '\0';
+      mb_->clear_error();
     } else {
       mb_->set_error(st.code ? st.code : 1, fmt::format("{}: {}", ep_.label(), st.message));
     }

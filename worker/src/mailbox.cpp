@@ -23,9 +23,9 @@ const char* mailbox_state_name(uint32_t s) {
 
 void Mailbox::set_error(int32_t code, const std::string& text) {
   error_code = code;
-  const size_t n = std::min(text.size(), kMailboxErrorText - 1);
-  std::memcpy(error_text, text.data(), n);
-  error_text[n] = '\0';
+  const std::string clipped = pto2::clip_message(text);
+  std::memcpy(blob, clipped.data(), clipped.size());
+  error_bytes = static_cast<uint32_t>(clipped.size());
 }
 
 void InnerReport::publish(const std::vector<ChildInfo>& children) {
@@ -65,7 +65,9 @@ bool InnerReport::read(std::vector<ChildInfo>* out) const {
   return false;
 }
 
-std::string Mailbox::error() const { return std::string(error_text, strnlen(error_text, kMailboxErrorText)); }
+std::string Mailbox::error() const {
+  return std::string(reinterpret_cast<const char*>(blob), std::min<size_t>(error_bytes, pto2::kMaxMessageBytes));
+}
 
 void encode_args(const TaskArgsView& view, std::vector<uint8_t>* out) {
   out->resize(blob_size(view.tensor_count, view.scalar_count));

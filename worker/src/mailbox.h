@@ -39,7 +39,6 @@ const char* mailbox_state_name(uint32_t s);
 enum ControlOp : uint32_t { CTRL_REGISTER = 1, CTRL_UNREGISTER = 2, CTRL_QUERY = 3 };
 
 inline constexpr size_t kMailboxBytes = 32 * 1024;
-inline constexpr size_t kMailboxErrorText = 480;
 inline constexpr size_t kMailboxBlobOffset = 1024;
 inline constexpr size_t kMailboxBlobCapacity = kMailboxBytes - kMailboxBlobOffset;
 // The blob header: [int32 T][int32 S].
@@ -78,7 +77,10 @@ struct Mailbox {
   uint32_t control_op;                 // ControlOp of a CONTROL_REQUEST
   uint64_t sequence;                   // parent's dispatch number, echoed in `done_sequence`
   uint64_t done_sequence;
-  char error_text[kMailboxErrorText];  // NUL-terminated
+  // An answer's error text lives in the blob, which the request no longer
+  // needs: up to pto2::kMaxMessageBytes, cut in the middle beyond that.
+  uint32_t error_bytes;
+  uint8_t reserved_text[476];
   CallConfig config;
   uint8_t digest[32];
   uint32_t blob_bytes;
@@ -88,9 +90,14 @@ struct Mailbox {
   uint8_t blob[kMailboxBlobCapacity];
 
   void set_error(int32_t code, const std::string& text);
+  void clear_error() {
+    error_code = 0;
+    error_bytes = 0;
+  }
   std::string error() const;
 };
-static_assert(offsetof(Mailbox, error_text) == 32);
+static_assert(offsetof(Mailbox, error_bytes) == 32);
+static_assert(pto2::kMaxMessageBytes <= kMailboxBlobCapacity);
 static_assert(offsetof(Mailbox, config) == 512);
 static_assert(offsetof(Mailbox, digest) == 800);
 static_assert(offsetof(Mailbox, blob_bytes) == 832);

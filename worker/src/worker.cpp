@@ -517,8 +517,7 @@ Status WorkerImpl::fork_child(Endpoint& ep, bool replacement) {
   Mailbox* mb = ep.mb;
   mb->state.store(MB_IDLE, std::memory_order_relaxed);
   mb->child_parked.store(0, std::memory_order_relaxed);
-  mb->error_code = 0;
-  mb->error_text[0] = '\0';
+  mb->clear_error();
   ep.running = nullptr;
   ep.in_control = false;
   ep.seq = 0;

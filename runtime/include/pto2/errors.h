@@ -27,6 +27,13 @@ enum ErrorCode : int32_t {
 
 const char* error_name(int32_t code);
 
+// Messages for people travel whole up to kMaxMessageBytes through every
+// boundary (mailboxes, remote frames, job results). A longer one is cut in the
+// middle, keeping its head (what failed) and its tail (the recommendation),
+// with a marker saying how much was left out.
+inline constexpr size_t kMaxMessageBytes = 8192;
+std::string clip_message(std::string text, size_t max_bytes = kMaxMessageBytes);
+
 // Result of a call that can fail: code plus a message for people.
 struct Status {
   int32_t code = kOk;

@@ -98,7 +98,7 @@ struct CallableHandle {
 
 // Canonical descriptor encoding, exposed for tests and the remote protocol.
 namespace descriptor {
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;  // 2: a CHIP descriptor also carries its [runtime] section
 std::vector<uint8_t> import_or_blob(CallableKind kind, EntryAbi abi, const std::string& symbol,
                                     const Digest& library_hash);
 std::vector<uint8_t> function(EntryAbi abi, const std::string& name);
