@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "pto2/sim/toml_input.h"
 
 namespace pto::client {
 namespace {
@@ -102,10 +103,8 @@ Result<pto::v1::RegisterReply> Client::register_chip(const std::string& kernels_
                                                      const Placement& where) {
   Result<pto::v1::RegisterReply> r;
   toml::table doc;
-  try {
-    doc = toml::parse_file(kernels_toml);
-  } catch (const toml::parse_error& e) {
-    r.status = local_error(fmt::format("{}: {}", kernels_toml, e.description()));
+  if (pto2::Status s = pto2::sim::parse_toml_file(kernels_toml, &doc); !s.ok()) {
+    r.status = local_error(s.message);
     return r;
   }
   const std::filesystem::path dir = std::filesystem::path(kernels_toml).parent_path();

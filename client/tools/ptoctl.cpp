@@ -206,12 +206,12 @@ int run_example(Client& c, const std::string& config, const std::string& name, i
         continue;
       }
       if (k == 0) {
-        if (a.role == pto2::sim::ArgSpec::Role::kOutput) out_mask |= uint64_t(1) << group;
+        if (a.writes()) out_mask |= uint64_t(1) << group;
         ++group;
       }
       std::vector<uint32_t> shape(a.shape.begin(), a.shape.end());
       pto::client::Result<v1::TensorInfo> t;
-      if (a.role == pto2::sim::ArgSpec::Role::kInput) {
+      if (a.reads()) {
         pto2::sim::generate_input(a, rng, host[slot]);
         t = c.upload("", shape, a.dtype, host[slot].data(), host[slot].size());
       } else {
@@ -220,13 +220,15 @@ int run_example(Client& c, const std::string& config, const std::string& name, i
       }
       if (!t.ok()) {
         cleanup();
-        return report(t.status, a.role == pto2::sim::ArgSpec::Role::kInput ? "upload" : "alloc");
+        return report(t.status, a.reads() ? "upload" : "alloc");
       }
       handles[slot] = t.value.handle();
       host_args[k][i] = reinterpret_cast<uint64_t>(host[slot].data());
       auto* ref = req.mutable_args()->add_tensors();
       *ref->mutable_tensor() = t.value.handle();
-      req.mutable_args()->add_tags(a.role == pto2::sim::ArgSpec::Role::kInput ? v1::INPUT : v1::OUTPUT);
+      req.mutable_args()->add_tags(a.role == pto2::sim::ArgSpec::Role::kInout ? v1::INOUT
+                                   : a.reads()                                   ? v1::INPUT
+                                                                                 : v1::OUTPUT);
     }
   if (!spread.empty()) {  // pto_spread's scalars: digest, group size, output mask, the example's scalars
     const std::string& d = reg.value.identity().digest();
@@ -259,7 +261,7 @@ int run_example(Client& c, const std::string& config, const std::string& name, i
     }
     for (size_t i = 0; i < n_args; ++i) {
       const auto& a = cfg.args[i];
-      if (a.role != pto2::sim::ArgSpec::Role::kOutput) continue;
+      if (!a.writes()) continue;
       std::vector<uint8_t> got;
       auto d = c.download(handles[k * n_args + i], &got);
       if (!d.ok()) {

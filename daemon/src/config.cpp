@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 #include <toml++/toml.h>
+#include "pto2/sim/toml_input.h"
 
 namespace ptod {
 namespace {
@@ -80,13 +81,7 @@ bool is_loopback_host(const std::string& host) {
 
 Status DaemonConfig::load(const std::string& path, DaemonConfig* out) {
   toml::table doc;
-  try {
-    doc = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << e.description() << " at line " << e.source().begin.line;
-    return bad(fmt::format("{}: {}", path, os.str()));
-  }
+  if (Status s = pto2::sim::parse_toml_file(path, &doc); !s.ok()) return bad(s.message);
   DaemonConfig c = *out;
   if (Status s = only_keys(doc, path, {"server", "worker", "session", "peers", "jobs", "daemon", "metrics", "security"});
       !s.ok())

@@ -206,11 +206,13 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   spec.config.aicpu_thread_num = c.aicpu_thread_num();
   spec.config.enable_profiling = c.enable_profiling();
   spec.config.timeout_ms = c.timeout_ms();
-  if (c.output_prefix().size() >= sizeof(spec.config.output_prefix)) {
+  if (!c.output_prefix().empty()) {
+    // ptod decides where a job's files go (its trace under the state directory).
     unpin();
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "config.output_prefix is longer than 255 bytes");
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "config.output_prefix is chosen by ptod (the trace goes under its state directory); leave it "
+                        "empty");
   }
-  std::memcpy(spec.config.output_prefix, c.output_prefix().data(), c.output_prefix().size());
   spec.label = req->label();
   uint64_t id = 0;
   uint32_t pos = 0;

@@ -39,6 +39,8 @@ RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
   if (broken_) {
     result.status = Status::Error(kRuntimeBroken, "an earlier run stalled with kernels still running; "
                                                   "create a new Runtime");
+    component_logger("runtime")->error("{} ({}): {}", error_name(result.status.code), result.status.code,
+                                       result.status.message);
     return result;
   }
   const uint64_t t0 = now_ns();
@@ -139,6 +141,7 @@ RunResult Runtime::run(PTO2OrchestrationConfigFn config_fn, PTO2OrchestrationEnt
   if (entry == nullptr) {
     RunResult r;
     r.status = Status::Error(kInvalidArgument, "orchestration entry is null");
+    component_logger("runtime")->error("{} ({}): {}", error_name(r.status.code), r.status.code, r.status.message);
     return r;
   }
   if (config_fn != nullptr) {
@@ -147,13 +150,18 @@ RunResult Runtime::run(PTO2OrchestrationConfigFn config_fn, PTO2OrchestrationEnt
       RunResult r;
       r.status = Status::Error(kInvalidArgument, fmt::format("orchestration expects {} arguments, got {}",
                                                              cfg.expected_arg_count, arg_count));
+      // Like every failure of a run, told once in the log.
+      component_logger("runtime")->error("{} ({}): {}", error_name(r.status.code), r.status.code, r.status.message);
       return r;
     }
   }
   return impl_->run([&](PTO2Runtime* rt) { return entry(rt, args, arg_count); });
 }
 
+void Runtime::set_task_observer(TaskObserver* observer) { impl_->state().observer = observer; }
+
 const RuntimeConfig& Runtime::config() const { return impl_->state().config; }
+bool Runtime::broken() const { return impl_->broken(); }
 uint64_t Runtime::shared_region_bytes() const { return impl_->state().region.layout().total_bytes; }
 
 }  // namespace pto2

@@ -19,6 +19,7 @@
 #include "event_count.h"
 #include "pto2/config.h"
 #include "pto2/platform.h"
+#include "pto2/runtime.h"
 #include "ready_queue.h"
 #include "shared_region.h"
 #include "task_ref.h"
@@ -102,6 +103,8 @@ class RuntimeState : public Wakeup {
   // Set when a run was abandoned with kernels still executing: the mappings
   // they point into are then leaked rather than unmapped under them.
   bool leak_mappings = false;
+
+  TaskObserver* observer = nullptr;  // set between runs (Runtime::set_task_observer)
 
   std::atomic<uint64_t> completed_count{0};  // progress measure for liveness checks
   std::atomic<uint32_t> abort{0};            // stop the run's scheduler loops now

@@ -35,10 +35,19 @@ bool SchedulerThread::poll_completions() {
     c.running = kNoTask;
     --busy_;
     if (s_.config.profiling) record(id, c.id, c.dispatch_ns);
+    if (s_.observer) observe(id);
     s_.complete(id, index_);
     progress = true;
   }
   return progress;
+}
+
+void SchedulerThread::observe(uint64_t id) {
+  const TaskDescriptor& d = s_.descriptor_of(id);
+  const Tensor* tensors[PTO2_MAX_PARAMS] = {};
+  for (int32_t i = 0; i < d.num_params; ++i)
+    if (d.param_kind[i] != PTO_PARAM_SCALAR) tensors[i] = &d.tensors[i];
+  s_.observer->task_finished(id, d.kernel_id, d.worker_type, tensors, d.num_params);
 }
 
 bool SchedulerThread::drain_orchestrator_queue() {

@@ -44,6 +44,7 @@ class SchedulerThread {
   };
   void record(uint64_t id, int core, uint64_t dispatch_ns);
   bool step();
+  void observe(uint64_t id);  // RuntimeState::observer, before completing
   bool poll_completions();
   bool drain_orchestrator_queue();
   bool scan();

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "pto2/sim/toml_input.h"
+
 #include "pto2/orchestration_api.h"
 
 namespace pto2::sim {
@@ -61,13 +63,7 @@ Status ChipConfig::load(const std::string& path, ChipConfig* out) {
   *out = ChipConfig{};
   out->path = path;
   toml::table doc;
-  try {
-    doc = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    return bad(path, fmt::format("line {}: {}", e.source().begin.line, e.description()));
-  } catch (const std::exception& e) {
-    return bad(path, e.what());
-  }
+  if (Status s = parse_toml_file(path, &doc); !s.ok()) return s;
   const std::string dir = std::filesystem::path(path).parent_path().string();
   if (Status s = only_keys(path, doc, "the file", {"orchestration", "kernels", "runtime", "args", "golden"}); !s.ok())
     return s;
@@ -143,8 +139,20 @@ Status ChipConfig::load(const std::string& path, ChipConfig* out) {
     const std::string role = (*a)["role"].value_or(std::string());
     if (role == "input") spec.role = ArgSpec::Role::kInput;
     else if (role == "output") spec.role = ArgSpec::Role::kOutput;
+    else if (role == "inout") spec.role = ArgSpec::Role::kInout;
     else if (role == "scalar") spec.role = ArgSpec::Role::kScalar;
-    else return bad(path, fmt::format("args[{}] ({}): role = '{}': must be input, output or scalar", i, spec.name, role));
+    else
+      return bad(path,
+                 fmt::format("args[{}] ({}): role = '{}': must be input, output, inout or scalar", i, spec.name, role));
+    if (spec.role == ArgSpec::Role::kOutput) {
+      // An output starts undefined (pto2-run fills it with NaN or a marker
+      // so an element no task wrote cannot pass); data settings would be ignored.
+      for (const char* key : {"generate", "value", "low", "high"})
+        if ((*a).contains(key))
+          return bad(path, fmt::format("args[{}] ({}): '{}' does not apply to an output, which no one initialises; "
+                                       "use role = \"inout\" for a tensor that starts from data and is compared",
+                                       i, spec.name, key));
+    }
     const std::string dtype = (*a)["dtype"].value_or(std::string(spec.role == ArgSpec::Role::kScalar ? "int64" : ""));
     spec.dtype = dtype_from_name(dtype);
     if (spec.dtype < 0) return bad(path, fmt::format("args[{}] ({}): unknown dtype '{}'", i, spec.name, dtype));
@@ -177,8 +185,9 @@ Status ChipConfig::load(const std::string& path, ChipConfig* out) {
         if (!v || *v <= 0) return bad(path, fmt::format("args[{}] ({}): shape entries must be positive", i, spec.name));
         spec.shape.push_back(static_cast<uint64_t>(*v));
       }
-      spec.generate = (*a)["generate"].value_or(spec.role == ArgSpec::Role::kOutput ? std::string("zeros") : spec.generate);
-      if (spec.generate != "random" && spec.generate != "constant" && spec.generate != "arange" && spec.generate != "zeros")
+      spec.generate = (*a)["generate"].value_or(spec.role == ArgSpec::Role::kOutput ? std::string("none") : spec.generate);
+      if (spec.role != ArgSpec::Role::kOutput && spec.generate != "random" && spec.generate != "constant" &&
+          spec.generate != "arange" && spec.generate != "zeros")
         return bad(path, fmt::format("args[{}] ({}): generate = '{}': must be random, constant, arange or zeros", i,
                                      spec.name, spec.generate));
       spec.low = (*a)["low"].value_or(spec.low);

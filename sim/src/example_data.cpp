@@ -54,6 +54,13 @@ void generate_input(const ArgSpec& a, std::mt19937_64& rng, std::vector<uint8_t>
   }
 }
 
+void fill_unwritten(const ArgSpec& a, std::vector<uint8_t>& buf) {
+  buf.assign(a.bytes(), 0xA5);
+  if (a.dtype != PTO2_FLOAT32 && a.dtype != PTO2_FLOAT64) return;
+  const uint32_t esz = pto2_dtype_size(a.dtype);
+  for (uint64_t i = 0; i < a.elements(); ++i) store_double(buf.data() + i * esz, a.dtype, std::nan(""));
+}
+
 Status run_reference(const ChipConfig& cfg, std::vector<uint64_t>& host_args) {
   if (cfg.reference.empty())
     return Status::Error(kInvalidArgument, fmt::format("{} has no [golden] library", cfg.path));

@@ -266,6 +266,13 @@ TEST_CASE("malformed and wrong requests get a status with a message and the daem
   auto oob = c->submit(out_of_bounds);
   CHECK(code(oob.status) == SC::INVALID_ARGUMENT);
   CHECK_THAT(oob.status.message, Catch::Contains("exceeds tensor 't'"));
+  // An output_prefix would be ignored (ptod chooses where files go): refused.
+  v1::SubmitRequest prefixed;
+  prefixed.mutable_callable()->set_name("vector");
+  prefixed.mutable_config()->set_output_prefix("/tmp/elsewhere");
+  auto pre = c->submit(prefixed);
+  CHECK(code(pre.status) == SC::INVALID_ARGUMENT);
+  CHECK_THAT(pre.status.message, Catch::Contains("output_prefix"));
   // A job whose tensors do not match the chip's signature fails with the reason.
   v1::SubmitRequest wrong_size;
   wrong_size.mutable_callable()->set_name("vector");

@@ -185,3 +185,86 @@ TEST_CASE("pto2-run --trace writes a swimlane trace with a slice per task and pr
   CHECK_THAT(r.output, Catch::Contains("summary: 4 tasks") && Catch::Contains("per core"));
   CHECK_FALSE(Catch::Contains("trace:").match(r.output));
 }
+
+TEST_CASE("pto2-run: an output element no task wrote fails, whatever the golden", "[pto2-run]") {
+  TempDir dir;
+  // f has one element more than the n = 16384 the orchestration computes.
+  const std::string cfg = variant(dir, "shape = [16384]\nrtol", "shape = [16385]\nrtol");
+  Result r = run(cfg);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("f: FAIL (16384/16385 elements matched)"));
+}
+
+TEST_CASE("pto2-run: data settings on an output are refused; an accumulator is an inout", "[pto2-run]") {
+  TempDir dir;
+  const std::string cfg = variant(dir, "name = \"f\"\nrole = \"output\"", "name = \"f\"\nrole = \"output\"\ngenerate = \"zeros\"");
+  Result r = run(cfg);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("'generate' does not apply to an output") && Catch::Contains("inout"));
+  // The bgemm example accumulates into C, declared inout with zeros.
+  r = run(std::string(BGEMM_EXAMPLE_DIR) + "/kernels.toml");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("C: PASS"));
+}
+
+TEST_CASE("pto2-run: command-line errors exit 2, --version, a missing config, no files unless asked", "[pto2-run]") {
+  TempDir dir;
+  Result r = run("--no-such-flag " + std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml");
+  CHECK(r.exit_code == 2);
+  r = run("");
+  CHECK(r.exit_code == 2);
+  r = run("--version");
+  CHECK(r.exit_code == 0);
+  CHECK(std::regex_search(r.output, std::regex("^pto2-run [0-9]+\\.[0-9]+\\.[0-9]+ \\(")));
+  r = run((dir.path / "missing.toml").string());
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("cannot open " + (dir.path / "missing.toml").string()));
+  // Run from an empty directory: nothing is created there without --output-dir.
+  const std::string cmd = "cd " + dir.path.string() + " && " + std::string(PTO2_RUN_PATH) + " " + VECTOR_EXAMPLE_DIR +
+                          "/kernels.toml >/dev/null 2>&1";
+  CHECK(std::system(cmd.c_str()) == 0);
+  CHECK(fs::is_empty(dir.path));
+}
+
+TEST_CASE("pto2-run: a run's error is printed once, with its advice", "[pto2-run]") {
+  Result r = run(std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml --task-window 4");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  size_t n = 0;
+  for (size_t at = r.output.find("Flow Control Deadlock"); at != std::string::npos;
+       at = r.output.find("Flow Control Deadlock", at + 1))
+    ++n;
+  CHECK(n == 1);
+  CHECK_THAT(r.output, Catch::Contains("PTO2_RING_TASK_WINDOW >= 8") &&
+                           Catch::Contains("failed: SCOPE_EXCEEDS_WINDOW (10)"));
+}
+
+TEST_CASE("pto2-run: the summary counts tasks per kernel; --dump-tensors writes each task's tensors", "[pto2-run]") {
+  TempDir dir;
+  const fs::path dump = dir.path / "dump";
+  Result r = run(std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml --summary -o " + (dir.path / "o").string() +
+                 " --dump-tensors " + dump.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("tasks per kernel: add 1, add_scalar 2, mul 1"));
+  CHECK_THAT(r.output, Catch::Contains("dumped 10 tensors"));  // add 3, add_scalar 2 + 2, mul 3
+  int files = 0;
+  fs::path mul_out;
+  for (const auto& e : fs::directory_iterator(dump)) {
+    ++files;
+    const std::string n = e.path().filename().string();
+    if (n.find("-mul-arg2.npy") != std::string::npos) mul_out = e.path();
+  }
+  CHECK(files == 10);
+  REQUIRE_FALSE(mul_out.empty());
+  // The mul task's output is f.
+  auto bytes = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string a = bytes(mul_out), b = bytes(dir.path / "o" / "f.npy");
+  REQUIRE(a.size() == b.size());
+  CHECK(a.substr(128) == b.substr(128));
+}

@@ -3,6 +3,8 @@
 // dependencies inferred from address regions, registration after init, L4 ->
 // L3 recursion and asynchronous runs. Golden checks compare computed outputs.
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <set>
 
@@ -385,4 +387,85 @@ TEST_CASE("cancel_run skips what has not launched and progress counts the run") 
   CHECK_FALSE(w.progress().running);
   // The next run is not cancelled.
   CHECK(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) { o.submit_sub(sleep, TaskArgs().add_scalar(1)); }).ok());
+}
+
+namespace {
+// A process's resident anonymous memory (kB) and thread count, from /proc.
+std::pair<long, long> rss_anon_and_threads(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string key;
+  long anon = -1, threads = -1;
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("RssAnon:", 0) == 0) anon = std::stol(line.substr(8));
+    if (line.rfind("Threads:", 0) == 0) threads = std::stol(line.substr(8));
+  }
+  return {anon, threads};
+}
+}  // namespace
+
+TEST_CASE("a chip child keeps a bounded number of engines while jobs sweep the chip settings") {
+  Worker w({.level = 3, .num_chips = 1});
+  auto chip = w.register_callable(ChipCallable::from_config(VECTOR_CONFIG));
+  REQUIRE(w.init().ok());
+  ContinuousTensor a = alloc_f32(w, 16384), b = alloc_f32(w, 16384), f = alloc_f32(w, 16384);
+  fill(a, 0.5f, 0.25f);
+  fill(b, -1.f, 0.5f);
+  const int pid = child(w.children(), ChildKind::CHIP, 0)->pid;
+  long peak_kb = 0, peak_threads = 0;
+  int runs = 0;
+  for (int block_dim = 1; block_dim <= 24; ++block_dim)
+    for (int aicpu = 2; aicpu <= 4; ++aicpu)
+      for (int profiling = 0; profiling <= 1; ++profiling) {
+        CallConfig cfg{.block_dim = block_dim, .aicpu_thread_num = aicpu, .enable_profiling = profiling};
+        RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig& c) {
+          TaskArgs t;
+          t.add_tensor(a, IN).add_tensor(b, IN).add_tensor(f, OUT_EXISTING);
+          return o.submit_next_level(chip, t, c).ok() ? 0 : 1;
+        }, {}, cfg);
+        REQUIRE(r.ok());
+        ++runs;
+        const auto [kb, threads] = rss_anon_and_threads(pid);
+        peak_kb = std::max(peak_kb, kb);
+        peak_threads = std::max(peak_threads, threads);
+      }
+  CHECK(runs == 144);
+  CHECK(f32(f)[5] == vector_f(f32(a)[5], f32(b)[5]));
+  INFO("peak anonymous memory " << peak_kb / 1024 << " MiB, peak threads " << peak_threads);
+  CHECK(peak_kb < 300 * 1024);
+  // kMaxEngines engines of at most 3 scheduler + 2 executor threads, plus the child's own.
+  CHECK(peak_threads <= 4 * 5 + 4);
+}
+
+TEST_CASE("enable_dump_tensor writes each chip task's tensors; enable_pmu is refused, not ignored") {
+  Worker w({.level = 3, .num_chips = 1});
+  auto chip = w.register_callable(ChipCallable::from_config(VECTOR_CONFIG));
+  REQUIRE(w.init().ok());
+  ContinuousTensor a = alloc_f32(w, 16384), b = alloc_f32(w, 16384), f = alloc_f32(w, 16384);
+  fill(a, 1.f, 0.f);
+  fill(b, 2.f, 0.f);
+  const std::string dir = std::filesystem::temp_directory_path() / ("pto-dump-" + std::to_string(getpid()));
+  auto run_with = [&](CallConfig cfg) {
+    return w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig& c) {
+      TaskArgs t;
+      t.add_tensor(a, IN).add_tensor(b, IN).add_tensor(f, OUT_EXISTING);
+      return o.submit_next_level(chip, t, c).ok() ? 0 : 1;
+    }, {}, cfg);
+  };
+  CallConfig dump{.enable_dump_tensor = 1};
+  std::snprintf(dump.output_prefix, sizeof dump.output_prefix, "%s", dir.c_str());
+  RunResult r = run_with(dump);
+  REQUIRE(r.ok());
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    ++files;
+    CHECK_THAT(e.path().filename().string(), Catch::Matches("task-[0-9]+-(add|add_scalar|mul)-arg[0-2]\\.npy"));
+  }
+  CHECK(files == 10);  // add 3, add_scalar 2 + 2, mul 3 tensors
+  std::filesystem::remove_all(dir);
+  RunResult no_dir = run_with(CallConfig{.enable_dump_tensor = 1});
+  REQUIRE(no_dir.first_failure);
+  CHECK_THAT(no_dir.first_failure->message, Catch::Contains("needs an output_prefix"));
+  RunResult pmu = run_with(CallConfig{.enable_pmu = 1});
+  REQUIRE(pmu.first_failure);
+  CHECK_THAT(pmu.first_failure->message, Catch::Contains("enable_pmu") && Catch::Contains("no performance counters"));
 }

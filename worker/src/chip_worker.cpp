@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "pto/worker.h"
+#include "pto2/sim/tensor_dump.h"
 #include "pto2/sim/trace.h"
 
 namespace pto {
@@ -23,12 +24,46 @@ Status ChipWorker::install(const Digest& digest, const std::string& config_path)
   return Status::Ok();
 }
 
-Status ChipWorker::engine_for(Prepared& p, int block_dim, int aicpu, bool profiling, Engine** out) {
-  auto key = std::make_tuple(block_dim, aicpu, profiling);
-  auto it = p.engines.find(key);
-  if (it != p.engines.end()) {
-    *out = &it->second;
+ChipWorker::~ChipWorker() {
+  for (auto& [key, e] : engines_) tear_down(e);
+}
+
+void ChipWorker::tear_down(Engine& e) {
+  // A runtime whose run stalled may still have a kernel executing inside the
+  // platform: both are then left alone (leaked) rather than freed under it.
+  if (e.runtime && e.runtime->broken()) {
+    e.runtime.reset();  // detaches its threads and leaks its memory (Runtime::~Runtime)
+    (void)e.chip.release();
+    return;
+  }
+  e.runtime.reset();
+  e.chip.reset();
+}
+
+void ChipWorker::remove(const Digest& digest) {
+  for (auto it = engines_.begin(); it != engines_.end();) {
+    if (it->first.digest == digest) {
+      tear_down(it->second);
+      it = engines_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  prepared_.erase(digest);
+}
+
+Status ChipWorker::engine_for(const Digest& digest, Prepared& p, int block_dim, int aicpu, bool profiling,
+                              Engine** out) {
+  const EngineKey key{digest, block_dim, aicpu, profiling};
+  for (auto it = engines_.begin(); it != engines_.end(); ++it) {
+    if (!(it->first == key)) continue;
+    engines_.splice(engines_.begin(), engines_, it);  // most recently used
+    *out = &engines_.front().second;
     return Status::Ok();
+  }
+  while (engines_.size() >= kMaxEngines) {
+    tear_down(engines_.back().second);
+    engines_.pop_back();
   }
   pto2::sim::A2A3SimConfig sc;
   sc.block_dim = block_dim;
@@ -46,7 +81,8 @@ Status ChipWorker::engine_for(Prepared& p, int block_dim, int aicpu, bool profil
   rc.profiling = profiling;
   e.runtime = pto2::Runtime::create(rc, *e.chip, &st);
   if (!e.runtime) return st;
-  *out = &(p.engines[key] = std::move(e));
+  engines_.emplace_front(key, std::move(e));
+  *out = &engines_.front().second;
   return Status::Ok();
 }
 
@@ -83,8 +119,15 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
                                        "passed dtype {} with {} bytes at 0x{:x}",
                                        p.cfg.path, t - 1, a.name, a.dtype, a.bytes(), x.dtype, tensor_bytes(x), x.data));
   }
+  if (cfg.enable_pmu)
+    return Status::Error(kWorkerInvalidArgument, "enable_pmu: the simulated chip (a2a3sim) has no performance "
+                                                 "counters; leave enable_pmu at 0");
+  const std::string prefix(cfg.output_prefix, strnlen(cfg.output_prefix, sizeof cfg.output_prefix));
+  if (cfg.enable_dump_tensor && prefix.empty())
+    return Status::Error(kWorkerInvalidArgument, "enable_dump_tensor needs an output_prefix: the directory the "
+                                                 "tensors are written to");
   Engine* e = nullptr;
-  if (Status s = engine_for(p, cfg.block_dim > 0 ? cfg.block_dim : p.cfg.block_dim,
+  if (Status s = engine_for(digest, p, cfg.block_dim > 0 ? cfg.block_dim : p.cfg.block_dim,
                             cfg.aicpu_thread_num > 0 ? cfg.aicpu_thread_num : p.cfg.aicpu_threads,
                             cfg.enable_profiling != 0, &e);
       !s.ok())
@@ -116,25 +159,37 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
     free_all();
     return status;
   }
+  auto name_of = [&](int32_t id, int32_t type) -> std::string {
+    if (type == 2) return "dependency-only";
+    for (const auto& k : p.cfg.kernels)
+      if (k.func_id == id && static_cast<int32_t>(k.core_type) == type) return k.name;
+    return fmt::format("func{}", id);
+  };
+  std::unique_ptr<pto2::sim::TensorDump> dump;
+  if (cfg.enable_dump_tensor) {
+    dump = std::make_unique<pto2::sim::TensorDump>(prefix, name_of);
+    if (Status s = dump->prepare(); !s.ok()) {
+      free_all();
+      return s;
+    }
+    e->runtime->set_task_observer(dump.get());
+  }
   pto2::RunResult rr = e->runtime->run(p.orch.config, p.orch.entry, dev.data(), static_cast<int>(dev.size()));
+  if (dump) e->runtime->set_task_observer(nullptr);
   if (rr.ok()) {
     for (int i = 0, t = 0; i < static_cast<int>(specs.size()); ++i) {
       const ArgSpec& a = specs[i];
       if (a.role == ArgSpec::Role::kScalar) continue;
       const ContinuousTensor& x = args.tensors[t++];
-      if (a.role == ArgSpec::Role::kOutput)
+      if (a.writes())
         (void)gm.copy_from_device(reinterpret_cast<void*>(x.data), reinterpret_cast<void*>(dev[i]), a.bytes());
     }
   }
   free_all();
-  if (rr.ok() && cfg.enable_profiling && cfg.output_prefix[0]) {
-    const std::string path = std::string(cfg.output_prefix, strnlen(cfg.output_prefix, sizeof cfg.output_prefix)) + ".json";
-    auto name_of = [&](int32_t id, int32_t type) -> std::string {
-      if (type == 2) return "dependency-only";
-      for (const auto& k : p.cfg.kernels)
-        if (k.func_id == id && static_cast<int32_t>(k.core_type) == type) return k.name;
-      return fmt::format("func{}", id);
-    };
+  if (dump && rr.ok())
+    if (Status ds = dump->status(); !ds.ok()) return ds;
+  if (rr.ok() && cfg.enable_profiling && !prefix.empty()) {
+    const std::string path = prefix + ".json";
     if (Status ts = pto2::sim::write_chrome_trace(path, rr, *e->chip, e->runtime->config().scheduler_threads, name_of);
         !ts.ok())
       return ts;

@@ -4,10 +4,20 @@
 // memory, runs the orchestration on the PTO2 runtime, and copies the outputs
 // back into the shared tensors. With CallConfig.enable_profiling and an
 // output_prefix, the run's swimlane trace is written to <output_prefix>.json
-// (Chrome/Perfetto format). The signature (the config's [[args]]) says
-// which tensors are outputs and what shape and dtype each must have.
+// (Chrome/Perfetto format); with CallConfig.enable_dump_tensor, every task's
+// tensors are written after it ran as <output_prefix>/task-<id>-<kernel>-arg<i>.npy.
+// CallConfig.enable_pmu is refused: the simulated chip has no counters. The
+// signature (the config's [[args]]) says which tensors are read and written
+// and what shape and dtype each must have.
+//
+// Engines (a simulated chip and its runtime) are kept per (callable,
+// block_dim, AICPU threads, profiling) for repeated runs, at most kMaxEngines
+// of them, least recently used first out: an evicted engine is torn down
+// (its threads joined, its memory unmapped), so a stream of jobs that sweeps
+// the settings keeps the child's memory and thread count bounded.
 #pragma once
 
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,24 +36,35 @@ namespace pto {
 
 class ChipWorker {
  public:
+  static constexpr size_t kMaxEngines = 4;
+
+  ~ChipWorker();
   Status install(const Digest& digest, const std::string& config_path);
-  void remove(const Digest& digest) { prepared_.erase(digest); }
+  void remove(const Digest& digest);
   bool has(const Digest& digest) const { return prepared_.count(digest) != 0; }
   Status run(const Digest& digest, const TaskArgsView& args, const CallConfig& cfg);
+  size_t engines() const { return engines_.size(); }
 
  private:
   struct Engine {  // declaration order = destruction order reversed: runtime goes first
     std::unique_ptr<pto2::sim::A2A3SimPlatform> chip;
     std::unique_ptr<pto2::Runtime> runtime;
   };
+  struct EngineKey {
+    Digest digest;
+    int block_dim, aicpu;
+    bool profiling;
+    bool operator==(const EngineKey&) const = default;
+  };
   struct Prepared {
     pto2::sim::ChipConfig cfg;
     std::vector<pto2::sim::KernelLibrary> kernels;
     pto2::sim::OrchestrationLibrary orch;
-    std::map<std::tuple<int, int, bool>, Engine> engines;  // (block_dim, aicpu threads, profiling)
   };
-  Status engine_for(Prepared& p, int block_dim, int aicpu, bool profiling, Engine** out);
+  Status engine_for(const Digest& digest, Prepared& p, int block_dim, int aicpu, bool profiling, Engine** out);
+  static void tear_down(Engine& e);
   std::map<Digest, std::unique_ptr<Prepared>> prepared_;
+  std::list<std::pair<EngineKey, Engine>> engines_;  // most recently used first
 };
 
 }  // namespace pto

@@ -60,6 +60,19 @@ struct RunResult {
   bool ok() const { return status.ok(); }
 };
 
+// Sees each task right after its kernel returned and before its consumers are
+// released, so the task's tensors hold exactly what it wrote (debug tooling:
+// the tensor dump). Called on scheduler threads, possibly concurrently for
+// different tasks; it slows the run by what it does. Dependency-only tasks
+// are not reported.
+class TaskObserver {
+ public:
+  virtual ~TaskObserver() = default;
+  // tensors[i] is parameter i's tensor, or null for a scalar parameter.
+  virtual void task_finished(uint64_t task_id, int32_t kernel_id, int32_t worker_type, const Tensor* const* tensors,
+                             int32_t num_params) = 0;
+};
+
 // Signature of an orchestration run through the C++ API; the int return is the
 // orchestration's own verdict (non-zero fails the run).
 using OrchestrationFn = std::function<int(PTO2Runtime* rt)>;
@@ -78,7 +91,14 @@ class Runtime {
   RunResult run(PTO2OrchestrationConfigFn config_fn, PTO2OrchestrationEntryFn entry, uint64_t* args,
                 int arg_count);
 
+  // Installs (or with nullptr removes) an observer for the following runs.
+  // Between runs only; the observer must outlive them.
+  void set_task_observer(TaskObserver* observer);
+
   const RuntimeConfig& config() const;
+  // True after a run stalled with kernels still running: the Runtime refuses
+  // runs, and its Platform must outlive whatever is still executing.
+  bool broken() const;
   // Bytes of the shared region for this config (header + descriptors + pools).
   uint64_t shared_region_bytes() const;
 

@@ -24,7 +24,9 @@ struct KernelSpec {
 };
 
 struct ArgSpec {
-  enum class Role { kInput, kOutput, kScalar };
+  // kInout: a tensor that starts from generated data and is compared after
+  // the run (an accumulator). Values are part of the callable's identity.
+  enum class Role { kInput = 0, kOutput = 1, kScalar = 2, kInout = 3 };
   std::string name;
   Role role = Role::kInput;
   int32_t dtype = 0;                // PTO2DataType (tensors)
@@ -35,6 +37,9 @@ struct ArgSpec {
   uint64_t scalar = 0;              // scalars: the 64-bit value (float32 given as a float is bit-cast)
   uint64_t elements() const;
   uint64_t bytes() const;
+  bool is_tensor() const { return role != Role::kScalar; }
+  bool reads() const { return role == Role::kInput || role == Role::kInout; }   // starts from data
+  bool writes() const { return role == Role::kOutput || role == Role::kInout; }  // compared after the run
 };
 
 struct ChipConfig {

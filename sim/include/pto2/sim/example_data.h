@@ -18,6 +18,11 @@ namespace pto2::sim {
 // (integers floored), constant value, arange from low, or zeros.
 void generate_input(const ArgSpec& a, std::mt19937_64& rng, std::vector<uint8_t>& buf);
 
+// An output's starting content (buf, a.bytes() long): NaN for floating-point
+// dtypes, the byte 0xA5 repeated for integers, so an element no task wrote
+// cannot match a golden.
+void fill_unwritten(const ArgSpec& a, std::vector<uint8_t>& buf);
+
 // The reference library of an example exports
 //   extern "C" int pto2_reference(uint64_t* args, int arg_count);
 // receiving the orchestration's argument array with host pointers.
