@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 
 JOBS=${JOBS:-$(nproc)}
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTO_WERROR=ON
 cmake --build build -j "$JOBS"
 
 RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/ptod-main.XXXXXX")

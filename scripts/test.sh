@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The project's test command (README.md; .ci/run calls exactly this).
-# Installs dependencies, builds into build/, build-tsan/ and build-asan/, runs
-# the concurrency tests (runtime, simulator, the engine's forked-process
-# tests) under ThreadSanitizer, the whole suite under
-# AddressSanitizer + UBSan, and last the whole suite on the normal build (so
-# the closing CTest summary is the normal build's). Exits non-zero on any failure.
+# Installs dependencies, builds into build/ (Release, what users build),
+# build-tsan/ and build-asan/, runs the concurrency tests (runtime, simulator,
+# the engine's forked-process tests) under ThreadSanitizer, the whole suite
+# under AddressSanitizer + UBSan, each libFuzzer target for 20 s
+# (scripts/fuzz.sh, clang, build-fuzz/), and last the whole suite on the
+# normal build (so the closing CTest summary is the normal build's). Every
+# build treats warnings as errors (PTO_WERROR). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,12 +14,12 @@ cd "$(dirname "$0")/.."
 
 JOBS=${JOBS:-$(nproc)}
 
-echo "== normal build"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+echo "== normal build (Release)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTO_WERROR=ON
 cmake --build build -j "$JOBS"
 
 echo "== ThreadSanitizer build (concurrency tests)"
-cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_TSAN=ON -DPTO_BUILD_BENCH=OFF
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_TSAN=ON -DPTO_BUILD_BENCH=OFF -DPTO_WERROR=ON
 cmake --build build-tsan -j "$JOBS"
 # TSan's shadow memory needs a fixed layout; newer kernels' mmap
 # randomisation breaks it, so the sanitized tests run with ASLR off.
@@ -25,10 +27,13 @@ cmake --build build-tsan -j "$JOBS"
    ctest --output-on-failure -j "$JOBS" -L concurrency)
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build (whole suite)"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_ASAN=ON -DPTO_BUILD_BENCH=OFF
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_ASAN=ON -DPTO_BUILD_BENCH=OFF -DPTO_WERROR=ON
 cmake --build build-asan -j "$JOBS"
 (cd build-asan && setarch "$(uname -m)" -R \
    ctest --output-on-failure -j "$JOBS")
+
+echo "== fuzz targets: every decoder of outside bytes, 20 s each"
+./scripts/fuzz.sh 20
 
 echo "== full suite (normal build)"
 (cd build && ctest --output-on-failure -j "$JOBS")

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "names.h"
 #include "pto2/sim/chip_config.h"
 
 namespace ptod {
@@ -156,6 +157,7 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
   const bool orch_abi = req.abi() == pto::v1::ABI_ORCHESTRATION;
   const bool orchestration = orch_abi && !(level4 && req.next_level());  // loaded and run in this daemon
   if (req.abi() == pto::v1::ABI_CHIP && !req.has_chip()) return bad("abi ABI_CHIP needs a chip bundle");
+  if (Status s = check_name("callable name", req.name()); !s.ok()) return s;
   pto::Callable c;
   std::string source, stored;
   StoredClaim claim(*this);  // what this request stores goes again unless it is published

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <toml++/toml.h>
@@ -20,7 +21,10 @@ template <class T>
 Status read_int(const toml::table& t, const char* section, const char* key, T* out, int64_t lo, int64_t hi) {
   const toml::node* n = t.get(key);
   if (!n) return Status::Ok();
-  auto v = n->value<int64_t>();
+  // Only a TOML integer: toml++'s value<int64_t>() would convert a float,
+  // with undefined behaviour when it is out of range.
+  std::optional<int64_t> v;
+  if (const auto* i = n->as_integer()) v = i->get();
   if (!v || *v < lo || *v > hi)
     return bad(fmt::format("[{}] {}: must be an integer in {}..{} (got {})", section, key, lo, hi,
                            v ? std::to_string(*v) : std::string("a non-integer")));
@@ -82,6 +86,16 @@ bool is_loopback_host(const std::string& host) {
 Status DaemonConfig::load(const std::string& path, DaemonConfig* out) {
   toml::table doc;
   if (Status s = pto2::sim::parse_toml_file(path, &doc); !s.ok()) return bad(s.message);
+  return from_table(doc, path, out);
+}
+
+Status DaemonConfig::parse(const std::string& text, const std::string& path, DaemonConfig* out) {
+  toml::table doc;
+  if (Status s = pto2::sim::parse_toml_text(text, path, &doc); !s.ok()) return bad(s.message);
+  return from_table(doc, path, out);
+}
+
+Status DaemonConfig::from_table(const toml::table& doc, const std::string& path, DaemonConfig* out) {
   DaemonConfig c = *out;
   if (Status s = only_keys(doc, path, {"server", "worker", "session", "peers", "jobs", "daemon", "metrics", "security"});
       !s.ok())

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include <toml++/toml.h>
 #include <vector>
 
 #include "pto2/errors.h"
@@ -63,9 +65,15 @@ struct DaemonConfig {
   // The token's text (from token_file), read by load()/validate().
   std::string token;
 
+  // Settings from the file (or text) over what *out holds; an unknown key or
+  // a bad value is an error naming it.
   static Status load(const std::string& path, DaemonConfig* out);
+  static Status parse(const std::string& text, const std::string& path, DaemonConfig* out);
   Status validate();
   std::string effective_toml() const;  // secrets redacted
+
+ private:
+  static Status from_table(const toml::table& doc, const std::string& path, DaemonConfig* out);
 };
 
 // "host:port" split; the error names the value.

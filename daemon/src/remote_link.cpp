@@ -505,9 +505,8 @@ void GrpcRemoteLink::reader_loop() {
   std::string why;
   while (stream_->Read(&f)) {
     last_recv_ns_ = now_ns();
-    if (f.version() != kSessionVersion || f.session() != session_ || f.seq() != in_seq_ + 1) {
-      why = fmt::format("protocol error: frame version {} session {:016x} seq {} (expected {} / {:016x} / {})",
-                        f.version(), f.session(), f.seq(), kSessionVersion, session_, in_seq_ + 1);
+    if (std::string bad = check_frame_order(f, session_, in_seq_ + 1); !bad.empty()) {
+      why = "protocol error: " + bad;
       break;
     }
     in_seq_ = f.seq();

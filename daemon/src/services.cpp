@@ -6,6 +6,8 @@
 
 #include "log.h"
 #include "session_service.h"
+#include "names.h"
+#include "submit_args.h"
 
 #ifndef PTO_VERSION
 #define PTO_VERSION "0.0.0"
@@ -163,44 +165,22 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   if (p_.draining) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is draining: it accepts no new jobs");
   JobSpec spec;
   if (Status s = p_.registry.find(req->callable(), &spec.callable); !s.ok()) return to_grpc(s);
-  const auto& a = req->args();
-  // Bounds on what a queued job may hold (the engine's mailbox takes at most
-  // 793 tensors anyway).
-  if (a.tensors_size() > 1024 || a.scalars_size() > 4096 || req->label().size() > 1024)
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        fmt::format("a job holds at most 1024 tensors, 4096 scalars and a 1024-byte label (got {}, {}, {})",
-                                    a.tensors_size(), a.scalars_size(), req->label().size()));
-  if (a.tags_size() > a.tensors_size())
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        fmt::format("{} tags for {} tensors", a.tags_size(), a.tensors_size()));
-  std::vector<uint64_t> pins;
+  if (Status s = check_name("label", req->label()); !s.ok()) return to_grpc(s);
+  JobArgs job;
   auto unpin = [&] {
-    for (uint64_t id : pins) p_.tensors.pin(id, -1);
+    for (uint64_t id : job.pinned) p_.tensors.pin(id, -1);
   };
-  for (int i = 0; i < a.tensors_size(); ++i) {
-    const pto::v1::TensorRef& ref = a.tensors(i);
-    const int tag = i < a.tags_size() ? a.tags(i) : pto::v1::INPUT;
-    if (tag < 0 || tag > pto::v1::NO_DEP) {
-      unpin();
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("tensor {}: unknown tag {}", i, tag));
-    }
-    pto::ContinuousTensor t;
-    TensorEntry e;
-    if (Status s = p_.tensors.view_and_pin(ref.tensor().id(), ref.tensor().name(), ref.offset_bytes(),
-                                           std::vector<uint32_t>(ref.shape().begin(), ref.shape().end()), ref.dtype(),
-                                           ref.has_dtype(), &t, &e);
-        !s.ok()) {
-      unpin();
-      return to_grpc(Status::Error(s.code, fmt::format("tensor {}: {}", i, s.message)));
-    }
-    pins.push_back(e.id);
-    const auto tt = static_cast<pto::TensorArgType>(tag);
-    // A daemon tensor has an address, so the engine treats OUTPUT as "write it".
-    spec.args.add_tensor(t, tt);
-    if (tt == pto::TensorArgType::OUTPUT || tt == pto::TensorArgType::INOUT || tt == pto::TensorArgType::OUTPUT_EXISTING)
-      spec.outputs.push_back(e);
+  const auto resolve = [&](const pto::v1::TensorRef& ref, pto::ContinuousTensor* t, TensorEntry* e) {
+    return p_.tensors.view_and_pin(ref.tensor().id(), ref.tensor().name(), ref.offset_bytes(),
+                                   std::vector<uint32_t>(ref.shape().begin(), ref.shape().end()), ref.dtype(),
+                                   ref.has_dtype(), t, e);
+  };
+  if (Status s = job_args_from_proto(req->args(), resolve, &job); !s.ok()) {
+    unpin();
+    return to_grpc(s);
   }
-  for (uint64_t v : a.scalars()) spec.args.add_scalar(v);
+  spec.args = std::move(job.args);
+  spec.outputs = std::move(job.outputs);
   const auto& c = req->config();
   spec.config.block_dim = c.block_dim();
   spec.config.aicpu_thread_num = c.aicpu_thread_num();
@@ -217,7 +197,7 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   uint64_t id = 0;
   uint32_t pos = 0;
   // The job manager takes over the pins (and releases them when the job ends).
-  spec.pinned = pins;
+  spec.pinned = job.pinned;
   if (Status s = p_.jobs.submit(std::move(spec), &id, &pos); !s.ok()) {
     unpin();
     return to_grpc(s);

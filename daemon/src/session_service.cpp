@@ -325,16 +325,8 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
   };
   while (why.empty() && stream->Read(&f)) {
     c->last_recv_ns = now_ns();
-    if (f.version() != kSessionVersion) {
-      protocol_error(fmt::format("frame of protocol version {} in a version-{} session", f.version(), kSessionVersion));
-      break;
-    }
-    if (f.session() != c->session) {
-      protocol_error(fmt::format("frame of session {:016x} in session {:016x}", f.session(), c->session));
-      break;
-    }
-    if (f.seq() != in_seq + 1) {
-      protocol_error(fmt::format("frame seq {} out of order (expected {})", f.seq(), in_seq + 1));
+    if (std::string bad = check_frame_order(f, c->session, in_seq + 1); !bad.empty()) {
+      protocol_error(bad);
       break;
     }
     in_seq = f.seq();
@@ -451,14 +443,11 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
   pto::TaskArgs args;
   for (int i = 0; i < t.tensors_size(); ++i) {
     const auto& rt = t.tensors(i);
-    std::vector<uint32_t> shape(rt.shape().begin(), rt.shape().end());
-    const uint64_t esize = pto2_dtype_size(rt.dtype());
-    uint64_t bytes = esize;
-    bool overflow = esize == 0 || shape.size() > PTO_TENSOR_MAX_DIMS;
-    for (uint32_t s : shape) overflow |= __builtin_mul_overflow(bytes, uint64_t(s), &bytes);
-    if (overflow || bytes > (uint64_t(1) << 40)) {
+    std::vector<uint32_t> shape;
+    uint64_t bytes = 0;
+    if (std::string bad = check_remote_tensor(rt, &shape, &bytes); !bad.empty()) {
       release();
-      return failed(fmt::format("tensor {}: dtype {} with {} dims is not a valid tensor", i, int(rt.dtype()), shape.size()));
+      return failed(fmt::format("tensor {}: {}", i, bad));
     }
     const pto::TensorArgType tag = rt.direction() == pto::v1::DIR_IN    ? pto::TensorArgType::INPUT
                                    : rt.direction() == pto::v1::DIR_OUT ? pto::TensorArgType::OUTPUT_EXISTING
@@ -497,10 +486,6 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
       continue;
     }
     const bool in = rt.direction() == pto::v1::DIR_IN || rt.direction() == pto::v1::DIR_INOUT;
-    if (in && rt.data().size() != bytes) {
-      release();
-      return failed(fmt::format("tensor {}: {} inline bytes for a {}-byte tensor", i, rt.data().size(), bytes));
-    }
     auto a = p_.worker.alloc(shape, rt.dtype());
     if (!a.ok()) {
       release();

@@ -15,12 +15,12 @@
 #include <set>
 #include <string>
 
+#include "session_frames.h"
 #include "pto/v1/session.grpc.pb.h"
 #include "services.h"
 
 namespace ptod {
 
-inline constexpr uint32_t kSessionVersion = 1;  // the session protocol this build speaks
 
 struct SessionConn;
 

@@ -1,5 +1,7 @@
 #include "tensor_store.h"
 
+#include "names.h"
+
 #include <fmt/format.h>
 
 #include <cstring>
@@ -13,6 +15,7 @@ Status not_found(std::string m) { return Status::Error(pto::kWorkerNotRegistered
 
 Status TensorStore::create(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype, TensorEntry* out,
                            bool pinned) {
+  if (Status s = check_name("tensor name", name); !s.ok()) return s;
   if (shape.empty() || shape.size() > PTO_TENSOR_MAX_DIMS)
     return bad(fmt::format("shape has {} dims; a tensor has 1..{}", shape.size(), PTO_TENSOR_MAX_DIMS));
   uint64_t n = 1;
@@ -94,27 +97,33 @@ Status TensorStore::view_and_pin(uint64_t id, const std::string& name, uint64_t 
   std::lock_guard<std::mutex> g(mu_);
   const TensorEntry* e = nullptr;
   if (Status s = find_locked(id, name, &e); !s.ok()) return s;
-  pto::ContinuousTensor t = e->tensor;
+  if (Status s = view_of(*e, offset_bytes, shape, dtype, has_dtype, out); !s.ok()) return s;
+  ++by_id_[e->id].pins;
+  if (entry) *entry = *e;
+  return Status::Ok();
+}
+
+Status TensorStore::view_of(const TensorEntry& e, uint64_t offset_bytes, const std::vector<uint32_t>& shape,
+                            int32_t dtype, bool has_dtype, pto::ContinuousTensor* out) {
+  pto::ContinuousTensor t = e.tensor;
   if (has_dtype) t.dtype = dtype;
   if (pto_dtype_size(t.dtype) == 0) return bad(fmt::format("unknown dtype {}", t.dtype));
   if (!shape.empty()) {
     if (shape.size() > PTO_TENSOR_MAX_DIMS) return bad(fmt::format("a view has at most {} dims", PTO_TENSOR_MAX_DIMS));
     t.ndims = static_cast<int32_t>(shape.size());
     for (int i = 0; i < PTO_TENSOR_MAX_DIMS; ++i) t.shape[i] = i < t.ndims ? shape[i] : 0;
-  } else if (has_dtype && offset_bytes == 0 && pto_dtype_size(t.dtype) != pto_dtype_size(e->tensor.dtype)) {
+  } else if (has_dtype && offset_bytes == 0 && pto_dtype_size(t.dtype) != pto_dtype_size(e.tensor.dtype)) {
     return bad("a dtype of another size needs an explicit shape");
   }
   uint64_t bytes = pto_dtype_size(t.dtype);
   for (int i = 0; i < t.ndims; ++i)
     if (__builtin_mul_overflow(bytes, uint64_t(t.shape[i]), &bytes))
       return bad(fmt::format("view shape [{}] overflows", fmt::join(shape, ", ")));
-  if (offset_bytes > e->bytes || bytes > e->bytes - offset_bytes)
+  if (offset_bytes > e.bytes || bytes > e.bytes - offset_bytes)
     return bad(fmt::format("view of {} bytes at offset {} exceeds tensor {} ({} bytes)", bytes, offset_bytes,
-                           e->name.empty() ? std::to_string(e->id) : "'" + e->name + "'", e->bytes));
+                           e.name.empty() ? std::to_string(e.id) : "'" + e.name + "'", e.bytes));
   t.data += offset_bytes;
   *out = t;
-  ++by_id_[e->id].pins;
-  if (entry) *entry = *e;
   return Status::Ok();
 }
 

@@ -43,6 +43,9 @@ class TensorStore {
   Status view_and_pin(uint64_t id, const std::string& name, uint64_t offset_bytes, const std::vector<uint32_t>& shape,
                       int32_t dtype, bool has_dtype, pto::ContinuousTensor* out, TensorEntry* entry);
   void pin(uint64_t id, int delta);
+  // The checks of view_and_pin alone: a view of e's buffer (a pure function).
+  static Status view_of(const TensorEntry& e, uint64_t offset_bytes, const std::vector<uint32_t>& shape, int32_t dtype,
+                        bool has_dtype, pto::ContinuousTensor* out);
 
  private:
   Status find_locked(uint64_t id, const std::string& name, const TensorEntry** out) const;

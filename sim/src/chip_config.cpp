@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -29,6 +30,27 @@ Status only_keys(const std::string& file, const toml::table& t, const std::strin
       return bad(file, fmt::format("unknown key '{}' in {} (allowed: {})", k.str(), where,
                                    fmt::join(allowed.begin(), allowed.end(), ", ")));
   }
+  return Status::Ok();
+}
+
+// Only a TOML integer: toml++'s value<int64_t>() converts floats, with
+// undefined behaviour when they are out of range.
+std::optional<int64_t> integer(const toml::node* n) {
+  if (n == nullptr) return std::nullopt;
+  if (const auto* i = n->as_integer()) return i->get();
+  return std::nullopt;
+}
+
+// An optional integer key in [lo, hi]; absent leaves *out unchanged.
+template <class T>
+Status read_int(const std::string& file, const toml::table& t, const char* where, const char* key, int64_t lo,
+                int64_t hi, T* out) {
+  const toml::node* n = t.get(key);
+  if (!n) return Status::Ok();
+  const std::optional<int64_t> v = integer(n);
+  if (!v || *v < lo || *v > hi)
+    return bad(file, fmt::format("{} {} must be an integer in {}..{}", where, key, lo, hi));
+  *out = static_cast<T>(*v);
   return Status::Ok();
 }
 
@@ -64,6 +86,18 @@ Status ChipConfig::load(const std::string& path, ChipConfig* out) {
   out->path = path;
   toml::table doc;
   if (Status s = parse_toml_file(path, &doc); !s.ok()) return s;
+  return from_table(doc, path, out);
+}
+
+Status ChipConfig::parse(const std::string& text, const std::string& path, ChipConfig* out) {
+  *out = ChipConfig{};
+  out->path = path;
+  toml::table doc;
+  if (Status s = parse_toml_text(text, path, &doc); !s.ok()) return s;
+  return from_table(doc, path, out);
+}
+
+Status ChipConfig::from_table(const toml::table& doc, const std::string& path, ChipConfig* out) {
   const std::string dir = std::filesystem::path(path).parent_path().string();
   if (Status s = only_keys(path, doc, "the file", {"orchestration", "kernels", "runtime", "args", "golden"}); !s.ok())
     return s;
@@ -88,7 +122,7 @@ Status ChipConfig::load(const std::string& path, ChipConfig* out) {
         !s.ok())
       return s;
     KernelSpec spec;
-    auto id = (*k)["func_id"].value<int64_t>();
+    auto id = integer((*k).get("func_id"));
     auto lib = (*k)["library"].value<std::string>();
     auto type = (*k)["core_type"].value<std::string>();
     if (!id || *id < 0 || *id > 1 << 20) return bad(path, fmt::format("kernels[{}].func_id missing or not in 0..2^20", i));
@@ -113,15 +147,17 @@ Status ChipConfig::load(const std::string& path, ChipConfig* out) {
     out->variant = (*r)["variant"].value_or(out->variant);
     if (out->variant != "tensormap_and_ringbuffer")
       return bad(path, fmt::format("[runtime] variant = '{}': pto2-run runs \"tensormap_and_ringbuffer\"", out->variant));
-    out->aicpu_threads = static_cast<int>((*r)["aicpu_thread_num"].value_or(int64_t(out->aicpu_threads)));
-    out->block_dim = static_cast<int>((*r)["block_dim"].value_or(int64_t(out->block_dim)));
-    out->seed = static_cast<uint64_t>((*r)["seed"].value_or(int64_t(1)));
     RuntimeConfig& rc = out->runtime;
-    rc.task_window = static_cast<uint64_t>((*r)["task_window"].value_or(int64_t(rc.task_window)));
-    rc.heap_size = static_cast<uint64_t>((*r)["heap_size"].value_or(int64_t(rc.heap_size)));
-    rc.dep_pool_size = static_cast<uint64_t>((*r)["dep_pool_size"].value_or(int64_t(rc.dep_pool_size)));
-    rc.tensormap_pool_size = static_cast<uint64_t>((*r)["tensormap_pool_size"].value_or(int64_t(rc.tensormap_pool_size)));
-    rc.ready_queue_shards = static_cast<int32_t>((*r)["ready_queue_shards"].value_or(int64_t(rc.ready_queue_shards)));
+    constexpr int64_t kBig = int64_t(1) << 62;  // RuntimeConfig::validate() has the exact rules
+    for (Status s : {read_int(path, *r, "[runtime]", "aicpu_thread_num", 1, 64, &out->aicpu_threads),
+                     read_int(path, *r, "[runtime]", "block_dim", 1, 1024, &out->block_dim),
+                     read_int(path, *r, "[runtime]", "seed", 0, kBig, &out->seed),
+                     read_int(path, *r, "[runtime]", "task_window", 1, kBig, &rc.task_window),
+                     read_int(path, *r, "[runtime]", "heap_size", 1, kBig, &rc.heap_size),
+                     read_int(path, *r, "[runtime]", "dep_pool_size", 1, kBig, &rc.dep_pool_size),
+                     read_int(path, *r, "[runtime]", "tensormap_pool_size", 1, kBig, &rc.tensormap_pool_size),
+                     read_int(path, *r, "[runtime]", "ready_queue_shards", 1, 1024, &rc.ready_queue_shards)})
+      if (!s.ok()) return s;
     if (Status s = rc.validate(); !s.ok()) return bad(path, "[runtime] " + s.message);
   }
 
@@ -172,7 +208,7 @@ Status ChipConfig::load(const std::string& path, ChipConfig* out) {
         const double d = v->value<double>().value_or(0.0);
         std::memcpy(&spec.scalar, &d, sizeof(d));
       } else {
-        auto iv = v->value<int64_t>();
+        auto iv = integer(v);
         if (!iv) return bad(path, fmt::format("args[{}] ({}): value must be an integer for {}", i, spec.name, dtype));
         spec.scalar = static_cast<uint64_t>(*iv);
       }
@@ -180,10 +216,16 @@ Status ChipConfig::load(const std::string& path, ChipConfig* out) {
       const toml::array* shape = (*a)["shape"].as_array();
       if (!shape || shape->empty() || shape->size() > PTO2_MAX_DIMS)
         return bad(path, fmt::format("args[{}] ({}): shape must list 1..{} dimensions", i, spec.name, PTO2_MAX_DIMS));
+      uint64_t bytes = pto2_dtype_size(spec.dtype);
       for (auto&& d : *shape) {
-        auto v = d.value<int64_t>();
+        auto v = integer(&d);
         if (!v || *v <= 0) return bad(path, fmt::format("args[{}] ({}): shape entries must be positive", i, spec.name));
         spec.shape.push_back(static_cast<uint64_t>(*v));
+        // Sizes are computed from the shape everywhere: no product may wrap.
+        if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(*v), &bytes) || bytes > kMaxTensorBytes)
+          return bad(path, fmt::format("args[{}] ({}): its shape makes a tensor larger than {} bytes (at dimension {}, "
+                                       "{})",
+                                       i, spec.name, kMaxTensorBytes, spec.shape.size() - 1, *v));
       }
       spec.generate = (*a)["generate"].value_or(spec.role == ArgSpec::Role::kOutput ? std::string("none") : spec.generate);
       if (spec.role != ArgSpec::Role::kOutput && spec.generate != "random" && spec.generate != "constant" &&

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -23,7 +24,19 @@ double element_as_double(const uint8_t* p, int32_t dtype) {
   }
 }
 
+// Saturates x into [lo, hi] (NaN to 0): a float outside an integer type's
+// range would convert with undefined behaviour.
+double clamp_to(double x, double lo, double hi) { return std::isnan(x) ? 0.0 : std::min(std::max(x, lo), hi); }
+
 void store_double(uint8_t* p, int32_t dtype, double x) {
+  switch (dtype) {
+    case PTO2_INT32: x = clamp_to(x, -2147483648.0, 2147483647.0); break;
+    case PTO2_INT64: x = clamp_to(x, -9223372036854775808.0, 9223372036854774784.0); break;
+    case PTO2_INT16: x = clamp_to(x, -32768.0, 32767.0); break;
+    case PTO2_INT8: x = clamp_to(x, -128.0, 127.0); break;
+    case PTO2_UINT8: x = clamp_to(x, 0.0, 255.0); break;
+    default: break;
+  }
   switch (dtype) {
     case PTO2_FLOAT32: { float v = float(x); std::memcpy(p, &v, 4); break; }
     case PTO2_FLOAT64: std::memcpy(p, &x, 8); break;

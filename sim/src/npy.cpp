@@ -1,8 +1,10 @@
 #include "pto2/sim/npy.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -12,7 +14,15 @@ namespace pto2::sim {
 
 namespace {
 
-// Value of 'key' in the header dict, as written: "'<f4'", "False", "(3, 4)".
+constexpr size_t kMaxHeaderBytes = 64 * 1024;  // numpy itself reads at most 10,000 by default
+constexpr uint64_t kMaxDims = 32;
+
+Status bad(const std::string& name, const std::string& why) {
+  return Status::Error(kInvalidArgument, fmt::format("'{}': {}", name, why));
+}
+
+// Value of 'key' in the header dict, as written: "'<f4'", "False", "(3, 4)";
+// empty when absent or malformed.
 std::string dict_value(const std::string& header, const std::string& key) {
   const size_t k = header.find("'" + key + "'");
   if (k == std::string::npos) return "";
@@ -20,14 +30,96 @@ std::string dict_value(const std::string& header, const std::string& key) {
   if (v == std::string::npos) return "";
   ++v;
   while (v < header.size() && header[v] == ' ') ++v;
-  size_t end = v;
-  if (header[v] == '(') end = header.find(')', v) + 1;
-  else if (header[v] == '\'') end = header.find('\'', v + 1) + 1;
-  else end = header.find_first_of(",}", v);
+  if (v >= header.size()) return "";
+  size_t end;
+  if (header[v] == '(') {
+    end = header.find(')', v);
+    if (end == std::string::npos) return "";
+    ++end;
+  } else if (header[v] == '\'') {
+    end = header.find('\'', v + 1);
+    if (end == std::string::npos) return "";
+    ++end;
+  } else {
+    end = header.find_first_of(",}", v);
+    if (end == std::string::npos) return "";
+  }
   return header.substr(v, end - v);
 }
 
+bool parse_u64(const std::string& text, uint64_t* out) {
+  size_t a = text.find_first_not_of(' '), b = text.find_last_not_of(' ');
+  if (a == std::string::npos) return false;
+  const char* first = text.data() + a;
+  const char* last = text.data() + b + 1;
+  auto [ptr, ec] = std::from_chars(first, last, *out);
+  return ec == std::errc() && ptr == last;
+}
+
 }  // namespace
+
+Status parse_npy_header(const uint8_t* data, size_t size, const std::string& name, NpyHeader* out) {
+  if (size < 10 || std::memcmp(data, "\x93NUMPY", 6) != 0) return bad(name, "not a .npy file (bad magic)");
+  const int major = data[6];
+  size_t header_len = 0, prefix = 0;
+  if (major == 1) {
+    header_len = data[8] | (size_t(data[9]) << 8);
+    prefix = 10;
+  } else if (major == 2 || major == 3) {
+    if (size < 12) return bad(name, "truncated header");
+    header_len = data[8] | (size_t(data[9]) << 8) | (size_t(data[10]) << 16) | (size_t(data[11]) << 24);
+    prefix = 12;
+  } else {
+    return bad(name, fmt::format("unsupported .npy version {}", major));
+  }
+  if (header_len > kMaxHeaderBytes)
+    return bad(name, fmt::format("a header of {} bytes (at most {} are read)", header_len, kMaxHeaderBytes));
+  if (size - prefix < header_len) return bad(name, "truncated header");
+  const std::string header(reinterpret_cast<const char*>(data) + prefix, header_len);
+  for (char c : header)
+    if (static_cast<unsigned char>(c) < 0x20 && c != '\n') return bad(name, "the header is not text");
+  std::string descr = dict_value(header, "descr");
+  if (descr.size() < 2 || descr.front() != '\'' || descr.back() != '\'') return bad(name, "header has no descr");
+  out->descr = descr.substr(1, descr.size() - 2);
+  if (dict_value(header, "fortran_order") != "False") return bad(name, "Fortran-ordered arrays are not supported");
+  const std::string shape = dict_value(header, "shape");
+  if (shape.size() < 2 || shape.front() != '(') return bad(name, "header has no shape");
+  out->shape.clear();
+  uint64_t count = 1;
+  const std::string items = shape.substr(1, shape.size() - 2);
+  for (size_t at = 0; at <= items.size();) {
+    size_t comma = items.find(',', at);
+    if (comma == std::string::npos) comma = items.size();
+    const std::string item = items.substr(at, comma - at);
+    at = comma + 1;
+    if (item.find_first_not_of(' ') == std::string::npos) continue;
+    uint64_t d = 0;
+    if (!parse_u64(item, &d)) return bad(name, fmt::format("shape entry '{}' is not a number", item));
+    if (out->shape.size() == kMaxDims) return bad(name, fmt::format("more than {} dimensions", kMaxDims));
+    out->shape.push_back(d);
+    if (__builtin_mul_overflow(count, d, &count)) return bad(name, fmt::format("shape {} overflows", shape));
+  }
+  uint64_t esz = 0;
+  if (out->descr.size() < 3 || (out->descr[0] != '<' && out->descr[0] != '|') ||
+      !parse_u64(out->descr.substr(2), &esz) || (esz != 1 && esz != 2 && esz != 4 && esz != 8))
+    return bad(name, fmt::format("unsupported dtype '{}'", out->descr));
+  if (__builtin_mul_overflow(count, esz, &out->data_bytes))
+    return bad(name, fmt::format("shape {} overflows", shape));
+  out->data_offset = prefix + header_len;
+  return Status::Ok();
+}
+
+Status parse_npy(const uint8_t* data, size_t size, const std::string& name, NpyArray* out) {
+  NpyHeader h;
+  if (Status s = parse_npy_header(data, size, name, &h); !s.ok()) return s;
+  if (size - h.data_offset != h.data_bytes)
+    return bad(name, fmt::format("{} bytes of data for shape [{}] of '{}'; the file has {}", h.data_bytes,
+                                 fmt::join(h.shape, ", "), h.descr, size - h.data_offset));
+  out->descr = h.descr;
+  out->shape = h.shape;
+  out->data.assign(data + h.data_offset, data + size);
+  return Status::Ok();
+}
 
 std::string npy_descr(int32_t dtype) {
   switch (dtype) {
@@ -44,49 +136,26 @@ std::string npy_descr(int32_t dtype) {
 }
 
 Status read_npy(const std::string& path, NpyArray* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Error(kInvalidArgument, fmt::format("cannot open '{}'", path));
-  char magic[8];
-  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
-    return Status::Error(kInvalidArgument, fmt::format("'{}' is not a .npy file (bad magic)", path));
-  const int major = static_cast<uint8_t>(magic[6]);
-  uint32_t header_len = 0;
-  if (major == 1) {
-    uint8_t b[2];
-    if (!in.read(reinterpret_cast<char*>(b), 2)) return Status::Error(kInvalidArgument, fmt::format("'{}': truncated header", path));
-    header_len = b[0] | (b[1] << 8);
-  } else if (major == 2 || major == 3) {
-    uint8_t b[4];
-    if (!in.read(reinterpret_cast<char*>(b), 4)) return Status::Error(kInvalidArgument, fmt::format("'{}': truncated header", path));
-    header_len = b[0] | (b[1] << 8) | (b[2] << 16) | (uint32_t(b[3]) << 24);
-  } else {
-    return Status::Error(kInvalidArgument, fmt::format("'{}': unsupported .npy version {}", path, major));
-  }
-  std::string header(header_len, '\0');
-  if (!in.read(header.data(), header_len)) return Status::Error(kInvalidArgument, fmt::format("'{}': truncated header", path));
-  std::string descr = dict_value(header, "descr");
-  if (descr.size() < 2) return Status::Error(kInvalidArgument, fmt::format("'{}': header has no descr", path));
-  out->descr = descr.substr(1, descr.size() - 2);
-  if (dict_value(header, "fortran_order") != "False")
-    return Status::Error(kInvalidArgument, fmt::format("'{}': Fortran-ordered arrays are not supported", path));
-  const std::string shape = dict_value(header, "shape");
-  out->shape.clear();
-  std::stringstream ss(shape.size() > 2 ? shape.substr(1, shape.size() - 2) : "");
-  std::string item;
-  uint64_t count = 1;
-  while (std::getline(ss, item, ',')) {
-    if (item.find_first_not_of(' ') == std::string::npos) continue;
-    out->shape.push_back(std::stoull(item));
-    count *= out->shape.back();
-  }
-  uint64_t esz = 0;
-  if (out->descr.size() >= 3) esz = std::stoull(out->descr.substr(2));
-  if (esz == 0 || (out->descr[0] != '<' && out->descr[0] != '|'))
-    return Status::Error(kInvalidArgument, fmt::format("'{}': unsupported dtype '{}'", path, out->descr));
-  out->data.resize(count * esz);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return Status::Error(kInvalidArgument, fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  const std::streamoff file_size = in.tellg();
+  in.seekg(0);
+  // The header first (bounded), then exactly the data it announces: nothing
+  // is allocated before the file is known to hold it.
+  std::vector<uint8_t> head(static_cast<size_t>(std::min<std::streamoff>(file_size, 12 + kMaxHeaderBytes)));
+  if (!in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size())))
+    return bad(path, "cannot read the header");
+  NpyHeader h;
+  if (Status s = parse_npy_header(head.data(), head.size(), path, &h); !s.ok()) return s;
+  if (uint64_t(file_size) - h.data_offset != h.data_bytes)
+    return bad(path, fmt::format("{} bytes of data for shape [{}] of '{}'; the file has {}", h.data_bytes,
+                                 fmt::join(h.shape, ", "), h.descr, uint64_t(file_size) - h.data_offset));
+  out->descr = h.descr;
+  out->shape = h.shape;
+  out->data.resize(h.data_bytes);
+  in.seekg(static_cast<std::streamoff>(h.data_offset));
   if (!in.read(reinterpret_cast<char*>(out->data.data()), static_cast<std::streamsize>(out->data.size())))
-    return Status::Error(kInvalidArgument,
-                         fmt::format("'{}': expected {} bytes of data for shape {}", path, out->data.size(), shape));
+    return bad(path, "cannot read the data");
   return Status::Ok();
 }
 

@@ -266,6 +266,24 @@ TEST_CASE("malformed and wrong requests get a status with a message and the daem
   auto oob = c->submit(out_of_bounds);
   CHECK(code(oob.status) == SC::INVALID_ARGUMENT);
   CHECK_THAT(oob.status.message, Catch::Contains("exceeds tensor 't'"));
+  // Names are bounded and free of control characters: no forged log line, no
+  // later error past gRPC's metadata limit.
+  for (const std::string& name : {std::string("evil\n[error] forged line"), std::string(1 << 20, 'n'),
+                                  std::string("bell\a"), std::string("\xC2\x85next-line")}) {
+    auto r = c->register_chip(VECTOR_CONFIG, name);
+    CHECK(code(r.status) == SC::INVALID_ARGUMENT);
+    CHECK_THAT(r.status.message, Catch::Contains("callable name"));
+    CHECK(r.status.message.size() < 300);
+    CHECK(code(c->alloc(name, {4}, PTO2_FLOAT32).status) == SC::INVALID_ARGUMENT);
+  }
+  CHECK(c->alloc(std::string(256, 'x'), {4}, PTO2_FLOAT32).ok());  // at the bound: fine
+  CHECK_FALSE(Catch::Contains("forged line").match(d.log()));
+  v1::SubmitRequest long_label;
+  long_label.mutable_callable()->set_name("vector");
+  long_label.set_label(std::string(257, 'l'));
+  auto ll = c->submit(long_label);
+  CHECK(code(ll.status) == SC::INVALID_ARGUMENT);
+  CHECK_THAT(ll.status.message, Catch::Contains("label"));
   // An output_prefix would be ignored (ptod chooses where files go): refused.
   v1::SubmitRequest prefixed;
   prefixed.mutable_callable()->set_name("vector");

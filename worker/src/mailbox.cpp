@@ -90,6 +90,19 @@ Status decode_args(const uint8_t* blob, size_t bytes, TaskArgsView* view) {
     return Status::Error(kWorkerChildFailed, "args blob header says " + std::to_string(t) + " tensors and " +
                                                  std::to_string(s) + " scalars, which do not fit its " +
                                                  std::to_string(bytes) + " bytes");
+  // Every tensor is one the engine could have sent: a callable may compute
+  // sizes from it without overflowing.
+  for (int32_t i = 0; i < t; ++i) {
+    ContinuousTensor x;
+    std::memcpy(&x, blob + kBlobHeaderBytes + sizeof(ContinuousTensor) * static_cast<size_t>(i), sizeof x);
+    uint64_t bytes = pto_dtype_size(x.dtype);
+    bool ok = bytes != 0 && x.ndims >= 0 && x.ndims <= PTO_TENSOR_MAX_DIMS;
+    for (int32_t d = 0; ok && d < x.ndims; ++d) ok = !__builtin_mul_overflow(bytes, uint64_t(x.shape[d]), &bytes);
+    if (!ok)
+      return Status::Error(kWorkerChildFailed, "args blob tensor " + std::to_string(i) + " has dtype " +
+                                                   std::to_string(x.dtype) + " and " + std::to_string(x.ndims) +
+                                                   " dims: not a tensor the engine sends");
+  }
   view->tensor_count = t;
   view->scalar_count = s;
   // The blob starts 1024-B aligned and tensors are 40 B, so both arrays are
@@ -129,6 +142,10 @@ Status decode_control(const uint8_t* blob, size_t bytes, ControlDescriptor* out)
   const uint8_t* p = blob;
   const uint8_t* end = blob + bytes;
   if (bytes < 2) return Status::Error(kWorkerChildFailed, "control payload too short");
+  if (p[0] < static_cast<uint8_t>(CallableKind::CHIP) || p[0] > static_cast<uint8_t>(CallableKind::FUNCTION) ||
+      p[1] < static_cast<uint8_t>(EntryAbi::CHIP) || p[1] > static_cast<uint8_t>(EntryAbi::ORCHESTRATION))
+    return Status::Error(kWorkerChildFailed, "control payload names kind " + std::to_string(p[0]) + " and abi " +
+                                                 std::to_string(p[1]) + ", which do not exist");
   out->kind = static_cast<CallableKind>(p[0]);
   out->abi = static_cast<EntryAbi>(p[1]);
   p += 2;

@@ -96,10 +96,9 @@ static inline Tensor make_tensor_external(void* ptr, const uint32_t* shapes, int
   t.addr = (uint64_t)(uintptr_t)ptr;
   t.dtype = dtype;
   t.ndim = ndim;
-  for (int32_t i = 0; i < ndim && i < PTO2_MAX_DIMS; ++i) {
-    t.raw_shape[i] = shapes[i];
-    t.shapes[i] = shapes[i];
-  }
+  const int32_t n = ndim < 0 ? 0 : (ndim > PTO2_MAX_DIMS ? PTO2_MAX_DIMS : ndim);  // see tensor_view
+  memcpy(t.raw_shape, shapes, (size_t)n * sizeof(uint32_t));
+  memcpy(t.shapes, shapes, (size_t)n * sizeof(uint32_t));
   return t;
 }
 // An intermediate tensor: no storage until a task names it as OUTPUT; the
@@ -112,10 +111,14 @@ static inline Tensor make_tensor(const uint32_t* shapes, int32_t ndim, int32_t d
 // out-of-range view is rejected when it is submitted.
 static inline Tensor tensor_view(const Tensor& t, const uint32_t* offsets, const uint32_t* shapes) {
   Tensor v = t;
-  for (int32_t i = 0; i < t.ndim && i < PTO2_MAX_DIMS; ++i) {
-    v.offsets[i] = t.offsets[i] + offsets[i];
-    v.shapes[i] = shapes[i];
-  }
+  // offsets and shapes hold t.ndim entries. Copied with memcpy, not indexed
+  // in a loop up to PTO2_MAX_DIMS: an optimiser that cannot see ndim would
+  // otherwise warn about reading past a caller's shorter array.
+  const int32_t n = t.ndim < 0 ? 0 : (t.ndim > PTO2_MAX_DIMS ? PTO2_MAX_DIMS : t.ndim);
+  uint32_t off[PTO2_MAX_DIMS] = {0, 0, 0, 0};
+  memcpy(off, offsets, (size_t)n * sizeof(uint32_t));
+  memcpy(v.shapes, shapes, (size_t)n * sizeof(uint32_t));
+  for (int32_t i = 0; i < PTO2_MAX_DIMS; ++i) v.offsets[i] = t.offsets[i] + off[i];
   return v;
 }
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <toml++/toml.h>
+
 #include "pto2/config.h"
 #include "pto2/errors.h"
 #include "pto2/platform.h"
@@ -55,7 +57,16 @@ struct ChipConfig {
   std::vector<ArgSpec> args;
 
   static Status load(const std::string& path, ChipConfig* out);
+  // The same from text (a bundle's config); path names it and library paths
+  // are relative to its directory.
+  static Status parse(const std::string& text, const std::string& path, ChipConfig* out);
+
+ private:
+  static Status from_table(const toml::table& doc, const std::string& path, ChipConfig* out);
 };
+
+// The largest tensor a config may declare.
+inline constexpr uint64_t kMaxTensorBytes = uint64_t(1) << 40;
 
 // dtype names used in the file: float32, float16, bfloat16, float64, int8,
 // uint8, int16, int32, int64. -1 if unknown.

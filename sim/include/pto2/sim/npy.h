@@ -16,6 +16,19 @@ struct NpyArray {
   std::vector<uint8_t> data;     // raw little-endian elements, C order
 };
 
+// Every reader checks before it allocates: the header is at most 64 KiB of
+// text, the shape's numbers parse and their product does not overflow, the
+// dtype is little-endian or byte-sized with 1, 2, 4 or 8 bytes, and the data
+// is exactly what the shape announces. Errors name the input and the rule.
+struct NpyHeader {
+  std::string descr;
+  std::vector<uint64_t> shape;
+  uint64_t data_offset = 0;  // where the elements start
+  uint64_t data_bytes = 0;   // shape x element size
+};
+Status parse_npy_header(const uint8_t* data, size_t size, const std::string& name, NpyHeader* out);
+// A whole .npy held in memory (name is what errors call it).
+Status parse_npy(const uint8_t* data, size_t size, const std::string& name, NpyArray* out);
 Status read_npy(const std::string& path, NpyArray* out);
 Status write_npy(const std::string& path, const std::string& descr, const std::vector<uint64_t>& shape,
                  const void* data, uint64_t bytes);

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (tests/fuzz; clang, ASan + UBSan) into
+# build-fuzz/ and runs each for SECONDS (default 20) on a scratch copy of its
+# seed corpus. Exits non-zero on any crash, sanitizer report, leak, timeout or
+# out-of-memory; the input that caused it is kept in build-fuzz/findings/.
+#   scripts/fuzz.sh [SECONDS] [TARGET...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_EACH=${1:-20}
+shift || true
+JOBS=${JOBS:-$(nproc)}
+
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_FUZZ=ON \
+  -DPTO_BUILD_TESTS=OFF -DPTO_BUILD_BENCH=OFF >/dev/null
+cmake --build build-fuzz -j "$JOBS" --target fuzz_targets
+
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  for t in tests/fuzz/corpus/*/; do targets+=("$(basename "$t")"); done
+fi
+mkdir -p build-fuzz/findings
+status=0
+for t in "${targets[@]}"; do
+  work=$(mktemp -d)
+  cp tests/fuzz/corpus/"$t"/* "$work"/
+  log=build-fuzz/findings/$t.log
+  if build-fuzz/tests/fuzz/"$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+       -artifact_prefix=build-fuzz/findings/"$t"- -print_final_stats=1 "$work" >"$log" 2>&1; then
+    runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+    echo "fuzz $t: ${SECONDS_EACH} s, $runs executions, no crash"
+  else
+    echo "fuzz $t: FAILED (see $log)"
+    grep -E 'ERROR|SUMMARY|runtime error' "$log" | head -5 || true
+    status=1
+  fi
+  rm -rf "$work"
+done
+exit $status

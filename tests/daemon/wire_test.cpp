@@ -1,0 +1,107 @@
+// The daemon's decoders of outside bytes, alone (docs/fuzzing.md): its
+// config, names, a job's arguments and session frames. Each refusal names
+// the value and the rule.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "config.h"
+#include "names.h"
+#include "session_frames.h"
+#include "submit_args.h"
+
+using namespace ptod;
+
+TEST_CASE("daemon config: integer keys take only integers (a huge float is an error, not UB)") {
+  DaemonConfig c;
+  Status s = DaemonConfig::parse("[worker]\nchips = 1e30\n", "ptod.toml", &c);
+  CHECK_THAT(s.message, Catch::Contains("[worker] chips: must be an integer"));
+  c = DaemonConfig{};
+  CHECK_THAT(DaemonConfig::parse(std::string("[server]\n\xEF\xBB\xBE = 1\n"), "ptod.toml", &c).message,
+             Catch::Contains("non-ASCII"));
+  c = DaemonConfig{};
+  REQUIRE(DaemonConfig::parse("[worker]\nchips = 3\n", "ptod.toml", &c).ok());
+  CHECK(c.chips == 3);
+}
+
+TEST_CASE("names: at most 256 bytes of UTF-8 without control characters") {
+  CHECK(check_name("tensor name", "").ok());
+  CHECK(check_name("tensor name", "caf\xC3\xA9-1").ok());
+  CHECK(check_name("tensor name", std::string(256, 'a')).ok());
+  CHECK_THAT(check_name("tensor name", std::string(257, 'a')).message, Catch::Contains("257 bytes; at most 256"));
+  CHECK_THAT(check_name("callable name", "a\nb").message, Catch::Contains("callable name: control character 0x0A"));
+  CHECK_FALSE(check_name("x", "\x7F").ok());
+  CHECK_FALSE(check_name("x", "\xC2\x85").ok());  // NEL, a C1 control
+  CHECK_FALSE(check_name("x", "\xFF").ok());
+  CHECK_FALSE(check_name("x", "\xE2\x82").ok());  // truncated sequence
+}
+
+TEST_CASE("a job's arguments: counts, tags and views are checked against the tensor") {
+  alignas(64) static uint8_t buf[4096];
+  TensorEntry t;
+  t.id = 1;
+  t.name = "t";
+  t.tensor = pto::make_tensor(buf, {1024}, PTO2_FLOAT32);
+  t.bytes = sizeof buf;
+  const ResolveTensor resolve = [&](const pto::v1::TensorRef& ref, pto::ContinuousTensor* out, TensorEntry* e) {
+    *e = t;
+    return TensorStore::view_of(t, ref.offset_bytes(), std::vector<uint32_t>(ref.shape().begin(), ref.shape().end()),
+                                ref.dtype(), ref.has_dtype(), out);
+  };
+  pto::v1::TaskArgs a;
+  auto* r = a.add_tensors();
+  r->mutable_tensor()->set_id(1);
+  r->set_offset_bytes(4000);
+  r->add_shape(100);
+  JobArgs j;
+  CHECK_THAT(job_args_from_proto(a, resolve, &j).message,
+             Catch::Contains("tensor 0") && Catch::Contains("exceeds tensor 't'"));
+  r->clear_shape();
+  r->set_offset_bytes(0);
+  r->add_shape(65536);
+  r->add_shape(65536);
+  r->add_shape(65536);
+  r->add_shape(65536);  // 2^64 elements: the product wraps
+  j = JobArgs{};
+  CHECK_THAT(job_args_from_proto(a, resolve, &j).message, Catch::Contains("overflows"));
+  r->clear_shape();
+  a.add_tags(static_cast<pto::v1::TensorTag>(99));
+  j = JobArgs{};
+  CHECK_THAT(job_args_from_proto(a, resolve, &j).message, Catch::Contains("unknown tag 99"));
+  a.clear_tags();
+  a.add_tags(pto::v1::OUTPUT);
+  a.add_tags(pto::v1::INPUT);
+  j = JobArgs{};
+  CHECK_THAT(job_args_from_proto(a, resolve, &j).message, Catch::Contains("2 tags for 1 tensors"));
+  a.mutable_tags()->RemoveLast();
+  j = JobArgs{};
+  REQUIRE(job_args_from_proto(a, resolve, &j).ok());
+  CHECK(j.outputs.size() == 1);
+  CHECK(j.pinned == std::vector<uint64_t>{1});
+}
+
+TEST_CASE("session frames: order and TASK tensors are checked") {
+  pto::v1::Frame f;
+  f.set_version(kSessionVersion);
+  f.set_session(7);
+  f.set_seq(3);
+  CHECK(check_frame_order(f, 7, 3).empty());
+  CHECK_THAT(check_frame_order(f, 7, 2), Catch::Contains("out of order"));
+  CHECK_THAT(check_frame_order(f, 8, 3), Catch::Contains("frame of session"));
+  f.set_version(9);
+  CHECK_THAT(check_frame_order(f, 7, 3), Catch::Contains("protocol version 9"));
+  pto::v1::RemoteTensor t;
+  t.set_dtype(pto::v1::FLOAT32);
+  t.add_shape(4);
+  t.set_direction(pto::v1::DIR_IN);
+  t.set_data(std::string(16, '\0'));
+  std::vector<uint32_t> shape;
+  uint64_t bytes = 0;
+  CHECK(check_remote_tensor(t, &shape, &bytes).empty());
+  CHECK(bytes == 16);
+  t.set_data("short");
+  CHECK_THAT(check_remote_tensor(t, &shape, &bytes), Catch::Contains("5 inline bytes for a 16-byte tensor"));
+  t.add_shape(4294967295u);
+  t.add_shape(4294967295u);
+  CHECK_THAT(check_remote_tensor(t, &shape, &bytes), Catch::Contains("not a valid tensor"));
+}
