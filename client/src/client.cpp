@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 
+#include <toml++/toml.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "pto2/sim/toml_input.h"
@@ -19,7 +19,9 @@ Status from_grpc(const grpc::Status& s) {
   return Status::Error(static_cast<int32_t>(s.error_code()), s.error_message());
 }
 
-Status local_error(std::string m) { return Status::Error(static_cast<int32_t>(grpc::StatusCode::INVALID_ARGUMENT), std::move(m)); }
+Status local_error(std::string m) {
+  return Status::Error(static_cast<int32_t>(grpc::StatusCode::INVALID_ARGUMENT), std::move(m));
+}
 
 bool read_all(const std::string& path, std::string* out) {
   std::ifstream f(path, std::ios::binary);
@@ -33,11 +35,11 @@ bool read_all(const std::string& path, std::string* out) {
 }  // namespace
 
 const char* status_code_name(int code) {
-  static const char* names[] = {"OK",           "CANCELLED",         "UNKNOWN",          "INVALID_ARGUMENT",
-                                "DEADLINE_EXCEEDED", "NOT_FOUND",    "ALREADY_EXISTS",   "PERMISSION_DENIED",
-                                "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",  "OUT_OF_RANGE",
-                                "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",      "DATA_LOSS",
-                                "UNAUTHENTICATED"};
+  static const char* names[] = {
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
   return code >= 0 && code <= 16 ? names[code] : "?";
 }
 
@@ -116,7 +118,8 @@ Result<pto::v1::RegisterReply> Client::register_chip(const std::string& kernels_
   auto take = [&](toml::table& t) -> bool {
     auto lib = t["library"].value<std::string>();
     if (!lib) return true;
-    const std::filesystem::path p = std::filesystem::path(*lib).is_absolute() ? std::filesystem::path(*lib) : dir / *lib;
+    const std::filesystem::path p =
+        std::filesystem::path(*lib).is_absolute() ? std::filesystem::path(*lib) : dir / *lib;
     std::string bytes;
     if (!read_all(p.string(), &bytes)) {
       r.status = local_error(fmt::format("{}: cannot read library '{}'", kernels_toml, p.string()));
@@ -124,8 +127,8 @@ Result<pto::v1::RegisterReply> Client::register_chip(const std::string& kernels_
     }
     const std::string file = p.filename().string();
     if (bundle->libraries().count(file) && bundle->libraries().at(file) != bytes) {
-      r.status = local_error(fmt::format("{}: two different libraries are named '{}'; a bundle holds files by name",
-                                         kernels_toml, file));
+      r.status = local_error(
+          fmt::format("{}: two different libraries are named '{}'; a bundle holds files by name", kernels_toml, file));
       return false;
     }
     (*bundle->mutable_libraries())[file] = bytes;
@@ -310,7 +313,8 @@ Result<pto::v1::JobResult> Client::run(const pto::v1::SubmitRequest& req, const 
 }
 
 std::future<Result<pto::v1::JobResult>> Client::run_async(pto::v1::SubmitRequest req, Progress progress) {
-  return std::async(std::launch::async, [this, req = std::move(req), progress = std::move(progress)] { return run(req, progress); });
+  return std::async(std::launch::async,
+                    [this, req = std::move(req), progress = std::move(progress)] { return run(req, progress); });
 }
 
 Result<pto::v1::JobState> Client::cancel(uint64_t job_id) {

@@ -32,7 +32,8 @@ bool g_json = false;
 int exit_for(const Status& s) {
   if (s.ok()) return kExitOk;
   const auto c = static_cast<grpc::StatusCode>(s.code);
-  return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED ? kExitUnreachable : kExitFailed;
+  return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED ? kExitUnreachable
+                                                                                        : kExitFailed;
 }
 
 int report(const Status& s, const char* what) {
@@ -123,8 +124,9 @@ struct ProgressPrinter {
       if (ev.has_result()) std::printf("\n");
       std::fflush(stdout);
     } else if (ev.state() != last) {
-      std::printf("job %llu %s (%llu/%llu tasks)\n", (unsigned long long)ev.job_id(), v1::JobState_Name(ev.state()).c_str(),
-                  (unsigned long long)ev.tasks_done(), (unsigned long long)ev.tasks_total());
+      std::printf("job %llu %s (%llu/%llu tasks)\n", (unsigned long long)ev.job_id(),
+                  v1::JobState_Name(ev.state()).c_str(), (unsigned long long)ev.tasks_done(),
+                  (unsigned long long)ev.tasks_total());
     }
     last = ev.state();
   }
@@ -227,8 +229,8 @@ int run_example(Client& c, const std::string& config, const std::string& name, i
       auto* ref = req.mutable_args()->add_tensors();
       *ref->mutable_tensor() = t.value.handle();
       req.mutable_args()->add_tags(a.role == pto2::sim::ArgSpec::Role::kInout ? v1::INOUT
-                                   : a.reads()                                   ? v1::INPUT
-                                                                                 : v1::OUTPUT);
+                                   : a.reads()                                ? v1::INPUT
+                                                                              : v1::OUTPUT);
     }
   if (!spread.empty()) {  // pto_spread's scalars: digest, group size, output mask, the example's scalars
     const std::string& d = reg.value.identity().digest();
@@ -397,11 +399,12 @@ int main(int argc, char** argv) {
   Client c(opts);
 
   if (*reg_chip || *reg_import || *reg_blob) {
-    auto r = *reg_chip ? c.register_chip(path, name, where)
+    auto r = *reg_chip     ? c.register_chip(path, name, where)
              : *reg_import ? c.register_import(path, symbol, name, orchestration, where)
                            : c.register_blob(path, symbol, name, orchestration, where);
     if (!r.ok()) return report(r.status, "register");
-    if (g_json) print_json(r.value);
+    if (g_json)
+      print_json(r.value);
     else
       std::printf("%s %s%s\n", hex(r.value.identity().digest()).c_str(), r.value.name().c_str(),
                   r.value.existed() ? " (already registered)" : "");
@@ -444,9 +447,11 @@ int main(int argc, char** argv) {
     }
     auto r = c.upload(name, sh, dtype, arr.data.data(), arr.data.size());
     if (!r.ok()) return report(r.status, "upload");
-    if (g_json) print_json(r.value);
-    else std::printf("#%llu %s %llu bytes\n", (unsigned long long)r.value.handle().id(), r.value.handle().name().c_str(),
-                     (unsigned long long)r.value.bytes());
+    if (g_json)
+      print_json(r.value);
+    else
+      std::printf("#%llu %s %llu bytes\n", (unsigned long long)r.value.handle().id(), r.value.handle().name().c_str(),
+                  (unsigned long long)r.value.bytes());
     return kExitOk;
   }
   if (*alloc) {
@@ -457,9 +462,11 @@ int main(int argc, char** argv) {
     }
     auto r = c.alloc(name, shape, dtype);
     if (!r.ok()) return report(r.status, "alloc");
-    if (g_json) print_json(r.value);
-    else std::printf("#%llu %s %llu bytes\n", (unsigned long long)r.value.handle().id(), r.value.handle().name().c_str(),
-                     (unsigned long long)r.value.bytes());
+    if (g_json)
+      print_json(r.value);
+    else
+      std::printf("#%llu %s %llu bytes\n", (unsigned long long)r.value.handle().id(), r.value.handle().name().c_str(),
+                  (unsigned long long)r.value.bytes());
     return kExitOk;
   }
   if (*download) {
@@ -469,13 +476,16 @@ int main(int argc, char** argv) {
     auto r = c.download(h, &data);
     if (!r.ok()) return report(r.status, "download");
     std::vector<uint64_t> sh(r.value.shape().begin(), r.value.shape().end());
-    if (pto2::Status s = pto2::sim::write_npy(out_file, pto2::sim::npy_descr(r.value.dtype()), sh, data.data(), data.size());
+    if (pto2::Status s =
+            pto2::sim::write_npy(out_file, pto2::sim::npy_descr(r.value.dtype()), sh, data.data(), data.size());
         !s.ok()) {
       std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
       return kExitFailed;
     }
-    if (g_json) print_json(r.value);
-    else std::printf("%s: %llu bytes\n", out_file.c_str(), (unsigned long long)data.size());
+    if (g_json)
+      print_json(r.value);
+    else
+      std::printf("%s: %llu bytes\n", out_file.c_str(), (unsigned long long)data.size());
     return kExitOk;
   }
   if (*freet) {
@@ -514,8 +524,10 @@ int main(int argc, char** argv) {
     if (detach) {
       auto r = c.submit(req);
       if (!r.ok()) return report(r.status, "submit");
-      if (g_json) print_json(r.value);
-      else std::printf("%llu\n", (unsigned long long)r.value.job_id());
+      if (g_json)
+        print_json(r.value);
+      else
+        std::printf("%llu\n", (unsigned long long)r.value.job_id());
       return kExitOk;
     }
     ProgressPrinter progress;

@@ -136,7 +136,8 @@ Status CallableRegistry::store_bundle(const pto::v1::ChipBundle& b, StoredClaim*
   for (const std::string& lib : named) {
     const std::filesystem::path p(lib);
     if (p.parent_path() != std::filesystem::path(dir) || !libs.count(p.filename().string()))
-      return bad(fmt::format("chip bundle: the config names library '{}', which is not one of the bundle's files", lib));
+      return bad(
+          fmt::format("chip bundle: the config names library '{}', which is not one of the bundle's files", lib));
   }
   *config_path = dir + "/kernels.toml";
   return Status::Ok();
@@ -164,7 +165,8 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
   switch (req.callable_case()) {
     case pto::v1::RegisterRequest::kChip: {
       if (!cfg_.allow_chip_bundles)
-        return Status::Error(kRefused, "chip bundles are refused by this daemon ([security] allow_chip_bundles = false)");
+        return Status::Error(kRefused,
+                             "chip bundles are refused by this daemon ([security] allow_chip_bundles = false)");
       if (orch_abi) return bad("a chip bundle cannot have abi ABI_ORCHESTRATION");
       std::string path;
       if (Status s = store_bundle(req.chip(), &claim, &path); !s.ok()) return s;
@@ -175,18 +177,20 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
     }
     case pto::v1::RegisterRequest::kNativeImport: {
       if (!cfg_.allow_native_import)
-        return Status::Error(kRefused, "native imports are refused by this daemon ([security] allow_native_import = false)");
+        return Status::Error(kRefused,
+                             "native imports are refused by this daemon ([security] allow_native_import = false)");
       const auto& n = req.native_import();
       if (n.library_path().empty() || n.library_path()[0] != '/')
         return bad(fmt::format("native import: library_path '{}' must be absolute", n.library_path()));
       c = orch_abi ? pto::OrchestrationCallable::import(n.library_path(), n.symbol())
-                        : pto::NativeCallable::import(n.library_path(), n.symbol());
+                   : pto::NativeCallable::import(n.library_path(), n.symbol());
       source = n.library_path() + ":" + n.symbol();
       break;
     }
     case pto::v1::RegisterRequest::kNativeBlob: {
       if (!cfg_.allow_native_blob)
-        return Status::Error(kRefused, "native blobs are refused by this daemon ([security] allow_native_blob = false)");
+        return Status::Error(kRefused,
+                             "native blobs are refused by this daemon ([security] allow_native_blob = false)");
       const auto& n = req.native_blob();
       if (n.library().empty()) return bad("native blob: no library bytes");
       const std::string dir = cfg_.state_dir + "/callables";
@@ -256,7 +260,8 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
       o.remote_payload = fwd.SerializeAsString();
       for (uint32_t p : req.peers()) {
         if (p >= cfg_.peers.size())
-          return bad(fmt::format("peer {} is out of range: this daemon has {} peers (0..{})", p, cfg_.peers.size(), cfg_.peers.size() - 1));
+          return bad(fmt::format("peer {} is out of range: this daemon has {} peers (0..{})", p, cfg_.peers.size(),
+                                 cfg_.peers.size() - 1));
         o.remote_workers.push_back(static_cast<int>(p));
       }
     }
@@ -361,7 +366,8 @@ Status CallableRegistry::commit(const pto::Digest& d) {
   auto it = pending_.find(d);
   if (it == pending_.end()) {
     if (by_digest_.count(d)) return Status::Ok();  // it was present already: nothing to publish
-    return Status::Error(pto::kWorkerNotRegistered, fmt::format("commit: callable {} was not prepared", pto::to_hex(d)));
+    return Status::Error(pto::kWorkerNotRegistered,
+                         fmt::format("commit: callable {} was not prepared", pto::to_hex(d)));
   }
   RegisteredCallable rc = it->second;
   if (!rc.name.empty() && by_name_.count(rc.name))

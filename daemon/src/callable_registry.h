@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "config.h"
+#include "pto/v1/ptod.pb.h"
 #include "pto/worker.h"
 #include "pto2/sim/loader.h"
-#include "pto/v1/ptod.pb.h"
 
 namespace ptod {
 

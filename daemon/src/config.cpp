@@ -5,11 +5,11 @@
 
 #include <fmt/format.h>
 
+#include <toml++/toml.h>
 #include <fstream>
 #include <optional>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
 #include "pto2/sim/toml_input.h"
 
 namespace ptod {
@@ -97,14 +97,15 @@ Status DaemonConfig::parse(const std::string& text, const std::string& path, Dae
 
 Status DaemonConfig::from_table(const toml::table& doc, const std::string& path, DaemonConfig* out) {
   DaemonConfig c = *out;
-  if (Status s = only_keys(doc, path, {"server", "worker", "session", "peers", "jobs", "daemon", "metrics", "security"});
+  if (Status s =
+          only_keys(doc, path, {"server", "worker", "session", "peers", "jobs", "daemon", "metrics", "security"});
       !s.ok())
     return s;
   auto section = [&](const char* name) -> const toml::table* { return doc[name].as_table(); };
   Status s;
   if (const toml::table* t = section("server")) {
-    if (s = only_keys(*t, "[server]", {"socket", "listen", "tls_cert", "tls_key", "tls_client_ca", "token_file",
-                                       "max_message_bytes"});
+    if (s = only_keys(*t, "[server]",
+                      {"socket", "listen", "tls_cert", "tls_key", "tls_client_ca", "token_file", "max_message_bytes"});
         !s.ok())
       return s;
     if (s = read_str(*t, "server", "socket", &c.socket); !s.ok()) return s;
@@ -122,11 +123,13 @@ Status DaemonConfig::from_table(const toml::table& doc, const std::string& path,
     if (s = read_str(*t, "server", "tls_key", &c.tls_key); !s.ok()) return s;
     if (s = read_str(*t, "server", "tls_client_ca", &c.tls_client_ca); !s.ok()) return s;
     if (s = read_str(*t, "server", "token_file", &c.token_file); !s.ok()) return s;
-    if (s = read_int(*t, "server", "max_message_bytes", &c.max_message_bytes, 65536, (int64_t(1) << 31) - 1); !s.ok()) return s;
+    if (s = read_int(*t, "server", "max_message_bytes", &c.max_message_bytes, 65536, (int64_t(1) << 31) - 1); !s.ok())
+      return s;
   }
   if (const toml::table* t = section("worker")) {
-    if (s = only_keys(*t, "[worker]", {"level", "l3_children", "chips", "sub_workers", "heap_ring_bytes", "arena_bytes",
-                                       "task_timeout_ms", "spin_us"});
+    if (s = only_keys(*t, "[worker]",
+                      {"level", "l3_children", "chips", "sub_workers", "heap_ring_bytes", "arena_bytes",
+                       "task_timeout_ms", "spin_us"});
         !s.ok())
       return s;
     if (s = read_int(*t, "worker", "level", &c.level, 3, 4); !s.ok()) return s;
@@ -139,13 +142,15 @@ Status DaemonConfig::from_table(const toml::table& doc, const std::string& path,
     if (s = read_int(*t, "worker", "spin_us", &c.spin_us, 0, 100000); !s.ok()) return s;
   }
   if (const toml::table* t = section("session")) {
-    if (s = only_keys(*t, "[session]", {"credits", "heartbeat_ms", "dead_after_ms", "inline_limit_bytes", "peer_ready_timeout_ms"});
+    if (s = only_keys(*t, "[session]",
+                      {"credits", "heartbeat_ms", "dead_after_ms", "inline_limit_bytes", "peer_ready_timeout_ms"});
         !s.ok())
       return s;
     if (s = read_int(*t, "session", "credits", &c.session_credits, 1, 65536); !s.ok()) return s;
     if (s = read_int(*t, "session", "heartbeat_ms", &c.heartbeat_ms, 10, 60000); !s.ok()) return s;
     if (s = read_int(*t, "session", "dead_after_ms", &c.dead_after_ms, 20, 600000); !s.ok()) return s;
-    if (s = read_int(*t, "session", "inline_limit_bytes", &c.inline_limit_bytes, 0, int64_t(1) << 30); !s.ok()) return s;
+    if (s = read_int(*t, "session", "inline_limit_bytes", &c.inline_limit_bytes, 0, int64_t(1) << 30); !s.ok())
+      return s;
     if (s = read_int(*t, "session", "peer_ready_timeout_ms", &c.peer_ready_timeout_ms, 1, 600000); !s.ok()) return s;
   }
   if (const toml::node* n = doc.get("peers")) {
@@ -156,8 +161,9 @@ Status DaemonConfig::from_table(const toml::table& doc, const std::string& path,
       const toml::table* t = (*a)[i].as_table();
       const std::string where = fmt::format("[[peers]] #{}", i);
       if (!t) return bad(where + ": must be a table");
-      if (s = only_keys(*t, where, {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key",
-                                    "tls_server_name"});
+      if (s = only_keys(
+              *t, where,
+              {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name"});
           !s.ok())
         return s;
       DaemonConfig::Peer p;
@@ -165,8 +171,11 @@ Status DaemonConfig::from_table(const toml::table& doc, const std::string& path,
       if (s = read_str(*t, sec.c_str(), "address", &p.address); !s.ok()) return s;
       if (s = read_str(*t, sec.c_str(), "name", &p.name); !s.ok()) return s;
       if (s = read_int(*t, sec.c_str(), "workers", &p.workers, 0, 64); !s.ok()) return s;
-      for (auto [key, dst] : {std::pair{"token_file", &p.token_file}, {"tls_ca", &p.tls_ca}, {"tls_cert", &p.tls_cert},
-                              {"tls_key", &p.tls_key}, {"tls_server_name", &p.tls_server_name}})
+      for (auto [key, dst] : {std::pair{"token_file", &p.token_file},
+                              {"tls_ca", &p.tls_ca},
+                              {"tls_cert", &p.tls_cert},
+                              {"tls_key", &p.tls_key},
+                              {"tls_server_name", &p.tls_server_name}})
         if (s = read_str(*t, sec.c_str(), key, dst); !s.ok()) return s;
       c.peers.push_back(p);
     }
@@ -214,16 +223,18 @@ Status DaemonConfig::validate() {
     if (!f) return bad(fmt::format("[server] token_file '{}' cannot be read", token_file));
     std::getline(f, token);
     while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
-    if (token.size() < 16) return bad(fmt::format("[server] token_file '{}': the token must be at least 16 characters", token_file));
+    if (token.size() < 16)
+      return bad(fmt::format("[server] token_file '{}': the token must be at least 16 characters", token_file));
   }
   for (const std::string& a : listen) {
     std::string host;
     int port = 0;
     if (Status s = split_host_port(a, &host, &port); !s.ok()) return s;
     if (!is_loopback_host(host) && (tls_cert.empty() || token.empty()))
-      return bad(fmt::format("listen address '{}' is not loopback: it needs TLS ([server] tls_cert, tls_key) and a "
-                             "bearer token ([server] token_file)",
-                             a));
+      return bad(
+          fmt::format("listen address '{}' is not loopback: it needs TLS ([server] tls_cert, tls_key) and a "
+                      "bearer token ([server] token_file)",
+                      a));
   }
   if (level != 3 && level != 4) return bad(fmt::format("[worker] level {} is not 3 or 4", level));
   if (level == 3 && (l3_children > 0 || !peers.empty()))
@@ -245,7 +256,8 @@ Status DaemonConfig::validate() {
       if (!f) return bad(fmt::format("{}: token_file '{}' cannot be read", where, p.token_file));
       std::getline(f, p.token);
       while (!p.token.empty() && (p.token.back() == '\r' || p.token.back() == ' ')) p.token.pop_back();
-      if (p.token.size() < 16) return bad(fmt::format("{}: the token in '{}' must be at least 16 characters", where, p.token_file));
+      if (p.token.size() < 16)
+        return bad(fmt::format("{}: the token in '{}' must be at least 16 characters", where, p.token_file));
     }
     if (p.address.rfind("unix:", 0) == 0) continue;
     std::string host;
@@ -259,7 +271,8 @@ Status DaemonConfig::validate() {
     std::string host;
     int port = 0;
     if (Status s = split_host_port(metrics_listen, &host, &port); !s.ok()) return bad("[metrics] " + s.message);
-    if (!is_loopback_host(host)) return bad(fmt::format("[metrics] listen '{}' must be a loopback address", metrics_listen));
+    if (!is_loopback_host(host))
+      return bad(fmt::format("[metrics] listen '{}' must be a loopback address", metrics_listen));
   }
   return Status::Ok();
 }
@@ -273,18 +286,20 @@ std::string DaemonConfig::effective_toml() const {
       "peer_ready_timeout_ms = {}\n",
       session_credits, heartbeat_ms, dead_after_ms, inline_limit_bytes, peer_ready_timeout_ms);
   for (const Peer& p : peers)
-    tail += fmt::format("\n[[peers]]\naddress = {}\nname = {}\nworkers = {}\ntoken_file = {}\ntls_ca = {}\n", q(p.address),
-                        q(p.name), p.workers, q(p.token_file.empty() ? "" : "(set)"), q(p.tls_ca));
-  return tail.insert(0, fmt::format(
-      "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
-      "max_message_bytes = {}\n\n[worker]\nlevel = {}\nl3_children = {}\nchips = {}\nsub_workers = {}\nheap_ring_bytes = {}\narena_bytes = {}\n"
-      "task_timeout_ms = {}\nspin_us = {}\n\n[jobs]\nmax_queued = {}\nretain_finished = {}\n\n[daemon]\n"
-      "state_dir = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\n\n[metrics]\nlisten = {}\n\n"
-      "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
-      q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"), max_message_bytes,
-      level, l3_children, chips, sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms, spin_us, max_queued, retain_finished,
-      q(state_dir), drain_timeout_s, q(log_level), q(log_file), q(metrics_listen), allow_native_blob,
-      allow_native_import, allow_chip_bundles));
+    tail += fmt::format("\n[[peers]]\naddress = {}\nname = {}\nworkers = {}\ntoken_file = {}\ntls_ca = {}\n",
+                        q(p.address), q(p.name), p.workers, q(p.token_file.empty() ? "" : "(set)"), q(p.tls_ca));
+  return tail.insert(
+      0, fmt::format(
+             "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
+             "max_message_bytes = {}\n\n[worker]\nlevel = {}\nl3_children = {}\nchips = {}\nsub_workers = "
+             "{}\nheap_ring_bytes = {}\narena_bytes = {}\n"
+             "task_timeout_ms = {}\nspin_us = {}\n\n[jobs]\nmax_queued = {}\nretain_finished = {}\n\n[daemon]\n"
+             "state_dir = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\n\n[metrics]\nlisten = {}\n\n"
+             "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
+             q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"),
+             max_message_bytes, level, l3_children, chips, sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms,
+             spin_us, max_queued, retain_finished, q(state_dir), drain_timeout_s, q(log_level), q(log_file),
+             q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));
 }
 
 }  // namespace ptod

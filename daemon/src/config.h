@@ -18,10 +18,10 @@ using Status = pto2::Status;
 
 struct DaemonConfig {
   // [server]
-  std::string socket = "/run/ptod/ptod.sock";  // unix socket; "" = none
-  std::vector<std::string> listen;             // TCP host:port; loopback unless TLS + token
+  std::string socket = "/run/ptod/ptod.sock";    // unix socket; "" = none
+  std::vector<std::string> listen;               // TCP host:port; loopback unless TLS + token
   std::string tls_cert, tls_key, tls_client_ca;  // PEM files; client CA = verify client certificates
-  std::string token_file;                      // bearer token for TCP listeners beyond loopback
+  std::string token_file;                        // bearer token for TCP listeners beyond loopback
   uint64_t max_message_bytes = 64ull << 20;
   // [worker]
   int level = 3;        // 3: chips and sub workers here; 4: L3 workers (local children and [[peers]])
@@ -33,9 +33,9 @@ struct DaemonConfig {
   uint64_t task_timeout_ms = 600000;
   uint32_t spin_us = 500;  // keeps children warm between jobs that follow each other (docs/daemon.md)
   // [session] (docs/remote.md): both ends of a remote L3 session
-  uint32_t session_credits = 256;  // peer: tasks a coordinator may keep in flight
-  uint32_t heartbeat_ms = 100;     // HEALTH period, both directions
-  uint32_t dead_after_ms = 500;    // silence after which the other end is declared lost
+  uint32_t session_credits = 256;             // peer: tasks a coordinator may keep in flight
+  uint32_t heartbeat_ms = 100;                // HEALTH period, both directions
+  uint32_t dead_after_ms = 500;               // silence after which the other end is declared lost
   uint64_t inline_limit_bytes = 16ull << 20;  // coordinator: larger tensors must live in remote buffers
   uint32_t peer_ready_timeout_ms = 5000;      // coordinator: startup waits this long for peers to be READY
   // [[peers]] (level 4): remote L3 daemons
@@ -44,7 +44,7 @@ struct DaemonConfig {
     std::string name;     // label; default = address
     int workers = 0;      // chips the peer is expected to report (0 = any); a mismatch refuses the session
     std::string token_file, tls_ca, tls_cert, tls_key, tls_server_name;
-    std::string token;    // read from token_file by validate()
+    std::string token;  // read from token_file by validate()
   };
   std::vector<Peer> peers;
   // [jobs]

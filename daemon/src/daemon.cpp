@@ -58,8 +58,8 @@ class TokenAuth : public grpc::AuthMetadataProcessor {
 };
 
 void histogram(std::string& out, const char* name, const char* help, const pto::LatencyHistogram& h) {
-  static const double bounds[] = {1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
-                                  1e-3, 2.5e-3, 1e-2, 0.1,    1.0,  10.0};
+  static const double bounds[] = {1e-6, 2.5e-6, 5e-6,   1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4,
+                                  5e-4, 1e-3,   2.5e-3, 1e-2, 0.1,    1.0,  10.0};
   out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
   for (double b : bounds) {
     uint64_t n = 0;
@@ -78,34 +78,41 @@ std::string render_metrics(pto::Worker& w, JobManager& jobs) {
   o += "# HELP ptod_jobs Jobs now queued or running.\n# TYPE ptod_jobs gauge\n";
   o += fmt::format("ptod_jobs{{state=\"queued\"}} {}\nptod_jobs{{state=\"running\"}} {}\n", j.queued, j.running);
   o += "# HELP ptod_jobs_total Jobs that ended, by final state; and jobs submitted.\n# TYPE ptod_jobs_total counter\n";
-  o += fmt::format("ptod_jobs_total{{state=\"submitted\"}} {}\nptod_jobs_total{{state=\"succeeded\"}} {}\n"
-                   "ptod_jobs_total{{state=\"failed\"}} {}\nptod_jobs_total{{state=\"cancelled\"}} {}\n",
-                   j.submitted_total, j.succeeded_total, j.failed_total, j.cancelled_total);
+  o += fmt::format(
+      "ptod_jobs_total{{state=\"submitted\"}} {}\nptod_jobs_total{{state=\"succeeded\"}} {}\n"
+      "ptod_jobs_total{{state=\"failed\"}} {}\nptod_jobs_total{{state=\"cancelled\"}} {}\n",
+      j.submitted_total, j.succeeded_total, j.failed_total, j.cancelled_total);
   o += "# HELP ptod_tasks_total Tasks that ended, by outcome.\n# TYPE ptod_tasks_total counter\n";
-  o += fmt::format("ptod_tasks_total{{outcome=\"succeeded\"}} {}\nptod_tasks_total{{outcome=\"failed\"}} {}\n"
-                   "ptod_tasks_total{{outcome=\"skipped\"}} {}\n",
-                   s.tasks_succeeded, s.tasks_failed, s.tasks_skipped);
-  o += "# HELP ptod_queue_depth Jobs waiting plus ready tasks waiting for an idle child.\n# TYPE ptod_queue_depth gauge\n";
+  o += fmt::format(
+      "ptod_tasks_total{{outcome=\"succeeded\"}} {}\nptod_tasks_total{{outcome=\"failed\"}} {}\n"
+      "ptod_tasks_total{{outcome=\"skipped\"}} {}\n",
+      s.tasks_succeeded, s.tasks_failed, s.tasks_skipped);
+  o += "# HELP ptod_queue_depth Jobs waiting plus ready tasks waiting for an idle child.\n# TYPE ptod_queue_depth "
+       "gauge\n";
   o += fmt::format("ptod_queue_depth{{queue=\"jobs\"}} {}\nptod_queue_depth{{queue=\"tasks\"}} {}\n", j.queued,
                    s.ready_queue_depth);
   histogram(o, "ptod_task_latency_seconds", "Task submit to final state.", s.task_latency);
   histogram(o, "ptod_mailbox_round_trip_seconds", "Dispatch written to completion seen.", s.mailbox_round_trip);
   o += "# HELP ptod_heap_ring_used_bytes Bytes in use per heap ring.\n# TYPE ptod_heap_ring_used_bytes gauge\n";
   for (int r = 0; r < 4; ++r) o += fmt::format("ptod_heap_ring_used_bytes{{ring=\"{}\"}} {}\n", r, s.heap_ring_used[r]);
-  o += fmt::format("# HELP ptod_heap_ring_size_bytes Size of each heap ring.\n# TYPE ptod_heap_ring_size_bytes gauge\n"
-                   "ptod_heap_ring_size_bytes {}\n",
-                   s.heap_ring_bytes);
-  o += fmt::format("# HELP ptod_arena_bytes Tensor arena size and use.\n# TYPE ptod_arena_bytes gauge\n"
-                   "ptod_arena_bytes{{kind=\"size\"}} {}\nptod_arena_bytes{{kind=\"used\"}} {}\n",
-                   s.arena_bytes, s.arena_in_use);
-  o += fmt::format("# HELP ptod_child_restarts_total Children forked again after they died.\n"
-                   "# TYPE ptod_child_restarts_total counter\nptod_child_restarts_total {}\n",
-                   s.child_restarts);
+  o += fmt::format(
+      "# HELP ptod_heap_ring_size_bytes Size of each heap ring.\n# TYPE ptod_heap_ring_size_bytes gauge\n"
+      "ptod_heap_ring_size_bytes {}\n",
+      s.heap_ring_bytes);
+  o += fmt::format(
+      "# HELP ptod_arena_bytes Tensor arena size and use.\n# TYPE ptod_arena_bytes gauge\n"
+      "ptod_arena_bytes{{kind=\"size\"}} {}\nptod_arena_bytes{{kind=\"used\"}} {}\n",
+      s.arena_bytes, s.arena_in_use);
+  o += fmt::format(
+      "# HELP ptod_child_restarts_total Children forked again after they died.\n"
+      "# TYPE ptod_child_restarts_total counter\nptod_child_restarts_total {}\n",
+      s.child_restarts);
   // Level 4: the remote sessions.
   histogram(o, "ptod_remote_round_trip_seconds", "Remote task dispatch to completion seen.", s.remote_round_trip);
-  o += fmt::format("# HELP ptod_task_retries_total Tasks run again after ENDPOINT_FAILURE.\n"
-                   "# TYPE ptod_task_retries_total counter\nptod_task_retries_total {}\n",
-                   s.task_retries);
+  o += fmt::format(
+      "# HELP ptod_task_retries_total Tasks run again after ENDPOINT_FAILURE.\n"
+      "# TYPE ptod_task_retries_total counter\nptod_task_retries_total {}\n",
+      s.task_retries);
   std::string up, in_flight;
   for (const pto::ChildInfo& c : w.children())
     if (c.remote) {
@@ -179,8 +186,8 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   } else {
     int ready = 0;
     for (const pto::ChildInfo& c : worker.children()) ready += c.remote && c.state != pto::ChildState::DEAD;
-    main_log->info("level-4 worker up: {} local L3 child(ren), {} peer(s) ({} ready), {} sub worker(s)", cfg.l3_children,
-                   cfg.peers.size(), ready, cfg.sub_workers);
+    main_log->info("level-4 worker up: {} local L3 child(ren), {} peer(s) ({} ready), {} sub worker(s)",
+                   cfg.l3_children, cfg.peers.size(), ready, cfg.sub_workers);
   }
 
   TensorStore tensors(worker);
@@ -235,7 +242,8 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   builder.RegisterService(&node_svc);
   builder.RegisterService(&session_svc);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) return fail("cannot start the gRPC server: a listener could not be bound (address in use or not permitted?)");
+  if (!server)
+    return fail("cannot start the gRPC server: a listener could not be bound (address in use or not permitted?)");
   for (size_t i = 0; i < cfg.listen.size(); ++i)
     if (ports[i] == 0) return fail(fmt::format("cannot listen on {}", cfg.listen[i]));
   if (!cfg.socket.empty()) chmod(cfg.socket.c_str(), 0660);
@@ -254,7 +262,8 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
     int port = 0;
     (void)split_host_port(cfg.metrics_listen, &host, &port);
     Status st;
-    metrics = MetricsServer::start(host, port, [&] { return render_metrics(worker, jobs); }, &st);
+    metrics = MetricsServer::start(
+        host, port, [&] { return render_metrics(worker, jobs); }, &st);
     if (!metrics) {
       server->Shutdown();
       return fail(st.message);
@@ -272,7 +281,11 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
     (void)split_host_port(cfg.listen[i], &host, &port);
     where += fmt::format("{}{}:{}", where.empty() ? "" : ", ", host, ports[i]);
   }
-  main_log->info("serving on {}{}", where, metrics ? fmt::format("; metrics on {}:{}", cfg.metrics_listen.substr(0, cfg.metrics_listen.rfind(':')), metrics->bound_port()) : "");
+  main_log->info("serving on {}{}", where,
+                 metrics
+                     ? fmt::format("; metrics on {}:{}", cfg.metrics_listen.substr(0, cfg.metrics_listen.rfind(':')),
+                                   metrics->bound_port())
+                     : "");
   if (!opts.ready_file.empty()) {
     const std::string tmp = opts.ready_file + ".tmp";
     {
@@ -282,8 +295,8 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
     }
     std::filesystem::rename(tmp, opts.ready_file, ec);
   }
-  sd_notifyf(0, "READY=1\nSTATUS=serving on %s with %d chip(s), %d sub worker(s)\nMAINPID=%d", where.c_str(),
-             cfg.chips, cfg.sub_workers, getpid());
+  sd_notifyf(0, "READY=1\nSTATUS=serving on %s with %d chip(s), %d sub worker(s)\nMAINPID=%d", where.c_str(), cfg.chips,
+             cfg.sub_workers, getpid());
 
   // Signals and the watchdog, on this thread.
   std::function<void(const std::error_code&, int)> on_signal;
@@ -298,7 +311,8 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
     }
     if (stopping) return;
     stopping = true;
-    main_log->info("{}: draining (up to {} s for running jobs)", sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg.drain_timeout_s);
+    main_log->info("{}: draining (up to {} s for running jobs)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                   cfg.drain_timeout_s);
     io.stop();
   };
   signals.async_wait(on_signal);

@@ -11,9 +11,9 @@
 namespace ptod {
 
 uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 int run_registered(const RegisteredCallable& c, pto::Orchestrator& o, const pto::TaskArgs& args,
@@ -88,8 +88,7 @@ void JobManager::stop() {
 
 Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position) {
   std::lock_guard<std::mutex> g(mu_);
-  if (draining_ || stop_)
-    return Status::Error(kUnavailable, "the daemon is draining: it accepts no new jobs");
+  if (draining_ || stop_) return Status::Error(kUnavailable, "the daemon is draining: it accepts no new jobs");
   if (queue_.size() >= cfg_.max_queued)
     return Status::Error(kQueueFull, fmt::format("the job queue is full ({} jobs; [jobs] max_queued)", queue_.size()));
   Job j;
@@ -100,8 +99,10 @@ Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position) {
   *position = static_cast<uint32_t>(queue_.size() + (running_id_ ? 1 : 0));
   queue_.push_back(j.id);
   ++counts_.submitted_total;
-  log("jobs")->info("job {} queued: {} ({}) position {}{}", j.id, j.spec.callable.name.empty() ? j.spec.callable.handle.id.short_hex() : j.spec.callable.name,
-                    pto::abi_name(j.spec.callable.abi), *position, j.spec.label.empty() ? "" : ", label " + j.spec.label);
+  log("jobs")->info("job {} queued: {} ({}) position {}{}", j.id,
+                    j.spec.callable.name.empty() ? j.spec.callable.handle.id.short_hex() : j.spec.callable.name,
+                    pto::abi_name(j.spec.callable.abi), *position,
+                    j.spec.label.empty() ? "" : ", label " + j.spec.label);
   jobs_.emplace(j.id, std::move(j));
   cv_.notify_all();
   return Status::Ok();
@@ -114,9 +115,12 @@ void JobManager::finish_locked(Job& j, pto::v1::JobState state, const std::strin
   ++j.version;
   for (uint64_t t : j.spec.pinned) tensors_.pin(t, -1);
   j.spec.pinned.clear();
-  if (state == pto::v1::SUCCEEDED) ++counts_.succeeded_total;
-  else if (state == pto::v1::FAILED) ++counts_.failed_total;
-  else ++counts_.cancelled_total;
+  if (state == pto::v1::SUCCEEDED)
+    ++counts_.succeeded_total;
+  else if (state == pto::v1::FAILED)
+    ++counts_.failed_total;
+  else
+    ++counts_.cancelled_total;
   finished_order_.push_back(j.id);
   trim_locked();
 }
@@ -186,13 +190,13 @@ void JobManager::execute_locked(uint64_t id, std::unique_lock<std::mutex>& lk) {
   const std::string trace = done.result.trace_path();
   done.result = to_proto(r);
   if (!trace.empty() && r.ok()) done.result.set_trace_path(trace);
-  const pto::v1::JobState st = r.ok() ? pto::v1::SUCCEEDED
+  const pto::v1::JobState st = r.ok()                                   ? pto::v1::SUCCEEDED
                                : r.status.code == pto::kWorkerCancelled ? pto::v1::CANCELLED
                                                                         : pto::v1::FAILED;
   finish_locked(done, st, r.status.message);
-  log("jobs")->info("job {} {}: {} tasks ({} ok, {} failed, {} skipped) in {:.3f} ms{}", id,
-                    pto::v1::JobState_Name(st), r.tasks_submitted, r.tasks_succeeded, r.tasks_failed,
-                    r.tasks_skipped, double(r.wall_ns) / 1e6, r.ok() ? "" : ": " + r.status.message);
+  log("jobs")->info("job {} {}: {} tasks ({} ok, {} failed, {} skipped) in {:.3f} ms{}", id, pto::v1::JobState_Name(st),
+                    r.tasks_submitted, r.tasks_succeeded, r.tasks_failed, r.tasks_skipped, double(r.wall_ns) / 1e6,
+                    r.ok() ? "" : ": " + r.status.message);
   cv_.notify_all();
 }
 
@@ -210,7 +214,8 @@ void JobManager::fill_result_locked(const Job& j, pto::v1::JobResult* out) const
 Status JobManager::result(uint64_t id, pto::v1::JobResult* out) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {} (unknown, or no longer retained)", id));
+  if (it == jobs_.end())
+    return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {} (unknown, or no longer retained)", id));
   fill_result_locked(it->second, out);
   return Status::Ok();
 }
@@ -231,7 +236,8 @@ Status JobManager::cancel(uint64_t id, pto::v1::JobState* state) {
   return Status::Ok();
 }
 
-Status JobManager::wait_event(uint64_t id, uint64_t* version, std::chrono::milliseconds timeout, pto::v1::JobEvent* ev) {
+Status JobManager::wait_event(uint64_t id, uint64_t* version, std::chrono::milliseconds timeout,
+                              pto::v1::JobEvent* ev) {
   std::unique_lock<std::mutex> lk(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {}", id));
@@ -240,7 +246,8 @@ Status JobManager::wait_event(uint64_t id, uint64_t* version, std::chrono::milli
     return j == jobs_.end() || j->second.version != *version || stop_;
   });
   it = jobs_.find(id);
-  if (it == jobs_.end()) return Status::Error(pto::kWorkerNotRegistered, fmt::format("job {} is no longer retained", id));
+  if (it == jobs_.end())
+    return Status::Error(pto::kWorkerNotRegistered, fmt::format("job {} is no longer retained", id));
   const Job& j = it->second;
   if (stop_ && !final_state(j.state)) return Status::Error(kUnavailable, "the daemon is stopping");
   *version = j.version;

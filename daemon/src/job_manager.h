@@ -30,8 +30,8 @@ struct JobSpec {
   pto::TaskArgs args;
   pto::CallConfig config;
   std::string label;
-  std::vector<uint64_t> pinned;         // tensor ids, unpinned when the job ends
-  std::vector<TensorEntry> outputs;     // tensors the job writes
+  std::vector<uint64_t> pinned;      // tensor ids, unpinned when the job ends
+  std::vector<TensorEntry> outputs;  // tensors the job writes
 };
 
 struct JobCounts {

@@ -22,8 +22,10 @@ pto2::Status setup_logging(const std::string& level, const std::string& file) {
   std::lock_guard<std::mutex> g(g_mu);
   spdlog::sink_ptr sink;
   try {
-    if (file.empty()) sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-    else sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file, false);
+    if (file.empty())
+      sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+    else
+      sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file, false);
   } catch (const spdlog::spdlog_ex& e) {
     return pto2::Status::Error(pto2::kInvalidConfig, std::string("log file: ") + e.what());
   }

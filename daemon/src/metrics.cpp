@@ -66,7 +66,8 @@ std::unique_ptr<MetricsServer> MetricsServer::start(const std::string& host, int
     m->impl_->acceptor.listen();
     m->port_ = m->impl_->acceptor.local_endpoint().port();
   } catch (const std::exception& e) {
-    *error = pto2::Status::Error(pto2::kInvalidConfig, "[metrics] listen " + host + ":" + std::to_string(port) + ": " + e.what());
+    *error = pto2::Status::Error(pto2::kInvalidConfig,
+                                 "[metrics] listen " + host + ":" + std::to_string(port) + ": " + e.what());
     return nullptr;
   }
   m->impl_->accept();

@@ -192,8 +192,10 @@ void GrpcRemoteLink::stager_loop() {
 
 void GrpcRemoteLink::abandon(uint64_t seq) {
   std::lock_guard<std::mutex> g(mu_);
-  if (auto it = pending_.find(seq); it != pending_.end()) it->second.abandoned = true;
-  else abandoned_.insert(seq);  // still queued or being staged: marked when it is sent
+  if (auto it = pending_.find(seq); it != pending_.end())
+    it->second.abandoned = true;
+  else
+    abandoned_.insert(seq);  // still queued or being staged: marked when it is sent
 }
 
 void GrpcRemoteLink::poll(std::vector<pto::RemoteCompletion>* out) {
@@ -354,8 +356,7 @@ void GrpcRemoteLink::end_session(const std::string& why) {
     state_ = "lost: " + why;
     if (ctx_) ctx_->TryCancel();
     const std::string msg = fmt::format("{}: session lost: {}", label(), why);
-    for (auto& [id, p] : pending_)
-      done_.push_back({id, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "", msg});
+    for (auto& [id, p] : pending_) done_.push_back({id, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "", msg});
     for (auto& t : tasks_out_) done_.push_back({t.seq, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "", msg});
     pending_.clear();
     tasks_out_.clear();
@@ -398,9 +399,10 @@ bool GrpcRemoteLink::write_tasks(std::vector<pto::RemoteTask>& tasks) {
       const uint64_t bytes = pto::tensor_bytes(ct);
       const pto::RemoteBufferRef& ref = t.buffers[i];
       if (ref.id == 0 && bytes > cfg_.inline_limit_bytes) {
-        bad = fmt::format("tensor {} has {} bytes, above [session] inline_limit_bytes {}: keep it in a remote "
-                          "buffer (Worker::alloc_remote) instead",
-                          i, bytes, cfg_.inline_limit_bytes);
+        bad = fmt::format(
+            "tensor {} has {} bytes, above [session] inline_limit_bytes {}: keep it in a remote "
+            "buffer (Worker::alloc_remote) instead",
+            i, bytes, cfg_.inline_limit_bytes);
         break;
       }
       auto* rt = w.add_tensors();
@@ -524,7 +526,8 @@ void GrpcRemoteLink::reader_loop() {
           p = std::move(it->second);
           pending_.erase(it);
         }
-        pto::RemoteCompletion rc{c.id(), static_cast<uint8_t>(c.outcome()), c.failure().worker(), c.failure().message()};
+        pto::RemoteCompletion rc{c.id(), static_cast<uint8_t>(c.outcome()), c.failure().worker(),
+                                 c.failure().message()};
         if (c.outcome() == pto::v1::SUCCESS && !p.abandoned) {
           // Outputs back into this process's tensors, size-checked.
           for (size_t i = 0; i < p.task.tensors.size(); ++i) {
@@ -544,7 +547,8 @@ void GrpcRemoteLink::reader_loop() {
         }
         {
           std::lock_guard<std::mutex> g(mu_);
-          if (auto st = staged_.find(rc.seq); st != staged_.end()) {  // outputs in remote buffers: the stager reads them back
+          if (auto st = staged_.find(rc.seq);
+              st != staged_.end()) {  // outputs in remote buffers: the stager reads them back
             unstage_q_.push_back(Unstage{std::move(rc), std::move(p.task), std::move(st->second), p.abandoned});
             staged_.erase(st);
             stage_cv_.notify_one();
@@ -616,7 +620,8 @@ pto::Status GrpcRemoteLink::call_batch(std::vector<pto::v1::Control>& cs, uint32
     controls_.erase(id);
     if (!first.ok()) continue;
     if (!done)
-      first = pto::Status::Error(pto::kWorkerTimeout, fmt::format("{} did not answer within {} ms", label(), timeout_ms));
+      first =
+          pto::Status::Error(pto::kWorkerTimeout, fmt::format("{} did not answer within {} ms", label(), timeout_ms));
     else if (!replies->back().ok())
       first = pto::Status::Error(pto::kWorkerChildFailed, replies->back().message());
   }
@@ -658,7 +663,8 @@ pto::Status GrpcRemoteLink::commit(const pto::CallableIdentity& id, uint32_t tim
   std::lock_guard<std::mutex> g(mu_);
   auto it = prepared_.find(id.digest);
   if (it == prepared_.end())
-    return pto::Status::Error(pto::kWorkerInvalidArgument, fmt::format("{}: commit of {} without a prepare", label(), id.short_hex()));
+    return pto::Status::Error(pto::kWorkerInvalidArgument,
+                              fmt::format("{}: commit of {} without a prepare", label(), id.short_hex()));
   committed_[id.digest] = it->second;
   prepared_.erase(it);
   return pto::Status::Ok();
@@ -723,8 +729,10 @@ pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, 
       c.set_buffer_id(b.id);
       c.set_generation(b.generation);
       c.set_offset(b.offset + off);
-      if (write) c.set_data(host + off, n);
-      else c.set_bytes(n);
+      if (write)
+        c.set_data(host + off, n);
+      else
+        c.set_bytes(n);
       parts.emplace_back(off, n);
       off += n;
     }
@@ -732,9 +740,9 @@ pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, 
     if (pto::Status s = call_batch(cs, timeout_ms, &r); !s.ok()) return s;
     for (size_t k = 0; k < parts.size() && !write; ++k) {
       if (r[k].data().size() != parts[k].second)
-        return pto::Status::Error(pto::kWorkerChildFailed, fmt::format("{}: read {} bytes at offset {}, got {}", label(),
-                                                                       parts[k].second, b.offset + parts[k].first,
-                                                                       r[k].data().size()));
+        return pto::Status::Error(pto::kWorkerChildFailed,
+                                  fmt::format("{}: read {} bytes at offset {}, got {}", label(), parts[k].second,
+                                              b.offset + parts[k].first, r[k].data().size()));
       std::memcpy(host + parts[k].first, r[k].data().data(), parts[k].second);
     }
   }

@@ -18,8 +18,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <set>
+#include <string>
 #include <thread>
 #include <unordered_map>
 
@@ -51,11 +51,12 @@ class GrpcRemoteLink final : public pto::RemoteLink {
   std::vector<PeerChild> peer_children() const override;
   pto::Status buffer_alloc(uint64_t bytes, pto::RemoteBufferRef* out, uint32_t timeout_ms) override;
   pto::Status buffer_free(const pto::RemoteBufferRef& b, uint32_t timeout_ms) override;
-  pto::Status buffer_write(const pto::RemoteBufferRef& b, const void* src, uint64_t bytes, uint32_t timeout_ms) override;
+  pto::Status buffer_write(const pto::RemoteBufferRef& b, const void* src, uint64_t bytes,
+                           uint32_t timeout_ms) override;
   pto::Status buffer_read(const pto::RemoteBufferRef& b, void* dst, uint64_t bytes, uint32_t timeout_ms) override;
 
   static constexpr uint64_t kChunkBytes = 4 << 20;  // remote-buffer writes and reads, per CONTROL
-  static constexpr int kChunkWindow = 4;             // chunks in flight at once
+  static constexpr int kChunkWindow = 4;            // chunks in flight at once
   // A lone task with at most this many inline bytes is written by the thread
   // that dispatches it (a larger Write could block it on flow control).
   static constexpr uint64_t kDirectWriteBytes = 64 << 10;
@@ -99,7 +100,7 @@ class GrpcRemoteLink final : public pto::RemoteLink {
   std::function<void()> wake_;
 
   mutable std::mutex mu_;
-  std::mutex write_mu_;  // the stream's writes and out_seq_ (taken before mu_ when both are held)
+  std::mutex write_mu_;             // the stream's writes and out_seq_ (taken before mu_ when both are held)
   std::condition_variable cv_;      // session state, stop
   std::condition_variable out_cv_;  // the writer's queue
   std::condition_variable ctl_cv_;  // control replies
@@ -112,9 +113,9 @@ class GrpcRemoteLink final : public pto::RemoteLink {
     std::vector<size_t> staged;  // its tensors in remote buffers
     bool abandoned = false;
   };
-  std::deque<Unstage> unstage_q_;                       // completed: outputs to read back, buffers to free
-  std::map<uint64_t, std::vector<size_t>> staged_;      // task seq -> its staged tensors
-  std::set<uint64_t> abandoned_;                        // timed out by the engine before they were sent
+  std::deque<Unstage> unstage_q_;                   // completed: outputs to read back, buffers to free
+  std::map<uint64_t, std::vector<size_t>> staged_;  // task seq -> its staged tensors
+  std::set<uint64_t> abandoned_;                    // timed out by the engine before they were sent
   bool stop_ = false;
   std::atomic<bool> ready_{false};
   std::string state_ = "not started";

@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "log.h"
-#include "session_service.h"
 #include "names.h"
+#include "session_service.h"
 #include "submit_args.h"
 
 #ifndef PTO_VERSION
@@ -42,8 +42,10 @@ grpc::Status RegistryService::Register(grpc::ServerContext*, const pto::v1::Regi
                                        pto::v1::RegisterReply* reply) {
   Status s = p_.registry.add(*req, reply);
   if (s.ok())
-    log("registry")->info("callable {} registered{}{}", pto::to_hex(*reinterpret_cast<const pto::Digest*>(reply->identity().digest().data())).substr(0, 16),
-                          reply->name().empty() ? "" : " as '" + reply->name() + "'", reply->existed() ? " (existed)" : "");
+    log("registry")
+        ->info("callable {} registered{}{}",
+               pto::to_hex(*reinterpret_cast<const pto::Digest*>(reply->identity().digest().data())).substr(0, 16),
+               reply->name().empty() ? "" : " as '" + reply->name() + "'", reply->existed() ? " (existed)" : "");
   else
     log("registry")->warn("register refused: {}", s.message);
   return to_grpc(s);
@@ -78,8 +80,8 @@ grpc::Status TensorsService::Upload(grpc::ServerContext*, grpc::ServerReader<pto
   const auto& h = chunk.header();
   TensorEntry e;
   // Pinned while bytes arrive: nobody can free it (and reuse the memory) meanwhile.
-  if (Status s = p_.tensors.create(h.name(), std::vector<uint32_t>(h.shape().begin(), h.shape().end()), h.dtype(), &e,
-                                   true);
+  if (Status s =
+          p_.tensors.create(h.name(), std::vector<uint32_t>(h.shape().begin(), h.shape().end()), h.dtype(), &e, true);
       !s.ok())
     return to_grpc(Status::Error(s.code, "upload: " + s.message));
   auto fail = [&](grpc::StatusCode code, const std::string& m) {
@@ -90,10 +92,12 @@ grpc::Status TensorsService::Upload(grpc::ServerContext*, grpc::ServerReader<pto
   uint64_t got = 0;
   uint8_t* dst = reinterpret_cast<uint8_t*>(e.tensor.data);
   while (reader->Read(&chunk)) {
-    if (!chunk.has_data() && chunk.has_header()) return fail(grpc::StatusCode::INVALID_ARGUMENT, "upload: a second header");
+    if (!chunk.has_data() && chunk.has_header())
+      return fail(grpc::StatusCode::INVALID_ARGUMENT, "upload: a second header");
     const std::string& d = chunk.data();
     if (d.size() > e.bytes - got)
-      return fail(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("upload: more than the {} bytes of shape x dtype", e.bytes));
+      return fail(grpc::StatusCode::INVALID_ARGUMENT,
+                  fmt::format("upload: more than the {} bytes of shape x dtype", e.bytes));
     std::memcpy(dst + got, d.data(), d.size());
     got += d.size();
   }
@@ -147,11 +151,13 @@ grpc::Status TensorsService::Alloc(grpc::ServerContext*, const pto::v1::AllocReq
   return grpc::Status::OK;
 }
 
-grpc::Status TensorsService::Free(grpc::ServerContext*, const pto::v1::FreeTensorRequest* req, pto::v1::FreeTensorReply*) {
+grpc::Status TensorsService::Free(grpc::ServerContext*, const pto::v1::FreeTensorRequest* req,
+                                  pto::v1::FreeTensorReply*) {
   return to_grpc(p_.tensors.free(req->tensor().id(), req->tensor().name()));
 }
 
-grpc::Status TensorsService::List(grpc::ServerContext*, const pto::v1::ListTensorsRequest*, pto::v1::ListTensorsReply* reply) {
+grpc::Status TensorsService::List(grpc::ServerContext*, const pto::v1::ListTensorsRequest*,
+                                  pto::v1::ListTensorsReply* reply) {
   for (const TensorEntry& e : p_.tensors.list()) to_proto(e, reply->add_tensors());
   const pto::WorkerStats st = p_.worker.stats();
   reply->set_arena_bytes(st.arena_bytes);
@@ -161,7 +167,8 @@ grpc::Status TensorsService::List(grpc::ServerContext*, const pto::v1::ListTenso
 
 // -------------------------------------------------------------------- Jobs
 
-grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::SubmitRequest* req, pto::v1::SubmitReply* reply) {
+grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::SubmitRequest* req,
+                                 pto::v1::SubmitReply* reply) {
   if (p_.draining) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is draining: it accepts no new jobs");
   JobSpec spec;
   if (Status s = p_.registry.find(req->callable(), &spec.callable); !s.ok()) return to_grpc(s);
@@ -220,8 +227,10 @@ Status JobsService::wait_final(grpc::ServerContext* ctx, uint64_t id, uint32_t w
   uint64_t version = 0;
   for (;;) {
     pto::v1::JobEvent ev;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (Status s = p_.jobs.wait_event(id, &version, std::max(left, std::chrono::milliseconds(0)), &ev); !s.ok()) return s;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (Status s = p_.jobs.wait_event(id, &version, std::max(left, std::chrono::milliseconds(0)), &ev); !s.ok())
+      return s;
     if (final_state(ev.state())) {
       *out = ev.result();
       return Status::Ok();
@@ -257,12 +266,14 @@ grpc::Status JobsService::Cancel(grpc::ServerContext*, const pto::v1::CancelRequ
   return grpc::Status::OK;
 }
 
-grpc::Status JobsService::Result(grpc::ServerContext* ctx, const pto::v1::ResultRequest* req, pto::v1::JobResult* reply) {
+grpc::Status JobsService::Result(grpc::ServerContext* ctx, const pto::v1::ResultRequest* req,
+                                 pto::v1::JobResult* reply) {
   if (req->wait_ms() == 0) return to_grpc(p_.jobs.result(req->job_id(), reply));
   return to_grpc(wait_final(ctx, req->job_id(), req->wait_ms(), reply));
 }
 
-grpc::Status JobsService::List(grpc::ServerContext*, const pto::v1::ListJobsRequest* req, pto::v1::ListJobsReply* reply) {
+grpc::Status JobsService::List(grpc::ServerContext*, const pto::v1::ListJobsRequest* req,
+                               pto::v1::ListJobsReply* reply) {
   for (auto& j : p_.jobs.list(req->limit() ? req->limit() : 50)) *reply->add_jobs() = std::move(j);
   return grpc::Status::OK;
 }

@@ -53,7 +53,8 @@ class JobsService final : public pto::v1::Jobs::Service {
  public:
   explicit JobsService(DaemonParts p) : p_(p) {}
   grpc::Status Submit(grpc::ServerContext*, const pto::v1::SubmitRequest*, pto::v1::SubmitReply*) override;
-  grpc::Status Watch(grpc::ServerContext*, const pto::v1::WatchRequest*, grpc::ServerWriter<pto::v1::JobEvent>*) override;
+  grpc::Status Watch(grpc::ServerContext*, const pto::v1::WatchRequest*,
+                     grpc::ServerWriter<pto::v1::JobEvent>*) override;
   grpc::Status Cancel(grpc::ServerContext*, const pto::v1::CancelRequest*, pto::v1::CancelReply*) override;
   grpc::Status Result(grpc::ServerContext*, const pto::v1::ResultRequest*, pto::v1::JobResult*) override;
   grpc::Status List(grpc::ServerContext*, const pto::v1::ListJobsRequest*, pto::v1::ListJobsReply*) override;

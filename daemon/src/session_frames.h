@@ -11,7 +11,7 @@
 
 namespace ptod {
 
-inline constexpr uint32_t kSessionVersion = 1;          // the session protocol this build speaks
+inline constexpr uint32_t kSessionVersion = 1;  // the session protocol this build speaks
 inline constexpr uint64_t kMaxRemoteTensorBytes = uint64_t(1) << 40;
 
 // After HELLO every frame carries the session's protocol version, its id and

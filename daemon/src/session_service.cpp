@@ -24,18 +24,19 @@ struct SessionConn {
   uint64_t session = 0;
   uint32_t worker = 0;
   std::mutex mu;
-  std::condition_variable cv;       // the writer's queue
-  std::condition_variable stop_cv;  // the watchdog: the session closed
-  std::deque<pto::v1::Frame> out;             // frames to write (bodies; the writer adds the header)
-  std::vector<pto::v1::Completion> done;      // completions to batch into one frame
-  uint32_t credits_back = 0;                  // credits to hand back with them
+  std::condition_variable cv;             // the writer's queue
+  std::condition_variable stop_cv;        // the watchdog: the session closed
+  std::deque<pto::v1::Frame> out;         // frames to write (bodies; the writer adds the header)
+  std::vector<pto::v1::Completion> done;  // completions to batch into one frame
+  uint32_t credits_back = 0;              // credits to hand back with them
   bool closed = false;
   bool cancel_after_flush = false;  // drain: the reader is still in Read; cancel once the SHUTDOWN is out
-  uint32_t outstanding = 0;                   // tasks taken and not completed (<= credits)
+  uint32_t outstanding = 0;         // tasks taken and not completed (<= credits)
   std::atomic<uint64_t> last_recv_ns{0};
   std::atomic<bool> in_control{false};
-  std::atomic<bool> tree_dirty{false};  // a task ended: the next HEALTH carries the worker tree  // a CONTROL is being served: the coordinator's frames wait meanwhile
-  std::set<pto::Digest> prepared;             // prepared here and not committed: aborted at the end
+  std::atomic<bool> tree_dirty{false};  // a task ended: the next HEALTH carries the worker tree  // a CONTROL is being
+                                        // served: the coordinator's frames wait meanwhile
+  std::set<pto::Digest> prepared;       // prepared here and not committed: aborted at the end
   std::string peer;
   // Remote buffers of this session (generation = the session id), in the
   // Worker's arena. Freed when the coordinator frees them and no task uses
@@ -146,9 +147,9 @@ void fill_worker_tree(const DaemonParts& p, pto::v1::WorkerNode* root) {
       n->set_state(pto::child_state_name(c.state));
     } else {  // a remote L3 worker: its session's state
       n->set_name(fmt::format("{} [{}]", c.label(), c.address));
-      n->set_state(c.state == pto::ChildState::DEAD ? c.state_text
-                                                    : fmt::format("{}, {}/{} in flight", pto::child_state_name(c.state),
-                                                                  c.in_flight, c.credits));
+      n->set_state(c.state == pto::ChildState::DEAD
+                       ? c.state_text
+                       : fmt::format("{}, {}/{} in flight", pto::child_state_name(c.state), c.in_flight, c.credits));
     }
     // An L3 worker's own chips and sub workers (a local child's last report,
     // a peer's last HEALTH).
@@ -206,8 +207,8 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
     return grpc::Status(code, why);
   };
   const auto& h = f.hello();
-  if (f.version() != kSessionVersion ||
-      (f.has_hello() && h.max_version() != 0 && (h.min_version() > kSessionVersion || h.max_version() < kSessionVersion)))
+  if (f.version() != kSessionVersion || (f.has_hello() && h.max_version() != 0 &&
+                                         (h.min_version() > kSessionVersion || h.max_version() < kSessionVersion)))
     return refuse(grpc::StatusCode::FAILED_PRECONDITION,
                   fmt::format("session protocol version {} is not spoken here: this peer speaks version {}",
                               f.version() != kSessionVersion ? f.version() : h.min_version(), kSessionVersion));
@@ -280,7 +281,8 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
           pto::v1::Frame hb;
           hb.mutable_health()->set_sent_ns(now);
           // The tree every fifth beat, and in the first beat after a task ended.
-          if (++beats % 5 == 1 || c->tree_dirty.exchange(false)) fill_worker_tree(p_, hb.mutable_health()->mutable_tree());
+          if (++beats % 5 == 1 || c->tree_dirty.exchange(false))
+            fill_worker_tree(p_, hb.mutable_health()->mutable_tree());
           ok = write_now(std::move(hb));
           last_health = now;
         }
@@ -431,7 +433,7 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
   struct Held {
     std::vector<pto::ContinuousTensor> tensors;
     std::vector<int> dirs;
-    std::vector<bool> owned;       // allocated for this task (inline), else a view of a remote buffer
+    std::vector<bool> owned;        // allocated for this task (inline), else a view of a remote buffer
     std::vector<uint64_t> buffers;  // remote buffers in use
   };
   auto held = std::make_shared<Held>();
@@ -459,9 +461,10 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
         std::lock_guard<std::mutex> g(c->mu);
         auto it = c->buffers.find(ref.buffer_id());
         if (ref.owner() != c->worker || ref.generation() != c->session)
-          why = fmt::format("remote buffer {} of worker {} generation {:016x} is not of this session (worker {}, "
-                            "generation {:016x}): the peer restarted or the session was renewed",
-                            ref.buffer_id(), ref.owner(), ref.generation(), c->worker, c->session);
+          why = fmt::format(
+              "remote buffer {} of worker {} generation {:016x} is not of this session (worker {}, "
+              "generation {:016x}): the peer restarted or the session was renewed",
+              ref.buffer_id(), ref.owner(), ref.generation(), c->worker, c->session);
         else if (it == c->buffers.end() || it->second.freed)
           why = fmt::format("remote buffer {} does not exist (freed?)", ref.buffer_id());
         else if (ref.bytes() != bytes || ref.offset() > pto::tensor_bytes(it->second.t) ||
@@ -471,8 +474,8 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
         else {
           ++it->second.users;
           held->buffers.push_back(ref.buffer_id());
-          pto::ContinuousTensor v = pto::make_tensor(reinterpret_cast<uint8_t*>(it->second.t.data) + ref.offset(), shape,
-                                                     rt.dtype());
+          pto::ContinuousTensor v =
+              pto::make_tensor(reinterpret_cast<uint8_t*>(it->second.t.data) + ref.offset(), shape, rt.dtype());
           held->tensors.push_back(v);
           held->dirs.push_back(pto::v1::DIRECTION_NONE);  // nothing travels back
           held->owned.push_back(false);
@@ -514,9 +517,9 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
       done.set_outcome(pto::v1::SUCCESS);
       for (size_t i = 0; i < held->tensors.size(); ++i) {
         const bool out = held->dirs[i] == pto::v1::DIR_OUT || held->dirs[i] == pto::v1::DIR_INOUT;
-        done.add_outputs(out ? std::string(reinterpret_cast<const char*>(held->tensors[i].data),
-                                           pto::tensor_bytes(held->tensors[i]))
-                             : std::string());
+        done.add_outputs(
+            out ? std::string(reinterpret_cast<const char*>(held->tensors[i].data), pto::tensor_bytes(held->tensors[i]))
+                : std::string());
       }
     } else {
       done.set_outcome(pto::v1::TASK_FAILURE);
@@ -553,7 +556,8 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
     case pto::v1::Control::PREPARE: {
       if (!has_digest) return no("PREPARE needs a 32-byte digest");
       if (!req.has_request()) {  // the coordinator learnt that we hold it: no bytes sent
-        if (!p_.registry.has(d)) return no(fmt::format("PREPARE without bytes, but callable {} is not here", pto::to_hex(d)));
+        if (!p_.registry.has(d))
+          return no(fmt::format("PREPARE without bytes, but callable {} is not here", pto::to_hex(d)));
         reply->set_digest(req.digest());
         return;
       }
@@ -568,7 +572,8 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
                               computed ? pto::to_hex(got) : "nothing"));
       }
       if (!rr.existed()) c.prepared.insert(d);
-      lg->info("session {:016x}: prepared {}{}", c.session, pto::to_hex(d).substr(0, 16), rr.existed() ? " (present)" : "");
+      lg->info("session {:016x}: prepared {}{}", c.session, pto::to_hex(d).substr(0, 16),
+               rr.existed() ? " (present)" : "");
       return;
     }
     case pto::v1::Control::COMMIT:
@@ -611,8 +616,8 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
       std::lock_guard<std::mutex> g(c.mu);
       auto it = c.buffers.find(req.buffer_id());
       if (req.generation() != c.session || it == c.buffers.end() || it->second.freed)
-        return no(fmt::format("remote buffer {} (generation {:016x}) is not a live buffer of this session", req.buffer_id(),
-                              req.generation()));
+        return no(fmt::format("remote buffer {} (generation {:016x}) is not a live buffer of this session",
+                              req.buffer_id(), req.generation()));
       auto& b = it->second;
       const uint64_t size = pto::tensor_bytes(b.t);
       uint8_t* base = reinterpret_cast<uint8_t*>(b.t.data);
@@ -628,8 +633,10 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
       if (req.offset() > size || n > size - req.offset() || n > (64u << 20))
         return no(fmt::format("{} bytes at offset {} do not fit remote buffer {} ({} bytes)", n, req.offset(),
                               req.buffer_id(), size));
-      if (req.op() == pto::v1::Control::BUFFER_WRITE) std::memcpy(base + req.offset(), req.data().data(), n);
-      else reply->set_data(reinterpret_cast<const char*>(base + req.offset()), n);
+      if (req.op() == pto::v1::Control::BUFFER_WRITE)
+        std::memcpy(base + req.offset(), req.data().data(), n);
+      else
+        reply->set_data(reinterpret_cast<const char*>(base + req.offset()), n);
       return;
     }
     default: return no(fmt::format("control op {} is not supported by this peer", int(req.op())));

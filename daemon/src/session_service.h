@@ -15,19 +15,19 @@
 #include <set>
 #include <string>
 
-#include "session_frames.h"
 #include "pto/v1/session.grpc.pb.h"
 #include "services.h"
+#include "session_frames.h"
 
 namespace ptod {
-
 
 struct SessionConn;
 
 class SessionService final : public pto::v1::Session::Service {
  public:
   explicit SessionService(DaemonParts p) : p_(p) {}
-  grpc::Status Open(grpc::ServerContext* ctx, grpc::ServerReaderWriter<pto::v1::Frame, pto::v1::Frame>* stream) override;
+  grpc::Status Open(grpc::ServerContext* ctx,
+                    grpc::ServerReaderWriter<pto::v1::Frame, pto::v1::Frame>* stream) override;
   // Drain: every open session gets a SHUTDOWN and ends (before the server's
   // shutdown, which waits for its streams).
   void shutdown_all(const std::string& reason);

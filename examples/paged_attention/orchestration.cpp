@@ -51,7 +51,8 @@ extern "C" int aicpu_orchestration_entry(PTO2Runtime* rt, uint64_t* args, int) {
         Tensor sij = make_tensor(hbs, 2, PTO2_FLOAT32), pij = make_tensor(hbs, 2, PTO2_FLOAT32),
                mij = make_tensor(h1, 1, PTO2_FLOAT32), lij = make_tensor(h1, 1, PTO2_FLOAT32),
                oij = make_tensor(hd, 2, PTO2_FLOAT32);
-        PTOParam qk[] = {make_input_param(q), make_input_param(k), make_output_param(sij), make_scalar_param_f32(scale)};
+        PTOParam qk[] = {make_input_param(q), make_input_param(k), make_output_param(sij),
+                         make_scalar_param_f32(scale)};
         pto2_rt_submit_task(rt, kQK, PTO2_WORKER_CUBE, qk, 4);
         const uint32_t valid = std::min<uint32_t>(BS, uint32_t(ctx) - j * BS);
         PTOParam sf[] = {make_input_param(sij), make_output_param(pij), make_output_param(mij), make_output_param(lij),
@@ -61,7 +62,7 @@ extern "C" int aicpu_orchestration_entry(PTO2Runtime* rt, uint64_t* args, int) {
         pto2_rt_submit_task(rt, kPV, PTO2_WORKER_CUBE, pv, 3);
         const bool last = j + 1 == nblocks;
         Tensor ob = tensor_view(out, q_off, q_shape);
-        PTOParam up[] = {make_input_param(mij), make_input_param(lij), make_input_param(oij), make_inout_param(oi),
+        PTOParam up[] = {make_input_param(mij), make_input_param(lij), make_input_param(oij),   make_inout_param(oi),
                          make_inout_param(li),  make_inout_param(mi),  make_scalar_param(last), make_output_param(ob)};
         pto2_rt_submit_task(rt, kUP, PTO2_WORKER_VECTOR, up, last ? 8 : 7);
       }

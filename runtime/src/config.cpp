@@ -22,9 +22,12 @@ bool parse_u64(const char* text, uint64_t* out) {
   const unsigned long long v = std::strtoull(text, &end, 0);
   if (errno != 0 || end == text) return false;
   uint64_t mult = 1;
-  if (*end == 'k' || *end == 'K') mult = 1ull << 10, ++end;
-  else if (*end == 'm' || *end == 'M') mult = 1ull << 20, ++end;
-  else if (*end == 'g' || *end == 'G') mult = 1ull << 30, ++end;
+  if (*end == 'k' || *end == 'K')
+    mult = 1ull << 10, ++end;
+  else if (*end == 'm' || *end == 'M')
+    mult = 1ull << 20, ++end;
+  else if (*end == 'g' || *end == 'G')
+    mult = 1ull << 30, ++end;
   if (*end != '\0') return false;
   *out = static_cast<uint64_t>(v) * mult;
   return true;
@@ -38,13 +41,12 @@ Status RuntimeConfig::validate() const {
     return bad(fmt::format("task_window (PTO2_RING_TASK_WINDOW) = {}: must be a power of two >= 4", task_window));
   if (task_window > (1ull << 24))
     return bad(fmt::format("task_window (PTO2_RING_TASK_WINDOW) = {}: must be <= {}", task_window, 1ull << 24));
-  if (heap_size < 1024)
-    return bad(fmt::format("heap_size (PTO2_RING_HEAP) = {}: must be >= 1024 bytes", heap_size));
+  if (heap_size < 1024) return bad(fmt::format("heap_size (PTO2_RING_HEAP) = {}: must be >= 1024 bytes", heap_size));
   if (heap_size > (1ull << 40))
     return bad(fmt::format("heap_size (PTO2_RING_HEAP) = {}: must be <= {} (1 TiB)", heap_size, 1ull << 40));
   if (heap_size % 1024 != 0)
-    return bad(fmt::format("heap_size (PTO2_RING_HEAP) = {}: must be a multiple of 1024 (the output alignment)",
-                           heap_size));
+    return bad(
+        fmt::format("heap_size (PTO2_RING_HEAP) = {}: must be a multiple of 1024 (the output alignment)", heap_size));
   if (dep_pool_size < 16 || dep_pool_size > kMaxDepPool)
     return bad(fmt::format("dep_pool_size (PTO2_RING_DEP_POOL) = {}: must be in 16..{}", dep_pool_size, kMaxDepPool));
   if (tensormap_pool_size < 16 || tensormap_pool_size > (1ull << 30))
@@ -58,8 +60,7 @@ Status RuntimeConfig::validate() const {
   if (scheduler_threads < 0 || scheduler_threads > 16)
     return bad(fmt::format("scheduler_threads (PTO2_SCHEDULER_THREADS) = {}: must be in 0..16 (0 = automatic)",
                            scheduler_threads));
-  if (cleanup_interval < 1)
-    return bad(fmt::format("cleanup_interval = {}: must be >= 1", cleanup_interval));
+  if (cleanup_interval < 1) return bad(fmt::format("cleanup_interval = {}: must be >= 1", cleanup_interval));
   if (blocked_warn_ms < 1) return bad(fmt::format("blocked_warn_ms = {}: must be >= 1", blocked_warn_ms));
   return Status::Ok();
 }
@@ -73,8 +74,8 @@ Status RuntimeConfig::apply_env() {
   uint64_t shards = static_cast<uint64_t>(ready_queue_shards);
   uint64_t threads = static_cast<uint64_t>(scheduler_threads);
   const Var vars[] = {
-      {"PTO2_RING_TASK_WINDOW", &task_window, nullptr}, {"PTO2_RING_HEAP", &heap_size, nullptr},
-      {"PTO2_RING_DEP_POOL", &dep_pool_size, nullptr},  {"PTO2_TENSORMAP_POOL", &tensormap_pool_size, nullptr},
+      {"PTO2_RING_TASK_WINDOW", &task_window, nullptr},        {"PTO2_RING_HEAP", &heap_size, nullptr},
+      {"PTO2_RING_DEP_POOL", &dep_pool_size, nullptr},         {"PTO2_TENSORMAP_POOL", &tensormap_pool_size, nullptr},
       {"PTO2_TENSORMAP_BUCKETS", &tensormap_buckets, nullptr}, {"PTO2_READY_QUEUE_SHARDS", &shards, nullptr},
       {"PTO2_SCHEDULER_THREADS", &threads, nullptr},
   };

@@ -15,8 +15,7 @@ namespace pto2 {
 
 class DepPool {
  public:
-  void init(DepListEntry* entries, uint64_t size, std::atomic<uint64_t>* published_top,
-            std::atomic<uint64_t>* tail) {
+  void init(DepListEntry* entries, uint64_t size, std::atomic<uint64_t>* published_top, std::atomic<uint64_t>* tail) {
     entries_ = entries;
     size_ = size;
     published_top_ = published_top;

@@ -68,7 +68,7 @@ class ExternalBases {
   std::vector<Slot> table_;
   uint64_t mask_ = 0;
   std::map<uint64_t, uint32_t> by_addr_;  // live bases by address, for overlap queries
-  uint64_t max_extent_ = 0;                // longest extent registered since the last clear
+  uint64_t max_extent_ = 0;               // longest extent registered since the last clear
   uint32_t live_ = 0;
   uint32_t prune_at_ = 0;
 };

@@ -6,8 +6,10 @@ namespace pto2 {
 
 int32_t HostGraph::add_task(int32_t kernel_id, int32_t worker_type, const uint64_t* args, int32_t num_args) {
   Task t{kernel_id, worker_type, {}, {}};
-  if (num_args > 0 && args != nullptr) t.args.assign(args, args + num_args);
-  else if (num_args > 0) t.args.assign(static_cast<size_t>(num_args), 0);  // rejected at execute (null args)
+  if (num_args > 0 && args != nullptr)
+    t.args.assign(args, args + num_args);
+  else if (num_args > 0)
+    t.args.assign(static_cast<size_t>(num_args), 0);  // rejected at execute (null args)
   tasks_.push_back(std::move(t));
   return static_cast<int32_t>(tasks_.size() - 1);
 }
@@ -37,8 +39,8 @@ RunResult HostGraph::execute(Runtime& rt) const {
   std::vector<std::vector<int32_t>> preds(n);
   for (size_t i = 0; i < n; ++i) {
     if (tasks_[i].args.size() > PTO2_MAX_PARAMS) {
-      bad.status = Status::Error(kInvalidArgument, fmt::format("task {} has {} args; at most {}", i,
-                                                               tasks_[i].args.size(), PTO2_MAX_PARAMS));
+      bad.status = Status::Error(
+          kInvalidArgument, fmt::format("task {} has {} args; at most {}", i, tasks_[i].args.size(), PTO2_MAX_PARAMS));
       return bad;
     }
     for (int32_t s : tasks_[i].successors) {

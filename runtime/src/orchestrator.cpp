@@ -29,7 +29,7 @@ int32_t api_read(PTO2Runtime* rt, const Tensor* t, void* dst, uint64_t n) { retu
 int32_t api_error(PTO2Runtime* rt) { return self(rt)->error().code; }
 const char* api_error_message(PTO2Runtime* rt) { return self(rt)->error().message.c_str(); }
 
-const PTO2RuntimeOps kOps = {api_submit, api_scope_begin, api_scope_end, api_done,
+const PTO2RuntimeOps kOps = {api_submit, api_scope_begin, api_scope_end,    api_done,
                              api_read,   api_error,       api_error_message};
 
 bool is_sizing_failure(int32_t code) { return code >= kScopeExceedsWindow && code <= kHeapRequestTooLarge; }
@@ -163,8 +163,8 @@ bool Orchestrator::validate_params(int32_t worker_type, const PTOParam* params, 
     return false;
   }
   if (worker_type != PTO2_WORKER_CUBE && worker_type != PTO2_WORKER_VECTOR) {
-    fail(kInvalidArgument, fmt::format("worker_type {} is neither PTO2_WORKER_CUBE (0) nor PTO2_WORKER_VECTOR (1)",
-                                       worker_type));
+    fail(kInvalidArgument,
+         fmt::format("worker_type {} is neither PTO2_WORKER_CUBE (0) nor PTO2_WORKER_VECTOR (1)", worker_type));
     return false;
   }
   for (int32_t i = 0; i < n; ++i) {
@@ -180,8 +180,8 @@ bool Orchestrator::validate_params(int32_t worker_type, const PTOParam* params, 
       return false;
     }
     if (t->ndim < 1 || t->ndim > PTO2_MAX_DIMS) {
-      fail(kInvalidArgument, fmt::format("param {} ({}): ndim {} is outside 1..{}", i, kind_name(p.type), t->ndim,
-                                         PTO2_MAX_DIMS));
+      fail(kInvalidArgument,
+           fmt::format("param {} ({}): ndim {} is outside 1..{}", i, kind_name(p.type), t->ndim, PTO2_MAX_DIMS));
       return false;
     }
     if (pto2_dtype_size(t->dtype) == 0) {
@@ -202,8 +202,8 @@ bool Orchestrator::validate_params(int32_t worker_type, const PTOParam* params, 
     uint64_t bytes = pto2_dtype_size(t->dtype);
     for (int32_t d = 0; d < t->ndim; ++d) {
       if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(t->raw_shape[d]), &bytes)) {
-        fail(kInvalidArgument, fmt::format("param {} ({}): raw_shape overflows 64-bit byte sizes", i,
-                                           kind_name(p.type)));
+        fail(kInvalidArgument,
+             fmt::format("param {} ({}): raw_shape overflows 64-bit byte sizes", i, kind_name(p.type)));
         return false;
       }
     }
@@ -436,10 +436,11 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
   if (!wait_for([&] { return tr.try_alloc(&seq); }, [&] { return diagnose_task_ring(ring); },
                 [&] {
                   const uint64_t active = tr.next_seq() - tr.last_alive();
-                  return fmt::format("[TaskRing] BLOCKED (Flow Control): ring={} current={}, last_alive={}, "
-                                     "active={}/{} ({:.1f}%)",
-                                     ring, tr.next_seq(), tr.last_alive(), active, tr.window(),
-                                     100.0 * double(active) / double(tr.window()));
+                  return fmt::format(
+                      "[TaskRing] BLOCKED (Flow Control): ring={} current={}, last_alive={}, "
+                      "active={}/{} ({:.1f}%)",
+                      ring, tr.next_seq(), tr.last_alive(), active, tr.window(),
+                      100.0 * double(active) / double(tr.window()));
                 }))
     return submit_failed(params, n, extra_deps, num_extra_deps);
   const uint64_t id = make_task_id(ring, seq);
@@ -574,8 +575,8 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
                                   ring, dep_needed, deps.used(), deps.size()));
                 },
                 [&] {
-                  return fmt::format("[DepPool] BLOCKED: ring={} requesting {} entries, used={}/{}", ring,
-                                     dep_needed, deps.used(), deps.size());
+                  return fmt::format("[DepPool] BLOCKED: ring={} requesting {} entries, used={}/{}", ring, dep_needed,
+                                     deps.used(), deps.size());
                 })) {
     publish_as_noop(ring, seq);
     return submit_failed(params, n, extra_deps, num_extra_deps);
@@ -759,20 +760,19 @@ std::string Orchestrator::sizing_solution(bool final) const {
   want("PTO2_RING_HEAP", need.heap_size, s_.config.heap_size, 1024,
        code == kHeapRingDeadlock || code == kHeapRequestTooLarge);
   want("PTO2_RING_DEP_POOL", need.dep_pool_size, s_.config.dep_pool_size, 16, code == kDepPoolDeadlock);
-  want("PTO2_TENSORMAP_POOL", need.tensormap_pool_size, s_.config.tensormap_pool_size, 16,
-       code == kTensorMapDeadlock);
+  want("PTO2_TENSORMAP_POOL", need.tensormap_pool_size, s_.config.tensormap_pool_size, 16, code == kTensorMapDeadlock);
   const bool window = code == kScopeExceedsWindow || code == kTaskRingDeadlock;
-  return fmt::format("Solution: {} (sized for all {} tasks this run submitted{}; the {} from the failure on were "
-                     "measured, not run){}",
-                     sizes, probe_->measured_submits() + submitted_, final ? "" : " so far",
-                     probe_->measured_submits(), window ? ", or split the scope." : ".");
+  return fmt::format(
+      "Solution: {} (sized for all {} tasks this run submitted{}; the {} from the failure on were "
+      "measured, not run){}",
+      sizes, probe_->measured_submits() + submitted_, final ? "" : " so far", probe_->measured_submits(),
+      window ? ", or split the scope." : ".");
 }
 
 void Orchestrator::finish_probe() {
   error_.message = sizing_diagnosis_ + " " + sizing_solution(true);
   component_logger("orchestrator")->error("{} ({}): {}", error_name(error_.code), error_.code, error_.message);
 }
-
 
 int32_t Orchestrator::read_tensor(const Tensor* t, void* dst, uint64_t dst_bytes) {
   if (!error_.ok()) return error_.code;
@@ -793,8 +793,7 @@ int32_t Orchestrator::read_tensor(const Tensor* t, void* dst, uint64_t dst_bytes
   const int64_t id = submit(PTO2_KERNEL_DUMMY, PTO2_WORKER_VECTOR, &p, 1, nullptr, 0);
   if (id < 0) return error_.code;
   TaskSlotState& st = s_.slot_of(static_cast<uint64_t>(id));
-  if (!wait_for([&] { return st.state.load(std::memory_order_acquire) >= kSlotCompleted; },
-                [] { return Status::Ok(); },
+  if (!wait_for([&] { return st.state.load(std::memory_order_acquire) >= kSlotCompleted; }, [] { return Status::Ok(); },
                 [&] { return fmt::format("[ReadTensor] waiting for the writers of {:#x}", t->addr); }))
     return error_.code;
   // Copy the view row by row into dense row-major order.

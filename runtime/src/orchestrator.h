@@ -105,12 +105,12 @@ class Orchestrator {
   uint64_t submitted_ = 0;
   uint64_t noops_ = 0;
   uint64_t blocked_waits_ = 0;
-  uint64_t heap_begin_ = 0, heap_end_ = 0;  // the heap rings' addresses
-  std::unique_ptr<SizingProbe> probe_;      // set after a sizing failure, for the rest of the run
-  std::unique_ptr<TensorMap> probe_map_;    // the measured tasks' accesses
+  uint64_t heap_begin_ = 0, heap_end_ = 0;                  // the heap rings' addresses
+  std::unique_ptr<SizingProbe> probe_;                      // set after a sizing failure, for the rest of the run
+  std::unique_ptr<TensorMap> probe_map_;                    // the measured tasks' accesses
   std::atomic<uint64_t> probe_last_alive_[kMaxRings] = {};  // nothing measured ever retires
-  uint64_t probe_addr_ = 0;                 // next address for a measured output
-  std::string sizing_diagnosis_;            // the failure's message without its solution
+  uint64_t probe_addr_ = 0;                                 // next address for a measured output
+  std::string sizing_diagnosis_;                            // the failure's message without its solution
 };
 
 }  // namespace pto2

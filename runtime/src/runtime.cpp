@@ -37,8 +37,9 @@ class RuntimeImpl {
 RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
   RunResult result;
   if (broken_) {
-    result.status = Status::Error(kRuntimeBroken, "an earlier run stalled with kernels still running; "
-                                                  "create a new Runtime");
+    result.status = Status::Error(kRuntimeBroken,
+                                  "an earlier run stalled with kernels still running; "
+                                  "create a new Runtime");
     component_logger("runtime")->error("{} ({}): {}", error_name(result.status.code), result.status.code,
                                        result.status.message);
     return result;
@@ -75,9 +76,10 @@ RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
     state_.sched_ec.notify();
     broken_ = true;
     state_.leak_mappings = true;
-    component_logger("runtime")->error("run abandoned with kernels still running; this Runtime's shared region "
-                                       "and heap ({} bytes) will not be unmapped",
-                                       state_.region.layout().total_bytes + state_.heap_mapping_bytes);
+    component_logger("runtime")->error(
+        "run abandoned with kernels still running; this Runtime's shared region "
+        "and heap ({} bytes) will not be unmapped",
+        state_.region.layout().total_bytes + state_.heap_mapping_bytes);
     orchestrator_.fail(kStalled, fmt::format("no task completed for {} ms while draining the run; kernels may "
                                              "still be running",
                                              state_.config.stall_timeout_ms));
@@ -102,8 +104,9 @@ Runtime::~Runtime() {
     // A kernel of the abandoned run may still be executing on a scheduler
     // thread: joining could hang forever, and freeing the state would pull
     // memory from under it. Stop what can stop, then leak the rest.
-    component_logger("runtime")->error("Runtime destroyed after a stalled run: its threads are detached and its "
-                                       "memory leaked; the Platform must stay alive while they may run");
+    component_logger("runtime")->error(
+        "Runtime destroyed after a stalled run: its threads are detached and its "
+        "memory leaked; the Platform must stay alive while they may run");
     impl_->abandon();
     RuntimeImpl* leaked = impl_.release();
 #if defined(__SANITIZE_ADDRESS__)
@@ -125,9 +128,9 @@ std::unique_ptr<Runtime> Runtime::create(const RuntimeConfig& config, Platform& 
   auto impl = std::make_unique<RuntimeImpl>(config, platform);
   if (!impl->valid()) {
     if (error)
-      *error = Status::Error(kInvalidConfig, fmt::format("could not map {} bytes of shared region plus {} of heap",
-                                                         SharedRegionLayout::compute(config).total_bytes,
-                                                         config.heap_size * kMaxRings));
+      *error = Status::Error(
+          kInvalidConfig, fmt::format("could not map {} bytes of shared region plus {} of heap",
+                                      SharedRegionLayout::compute(config).total_bytes, config.heap_size * kMaxRings));
     return nullptr;
   }
   if (error) *error = Status::Ok();

@@ -9,8 +9,8 @@ namespace pto2 {
 RuntimeState::RuntimeState(const RuntimeConfig& cfg, Platform& plat) : config(cfg), platform(plat), region(cfg) {
   if (!region.valid()) return;
   heap_mapping_bytes = config.heap_size * kMaxRings;
-  void* h = mmap(nullptr, heap_mapping_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
-                 0);
+  void* h =
+      mmap(nullptr, heap_mapping_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (h == MAP_FAILED) return;
   heap_base = static_cast<uint8_t*>(h);
   for (int r = 0; r < kMaxRings; ++r) {

@@ -10,13 +10,12 @@ namespace {
 constexpr uint64_t kScanBatch = 32;
 constexpr int kDummyBatch = 64;
 constexpr int kDrainBatch = 64;
-constexpr uint64_t kParkBusyNs = 1000000;      // cores busy: look again within 1 ms
-constexpr uint64_t kParkIdleNs = 10000000;     // nothing in flight: 10 ms
+constexpr uint64_t kParkBusyNs = 1000000;   // cores busy: look again within 1 ms
+constexpr uint64_t kParkIdleNs = 10000000;  // nothing in flight: 10 ms
 constexpr uint64_t kParkBetweenRunsNs = 100000000;
 }  // namespace
 
-SchedulerThread::SchedulerThread(RuntimeState& state, int index, std::vector<int> cores)
-    : s_(state), index_(index) {
+SchedulerThread::SchedulerThread(RuntimeState& state, int index, std::vector<int> cores) : s_(state), index_(index) {
   for (int c : cores) cores_.push_back({c, static_cast<int32_t>(s_.platform.core_type(c)), kNoTask, {}});
 }
 
@@ -247,7 +246,9 @@ void Scheduler::thread_main(int index) {
   for (;;) {
     spin_then_park(
         s_.sched_ec, spin_ns, kParkBetweenRunsNs,
-        [&] { return shutdown_.load(std::memory_order_acquire) || run_generation_.load(std::memory_order_acquire) != seen; },
+        [&] {
+          return shutdown_.load(std::memory_order_acquire) || run_generation_.load(std::memory_order_acquire) != seen;
+        },
         [] { return true; });
     if (shutdown_.load(std::memory_order_acquire)) return;
     seen = run_generation_.load(std::memory_order_acquire);

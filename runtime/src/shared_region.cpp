@@ -23,8 +23,8 @@ SharedRegionLayout SharedRegionLayout::compute(const RuntimeConfig& config) {
 }
 
 SharedRegion::SharedRegion(const RuntimeConfig& config) : layout_(SharedRegionLayout::compute(config)) {
-  void* p = mmap(nullptr, layout_.total_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+  void* p =
+      mmap(nullptr, layout_.total_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return;
   base_ = p;
   // Anonymous pages are zero; objects with non-zero initial values are

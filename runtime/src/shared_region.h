@@ -20,9 +20,9 @@
 
 namespace pto2 {
 
-inline constexpr uint64_t kAlign = 64;              // PTO2_ALIGN_SIZE
-inline constexpr uint64_t kOutputAlign = 1024;      // PTO2_PACKED_OUTPUT_ALIGN
-inline constexpr uint32_t kRegionMagic = 0x50544F32; // "PTO2"
+inline constexpr uint64_t kAlign = 64;                // PTO2_ALIGN_SIZE
+inline constexpr uint64_t kOutputAlign = 1024;        // PTO2_PACKED_OUTPUT_ALIGN
+inline constexpr uint32_t kRegionMagic = 0x50544F32;  // "PTO2"
 inline constexpr uint32_t kRegionVersion = 1;
 
 inline constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
@@ -32,14 +32,14 @@ inline constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) 
 struct RingFlowControl {
   // --- written by the orchestrator ---
   alignas(64) std::atomic<uint64_t> current_task_index{0};  // task ring head: next seq (published at step 8)
-  std::atomic<uint64_t> heap_top{0};                         // heap ring allocation position (virtual, monotonic)
-  std::atomic<uint64_t> dep_top{0};                          // dep-pool allocation position (virtual, monotonic)
+  std::atomic<uint64_t> heap_top{0};                        // heap ring allocation position (virtual, monotonic)
+  std::atomic<uint64_t> dep_top{0};                         // dep-pool allocation position (virtual, monotonic)
   // --- written by scheduler threads ---
-  alignas(64) std::atomic<uint64_t> last_task_alive{0};      // task ring tail: oldest not-yet-retired seq
-  std::atomic<uint64_t> heap_tail{0};                        // heap reclaimed up to here (virtual)
-  std::atomic<uint64_t> dep_tail{0};                         // dep entries reclaimed up to here (virtual)
-  std::atomic<uint32_t> advance_lock{0};                     // one thread advances last_task_alive at a time
-  std::atomic<uint64_t> next_scan_index{0};                  // incremental scan claim position
+  alignas(64) std::atomic<uint64_t> last_task_alive{0};  // task ring tail: oldest not-yet-retired seq
+  std::atomic<uint64_t> heap_tail{0};                    // heap reclaimed up to here (virtual)
+  std::atomic<uint64_t> dep_tail{0};                     // dep entries reclaimed up to here (virtual)
+  std::atomic<uint32_t> advance_lock{0};                 // one thread advances last_task_alive at a time
+  std::atomic<uint64_t> next_scan_index{0};              // incremental scan claim position
   // --- set once at init ---
   alignas(64) uint64_t task_window_size = 0;
   uint64_t heap_size = 0;
@@ -66,17 +66,17 @@ enum ParamKind : uint8_t { kParamInput = 0, kParamOutput = 1, kParamInOut = 2, k
 struct alignas(64) TaskDescriptor {
   uint64_t task_id = 0;
   int32_t kernel_id = 0;
-  int32_t worker_type = 0;          // PTO2WorkerType, or kWorkerDummy
+  int32_t worker_type = 0;  // PTO2WorkerType, or kWorkerDummy
   uint64_t function_bin_addr = 0;
   int32_t num_params = 0;
-  int32_t fanin_count = 0;          // producers this task waits for (edges)
-  int32_t fanin_head = 0;           // dep-list of those producers (released when this task completes)
+  int32_t fanin_count = 0;  // producers this task waits for (edges)
+  int32_t fanin_head = 0;   // dep-list of those producers (released when this task completes)
   int32_t pad0 = 0;
   uint64_t packed_buffer_base = 0;  // this task's outputs, packed in one heap allocation
   uint64_t packed_buffer_end = 0;
-  uint64_t heap_end_pos = 0;        // heap_top after this task's allocation (tail moves here on retire)
-  uint64_t dep_end_pos = 0;         // dep_top after this task's entries (tail moves here on retire)
-  uint64_t submit_ns = 0;           // profiling: when it was published
+  uint64_t heap_end_pos = 0;  // heap_top after this task's allocation (tail moves here on retire)
+  uint64_t dep_end_pos = 0;   // dep_top after this task's entries (tail moves here on retire)
+  uint64_t submit_ns = 0;     // profiling: when it was published
   uint8_t param_kind[PTO2_MAX_PARAMS] = {};
   // The kernel's argument array; the slot after the last argument belongs to
   // the platform (a2a3sim puts the kernel context there).
@@ -92,13 +92,13 @@ enum SlotState : uint32_t { kSlotInitial = 0, kSlotReady = 1, kSlotCompleted = 2
 // completed by different threads do not share lines.
 struct alignas(64) TaskSlotState {
   std::atomic<uint32_t> state{kSlotInitial};
-  std::atomic<int32_t> fanin_pending{0};  // producers not yet completed, +1 while submit is in progress
-  std::atomic<int32_t> refs{0};           // fanout references: owning scope + own completion + one per consumer
-  std::atomic<uint32_t> fanout_lock{0};   // seed §7.3
-  int32_t fanout_head = 0;                // consumers (dep-list), guarded by fanout_lock
-  int32_t fanout_count = 0;               // consumers linked, guarded by fanout_lock
-  bool completed = false;                 // guarded by fanout_lock
-  uint64_t ready_ns = 0;                  // profiling: written by whoever makes it ready, before queueing it
+  std::atomic<int32_t> fanin_pending{0};     // producers not yet completed, +1 while submit is in progress
+  std::atomic<int32_t> refs{0};              // fanout references: owning scope + own completion + one per consumer
+  std::atomic<uint32_t> fanout_lock{0};      // seed §7.3
+  int32_t fanout_head = 0;                   // consumers (dep-list), guarded by fanout_lock
+  int32_t fanout_count = 0;                  // consumers linked, guarded by fanout_lock
+  bool completed = false;                    // guarded by fanout_lock
+  uint64_t ready_ns = 0;                     // profiling: written by whoever makes it ready, before queueing it
   std::atomic<uint64_t> scan_id{kNoScanId};  // task id | kRootBit for roots, written before publish
   static constexpr uint64_t kNoScanId = ~0ull;
   static constexpr uint64_t kRootBit = 1ull << 63;
@@ -140,7 +140,9 @@ class SharedRegion {
 
  private:
   template <typename T>
-  T* at(uint64_t off) { return reinterpret_cast<T*>(static_cast<char*>(base_) + off); }
+  T* at(uint64_t off) {
+    return reinterpret_cast<T*>(static_cast<char*>(base_) + off);
+  }
   SharedRegionLayout layout_;
   void* base_ = nullptr;
 };

@@ -93,8 +93,10 @@ bool TensorMap::stale(const Entry& e) const { return task_seq(e.task_id) < last_
 void TensorMap::unlink(int32_t idx) {
   Entry& e = pool_[idx];
   if (!e.in_chain) return;
-  if (e.prev_in_chain >= 0) pool_[e.prev_in_chain].next_in_chain = e.next_in_chain;
-  else head(e.bucket, e.kind, e.ring) = e.next_in_chain;
+  if (e.prev_in_chain >= 0)
+    pool_[e.prev_in_chain].next_in_chain = e.next_in_chain;
+  else
+    head(e.bucket, e.kind, e.ring) = e.next_in_chain;
   if (e.next_in_chain >= 0) pool_[e.next_in_chain].prev_in_chain = e.prev_in_chain;
   e.in_chain = false;
   --linked_;
@@ -113,8 +115,10 @@ void TensorMap::walk(uint64_t addr, bool with_readers, Visit&& visit) {
           // Layer 1: this and everything after it in the chain is older, so
           // stale too. Cut the chain here; the entries stay on their task's
           // chain and go back to the pool at cleanup.
-          if (e.prev_in_chain >= 0) pool_[e.prev_in_chain].next_in_chain = -1;
-          else head(b, kind, ring) = -1;
+          if (e.prev_in_chain >= 0)
+            pool_[e.prev_in_chain].next_in_chain = -1;
+          else
+            head(b, kind, ring) = -1;
           for (int32_t s = idx; s >= 0; s = pool_[s].next_in_chain) {
             pool_[s].in_chain = false;
             --linked_;
@@ -197,8 +201,10 @@ void TensorMap::prefetch_next(uint32_t ring, uint64_t seq) const {
   const size_t n = free_list_.size();
   for (size_t k = 0; k < 3; ++k) {
     const Entry* e = nullptr;
-    if (k < n) e = &pool_[free_list_[n - 1 - k]];
-    else if (bump_ + (k - n) < pool_size_) e = &pool_[bump_ + (k - n)];
+    if (k < n)
+      e = &pool_[free_list_[n - 1 - k]];
+    else if (bump_ + (k - n) < pool_size_)
+      e = &pool_[bump_ + (k - n)];
     if (e == nullptr) break;
     __builtin_prefetch(e, 1, 3);
     __builtin_prefetch(reinterpret_cast<const char*>(e) + 64, 1, 3);

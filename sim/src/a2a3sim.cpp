@@ -33,8 +33,8 @@ int usable_cpus() {
 Status A2A3SimConfig::validate() const {
   auto bad = [](std::string m) { return Status::Error(kInvalidConfig, std::move(m)); };
   if (block_dim < 1 || block_dim > PLATFORM_MAX_BLOCKDIM)
-    return bad(fmt::format("block_dim = {}: must be in 1..{} (PLATFORM_MAX_BLOCKDIM)", block_dim,
-                           PLATFORM_MAX_BLOCKDIM));
+    return bad(
+        fmt::format("block_dim = {}: must be in 1..{} (PLATFORM_MAX_BLOCKDIM)", block_dim, PLATFORM_MAX_BLOCKDIM));
   if (aicpu_threads < 2 || aicpu_threads > PLATFORM_MAX_AICPU_THREADS)
     return bad(fmt::format("aicpu_threads = {}: must be in 2..{} (1 orchestrator + at least 1 scheduler)",
                            aicpu_threads, PLATFORM_MAX_AICPU_THREADS));
@@ -44,9 +44,7 @@ Status A2A3SimConfig::validate() const {
   return Status::Ok();
 }
 
-int A2A3SimConfig::scheduler_threads() const {
-  return std::max(1, std::min(aicpu_threads - 1, usable_cpus() - 1));
-}
+int A2A3SimConfig::scheduler_threads() const { return std::max(1, std::min(aicpu_threads - 1, usable_cpus() - 1)); }
 
 int A2A3SimConfig::resolved_executor_threads() const {
   if (executor_threads >= 0) return executor_threads;
@@ -166,8 +164,7 @@ void A2A3SimPlatform::executor_main() {
   for (;;) {
     const bool got = spin_then_park(
         doorbells_->ec, spin_ns, kExecutorParkNs,
-        [&] { return stop_.load(std::memory_order_acquire) || doorbells_->queue.try_pop(&core); },
-        [] { return true; });
+        [&] { return stop_.load(std::memory_order_acquire) || doorbells_->queue.try_pop(&core); }, [] { return true; });
     if (!got || stop_.load(std::memory_order_acquire)) return;
     run_core(static_cast<int>(core));
     wakeup_.notify();

@@ -48,8 +48,7 @@ Status read_int(const std::string& file, const toml::table& t, const char* where
   const toml::node* n = t.get(key);
   if (!n) return Status::Ok();
   const std::optional<int64_t> v = integer(n);
-  if (!v || *v < lo || *v > hi)
-    return bad(file, fmt::format("{} {} must be an integer in {}..{}", where, key, lo, hi));
+  if (!v || *v < lo || *v > hi) return bad(file, fmt::format("{} {} must be an integer in {}..{}", where, key, lo, hi));
   *out = static_cast<T>(*v);
   return Status::Ok();
 }
@@ -125,7 +124,8 @@ Status ChipConfig::from_table(const toml::table& doc, const std::string& path, C
     auto id = integer((*k).get("func_id"));
     auto lib = (*k)["library"].value<std::string>();
     auto type = (*k)["core_type"].value<std::string>();
-    if (!id || *id < 0 || *id > 1 << 20) return bad(path, fmt::format("kernels[{}].func_id missing or not in 0..2^20", i));
+    if (!id || *id < 0 || *id > 1 << 20)
+      return bad(path, fmt::format("kernels[{}].func_id missing or not in 0..2^20", i));
     if (!lib) return bad(path, fmt::format("kernels[{}].library missing", i));
     if (!type || (*type != "aic" && *type != "aiv"))
       return bad(path, fmt::format("kernels[{}].core_type = '{}': must be \"aic\" or \"aiv\"", i, type.value_or("")));
@@ -146,7 +146,8 @@ Status ChipConfig::from_table(const toml::table& doc, const std::string& path, C
       return s;
     out->variant = (*r)["variant"].value_or(out->variant);
     if (out->variant != "tensormap_and_ringbuffer")
-      return bad(path, fmt::format("[runtime] variant = '{}': pto2-run runs \"tensormap_and_ringbuffer\"", out->variant));
+      return bad(path,
+                 fmt::format("[runtime] variant = '{}': pto2-run runs \"tensormap_and_ringbuffer\"", out->variant));
     RuntimeConfig& rc = out->runtime;
     constexpr int64_t kBig = int64_t(1) << 62;  // RuntimeConfig::validate() has the exact rules
     for (Status s : {read_int(path, *r, "[runtime]", "aicpu_thread_num", 1, 64, &out->aicpu_threads),
@@ -173,10 +174,14 @@ Status ChipConfig::from_table(const toml::table& doc, const std::string& path, C
     ArgSpec spec;
     spec.name = (*a)["name"].value_or(fmt::format("arg{}", i));
     const std::string role = (*a)["role"].value_or(std::string());
-    if (role == "input") spec.role = ArgSpec::Role::kInput;
-    else if (role == "output") spec.role = ArgSpec::Role::kOutput;
-    else if (role == "inout") spec.role = ArgSpec::Role::kInout;
-    else if (role == "scalar") spec.role = ArgSpec::Role::kScalar;
+    if (role == "input")
+      spec.role = ArgSpec::Role::kInput;
+    else if (role == "output")
+      spec.role = ArgSpec::Role::kOutput;
+    else if (role == "inout")
+      spec.role = ArgSpec::Role::kInout;
+    else if (role == "scalar")
+      spec.role = ArgSpec::Role::kScalar;
     else
       return bad(path,
                  fmt::format("args[{}] ({}): role = '{}': must be input, output, inout or scalar", i, spec.name, role));
@@ -227,7 +232,8 @@ Status ChipConfig::from_table(const toml::table& doc, const std::string& path, C
                                        "{})",
                                        i, spec.name, kMaxTensorBytes, spec.shape.size() - 1, *v));
       }
-      spec.generate = (*a)["generate"].value_or(spec.role == ArgSpec::Role::kOutput ? std::string("none") : spec.generate);
+      spec.generate =
+          (*a)["generate"].value_or(spec.role == ArgSpec::Role::kOutput ? std::string("none") : spec.generate);
       if (spec.role != ArgSpec::Role::kOutput && spec.generate != "random" && spec.generate != "constant" &&
           spec.generate != "arange" && spec.generate != "zeros")
         return bad(path, fmt::format("args[{}] ({}): generate = '{}': must be random, constant, arange or zeros", i,

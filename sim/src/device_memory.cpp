@@ -45,8 +45,7 @@ Status DeviceMemory::free(void* ptr) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(base);
   if (it == live_.end()) {
-    if (freed_.count(base))
-      return Status::Error(kInvalidArgument, fmt::format("device double free of {:#x}", base));
+    if (freed_.count(base)) return Status::Error(kInvalidArgument, fmt::format("device double free of {:#x}", base));
     return Status::Error(kInvalidArgument,
                          fmt::format("device free of {:#x}: not an address this device allocated", base));
   }
@@ -69,9 +68,8 @@ Status DeviceMemory::check_range(const void* p, uint64_t bytes, const char* what
     return Status::Error(kInvalidArgument, fmt::format("{}: {:#x} is not in device memory", what, addr));
   --it;
   if (addr < it->first || bytes > it->second || addr - it->first > it->second - bytes)
-    return Status::Error(kInvalidArgument,
-                         fmt::format("{}: [{:#x}, +{}) leaves the allocation [{:#x}, +{})", what, addr, bytes,
-                                     it->first, it->second));
+    return Status::Error(kInvalidArgument, fmt::format("{}: [{:#x}, +{}) leaves the allocation [{:#x}, +{})", what,
+                                                       addr, bytes, it->first, it->second));
   return Status::Ok();
 }
 

@@ -13,11 +13,31 @@ namespace {
 
 double element_as_double(const uint8_t* p, int32_t dtype) {
   switch (dtype) {
-    case PTO2_FLOAT32: { float v; std::memcpy(&v, p, 4); return v; }
-    case PTO2_FLOAT64: { double v; std::memcpy(&v, p, 8); return v; }
-    case PTO2_INT32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case PTO2_INT64: { int64_t v; std::memcpy(&v, p, 8); return double(v); }
-    case PTO2_INT16: { int16_t v; std::memcpy(&v, p, 2); return v; }
+    case PTO2_FLOAT32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case PTO2_FLOAT64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case PTO2_INT32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case PTO2_INT64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return double(v);
+    }
+    case PTO2_INT16: {
+      int16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
     case PTO2_INT8: return double(int8_t(*p));
     case PTO2_UINT8: return double(*p);
     default: return std::nan("");
@@ -38,11 +58,27 @@ void store_double(uint8_t* p, int32_t dtype, double x) {
     default: break;
   }
   switch (dtype) {
-    case PTO2_FLOAT32: { float v = float(x); std::memcpy(p, &v, 4); break; }
+    case PTO2_FLOAT32: {
+      float v = float(x);
+      std::memcpy(p, &v, 4);
+      break;
+    }
     case PTO2_FLOAT64: std::memcpy(p, &x, 8); break;
-    case PTO2_INT32: { int32_t v = int32_t(x); std::memcpy(p, &v, 4); break; }
-    case PTO2_INT64: { int64_t v = int64_t(x); std::memcpy(p, &v, 8); break; }
-    case PTO2_INT16: { int16_t v = int16_t(x); std::memcpy(p, &v, 2); break; }
+    case PTO2_INT32: {
+      int32_t v = int32_t(x);
+      std::memcpy(p, &v, 4);
+      break;
+    }
+    case PTO2_INT64: {
+      int64_t v = int64_t(x);
+      std::memcpy(p, &v, 8);
+      break;
+    }
+    case PTO2_INT16: {
+      int16_t v = int16_t(x);
+      std::memcpy(p, &v, 2);
+      break;
+    }
     case PTO2_INT8: *p = uint8_t(int8_t(x)); break;
     case PTO2_UINT8: *p = uint8_t(x); break;
     default: break;
@@ -60,9 +96,12 @@ void generate_input(const ArgSpec& a, std::mt19937_64& rng, std::vector<uint8_t>
   buf.assign(a.bytes(), 0);
   for (uint64_t i = 0; i < a.elements(); ++i) {
     double x = 0;
-    if (a.generate == "random") x = integer ? std::floor(real(rng)) : real(rng);
-    else if (a.generate == "constant") x = a.value;
-    else if (a.generate == "arange") x = a.low + double(i);
+    if (a.generate == "random")
+      x = integer ? std::floor(real(rng)) : real(rng);
+    else if (a.generate == "constant")
+      x = a.value;
+    else if (a.generate == "arange")
+      x = a.low + double(i);
     store_double(buf.data() + i * esz, a.dtype, x);
   }
 }

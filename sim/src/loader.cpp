@@ -43,11 +43,10 @@ Status load_orchestration(const std::string& path, OrchestrationLibrary* out) {
   Status st;
   out->library = SharedLibrary::open(path, &st);
   if (!out->library) return st;
-  out->config = reinterpret_cast<PTO2OrchestrationConfigFn>(
-      out->library->symbol(PTO2_ORCHESTRATION_CONFIG_SYMBOL, &st));
+  out->config =
+      reinterpret_cast<PTO2OrchestrationConfigFn>(out->library->symbol(PTO2_ORCHESTRATION_CONFIG_SYMBOL, &st));
   if (!st.ok()) return st;
-  out->entry =
-      reinterpret_cast<PTO2OrchestrationEntryFn>(out->library->symbol(PTO2_ORCHESTRATION_ENTRY_SYMBOL, &st));
+  out->entry = reinterpret_cast<PTO2OrchestrationEntryFn>(out->library->symbol(PTO2_ORCHESTRATION_ENTRY_SYMBOL, &st));
   return st;
 }
 

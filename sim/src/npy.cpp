@@ -103,8 +103,7 @@ Status parse_npy_header(const uint8_t* data, size_t size, const std::string& nam
   if (out->descr.size() < 3 || (out->descr[0] != '<' && out->descr[0] != '|') ||
       !parse_u64(out->descr.substr(2), &esz) || (esz != 1 && esz != 2 && esz != 4 && esz != 8))
     return bad(name, fmt::format("unsupported dtype '{}'", out->descr));
-  if (__builtin_mul_overflow(count, esz, &out->data_bytes))
-    return bad(name, fmt::format("shape {} overflows", shape));
+  if (__builtin_mul_overflow(count, esz, &out->data_bytes)) return bad(name, fmt::format("shape {} overflows", shape));
   out->data_offset = prefix + header_len;
   return Status::Ok();
 }
@@ -162,7 +161,8 @@ Status read_npy(const std::string& path, NpyArray* out) {
 Status write_npy(const std::string& path, const std::string& descr, const std::vector<uint64_t>& shape,
                  const void* data, uint64_t bytes) {
   std::string dims;
-  for (size_t i = 0; i < shape.size(); ++i) dims += std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
+  for (size_t i = 0; i < shape.size(); ++i)
+    dims += std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
   std::string header = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}", descr, dims);
   // Pad with spaces so the data starts on a 64-byte boundary; end with '\n'.
   const size_t total = 10 + header.size() + 1;

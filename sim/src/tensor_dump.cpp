@@ -52,8 +52,10 @@ void TensorDump::task_finished(uint64_t task_id, int32_t kernel_id, int32_t work
     const std::string descr = t->dtype == PTO2_BFLOAT16 ? "<u2" : npy_descr(t->dtype);
     Status st = write_npy(path, descr, shape, bytes.data(), bytes.size());
     std::lock_guard<std::mutex> g(mu_);
-    if (st.ok()) ++files_;
-    else if (first_error_.ok()) first_error_ = st;
+    if (st.ok())
+      ++files_;
+    else if (first_error_.ok())
+      first_error_ = st;
   }
 }
 

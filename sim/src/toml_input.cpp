@@ -21,10 +21,14 @@ size_t utf8_length(const std::string& text, size_t i) {
   if (c < 0x80) return 1;
   size_t n;
   uint32_t cp;
-  if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F;
-  else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F;
-  else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07;
-  else return 0;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2, cp = c & 0x1F;
+  else if (c >= 0xE0 && c <= 0xEF)
+    n = 3, cp = c & 0x0F;
+  else if (c >= 0xF0 && c <= 0xF4)
+    n = 4, cp = c & 0x07;
+  else
+    return 0;
   if (i + n > text.size()) return 0;
   for (size_t k = 1; k < n; ++k) {
     if ((b(i + k) & 0xC0) != 0x80) return 0;
@@ -38,8 +42,8 @@ size_t utf8_length(const std::string& text, size_t i) {
 
 Status check_toml_text(const std::string& text, const std::string& name) {
   if (text.size() > kMaxTomlBytes)
-    return Status::Error(kInvalidConfig, fmt::format("{}: {} bytes; a config may have at most {}", name, text.size(),
-                                                     kMaxTomlBytes));
+    return Status::Error(kInvalidConfig,
+                         fmt::format("{}: {} bytes; a config may have at most {}", name, text.size(), kMaxTomlBytes));
   enum { kCode, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral } state = kCode;
   size_t line = 1;
   auto at = [&](size_t i, const char* s) { return text.compare(i, std::strlen(s), s) == 0; };
@@ -49,8 +53,9 @@ Status check_toml_text(const std::string& text, const std::string& name) {
       const size_t n = utf8_length(text, i);
       if (n == 0) return bad(name, line, fmt::format("byte 0x{:02X} is not valid UTF-8", c));
       if (state == kCode)
-        return bad(name, line, "a non-ASCII character outside a string or comment (TOML keys, numbers and "
-                               "punctuation are ASCII)");
+        return bad(name, line,
+                   "a non-ASCII character outside a string or comment (TOML keys, numbers and "
+                   "punctuation are ASCII)");
       i += n;
       continue;
     }
@@ -65,23 +70,32 @@ Status check_toml_text(const std::string& text, const std::string& name) {
       return bad(name, line, fmt::format("control character 0x{:02X}", c));
     switch (state) {
       case kCode:
-        if (c == '#') state = kComment;
-        else if (at(i, "\"\"\"")) state = kMultiBasic, i += 2;
-        else if (at(i, "'''")) state = kMultiLiteral, i += 2;
-        else if (c == '"') state = kBasic;
-        else if (c == '\'') state = kLiteral;
+        if (c == '#')
+          state = kComment;
+        else if (at(i, "\"\"\""))
+          state = kMultiBasic, i += 2;
+        else if (at(i, "'''"))
+          state = kMultiLiteral, i += 2;
+        else if (c == '"')
+          state = kBasic;
+        else if (c == '\'')
+          state = kLiteral;
         break;
       case kComment: break;
       case kBasic:
-        if (c == '\\') ++i;  // the escaped character (a newline is caught next round)
-        else if (c == '"') state = kCode;
+        if (c == '\\')
+          ++i;  // the escaped character (a newline is caught next round)
+        else if (c == '"')
+          state = kCode;
         break;
       case kLiteral:
         if (c == '\'') state = kCode;
         break;
       case kMultiBasic:
-        if (c == '\\') ++i;
-        else if (at(i, "\"\"\"")) state = kCode, i += 2;
+        if (c == '\\')
+          ++i;
+        else if (at(i, "\"\"\""))
+          state = kCode, i += 2;
         break;
       case kMultiLiteral:
         if (at(i, "'''")) state = kCode, i += 2;
@@ -98,8 +112,7 @@ Status parse_toml_text(const std::string& text, const std::string& name, toml::t
   try {
     *out = toml::parse(text, name);
   } catch (const toml::parse_error& e) {
-    return Status::Error(kInvalidConfig,
-                         fmt::format("{}: line {}: {}", name, e.source().begin.line, e.description()));
+    return Status::Error(kInvalidConfig, fmt::format("{}: line {}: {}", name, e.source().begin.line, e.description()));
   } catch (const std::exception& e) {
     return Status::Error(kInvalidConfig, fmt::format("{}: {}", name, e.what()));
   }

@@ -63,10 +63,10 @@ Status write_chrome_trace(const std::string& path, const RunResult& run, const A
                    kOrchestratorLane, 0.0, us(run.orchestration_end_ns)));
   for (const TaskRecord& r : run.records) {
     const std::string name = json_escape(name_of(r.kernel_id, r.worker_type));
-    const std::string args =
-        fmt::format(R"("task": {}, "kernel": {}, "core": {}, "submit_us": {:.3f}, "ready_us": {:.3f}, "dispatch_us": {:.3f}, "start_us": {:.3f}, "end_us": {:.3f}, "complete_us": {:.3f})",
-                    r.task_id, r.kernel_id, r.core, us(r.submit_ns), us(r.ready_ns), us(r.dispatch_ns),
-                    us(r.start_ns), us(r.end_ns), us(r.complete_ns));
+    const std::string args = fmt::format(
+        R"("task": {}, "kernel": {}, "core": {}, "submit_us": {:.3f}, "ready_us": {:.3f}, "dispatch_us": {:.3f}, "start_us": {:.3f}, "end_us": {:.3f}, "complete_us": {:.3f})",
+        r.task_id, r.kernel_id, r.core, us(r.submit_ns), us(r.ready_ns), us(r.dispatch_ns), us(r.start_ns),
+        us(r.end_ns), us(r.complete_ns));
     emit(fmt::format(R"({{"name": "submit {}", "ph": "i", "s": "t", "pid": 1, "tid": {}, "ts": {:.3f}}})", name,
                      kOrchestratorLane, us(r.submit_ns)));
     const int sched_lane = kSchedulerLane0 + r.scheduler;
@@ -75,8 +75,9 @@ Status write_chrome_trace(const std::string& path, const RunResult& run, const A
     emit(fmt::format(R"({{"name": "complete {}", "ph": "i", "s": "t", "pid": 1, "tid": {}, "ts": {:.3f}}})", name,
                      sched_lane, us(r.complete_ns)));
     const int tid = r.core >= 0 ? kCoreLane0 + r.core : sched_lane;
-    emit(fmt::format(R"({{"name": "{}", "cat": "kernel", "ph": "X", "pid": 1, "tid": {}, "ts": {:.3f}, "dur": {:.3f}, "args": {{{}}}}})",
-                     name, tid, us(r.start_ns), double(r.end_ns - r.start_ns) / 1000.0, args));
+    emit(fmt::format(
+        R"({{"name": "{}", "cat": "kernel", "ph": "X", "pid": 1, "tid": {}, "ts": {:.3f}, "dur": {:.3f}, "args": {{{}}}}})",
+        name, tid, us(r.start_ns), double(r.end_ns - r.start_ns) / 1000.0, args));
   }
   std::fprintf(f, "\n  ]\n}\n");
   const bool ok = std::fclose(f) == 0;
@@ -95,8 +96,8 @@ std::string summarize(const RunResult& run, const A2A3SimPlatform& chip) {
     end_to_complete += double(r.complete_ns > r.end_ns ? r.complete_ns - r.end_ns : 0) / 1000.0;
     ++on_cores;
   }
-  std::string out = fmt::format("summary: {} tasks ({} on cores), wall {:.1f} us", run.records.size(), on_cores,
-                                wall_us);
+  std::string out =
+      fmt::format("summary: {} tasks ({} on cores), wall {:.1f} us", run.records.size(), on_cores, wall_us);
   for (WorkerType type : {WorkerType::kCube, WorkerType::kVector}) {
     double sum = 0, max = 0;
     int n = 0, used = 0;
@@ -115,14 +116,16 @@ std::string summarize(const RunResult& run, const A2A3SimPlatform& chip) {
   int listed = 0;
   for (int c = 0; c < chip.core_count(); ++c) {
     if (busy[c] <= 0) continue;
-    per_core += fmt::format("{}{} {:.1f}%", listed % 8 == 0 ? "\n    " : "  ", core_name(chip, c).substr(0, core_name(chip, c).find(' ', 4)),
+    per_core += fmt::format("{}{} {:.1f}%", listed % 8 == 0 ? "\n    " : "  ",
+                            core_name(chip, c).substr(0, core_name(chip, c).find(' ', 4)),
                             wall_us > 0 ? 100.0 * busy[c] / wall_us : 0);
     ++listed;
   }
   if (listed > 0) out += "\n  per core (busy, % of wall):" + per_core;
   if (on_cores > 0)
-    out += fmt::format("\n  scheduler overhead per task: ready->dispatch {:.2f} us, kernel end->completion seen {:.2f} us",
-                       ready_to_dispatch / double(on_cores), end_to_complete / double(on_cores));
+    out +=
+        fmt::format("\n  scheduler overhead per task: ready->dispatch {:.2f} us, kernel end->completion seen {:.2f} us",
+                    ready_to_dispatch / double(on_cores), end_to_complete / double(on_cores));
   return out;
 }
 

@@ -69,9 +69,10 @@ std::map<std::string, std::string> parse_pairs(const std::vector<std::string>& i
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"pto2-run — run one orchestration on one simulated a2a3 chip and check its outputs.\n\n"
-               "Example:\n  pto2-run build/examples/vector/kernels.toml\n"
-               "  pto2-run build/examples/vector/kernels.toml --input a=a.npy --golden f=f_ref.npy --output-dir out\n"};
+  CLI::App app{
+      "pto2-run — run one orchestration on one simulated a2a3 chip and check its outputs.\n\n"
+      "Example:\n  pto2-run build/examples/vector/kernels.toml\n"
+      "  pto2-run build/examples/vector/kernels.toml --input a=a.npy --golden f=f_ref.npy --output-dir out\n"};
   std::string config_path, output_dir, trace_path, dump_dir;
   std::vector<std::string> inputs, goldens;
   int block_dim = -1, aicpu_threads = -1, scheduler_threads = -1, executors = -2;
@@ -84,14 +85,16 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output-dir", output_dir, "write every output as DIR/NAME.npy (default: not written)");
   app.add_option("--block-dim", block_dim, "clusters of the chip, 1..24 (default: the config's)");
   app.add_option("--aicpu-threads", aicpu_threads, "AICPU threads, 1 orchestrator + schedulers, 2..4");
-  app.add_option("--scheduler-threads", scheduler_threads, "scheduler OS threads (default: from --aicpu-threads and CPUs)");
+  app.add_option("--scheduler-threads", scheduler_threads,
+                 "scheduler OS threads (default: from --aicpu-threads and CPUs)");
   app.add_option("--executor-threads", executors, "OS threads running AICore work (-1 automatic, 0 inline)");
   app.add_option("--task-window", task_window, "task ring slots per ring (PTO2_RING_TASK_WINDOW)");
   app.add_option("--heap", heap, "heap ring bytes per ring (PTO2_RING_HEAP)");
   app.add_option("--dep-pool", dep_pool, "dependency-list entries per ring (PTO2_RING_DEP_POOL)");
   app.add_option("--seed", seed, "seed for generated inputs (default: the config's)");
   app.add_flag("--no-golden", no_golden, "run and write outputs without comparing");
-  app.add_flag("--summary", summary, "profile the run and print tasks, wall time, per-core utilisation, scheduler overhead");
+  app.add_flag("--summary", summary,
+               "profile the run and print tasks, wall time, per-core utilisation, scheduler overhead");
   app.add_option("--trace", trace_path,
                  "write a Chrome/Perfetto JSON swimlane trace (open at ui.perfetto.dev) and print a summary");
   app.add_option("--dump-tensors", dump_dir,
@@ -126,7 +129,8 @@ int main(int argc, char** argv) {
   }
   for (const auto& [name, file] : golden_files) {
     (void)file;
-    if (std::none_of(cfg.args.begin(), cfg.args.end(), [&](const ArgSpec& a) { return a.name == name && a.writes(); })) {
+    if (std::none_of(cfg.args.begin(), cfg.args.end(),
+                     [&](const ArgSpec& a) { return a.name == name && a.writes(); })) {
       std::fprintf(stderr, "pto2-run: --golden %s: the config has no output or inout named '%s'\n", name.c_str(),
                    name.c_str());
       return kExitError;
@@ -190,17 +194,19 @@ int main(int argc, char** argv) {
       dev_args[i] = host_args[i] = a.scalar;
       continue;
     }
-    if (a.role == ArgSpec::Role::kOutput) fill_unwritten(a, host[i]);
-    else host[i].assign(a.bytes(), 0);
+    if (a.role == ArgSpec::Role::kOutput)
+      fill_unwritten(a, host[i]);
+    else
+      host[i].assign(a.bytes(), 0);
     if (a.reads()) {
       auto f = input_files.find(a.name);
       if (f != input_files.end()) {
         NpyArray arr;
         Status rs = read_npy(f->second, &arr);
         if (rs.ok() && (arr.descr != npy_descr(a.dtype) || arr.shape != a.shape))
-          rs = Status::Error(kInvalidArgument, fmt::format("'{}' holds {} {}, the config wants {} [{}]", f->second,
-                                                           arr.descr, fmt::join(arr.shape, "x"), npy_descr(a.dtype),
-                                                           fmt::join(a.shape, "x")));
+          rs = Status::Error(kInvalidArgument,
+                             fmt::format("'{}' holds {} {}, the config wants {} [{}]", f->second, arr.descr,
+                                         fmt::join(arr.shape, "x"), npy_descr(a.dtype), fmt::join(a.shape, "x")));
         if (!rs.ok()) {
           std::fprintf(stderr, "pto2-run: input %s: %s\n", a.name.c_str(), rs.message.c_str());
           free_all();
@@ -288,11 +294,11 @@ int main(int argc, char** argv) {
     }
   }
   free_all();
-  std::printf("ran %s: %llu tasks in %.3f ms (orchestration %.3f ms), block_dim %d, %d scheduler thread(s), %d "
-              "executor thread(s)\n",
-              std::filesystem::path(cfg.orchestration).filename().c_str(),
-              (unsigned long long)run.stats.tasks_completed, wall_ms, double(run.stats.orchestrator_ns) / 1e6,
-              sc.block_dim, rc.scheduler_threads, chip->executor_threads());
+  std::printf(
+      "ran %s: %llu tasks in %.3f ms (orchestration %.3f ms), block_dim %d, %d scheduler thread(s), %d "
+      "executor thread(s)\n",
+      std::filesystem::path(cfg.orchestration).filename().c_str(), (unsigned long long)run.stats.tasks_completed,
+      wall_ms, double(run.stats.orchestrator_ns) / 1e6, sc.block_dim, rc.scheduler_threads, chip->executor_threads());
   if (!trace_path.empty()) {
     if (Status ts = write_chrome_trace(trace_path, run, *chip, rc.scheduler_threads, name_of); !ts.ok()) {
       std::fprintf(stderr, "pto2-run: %s\n", ts.message.c_str());
@@ -319,8 +325,7 @@ int main(int argc, char** argv) {
 
   // Goldens: files first, then the reference library on the same inputs.
   bool need_reference = false;
-  for (const ArgSpec& a : cfg.args)
-    need_reference |= a.writes() && !golden_files.count(a.name);
+  for (const ArgSpec& a : cfg.args) need_reference |= a.writes() && !golden_files.count(a.name);
   if (need_reference) {
     if (cfg.reference.empty()) {
       std::fprintf(stderr, "pto2-run: no golden for some outputs: give --golden NAME=FILE.npy or a [golden] library\n");
@@ -340,9 +345,8 @@ int main(int argc, char** argv) {
     if (auto g = golden_files.find(a.name); g != golden_files.end()) {
       Status rs = read_npy(g->second, &file);
       if (rs.ok() && (file.descr != npy_descr(a.dtype) || file.data.size() != a.bytes()))
-        rs = Status::Error(kInvalidArgument, fmt::format("'{}' holds {} with {} bytes; expected {} with {}",
-                                                         g->second, file.descr, file.data.size(), npy_descr(a.dtype),
-                                                         a.bytes()));
+        rs = Status::Error(kInvalidArgument, fmt::format("'{}' holds {} with {} bytes; expected {} with {}", g->second,
+                                                         file.descr, file.data.size(), npy_descr(a.dtype), a.bytes()));
       if (!rs.ok()) {
         std::fprintf(stderr, "pto2-run: golden %s: %s\n", a.name.c_str(), rs.message.c_str());
         return kExitError;

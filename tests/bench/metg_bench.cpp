@@ -22,16 +22,15 @@ using namespace pto2::sim;
 namespace {
 
 uint64_t now_ns() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count());
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 // args[0] = duration in ns; any tensors follow.
 void busy_wait(int64_t* args) {
   const uint64_t until = now_ns() + uint64_t(args[0]);
-  while (now_ns() < until) {
-  }
+  while (now_ns() < until) {}
 }
 
 constexpr int kBusy = 0;
@@ -85,7 +84,8 @@ double run_pattern(Runtime& rt, bool stencil, uint64_t grain_ns, uint32_t width,
 int main(int argc, char** argv) {
   uint32_t steps = 500;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = uint32_t(std::max(1, std::atoi(argv[++i])));
+    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = uint32_t(std::max(1, std::atoi(argv[++i])));
     else {
       std::printf("usage: %s [--steps N]\n", argv[0]);
       return 2;
@@ -125,11 +125,15 @@ int main(int argc, char** argv) {
       std::printf("%-12s %10.2f %11.1f%% %12.3f\n", stencil ? "stencil-1d" : "independent", g, 100 * eff,
                   wall * 1e6 / tasks);
       // METG: the smallest grain that, with every larger grain, reaches 50%.
-      if (eff >= 0.5 && (metg > 0 || g == grains_us[0])) metg = g;
-      else if (eff < 0.5) break;
+      if (eff >= 0.5 && (metg > 0 || g == grains_us[0]))
+        metg = g;
+      else if (eff < 0.5)
+        break;
     }
-    if (metg > 0) std::printf("METG(50%%) %s: %.2f us (target <= 5 us)\n\n", stencil ? "stencil-1d" : "independent", metg);
-    else std::printf("METG(50%%) %s: above %.0f us\n\n", stencil ? "stencil-1d" : "independent", grains_us[0]);
+    if (metg > 0)
+      std::printf("METG(50%%) %s: %.2f us (target <= 5 us)\n\n", stencil ? "stencil-1d" : "independent", metg);
+    else
+      std::printf("METG(50%%) %s: above %.0f us\n\n", stencil ? "stencil-1d" : "independent", grains_us[0]);
   }
   return 0;
 }

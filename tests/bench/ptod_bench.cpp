@@ -51,9 +51,10 @@ void latency(const char* what, const std::string& address) {
     if (i >= 200) us.push_back(d);  // the first 200 warm the channel and the children
   }
   std::sort(us.begin(), us.end());
-  std::printf("trivial job, submit -> result, %s: p50 %.0f us, p99 %.0f us (%zu jobs)   [target p50 <= 300 us; "
-              "Ray sync task ~1000 us]\n",
-              what, us[us.size() / 2], us[us.size() * 99 / 100], us.size());
+  std::printf(
+      "trivial job, submit -> result, %s: p50 %.0f us, p99 %.0f us (%zu jobs)   [target p50 <= 300 us; "
+      "Ray sync task ~1000 us]\n",
+      what, us[us.size() / 2], us[us.size() * 99 / 100], us.size());
 }
 
 // The floor under a job: one unary call that does nothing (Node.Version).
@@ -116,8 +117,9 @@ void bandwidth(const std::string& address) {
       down = std::min(down, std::chrono::duration<double>(t2 - t1).count());
     }
     const double gb = double(n) * 4 / 1e9;
-    std::printf("256 MiB tensor, %u MiB chunks, unix socket: upload %.2f GB/s, download %.2f GB/s   [target >= 1 GB/s]\n",
-                chunk >> 20, gb / up, gb / down);
+    std::printf(
+        "256 MiB tensor, %u MiB chunks, unix socket: upload %.2f GB/s, download %.2f GB/s   [target >= 1 GB/s]\n",
+        chunk >> 20, gb / up, gb / down);
   }
 }
 

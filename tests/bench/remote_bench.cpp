@@ -78,9 +78,10 @@ void round_trip(Cluster& c) {
   }
   std::sort(us.begin(), us.end());
   const pto::WorkerStats st = c.w->stats();
-  std::printf("remote no-op task, run() with one task, unix socket: p50 %.0f us, p99 %.0f us   [target <= 150 us; "
-              "Ray sync task ~1 ms]\n",
-              us[us.size() / 2], us[us.size() * 99 / 100]);
+  std::printf(
+      "remote no-op task, run() with one task, unix socket: p50 %.0f us, p99 %.0f us   [target <= 150 us; "
+      "Ray sync task ~1 ms]\n",
+      us[us.size() / 2], us[us.size() * 99 / 100]);
   std::printf("  of which dispatch -> completion seen (engine histogram): p50 <= %.0f us, p99 <= %.0f us\n",
               st.remote_round_trip.percentile_ns(0.5) / 1e3, st.remote_round_trip.percentile_ns(0.99) / 1e3);
 }
@@ -99,9 +100,10 @@ void pipelined(Cluster& c, int workers, int tasks) {
     }
     best = std::max(best, tasks / s);
   }
-  std::printf("pipelined no-op remote tasks, %d session(s), %d per run: %.0f tasks/s (best of 3)   [target >= 50k/s; "
-              "Ray ~8k async tasks/s per client; the reference keeps 1 task in flight per endpoint]\n",
-              workers, tasks, best);
+  std::printf(
+      "pipelined no-op remote tasks, %d session(s), %d per run: %.0f tasks/s (best of 3)   [target >= 50k/s; "
+      "Ray ~8k async tasks/s per client; the reference keeps 1 task in flight per endpoint]\n",
+      workers, tasks, best);
 }
 
 void bulk(Cluster& c, uint64_t mib) {
@@ -124,8 +126,10 @@ void bulk(Cluster& c, uint64_t mib) {
     std::fprintf(stderr, "bulk transfer failed: %s %s\n", ws.message.c_str(), rs.message.c_str());
     return;
   }
-  std::printf("remote buffer, %llu MiB in 4 MiB chunks (4 in flight), unix socket: write %.2f GB/s, read %.2f GB/s (bytes checked)\n",
-              (unsigned long long)mib, n / w_s / 1e9, n / r_s / 1e9);
+  std::printf(
+      "remote buffer, %llu MiB in 4 MiB chunks (4 in flight), unix socket: write %.2f GB/s, read %.2f GB/s (bytes "
+      "checked)\n",
+      (unsigned long long)mib, n / w_s / 1e9, n / r_s / 1e9);
 }
 
 }  // namespace
@@ -155,9 +159,10 @@ int main(int argc, char** argv) {
   auto t0 = Clock::now();
   kill(b.pid(), SIGSTOP);
   while (two.links[1]->ready() && us_since(t0) < 5e6) usleep(200);
-  std::printf("peer hung (SIGSTOP) -> session declared lost: %.0f ms   [heartbeat %u ms, dead after %u ms; target "
-              "<= 1 s; the reference needs 30 s]\n",
-              us_since(t0) / 1e3, two.cfg.heartbeat_ms, two.cfg.dead_after_ms);
+  std::printf(
+      "peer hung (SIGSTOP) -> session declared lost: %.0f ms   [heartbeat %u ms, dead after %u ms; target "
+      "<= 1 s; the reference needs 30 s]\n",
+      us_since(t0) / 1e3, two.cfg.heartbeat_ms, two.cfg.dead_after_ms);
   kill(b.pid(), SIGCONT);
   while (!two.links[1]->ready() && us_since(t0) < 10e6) usleep(1000);
   t0 = Clock::now();

@@ -41,13 +41,13 @@ constexpr int kGate = 1;  // args[0] = batch: waits until g_gate_released >= bat
 
 std::atomic<uint64_t> g_gate_released{0};
 std::atomic<uint64_t> g_batch{0};
-std::atomic<uint64_t> g_submit_ns{0};   // submit-loop time of the current run
+std::atomic<uint64_t> g_submit_ns{0};  // submit-loop time of the current run
 std::atomic<uint64_t> g_submit_tasks{0};
 
 uint64_t now_ns() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count());
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 constexpr uint32_t kBatch = 1024;  // tasks per scope
 
@@ -161,8 +161,10 @@ Result measure(Runtime& rt, Shape shape, uint64_t n, int reps) {
       std::exit(1);
     }
     if (r == 0) continue;  // warm-up: page in the rings and heap
-    if (g_submit_tasks > 0) orch.push_back(double(g_submit_ns) / 1e3 / double(g_submit_tasks));
-    else orch.push_back(double(res.stats.orchestrator_ns) / 1e3 / double(res.stats.tasks_submitted));
+    if (g_submit_tasks > 0)
+      orch.push_back(double(g_submit_ns) / 1e3 / double(g_submit_tasks));
+    else
+      orch.push_back(double(res.stats.orchestrator_ns) / 1e3 / double(res.stats.tasks_submitted));
     e2e.push_back(double(res.stats.wall_ns) / 1e3 / double(res.stats.tasks_completed));
     blocked += res.stats.blocked_waits;
   }
@@ -177,10 +179,14 @@ int main(int argc, char** argv) {
   std::string only;
   std::vector<int> sched_counts = {1, 2, 3};
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--tasks") && i + 1 < argc) n = std::strtoull(argv[++i], nullptr, 10);
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) only = argv[++i];
-    else if (!std::strcmp(argv[i], "--sched") && i + 1 < argc) sched_counts = {std::atoi(argv[++i])};
+    if (!std::strcmp(argv[i], "--tasks") && i + 1 < argc)
+      n = std::strtoull(argv[++i], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc)
+      only = argv[++i];
+    else if (!std::strcmp(argv[i], "--sched") && i + 1 < argc)
+      sched_counts = {std::atoi(argv[++i])};
     else {
       std::printf("usage: %s [--tasks N] [--reps R] [--shape submit|independent|chain|fan] [--sched THREADS]\n",
                   argv[0]);
@@ -199,10 +205,8 @@ int main(int argc, char** argv) {
     const char* name;
     Shape fn;
   };
-  const Named shapes[] = {{"submit", shape_submit},
-                          {"independent", shape_independent},
-                          {"chain", shape_chain},
-                          {"fan", shape_fan}};
+  const Named shapes[] = {
+      {"submit", shape_submit}, {"independent", shape_independent}, {"chain", shape_chain}, {"fan", shape_fan}};
   double best_submit = 1e9, best_e2e[4] = {1e9, 1e9, 1e9, 1e9};
   for (int sched : sched_counts) {
     HostThreadPlatform platform(HostThreadPlatformConfig{24, 48, 0, 50});
@@ -240,9 +244,10 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\nsummary (best over scheduler-thread counts)\n");
-  std::printf("  submit with TensorMap lookups: %.3f us/task  (target <= 0.3; reference 0.39 x86 sim -> %.2fx, 0.87 "
-              "device -> %.2fx)\n",
-              best_submit, 0.39 / best_submit, 0.87 / best_submit);
+  std::printf(
+      "  submit with TensorMap lookups: %.3f us/task  (target <= 0.3; reference 0.39 x86 sim -> %.2fx, 0.87 "
+      "device -> %.2fx)\n",
+      best_submit, 0.39 / best_submit, 0.87 / best_submit);
   // The submit shape's end-to-end time is serialized by its gate (each batch
   // drains before the next), so it is not a throughput figure.
   const char* names[] = {"", "independent", "chain", "fan-out/fan-in"};

@@ -37,16 +37,19 @@ int main(int argc, char** argv) {
   int runs = 500;
   uint32_t n = 1024;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
-    else if (!std::strcmp(argv[i], "--elements") && i + 1 < argc) n = uint32_t(std::max(1, std::atoi(argv[++i])));
+    if (!std::strcmp(argv[i], "--runs") && i + 1 < argc)
+      runs = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--elements") && i + 1 < argc)
+      n = uint32_t(std::max(1, std::atoi(argv[++i])));
     else {
       std::printf("usage: %s [--runs N] [--elements N]\n", argv[0]);
       return 2;
     }
   }
-  std::printf("pto2_sim_latency_bench: vector example f=(a+b+1)(a+b+2), %u fp32, 4 tasks, %d runs per row; "
-              "a2a3sim block_dim 24 (72 cores), %d usable CPUs\n",
-              n, runs, usable_cpus());
+  std::printf(
+      "pto2_sim_latency_bench: vector example f=(a+b+1)(a+b+2), %u fp32, 4 tasks, %d runs per row; "
+      "a2a3sim block_dim 24 (72 cores), %d usable CPUs\n",
+      n, runs, usable_cpus());
   std::printf("%-10s %-10s %12s %12s %12s %16s\n", "executors", "schedulers", "median us", "p99 us", "max us",
               "idle CPU (%)");
   for (int executors : {0, 1, 2}) {

@@ -211,9 +211,12 @@ int main(int argc, char** argv) {
   uint64_t n = 50000;
   int reps = 3, workers = 1;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--tasks") && i + 1 < argc) n = std::strtoull(argv[++i], nullptr, 10);
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
-    else if (!std::strcmp(argv[i], "--workers") && i + 1 < argc) workers = std::max(1, std::atoi(argv[++i]));
+    if (!std::strcmp(argv[i], "--tasks") && i + 1 < argc)
+      n = std::strtoull(argv[++i], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--workers") && i + 1 < argc)
+      workers = std::max(1, std::atoi(argv[++i]));
     else {
       std::printf("usage: %s [--tasks N] [--reps R] [--workers W]\n", argv[0]);
       return 2;

@@ -103,18 +103,21 @@ void measure(const char* what, Worker& w, const Submit& submit) {
   // Fixed cost as the intercept of the 1- and 256-task runs.
   const double per = (t256 - t1) / 255, fixed = t1 - per;
   if (fixed > 0.5)
-    std::printf("  warm  linear fit: fixed %.2f us + %.2f us/task   (reference L3: 43 us + 8.1 us/task: %.1fx / %.1fx)\n",
-                fixed, per, 43.0 / fixed, 8.1 / std::max(per, 0.001));
+    std::printf(
+        "  warm  linear fit: fixed %.2f us + %.2f us/task   (reference L3: 43 us + 8.1 us/task: %.1fx / %.1fx)\n",
+        fixed, per, 43.0 / fixed, 8.1 / std::max(per, 0.001));
   else
-    std::printf("  warm  linear fit: fixed ~0 us (within noise) + %.2f us/task   (reference L3: 43 us + 8.1 us/task: "
-                "%.1fx per task)\n",
-                per, 8.1 / std::max(per, 0.001));
+    std::printf(
+        "  warm  linear fit: fixed ~0 us (within noise) + %.2f us/task   (reference L3: 43 us + 8.1 us/task: "
+        "%.1fx per task)\n",
+        per, 8.1 / std::max(per, 0.001));
   // Cold: children and the scheduler parked between runs.
   const double c1 = time_runs(w, 1, 40, 30, submit);
   const double c16 = time_runs(w, 16, 20, 30, submit);
-  std::printf("  cold  run() with 1 task: %.2f us; with 16 tasks: %.2f us (children parked: a wake-up "
-              "across vCPUs costs ~20 us one way)\n",
-              c1, c16);
+  std::printf(
+      "  cold  run() with 1 task: %.2f us; with 16 tasks: %.2f us (children parked: a wake-up "
+      "across vCPUs costs ~20 us one way)\n",
+      c1, c16);
 }
 
 }  // namespace

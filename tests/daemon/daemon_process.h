@@ -5,8 +5,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -111,7 +111,8 @@ inline bool make_test_pki(const std::string& dir) {
       return false;
     std::ofstream(dir + "/" + who + ".ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
     if (!ossl({"x509", "-req", "-in", dir + "/" + who + ".csr", "-CA", dir + "/ca.pem", "-CAkey", dir + "/ca.key",
-               "-CAcreateserial", "-out", dir + "/" + who + ".pem", "-days", "1", "-extfile", dir + "/" + who + ".ext"}))
+               "-CAcreateserial", "-out", dir + "/" + who + ".pem", "-days", "1", "-extfile",
+               dir + "/" + who + ".ext"}))
       return false;
   }
   return true;
@@ -126,9 +127,19 @@ class DaemonProcess {
       : env_(std::move(env)) {
     dir_ = make_temp_dir("ptod-test");
     socket_ = dir_ + "/ptod.sock";
-    argv_ = {PTOD_PATH,           "--state-dir", dir_ + "/state", "--socket",      socket_,
-             "--metrics",         "127.0.0.1:0", "--ready-file",  dir_ + "/ready", "--chips",
-             std::to_string(chips), "--sub-workers", std::to_string(subs)};
+    argv_ = {PTOD_PATH,
+             "--state-dir",
+             dir_ + "/state",
+             "--socket",
+             socket_,
+             "--metrics",
+             "127.0.0.1:0",
+             "--ready-file",
+             dir_ + "/ready",
+             "--chips",
+             std::to_string(chips),
+             "--sub-workers",
+             std::to_string(subs)};
     argv_.insert(argv_.end(), extra.begin(), extra.end());
     log_ = dir_ + "/ptod.log";
     launch();

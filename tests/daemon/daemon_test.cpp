@@ -2,11 +2,11 @@
 // socket (and ephemeral TCP ports), driven with the client library and the
 // real ptoctl. Golden checks compare computed outputs.
 #include <arpa/inet.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -74,7 +74,8 @@ TEST_CASE("ptoctl runs the vector and paged-attention examples through ptod") {
   Output jobs = run_command({PTOCTL_PATH, "jobs"}, 30, env);
   CHECK_THAT(jobs.text, Catch::Contains("SUCCEEDED"));
   // Unreachable daemon: exit 3.
-  Output gone = run_command({PTOCTL_PATH, "--timeout", "2", "--address", "unix:" + d.dir() + "/nothing.sock", "version"}, 30);
+  Output gone =
+      run_command({PTOCTL_PATH, "--timeout", "2", "--address", "unix:" + d.dir() + "/nothing.sock", "version"}, 30);
   CHECK(gone.code == 3);
   CHECK(d.stop() == 0);
 }
@@ -106,7 +107,8 @@ TEST_CASE("concurrent clients each get their own correct results") {
         }
         v1::SubmitRequest req;
         req.mutable_callable()->set_name("vector");
-        for (auto* t : {&ta.value, &tb.value, &tf.value}) *req.mutable_args()->add_tensors()->mutable_tensor() = t->handle();
+        for (auto* t : {&ta.value, &tb.value, &tf.value})
+          *req.mutable_args()->add_tensors()->mutable_tensor() = t->handle();
         req.mutable_args()->add_tags(v1::INPUT);
         req.mutable_args()->add_tags(v1::INPUT);
         req.mutable_args()->add_tags(v1::OUTPUT);
@@ -347,9 +349,7 @@ TEST_CASE("metrics are served in the Prometheus text format on loopback") {
 TEST_CASE("a config error at startup names the key or value and exits 1") {
   const std::string dir = make_temp_dir("ptod-config");
   auto start = [&](const std::string& toml) {
-    {
-      std::ofstream(dir + "/ptod.toml") << toml;
-    }
+    { std::ofstream(dir + "/ptod.toml") << toml; }
     return run_command({PTOD_PATH, "--config", dir + "/ptod.toml", "--state-dir", dir + "/state", "--socket",
                         dir + "/s.sock", "--metrics", "off"},
                        30);
@@ -464,7 +464,9 @@ TEST_CASE("systemd notification - READY after start - WATCHDOG when asked - STOP
   a.sun_family = AF_UNIX;
   std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
   REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  struct timeval tv{0, 200000};
+  struct timeval tv {
+    0, 200000
+  };
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   std::string seen;
   auto drain = [&](int ms) {
@@ -526,11 +528,9 @@ TEST_CASE("server reflection lists the pto.v1 services (what grpcurl uses)") {
     CHECK(reply.find(svc) != std::string::npos);
   ctx.TryCancel();
   call->Finish(&grpc_status_holder, reinterpret_cast<void*>(4));
-  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
-  }
+  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {}
   cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
+  while (cq.Next(&tag, &ok)) {}
 }
 
 TEST_CASE("mutual TLS - a client without a certificate the daemon's CA signed is refused") {
@@ -558,8 +558,8 @@ TEST_CASE("mutual TLS - a client without a certificate the daemon's CA signed is
   INFO(v.status.message);
   CHECK(v.ok());
   // ptoctl with the same material.
-  Output out = run_command({PTOCTL_PATH, "--address", o.address, "--tls", "--tls-ca", o.tls_ca, "--tls-cert", o.tls_cert,
-                            "--tls-key", o.tls_key, "--token-file", dir + "/token", "version"},
+  Output out = run_command({PTOCTL_PATH, "--address", o.address, "--tls", "--tls-ca", o.tls_ca, "--tls-cert",
+                            o.tls_cert, "--tls-key", o.tls_key, "--token-file", dir + "/token", "version"},
                            30);
   CHECK(out.code == 0);
   CHECK_THAT(out.text, Catch::Contains("pto.v1"));
@@ -586,7 +586,8 @@ std::string vector_config_with(const std::string& dir, const std::string& extra)
 
 }  // namespace
 
-TEST_CASE("rejected registrations leave no files - [runtime] is part of a bundle's identity - advice reaches ptoctl whole") {
+TEST_CASE(
+    "rejected registrations leave no files - [runtime] is part of a bundle's identity - advice reaches ptoctl whole") {
   DaemonProcess d;
   REQUIRE(d.up());
   auto c = connect(d);
@@ -603,7 +604,8 @@ TEST_CASE("rejected registrations leave no files - [runtime] is part of a bundle
     v1::RegisterRequest outside;
     outside.mutable_chip()->set_config_toml(
         "[orchestration]\nlibrary = \"/usr/lib/x86_64-linux-gnu/libc.so.6\"\n[[kernels]]\nfunc_id = 0\nlibrary = "
-        "\"k.so\"\ncore_type = \"aiv\"\n[[args]]\nname = \"n\"\nrole = \"scalar\"\nvalue = " + std::to_string(i) + "\n");
+        "\"k.so\"\ncore_type = \"aiv\"\n[[args]]\nname = \"n\"\nrole = \"scalar\"\nvalue = " +
+        std::to_string(i) + "\n");
     (*outside.mutable_chip()->mutable_libraries())["k.so"] = std::string(1 << 20, 'k');
     CHECK_FALSE(c->register_callable(outside).ok());
   }
@@ -631,8 +633,8 @@ TEST_CASE("rejected registrations leave no files - [runtime] is part of a bundle
   Output j = run_command({PTOCTL_PATH, "--json", "result", "1"}, 30, env);
   INFO(j.text);
   // (JSON writes '>' as \u003e.)
-  CHECK_THAT(j.text, Catch::Contains("Solution: PTO2_RING_TASK_WINDOW \\u003e= 8") &&
-                         Catch::Contains("or split the scope."));
+  CHECK_THAT(j.text,
+             Catch::Contains("Solution: PTO2_RING_TASK_WINDOW \\u003e= 8") && Catch::Contains("or split the scope."));
   std::filesystem::remove_all(tmp);
   CHECK(d.stop() == 0);
 }

@@ -64,8 +64,7 @@ class ScriptedPeer final : public v1::Session::Service {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     });
-    while (s->Read(&in)) {
-    }
+    while (s->Read(&in)) {}
     done = true;
     beats.join();
     return grpc::Status::OK;

@@ -177,9 +177,9 @@ TEST_CASE("a job spread over two remote L3 daemons and a local L3 child matches 
   INFO(reg.text);
   REQUIRE(reg.code == 0);
   for (const char* example : {VECTOR_CONFIG, PAGED_ATTENTION_CONFIG}) {
-    Output r = run_command({PTOCTL_PATH, "--address", c.d->address(), "run-example", example, "--instances", "3",
-                            "--spread", "spread"},
-                           120);
+    Output r = run_command(
+        {PTOCTL_PATH, "--address", c.d->address(), "run-example", example, "--instances", "3", "--spread", "spread"},
+        120);
     INFO(r.text);
     CHECK(r.code == 0);
     size_t passes = 0;
@@ -202,7 +202,8 @@ TEST_CASE("a job spread over two remote L3 daemons and a local L3 child matches 
   // Metrics: the sessions and the remote round trips.
   const std::string m = http_get(c.d->metrics_port(), "/metrics");
   CHECK_THAT(m, Catch::Contains("ptod_peer_up{worker=\"1\",peer=\"peer " + a.address() + "\"} 1") &&
-                    Catch::Contains("ptod_remote_round_trip_seconds_count 4") && Catch::Contains("ptod_task_retries_total 0"));
+                    Catch::Contains("ptod_remote_round_trip_seconds_count 4") &&
+                    Catch::Contains("ptod_task_retries_total 0"));
   // ptoctl workers shows the whole tree: L4, the L3 workers, the peers' chips.
   Output tree = run_command({PTOCTL_PATH, "--address", c.d->address(), "workers"});
   INFO(tree.text);
@@ -268,7 +269,8 @@ TEST_CASE("library bytes travel once - unregister removes it from every peer") {
   REQUIRE(r.ok());
   const std::string log = c.d->log();
   INFO(log);
-  CHECK_THAT(log, Catch::Contains("peer " + a.address() + ": prepared") && Catch::Contains("already held: no bytes sent"));
+  CHECK_THAT(log,
+             Catch::Contains("peer " + a.address() + ": prepared") && Catch::Contains("already held: no bytes sent"));
   CHECK_THAT(log, Catch::Contains("peer " + b.address() + ": prepared") && Catch::Contains("bytes sent)"));
   CHECK(connect(b)->callables().value.callables_size() == 1);
   v1::CallableRef ref;
@@ -497,8 +499,8 @@ TEST_CASE("sessions between daemons need the token - TLS and mutual TLS between 
     CHECK(s.finish().error_code() == grpc::StatusCode::UNAUTHENTICATED);
   }
   const std::string tcp = "127.0.0.1:" + std::to_string(p.grpc_port());
-  const std::string tls = "tls_ca = \"" + dir + "/ca.pem\"\ntls_cert = \"" + dir + "/client.pem\"\ntls_key = \"" + dir +
-                          "/client.key\"\n";
+  const std::string tls =
+      "tls_ca = \"" + dir + "/ca.pem\"\ntls_cert = \"" + dir + "/client.pem\"\ntls_key = \"" + dir + "/client.key\"\n";
   {  // The wrong token: the coordinator never gets a session and says why.
     Coordinator c({}, 0, tls + "token_file = \"" + dir + "/wrong\"\n", {tcp});
     REQUIRE(c.d->up());

@@ -23,8 +23,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (ref.tensor().id() != 1 && ref.tensor().name() != "t")
       return pto::Status::Error(pto::kWorkerNotRegistered, "no such tensor");
     *e = t;
-    return ptod::TensorStore::view_of(t, ref.offset_bytes(), std::vector<uint32_t>(ref.shape().begin(), ref.shape().end()),
-                                      ref.dtype(), ref.has_dtype(), out);
+    return ptod::TensorStore::view_of(t, ref.offset_bytes(),
+                                      std::vector<uint32_t>(ref.shape().begin(), ref.shape().end()), ref.dtype(),
+                                      ref.has_dtype(), out);
   };
   ptod::JobArgs job;
   if (ptod::job_args_from_proto(req.args(), resolve, &job).ok()) {

@@ -53,11 +53,16 @@ int follow_advice(const std::string& message, RuntimeConfig* cfg) {
   for (auto it = std::sregex_iterator(message.begin(), message.end(), re); it != std::sregex_iterator(); ++it) {
     const std::string var = (*it)[1];
     const uint64_t v = std::stoull((*it)[2]);
-    if (var == "PTO2_RING_TASK_WINDOW") cfg->task_window = v;
-    else if (var == "PTO2_RING_HEAP") cfg->heap_size = v;
-    else if (var == "PTO2_RING_DEP_POOL") cfg->dep_pool_size = v;
-    else if (var == "PTO2_TENSORMAP_POOL") cfg->tensormap_pool_size = v;
-    else FAIL("unknown variable in advice: " << var);
+    if (var == "PTO2_RING_TASK_WINDOW")
+      cfg->task_window = v;
+    else if (var == "PTO2_RING_HEAP")
+      cfg->heap_size = v;
+    else if (var == "PTO2_RING_DEP_POOL")
+      cfg->dep_pool_size = v;
+    else if (var == "PTO2_TENSORMAP_POOL")
+      cfg->tensormap_pool_size = v;
+    else
+      FAIL("unknown variable in advice: " << var);
     ++named;
   }
   return named;

@@ -148,7 +148,7 @@ TEST_CASE("overlapping views of one buffer order each other; disjoint views run 
     Tensor a = rows(B, 16, 4, 0, 8), b = rows(B, 16, 4, 8, 16);  // disjoint halves
     Tensor mid = rows(B, 16, 4, 6, 10);                          // overlaps both
     Tensor all = rows(B, 16, 4, 0, 16);
-    Tensor c = rows(B, 16, 4, 12, 14);                           // inside b only
+    Tensor c = rows(B, 16, 4, 12, 14);  // inside b only
     mix(rt, a, u, 0);
     mix(rt, b, u, 1);
     mix(rt, mid, u, 2);
@@ -178,9 +178,9 @@ TEST_CASE("nested scopes: tasks in inner rings reclaim while outer scope stays o
   RunResult r = chip.runtime->run([&](PTO2Runtime* rt) {
     Tensor o = rows(out, 1, 4, 0, 1), u = rows(one, 1, 4, 0, 1);
     for (int g = 0; g < 10; ++g) {
-      PTO2_SCOPE(rt) {      // depth 1 -> ring 1
-        PTO2_SCOPE(rt) {    // depth 2 -> ring 2
-          PTO2_SCOPE(rt) {  // depth 3 -> ring 3
+      PTO2_SCOPE(rt) {        // depth 1 -> ring 1
+        PTO2_SCOPE(rt) {      // depth 2 -> ring 2
+          PTO2_SCOPE(rt) {    // depth 3 -> ring 3
             PTO2_SCOPE(rt) {  // depth 4 -> ring 3 as well
               for (int i = 0; i < 5; ++i, ++submitted) mix(rt, o, u, submitted);
             }
@@ -277,8 +277,7 @@ TEST_CASE("batched GEMM with INOUT accumulation across cube and vector cores", "
       for (uint32_t j = 0; j < T; ++j) {
         float golden = 0;
         for (uint32_t k = 0; k < ksteps; ++k)
-          for (uint32_t x = 0; x < T; ++x)
-            golden += A[((g * ksteps + k) * T + i) * T + x] * B[(k * T + x) * T + j];
+          for (uint32_t x = 0; x < T; ++x) golden += A[((g * ksteps + k) * T + i) * T + x] * B[(k * T + x) * T + j];
         REQUIRE(C[(g * T + i) * T + j] == Approx(golden));
       }
 }
@@ -322,7 +321,7 @@ TEST_CASE("outputs of one task are packed into one 1024-aligned heap allocation"
   });
   REQUIRE(r.ok());
   CHECK(a0 % 1024 == 0);
-  CHECK(a1 == a0 + 1024);         // 64 B rounded up to the output alignment
-  CHECK(a2 == a1 + 2048);         // 1600 B rounded up to 2048
+  CHECK(a1 == a0 + 1024);  // 64 B rounded up to the output alignment
+  CHECK(a2 == a1 + 2048);  // 1600 B rounded up to 2048
   CHECK(r0 == in);
 }

@@ -114,13 +114,15 @@ void run_random_graphs(int sched, int exec, bool random_bases) {
         }
         Tensor v = view_of(bufs, op.v), u = view_of(bufs, op.u);
         PTOParam p[] = {make_inout_param(v), make_input_param(u), make_scalar_param(i)};
-        if (pto2_rt_submit_task(rt, op.cube ? kMixCube : kMix, op.cube ? PTO2_WORKER_CUBE : PTO2_WORKER_VECTOR, p,
-                                3) < 0)
+        if (pto2_rt_submit_task(rt, op.cube ? kMixCube : kMix, op.cube ? PTO2_WORKER_CUBE : PTO2_WORKER_VECTOR, p, 3) <
+            0)
           return 1;
         if (op.scope_delta < 0 || ++in_scope >= 6) {
           pto2_rt_scope_end(rt);
-          if (depth == 1) pto2_rt_scope_begin(rt);  // the outermost one rolls over
-          else --depth;
+          if (depth == 1)
+            pto2_rt_scope_begin(rt);  // the outermost one rolls over
+          else
+            --depth;
           in_scope = 0;
         }
       }

@@ -72,9 +72,9 @@ TEST_CASE("readers find writers; writers find writers and readers", "[tensor_map
   m.put(box(t, 0, 0, 4, 8), 0, 1, TensorMap::kWriter);
   m.put(box(t, 0, 0, 8, 8), 0, 2, TensorMap::kReader);
   CHECK(m.find(box(t, 2, 0, 1, 8), false) == std::vector<uint64_t>{make_task_id(0, 1)});
-  CHECK(m.find(box(t, 6, 0, 1, 8), false).empty());  // only a reader there
+  CHECK(m.find(box(t, 6, 0, 1, 8), false).empty());                                      // only a reader there
   CHECK(m.find(box(t, 6, 0, 1, 8), true) == std::vector<uint64_t>{make_task_id(0, 2)});  // write after read
-  CHECK(m.find(grid(0x30000, 8, 8), true).empty());  // another buffer
+  CHECK(m.find(grid(0x30000, 8, 8), true).empty());                                      // another buffer
 }
 
 TEST_CASE("buckets shared by different buffers only match the same base", "[tensor_map]") {
@@ -106,8 +106,7 @@ TEST_CASE("layer 1: lookup truncates a chain at its first stale entry", "[tensor
   m.tm->sync(false);  // snapshot last_task_alive; fewer than 64 retired: no batch cleanup
   CHECK(m.tm->free_entries() == 256 - 10);
   const auto found = m.find(t, false);
-  CHECK(found == std::vector<uint64_t>{make_task_id(1, 6), make_task_id(1, 7), make_task_id(1, 8),
-                                       make_task_id(1, 9)});
+  CHECK(found == std::vector<uint64_t>{make_task_id(1, 6), make_task_id(1, 7), make_task_id(1, 8), make_task_id(1, 9)});
   CHECK(m.tm->linked_entries() == 4);  // the stale tail was cut in one step
 }
 
@@ -176,10 +175,10 @@ TEST_CASE("externals at different bases over the same bytes find each other", "[
   const Tensor whole = flat(0xA0000, 16);  // bytes [0xA0000, 0xA0040)
   CHECK(m.find(whole, true).empty());      // registers the base, as a submit does
   m.put(whole, 0, 1);
-  CHECK(m.find(flat(0xA0020, 8), false) == std::vector<uint64_t>{make_task_id(0, 1)});  // inside
+  CHECK(m.find(flat(0xA0020, 8), false) == std::vector<uint64_t>{make_task_id(0, 1)});   // inside
   CHECK(m.find(flat(0xA0030, 16), false) == std::vector<uint64_t>{make_task_id(0, 1)});  // straddles the end
-  CHECK(m.find(flat(0xA0040, 8), false).empty());  // adjacent, no byte in common
-  CHECK(m.find(flat(0x9FFC0, 16), false).empty());  // ends where whole begins
+  CHECK(m.find(flat(0xA0040, 8), false).empty());                                        // adjacent, no byte in common
+  CHECK(m.find(flat(0x9FFC0, 16), false).empty());                                       // ends where whole begins
   // The reverse direction: a writer through an inner base finds readers of the outer one.
   m.put(whole, 0, 2, TensorMap::kReader);
   CHECK(m.find(flat(0xA0010, 2), true) == std::vector<uint64_t>{make_task_id(0, 1), make_task_id(0, 2)});
@@ -199,7 +198,8 @@ TEST_CASE("external bases no live task uses are pruned", "[tensor_map]") {
   const uint32_t before = m.tm->external_bases();
   m.la[0] = 600;  // every task retired
   m.tm->sync(true);
-  for (uint64_t s = 600; s < 1200; ++s) m.tm->lookup(flat(0x900000 + s * 0x100, 4), true, make_task_id(0, s), &m.scratch);
+  for (uint64_t s = 600; s < 1200; ++s)
+    m.tm->lookup(flat(0x900000 + s * 0x100, 4), true, make_task_id(0, s), &m.scratch);
   CHECK(m.tm->external_bases() < before + 600);  // dead records were reclaimed on the way
   m.tm->begin_run();
   CHECK(m.tm->external_bases() == 0);

@@ -50,8 +50,8 @@ TEST_CASE("config is validated and the chip has block_dim clusters of 1 AIC + 2 
   int cubes = 0;
   for (int c = 0; c < 72; ++c) cubes += chip->core_type(c) == WorkerType::kCube;
   CHECK(cubes == 24);
-  CHECK(chip->cluster_of(5) == 5);                 // AIC 5
-  CHECK(chip->cluster_of(24 + 2 * 5) == 5);        // its two AIVs
+  CHECK(chip->cluster_of(5) == 5);           // AIC 5
+  CHECK(chip->cluster_of(24 + 2 * 5) == 5);  // its two AIVs
   CHECK(chip->cluster_of(24 + 2 * 5 + 1) == 5);
   CHECK(cfg.scheduler_threads() >= 1);
   CHECK(cfg.scheduler_threads() <= 3);
@@ -72,7 +72,7 @@ TEST_CASE("handshake: DATA_MAIN_BASE dispatches, COND reports ACK then FIN", "[a
 
   g_gate = 0;
   g_ran = 0;
-  const int core = 3;  // an AIV
+  const int core = 3;     // an AIV
   int64_t args[1] = {0};  // room for the kernel context after 0 arguments
   DispatchPayload p;
   p.args = args;

@@ -44,7 +44,8 @@ TEST_CASE(".npy: a good file parses; bad shapes and descrs are errors, not excep
   }
   for (const char* descr : {"'<fx'", "'<f'", "'>f4'", "'<f3'", "f4", "'<f99999999999999999999'"}) {
     INFO(descr);
-    CHECK_FALSE(parse(npy(std::string("{'descr': ") + descr + ", 'fortran_order': False, 'shape': (2,), }", 8), &a).ok());
+    CHECK_FALSE(
+        parse(npy(std::string("{'descr': ") + descr + ", 'fortran_order': False, 'shape': (2,), }", 8), &a).ok());
   }
   // A product that wraps 64 bits.
   Status wrap = parse(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967297), }", 0), &a);
@@ -65,13 +66,14 @@ TEST_CASE("TOML: the bytes that reached undefined behaviour in toml++ are refuse
   toml::table t;
   Status s = parse_toml_text(std::string("3\xEF\xBB\xBE", 4), "bundle", &t);
   CHECK_THAT(s.message, Catch::Contains("bundle: line 1") && Catch::Contains("non-ASCII"));
-  CHECK_THAT(parse_toml_text("a = 1\nb = \"\xC3\x28\"\n", "x", &t).message, Catch::Contains("line 2") &&
-                                                                              Catch::Contains("not valid UTF-8"));
+  CHECK_THAT(parse_toml_text("a = 1\nb = \"\xC3\x28\"\n", "x", &t).message,
+             Catch::Contains("line 2") && Catch::Contains("not valid UTF-8"));
   CHECK_THAT(parse_toml_text("a = 1\x01", "x", &t).message, Catch::Contains("control character 0x01"));
   CHECK_THAT(parse_toml_text("a = \"open", "x", &t).message, Catch::Contains("string"));
   CHECK_THAT(parse_toml_text(std::string(kMaxTomlBytes + 1, '#'), "x", &t).message, Catch::Contains("at most"));
   // Non-ASCII in strings and comments is TOML and is kept.
-  REQUIRE(parse_toml_text("# caf\xC3\xA9\nname = \"caf\xC3\xA9\" # \xE2\x9C\x93\nm = '''\n\xC3\xA9\n'''\n", "x", &t).ok());
+  REQUIRE(
+      parse_toml_text("# caf\xC3\xA9\nname = \"caf\xC3\xA9\" # \xE2\x9C\x93\nm = '''\n\xC3\xA9\n'''\n", "x", &t).ok());
   CHECK(t["name"].value_or(std::string()) == "caf\xC3\xA9");
 }
 
@@ -79,14 +81,16 @@ TEST_CASE("kernel config: a shape whose size wraps 64 bits is refused; integer k
   const std::string head =
       "[orchestration]\nlibrary = \"o.so\"\n[[kernels]]\nfunc_id = 0\nlibrary = \"k.so\"\ncore_type = \"aiv\"\n";
   ChipConfig c;
-  Status s = ChipConfig::parse(head + "[[args]]\nname = \"x\"\nrole = \"input\"\ndtype = \"float32\"\n"
-                                      "shape = [4611686018427387905, 4]\n",
+  Status s = ChipConfig::parse(head +
+                                   "[[args]]\nname = \"x\"\nrole = \"input\"\ndtype = \"float32\"\n"
+                                   "shape = [4611686018427387905, 4]\n",
                                "/b/kernels.toml", &c);
   CHECK_THAT(s.message, Catch::Contains("args[0] (x)") && Catch::Contains("larger than"));
   s = ChipConfig::parse(head + "[runtime]\ntask_window = 1e30\n[[args]]\nname = \"n\"\nrole = \"scalar\"\nvalue = 1\n",
                         "/b/kernels.toml", &c);
   CHECK_THAT(s.message, Catch::Contains("task_window must be an integer"));
-  s = ChipConfig::parse(head + "[runtime]\nblock_dim = 4294967297\n[[args]]\nname = \"n\"\nrole = \"scalar\"\nvalue = 1\n",
-                        "/b/kernels.toml", &c);
+  s = ChipConfig::parse(
+      head + "[runtime]\nblock_dim = 4294967297\n[[args]]\nname = \"n\"\nrole = \"scalar\"\nvalue = 1\n",
+      "/b/kernels.toml", &c);
   CHECK_THAT(s.message, Catch::Contains("block_dim must be an integer in 1..1024"));
 }

@@ -48,7 +48,8 @@ struct TempDir {
 std::string variant(const TempDir& dir, const std::string& from, const std::string& to) {
   std::ifstream in(std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  text = std::regex_replace(text, std::regex("library = \"lib"), std::string("library = \"") + VECTOR_EXAMPLE_DIR + "/lib");
+  text = std::regex_replace(text, std::regex("library = \"lib"),
+                            std::string("library = \"") + VECTOR_EXAMPLE_DIR + "/lib");
   if (!from.empty()) {
     const size_t at = text.find(from);
     REQUIRE(at != std::string::npos);
@@ -106,7 +107,8 @@ TEST_CASE("pto2-run explains each way user code fails to load or run, naming the
     CHECK_THAT(r.output, Catch::Contains("does not export 'aicpu_orchestration_config'"));
   }
   SECTION("wrong argument count") {
-    const std::string cfg = variant(dir, "[[args]]\nname = \"n\"", "[[args]]\nname = \"n2\"\nrole = \"scalar\"\nvalue = 1\n\n[[args]]\nname = \"n\"");
+    const std::string cfg = variant(dir, "[[args]]\nname = \"n\"",
+                                    "[[args]]\nname = \"n2\"\nrole = \"scalar\"\nvalue = 1\n\n[[args]]\nname = \"n\"");
     Result r = run(cfg);
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.output, Catch::Contains("liborch_vector.so") && Catch::Contains("expects 4 arguments, got 5"));
@@ -144,7 +146,8 @@ TEST_CASE("pto2-run explains each way user code fails to load or run, naming the
       out << header;
       out.write(std::string(16, '\0').data(), 16);
     }
-    Result r = run(std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml -o " + (dir.path / "o").string() + " --input a=" + npy);
+    Result r =
+        run(std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml -o " + (dir.path / "o").string() + " --input a=" + npy);
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.output, Catch::Contains("input a") && Catch::Contains("16384"));
   }
@@ -158,7 +161,8 @@ TEST_CASE("pto2-run explains each way user code fails to load or run, naming the
 TEST_CASE("pto2-run --trace writes a swimlane trace with a slice per task and prints a summary", "[pto2-run][trace]") {
   TempDir dir;
   const std::string trace = (dir.path / "trace.json").string();
-  Result r = run(std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml -o " + (dir.path / "o").string() + " --trace " + trace);
+  Result r =
+      run(std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml -o " + (dir.path / "o").string() + " --trace " + trace);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Catch::Contains("summary: 4 tasks") && Catch::Contains("AIV cores") &&
@@ -173,7 +177,7 @@ TEST_CASE("pto2-run --trace writes a swimlane trace with a slice per task and pr
     for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
     return n;
   };
-  CHECK(count("\"cat\": \"kernel\"") == 4);        // one slice per task, on its core's lane
+  CHECK(count("\"cat\": \"kernel\"") == 4);  // one slice per task, on its core's lane
   CHECK(count("\"name\": \"add_scalar\"") == 2);
   CHECK(count("orchestrator (AICPU)") == 1);
   CHECK(count("scheduler 0 (AICPU)") == 1);
@@ -198,7 +202,8 @@ TEST_CASE("pto2-run: an output element no task wrote fails, whatever the golden"
 
 TEST_CASE("pto2-run: data settings on an output are refused; an accumulator is an inout", "[pto2-run]") {
   TempDir dir;
-  const std::string cfg = variant(dir, "name = \"f\"\nrole = \"output\"", "name = \"f\"\nrole = \"output\"\ngenerate = \"zeros\"");
+  const std::string cfg =
+      variant(dir, "name = \"f\"\nrole = \"output\"", "name = \"f\"\nrole = \"output\"\ngenerate = \"zeros\"");
   Result r = run(cfg);
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.output, Catch::Contains("'generate' does not apply to an output") && Catch::Contains("inout"));
@@ -237,8 +242,8 @@ TEST_CASE("pto2-run: a run's error is printed once, with its advice", "[pto2-run
        at = r.output.find("Flow Control Deadlock", at + 1))
     ++n;
   CHECK(n == 1);
-  CHECK_THAT(r.output, Catch::Contains("PTO2_RING_TASK_WINDOW >= 8") &&
-                           Catch::Contains("failed: SCOPE_EXCEEDS_WINDOW (10)"));
+  CHECK_THAT(r.output,
+             Catch::Contains("PTO2_RING_TASK_WINDOW >= 8") && Catch::Contains("failed: SCOPE_EXCEEDS_WINDOW (10)"));
 }
 
 TEST_CASE("pto2-run: the summary counts tasks per kernel; --dump-tensors writes each task's tensors", "[pto2-run]") {

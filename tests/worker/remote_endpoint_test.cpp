@@ -201,9 +201,9 @@ TEST_CASE("tasks on remote buffers are ordered by byte-range overlap - not by st
   for (int i = 0; i < 4096; ++i) host[i] = float(i);
   REQUIRE(w.write_remote(buf.value, host.data()).ok());
   RunHandle run = w.submit([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
-    o.submit_next_level(h, TaskArgs().add_tensor(view(0, 1024), OUT));      // t1 writes [0, 1024)
-    o.submit_next_level(h, TaskArgs().add_tensor(view(512, 1024), IN));     // t2 reads [512, 1536): after t1
-    o.submit_next_level(h, TaskArgs().add_tensor(view(2048, 1024), INOUT)); // t3 disjoint: with t1
+    o.submit_next_level(h, TaskArgs().add_tensor(view(0, 1024), OUT));       // t1 writes [0, 1024)
+    o.submit_next_level(h, TaskArgs().add_tensor(view(512, 1024), IN));      // t2 reads [512, 1536): after t1
+    o.submit_next_level(h, TaskArgs().add_tensor(view(2048, 1024), INOUT));  // t3 disjoint: with t1
   });
   REQUIRE(link->wait_sent(2));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -284,7 +284,8 @@ TEST_CASE("two-phase remote registration aborts everywhere when one peer refuses
   REQUIRE_FALSE(h.ok());
   CHECK_THAT(h.status.message, Catch::Contains("peer b") && Catch::Contains("refused by script"));
   CHECK(a->calls() == std::vector<std::string>{"prepare payload", "abort"});
-  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) { o.submit_next_level(h, TaskArgs()); });
+  RunResult r =
+      w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) { o.submit_next_level(h, TaskArgs()); });
   CHECK_FALSE(r.ok());
   // Registered on a alone, then unregistered: a tombstone names it at the next submit.
   CallableOptions only_a = remote();

@@ -102,7 +102,7 @@ TEST_CASE("SIGKILL of a chip child mid-task fails its lane promptly - the next r
   CHECK(r.outcome == Outcome::ENDPOINT_FAILURE);
   CHECK(r.first_failure->worker == "chip 0");
   CHECK_THAT(r.first_failure->message, Catch::Contains("signal 9"));
-  CHECK(secs < 5.0);  // the sleep was 20 s
+  CHECK(secs < 5.0);             // the sleep was 20 s
   CHECK(process_gone(old_pid));  // reaped: no zombie
   CHECK(child(w.children(), ChildKind::CHIP, 0)->state == ChildState::DEAD);
   RunResult again = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
@@ -216,18 +216,25 @@ TEST_CASE("bad input gives a clear error at the call") {
     expect_error([&](Orchestrator& o) { return o.submit_sub(noop, big); }, "5000 scalars");
   }
   SECTION("OUTPUT_EXISTING without an address") {
-    expect_error([&](Orchestrator& o) {
-      return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {4}, PTO2_FLOAT32), OUT_EXISTING));
-    }, "has no address");
+    expect_error(
+        [&](Orchestrator& o) {
+          return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {4}, PTO2_FLOAT32), OUT_EXISTING));
+        },
+        "has no address");
   }
   SECTION("a tensor in memory the children cannot see") {
-    expect_error([&](Orchestrator& o) {
-      return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(private_memory.data(), {16}, PTO2_FLOAT32), IN));
-    }, "is not in memory the children share");
+    expect_error(
+        [&](Orchestrator& o) {
+          return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(private_memory.data(), {16}, PTO2_FLOAT32), IN));
+        },
+        "is not in memory the children share");
   }
   SECTION("an unknown dtype and too many dims") {
-    expect_error([&](Orchestrator& o) { return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(f32(shared), {4}, 99), IN)); },
-                 "unknown dtype 99");
+    expect_error(
+        [&](Orchestrator& o) {
+          return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(f32(shared), {4}, 99), IN));
+        },
+        "unknown dtype 99");
     ContinuousTensor t = shared;
     t.ndims = 9;
     expect_error([&](Orchestrator& o) { return o.submit_sub(noop, TaskArgs().add_tensor(t, IN)); }, "ndims 9");
@@ -236,8 +243,11 @@ TEST_CASE("bad input gives a clear error at the call") {
     expect_error([&](Orchestrator& o) { return o.submit_sub_group(noop, std::vector<TaskArgs>(3)); },
                  "a group of 3 needs 3 distinct sub workers; this Worker has 2");
     expect_error([&](Orchestrator& o) { return o.submit_sub_group(noop, {}); }, "at least one member");
-    expect_error([&](Orchestrator& o) { return o.submit_next_level_group(chip, std::vector<TaskArgs>(1), {}, {0, 0}); },
-                 "1 members but 2 worker ids");
+    expect_error(
+        [&](Orchestrator& o) {
+          return o.submit_next_level_group(chip, std::vector<TaskArgs>(1), {}, {0, 0});
+        },
+        "1 members but 2 worker ids");
   }
   SECTION("worker ids out of range") {
     expect_error([&](Orchestrator& o) { return o.submit_next_level(chip, TaskArgs(), {}, 5); },
@@ -247,17 +257,21 @@ TEST_CASE("bad input gives a clear error at the call") {
     expect_error([&](Orchestrator& o) { return o.submit_sub(chip, TaskArgs()); }, "is a chip callable");
   }
   SECTION("an output larger than the heap ring") {
-    expect_error([&](Orchestrator& o) {
-      return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {1 << 20}, PTO2_FLOAT32), OUT));
-    }, "exceed heap ring 0");
+    expect_error(
+        [&](Orchestrator& o) {
+          return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {1 << 20}, PTO2_FLOAT32), OUT));
+        },
+        "exceed heap ring 0");
   }
   SECTION("a heap ring held by an open scope is an error, not a hang") {
-    expect_error([&](Orchestrator& o) {
-      SubmitResult last;
-      for (int i = 0; i < 8 && (i == 0 || last.ok()); ++i)
-        last = o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {4096}, PTO2_FLOAT32), OUT));
-      return last;
-    }, "still open");
+    expect_error(
+        [&](Orchestrator& o) {
+          SubmitResult last;
+          for (int i = 0; i < 8 && (i == 0 || last.ok()); ++i)
+            last = o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {4096}, PTO2_FLOAT32), OUT));
+          return last;
+        },
+        "still open");
   }
   SECTION("a function callable registered after init") {
     auto h = w.register_callable(NativeCallable::function("late", [](const TaskArgsView&, std::string&) { return 0; }));
@@ -448,7 +462,8 @@ TEST_CASE("a scoped buffer is not reused while a task still reads it") {
       REQUIRE(b.ok());
       REQUIRE(o.submit_sub(write, TaskArgs().add_tensor(b.value, OUT_EXISTING).add_scalar(i)).ok());
       ContinuousTensor ok_i = make_tensor(reinterpret_cast<int32_t*>(oks.value.data) + i, {1}, PTO2_INT32);
-      REQUIRE(o.submit_sub(check, TaskArgs().add_tensor(b.value, IN).add_tensor(ok_i, OUT_EXISTING).add_scalar(i)).ok());
+      REQUIRE(
+          o.submit_sub(check, TaskArgs().add_tensor(b.value, IN).add_tensor(ok_i, OUT_EXISTING).add_scalar(i)).ok());
     }
   });
   INFO(r.status.message);
@@ -526,13 +541,14 @@ TEST_CASE("a child that breaks the mailbox protocol is killed and its task fails
     return reinterpret_cast<Mailbox*>(reinterpret_cast<uintptr_t>(a.tensors) - kBlobHeaderBytes - kMailboxBlobOffset);
   };
   Worker w({.level = 3, .num_sub_workers = 1});
-  auto wrong_sequence = w.register_callable(NativeCallable::function("wrong_sequence", [&](const TaskArgsView& a, std::string&) {
-    Mailbox* mb = mailbox_of(a);
-    mb->done_sequence = 999999;
-    mb->state.store(MB_TASK_DONE, std::memory_order_release);
-    std::this_thread::sleep_for(std::chrono::seconds(30));
-    return 0;
-  }));
+  auto wrong_sequence =
+      w.register_callable(NativeCallable::function("wrong_sequence", [&](const TaskArgsView& a, std::string&) {
+        Mailbox* mb = mailbox_of(a);
+        mb->done_sequence = 999999;
+        mb->state.store(MB_TASK_DONE, std::memory_order_release);
+        std::this_thread::sleep_for(std::chrono::seconds(30));
+        return 0;
+      }));
   auto bad_state = w.register_callable(NativeCallable::function("bad_state", [&](const TaskArgsView& a, std::string&) {
     mailbox_of(a)->state.store(77, std::memory_order_release);
     std::this_thread::sleep_for(std::chrono::seconds(30));
@@ -568,9 +584,7 @@ TEST_CASE("a shape whose size overflows is refused at submit") {
 TEST_CASE("long messages cross the mailbox whole up to the bound and are cut in the middle beyond it") {
   Worker w({.level = 3, .num_sub_workers = 1});
   const std::string head = "HEAD ", tail = " Solution: TAIL >= 42";
-  auto speak = [&](size_t filler) {
-    return head + std::string(filler, 'm') + tail;
-  };
+  auto speak = [&](size_t filler) { return head + std::string(filler, 'm') + tail; };
   auto fits = w.register_callable(NativeCallable::function("fits", [&](const TaskArgsView&, std::string& err) {
     err = speak(pto2::kMaxMessageBytes - head.size() - tail.size());
     return 3;
@@ -590,8 +604,10 @@ TEST_CASE("long messages cross the mailbox whole up to the bound and are cut in 
     REQUIRE(m.size() >= tail.size());
     CHECK(m.substr(m.size() - tail.size()) == tail);
     CHECK(m.size() <= pto2::kMaxMessageBytes);
-    if (whole) CHECK(m == speak(pto2::kMaxMessageBytes - head.size() - tail.size()));
-    else CHECK_THAT(m, Catch::Contains("bytes cut"));
+    if (whole)
+      CHECK(m == speak(pto2::kMaxMessageBytes - head.size() - tail.size()));
+    else
+      CHECK_THAT(m, Catch::Contains("bytes cut"));
   }
 }
 

@@ -30,19 +30,22 @@ TEST_CASE("two chips each run the vector example on disjoint tensors") {
     fill(a[c], -1.f + c, 0.01f);
     fill(b[c], 0.5f * c, -0.02f);
   }
-  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig& cfg) {
-    for (int c = 0; c < 2; ++c) {
-      TaskArgs t;
-      t.add_tensor(a[c], IN).add_tensor(b[c], IN).add_tensor(f[c], OUT).add_scalar(N);
-      REQUIRE(o.submit_next_level(chip, t, cfg, c).ok());
-    }
-    return 0;
-  }, {}, CallConfig{.block_dim = 4});
+  RunResult r = w.run(
+      [&](Orchestrator& o, const TaskArgsView&, const CallConfig& cfg) {
+        for (int c = 0; c < 2; ++c) {
+          TaskArgs t;
+          t.add_tensor(a[c], IN).add_tensor(b[c], IN).add_tensor(f[c], OUT).add_scalar(N);
+          REQUIRE(o.submit_next_level(chip, t, cfg, c).ok());
+        }
+        return 0;
+      },
+      {}, CallConfig{.block_dim = 4});
   INFO(r.status.message);
   REQUIRE(r.ok());
   CHECK(r.tasks_succeeded == 2);
   for (int c = 0; c < 2; ++c)
-    for (uint32_t i = 0; i < N; ++i) REQUIRE(f32(f[c])[i] == Approx(vector_f(f32(a[c])[i], f32(b[c])[i])).epsilon(1e-5));
+    for (uint32_t i = 0; i < N; ++i)
+      REQUIRE(f32(f[c])[i] == Approx(vector_f(f32(a[c])[i], f32(b[c])[i])).epsilon(1e-5));
   auto cs = w.children();
   CHECK(child(cs, ChildKind::CHIP, 0)->tasks_run == 1);
   CHECK(child(cs, ChildKind::CHIP, 1)->tasks_run == 1);
@@ -63,13 +66,16 @@ TEST_CASE("a chain chip -> sub -> chip orders itself through an inferred depende
   RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig& cfg) {
     // f has no address: the Worker allocates it in the heap ring.
     ContinuousTensor f = make_tensor(nullptr, {N}, PTO2_FLOAT32);
-    auto s1 = o.submit_next_level(chip, TaskArgs().add_tensor(a, IN).add_tensor(b, IN).add_tensor(f, OUT).add_scalar(N), cfg);
+    auto s1 =
+        o.submit_next_level(chip, TaskArgs().add_tensor(a, IN).add_tensor(b, IN).add_tensor(f, OUT).add_scalar(N), cfg);
     REQUIRE(s1.ok());
     f = s1.tensor(2);
     REQUIRE(f.data != 0);
     f_seen = f;
     REQUIRE(o.submit_sub(add_one, TaskArgs().add_tensor(f, INOUT)).ok());
-    REQUIRE(o.submit_next_level(chip, TaskArgs().add_tensor(f, IN).add_tensor(b, IN).add_tensor(g, OUT).add_scalar(N), cfg).ok());
+    REQUIRE(
+        o.submit_next_level(chip, TaskArgs().add_tensor(f, IN).add_tensor(b, IN).add_tensor(g, OUT).add_scalar(N), cfg)
+            .ok());
     return 0;
   });
   INFO(r.status.message);
@@ -99,9 +105,9 @@ TEST_CASE("overlapping views order each other - disjoint views do not wait") {
   ContinuousTensor buf = alloc_f32(w, 1024), out1 = alloc_f32(w, 1), out2 = alloc_f32(w, 1);
   f32(buf)[0] = f32(buf)[600] = -1.f;
   RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
-    ContinuousTensor lo = make_tensor(f32(buf), {512}, PTO2_FLOAT32);          // [0, 512)
-    ContinuousTensor mid = make_tensor(f32(buf) + 256, {512}, PTO2_FLOAT32);   // [256, 768): overlaps lo
-    ContinuousTensor hi = make_tensor(f32(buf) + 600, {100}, PTO2_FLOAT32);    // [600, 700): disjoint from lo
+    ContinuousTensor lo = make_tensor(f32(buf), {512}, PTO2_FLOAT32);         // [0, 512)
+    ContinuousTensor mid = make_tensor(f32(buf) + 256, {512}, PTO2_FLOAT32);  // [256, 768): overlaps lo
+    ContinuousTensor hi = make_tensor(f32(buf) + 600, {100}, PTO2_FLOAT32);   // [600, 700): disjoint from lo
     REQUIRE(o.submit_sub(fill_slow, TaskArgs().add_tensor(lo, OUT_EXISTING).add_scalar(7).add_scalar(100)).ok());
     // Reads mid (overlaps lo): must see the 7s.
     REQUIRE(o.submit_sub(peek, TaskArgs().add_tensor(mid, IN).add_tensor(out1, OUT_EXISTING)).ok());
@@ -277,7 +283,8 @@ TEST_CASE("L4 -> L3 -> chips and subs - end to end") {
   INFO(r.status.message);
   REQUIRE(r.ok());
   for (int c = 0; c < 2; ++c)
-    for (uint32_t i = 0; i < N; i += 7) REQUIRE(f32(f[c])[i] == Approx(vector_f(f32(a[c])[i], f32(b[c])[i]) + 1.f).epsilon(1e-5));
+    for (uint32_t i = 0; i < N; i += 7)
+      REQUIRE(f32(f[c])[i] == Approx(vector_f(f32(a[c])[i], f32(b[c])[i]) + 1.f).epsilon(1e-5));
   for (const auto& ci : w4.children()) CHECK(ci.tasks_run == 1);
 }
 
@@ -335,30 +342,36 @@ TEST_CASE("a void orchestration with nested scopes down to depth 5") {
   ContinuousTensor a = alloc_f32(w, N), b = alloc_f32(w, N), out = alloc_f32(w, N);
   fill(a, 0.5f, 0.001f);
   fill(b, 0.25f, 0.0f);
-  RunResult r = w.run([&](pto::Orchestrator& o, const pto::TaskArgsView& in, const pto::CallConfig& cfg) {
-    // x lives in heap ring 0; each nested scope adds 1 to it and owns a
-    // scratch buffer of its own ring (depth 1, 2, then 3 for depths 3..5).
-    ContinuousTensor x = make_tensor(nullptr, {N}, PTO2_FLOAT32);
-    pto::TaskArgs first;
-    first.add_tensor(in.tensors[0], pto::IN).add_tensor(in.tensors[1], pto::IN).add_tensor(x, pto::OUT).add_scalar(N);
-    x = o.submit_next_level(chip, first, cfg).tensor(2);
-    std::function<void(int)> nest = [&](int depth) {
-      pto::Scope s(o);
-      REQUIRE(o.scope_depth() == depth);
-      auto scratch = o.alloc({N}, PTO2_FLOAT32);
-      REQUIRE(scratch.ok());
-      o.submit_sub(copy, pto::TaskArgs().add_tensor(x, pto::IN).add_tensor(scratch.value, pto::OUT_EXISTING));
-      o.submit_sub(post, pto::TaskArgs().add_tensor(scratch.value, pto::INOUT));
-      o.submit_sub(copy, pto::TaskArgs().add_tensor(scratch.value, pto::IN).add_tensor(x, pto::OUT_EXISTING));
-      if (depth < 5) nest(depth + 1);
-    };
-    nest(1);
-    o.submit_sub(copy, pto::TaskArgs().add_tensor(x, pto::IN).add_tensor(out, pto::OUT_EXISTING));
-  }, pto::TaskArgs().add_tensor(a, pto::IN).add_tensor(b, pto::IN), pto::CallConfig{.block_dim = 8});
+  RunResult r = w.run(
+      [&](pto::Orchestrator& o, const pto::TaskArgsView& in, const pto::CallConfig& cfg) {
+        // x lives in heap ring 0; each nested scope adds 1 to it and owns a
+        // scratch buffer of its own ring (depth 1, 2, then 3 for depths 3..5).
+        ContinuousTensor x = make_tensor(nullptr, {N}, PTO2_FLOAT32);
+        pto::TaskArgs first;
+        first.add_tensor(in.tensors[0], pto::IN)
+            .add_tensor(in.tensors[1], pto::IN)
+            .add_tensor(x, pto::OUT)
+            .add_scalar(N);
+        x = o.submit_next_level(chip, first, cfg).tensor(2);
+        std::function<void(int)> nest = [&](int depth) {
+          pto::Scope s(o);
+          REQUIRE(o.scope_depth() == depth);
+          auto scratch = o.alloc({N}, PTO2_FLOAT32);
+          REQUIRE(scratch.ok());
+          o.submit_sub(copy, pto::TaskArgs().add_tensor(x, pto::IN).add_tensor(scratch.value, pto::OUT_EXISTING));
+          o.submit_sub(post, pto::TaskArgs().add_tensor(scratch.value, pto::INOUT));
+          o.submit_sub(copy, pto::TaskArgs().add_tensor(scratch.value, pto::IN).add_tensor(x, pto::OUT_EXISTING));
+          if (depth < 5) nest(depth + 1);
+        };
+        nest(1);
+        o.submit_sub(copy, pto::TaskArgs().add_tensor(x, pto::IN).add_tensor(out, pto::OUT_EXISTING));
+      },
+      pto::TaskArgs().add_tensor(a, pto::IN).add_tensor(b, pto::IN), pto::CallConfig{.block_dim = 8});
   INFO(r.status.message);
   REQUIRE(r.ok());
   CHECK(r.tasks_succeeded == 1 + 5 * 3 + 1);
-  for (uint32_t i = 0; i < N; i += 5) REQUIRE(f32(out)[i] == Approx(vector_f(f32(a)[i], f32(b)[i]) + 5.f).epsilon(1e-5));
+  for (uint32_t i = 0; i < N; i += 5)
+    REQUIRE(f32(out)[i] == Approx(vector_f(f32(a)[i], f32(b)[i]) + 5.f).epsilon(1e-5));
 }
 
 TEST_CASE("cancel_run skips what has not launched and progress counts the run") {
@@ -386,7 +399,9 @@ TEST_CASE("cancel_run skips what has not launched and progress counts the run") 
   CHECK(r.tasks_skipped == 20 - r.tasks_succeeded);
   CHECK_FALSE(w.progress().running);
   // The next run is not cancelled.
-  CHECK(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) { o.submit_sub(sleep, TaskArgs().add_scalar(1)); }).ok());
+  CHECK(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+           o.submit_sub(sleep, TaskArgs().add_scalar(1));
+         }).ok());
 }
 
 namespace {
@@ -417,11 +432,13 @@ TEST_CASE("a chip child keeps a bounded number of engines while jobs sweep the c
     for (int aicpu = 2; aicpu <= 4; ++aicpu)
       for (int profiling = 0; profiling <= 1; ++profiling) {
         CallConfig cfg{.block_dim = block_dim, .aicpu_thread_num = aicpu, .enable_profiling = profiling};
-        RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig& c) {
-          TaskArgs t;
-          t.add_tensor(a, IN).add_tensor(b, IN).add_tensor(f, OUT_EXISTING);
-          return o.submit_next_level(chip, t, c).ok() ? 0 : 1;
-        }, {}, cfg);
+        RunResult r = w.run(
+            [&](Orchestrator& o, const TaskArgsView&, const CallConfig& c) {
+              TaskArgs t;
+              t.add_tensor(a, IN).add_tensor(b, IN).add_tensor(f, OUT_EXISTING);
+              return o.submit_next_level(chip, t, c).ok() ? 0 : 1;
+            },
+            {}, cfg);
         REQUIRE(r.ok());
         ++runs;
         const auto [kb, threads] = rss_anon_and_threads(pid);
@@ -445,11 +462,13 @@ TEST_CASE("enable_dump_tensor writes each chip task's tensors; enable_pmu is ref
   fill(b, 2.f, 0.f);
   const std::string dir = std::filesystem::temp_directory_path() / ("pto-dump-" + std::to_string(getpid()));
   auto run_with = [&](CallConfig cfg) {
-    return w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig& c) {
-      TaskArgs t;
-      t.add_tensor(a, IN).add_tensor(b, IN).add_tensor(f, OUT_EXISTING);
-      return o.submit_next_level(chip, t, c).ok() ? 0 : 1;
-    }, {}, cfg);
+    return w.run(
+        [&](Orchestrator& o, const TaskArgsView&, const CallConfig& c) {
+          TaskArgs t;
+          t.add_tensor(a, IN).add_tensor(b, IN).add_tensor(f, OUT_EXISTING);
+          return o.submit_next_level(chip, t, c).ok() ? 0 : 1;
+        },
+        {}, cfg);
   };
   CallConfig dump{.enable_dump_tensor = 1};
   std::snprintf(dump.output_prefix, sizeof dump.output_prefix, "%s", dir.c_str());

@@ -55,7 +55,8 @@ Callable failed(CallableKind kind, EntryAbi abi, std::string message) {
 }
 
 Callable import_callable(EntryAbi abi, const std::string& library, const std::string& symbol) {
-  if (symbol.empty()) return failed(CallableKind::NATIVE_IMPORT, abi, "native import of '" + library + "': empty symbol name");
+  if (symbol.empty())
+    return failed(CallableKind::NATIVE_IMPORT, abi, "native import of '" + library + "': empty symbol name");
   Digest h{};
   if (Status s = file_sha256(library, &h); !s.ok()) return failed(CallableKind::NATIVE_IMPORT, abi, s.message);
   Callable c;
@@ -151,10 +152,12 @@ TargetNamespace Callable::target_namespace() const {
 
 Callable ChipCallable::from_config(const std::string& path) {
   pto2::sim::ChipConfig cfg;
-  if (Status s = pto2::sim::ChipConfig::load(path, &cfg); !s.ok()) return failed(CallableKind::CHIP, EntryAbi::CHIP, s.message);
+  if (Status s = pto2::sim::ChipConfig::load(path, &cfg); !s.ok())
+    return failed(CallableKind::CHIP, EntryAbi::CHIP, s.message);
   Encoder e(CallableKind::CHIP, EntryAbi::CHIP);
   Digest h{};
-  if (Status s = file_sha256(cfg.orchestration, &h); !s.ok()) return failed(CallableKind::CHIP, EntryAbi::CHIP, s.message);
+  if (Status s = file_sha256(cfg.orchestration, &h); !s.ok())
+    return failed(CallableKind::CHIP, EntryAbi::CHIP, s.message);
   e.digest(h);
   std::vector<pto2::sim::KernelSpec> kernels = cfg.kernels;
   std::sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) {
@@ -211,7 +214,8 @@ Callable NativeCallable::blob(std::vector<uint8_t> library_bytes, const std::str
 
 // An in-process function callable; the caller stores the function itself.
 static Callable function_callable(EntryAbi abi, const std::string& name, bool has_fn) {
-  if (name.empty() || !has_fn) return failed(CallableKind::FUNCTION, abi, "function callable needs a name and a function");
+  if (name.empty() || !has_fn)
+    return failed(CallableKind::FUNCTION, abi, "function callable needs a name and a function");
   Callable c;
   c.kind = CallableKind::FUNCTION;
   c.abi = abi;

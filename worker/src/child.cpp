@@ -6,10 +6,10 @@
 // inner Worker. A child never returns into the parent's stack: it leaves with
 // _exit, and it dies with its parent (PR_SET_PDEATHSIG).
 #include <fmt/format.h>
+#include <linux/close_range.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
-#include <linux/close_range.h>
 
 #include <cstring>
 #include <fstream>
@@ -72,7 +72,8 @@ class ChildRunner {
     // chips and runs each task as a one-task run.
     const bool l3_chip = ep_.kind == ChildKind::L3 && d.abi == EntryAbi::CHIP;
     if (d.abi != abi_of(ep_.kind) && !l3_chip)
-      return Status::Error(kWorkerInvalidArgument, fmt::format("a {} callable cannot run on {}", abi_name(d.abi), ep_.label()));
+      return Status::Error(kWorkerInvalidArgument,
+                           fmt::format("a {} callable cannot run on {}", abi_name(d.abi), ep_.label()));
     if (l3_chip) {
       if (!local)
         if (Status s = verify(digest, d); !s.ok()) return s;
@@ -97,8 +98,10 @@ class ChildRunner {
     if (!n.lib) return st;
     void* sym = n.lib->symbol(d.symbol.c_str(), &st);
     if (!sym) return st;
-    if (d.abi == EntryAbi::ORCHESTRATION) n.orch_entry = reinterpret_cast<OrchestrationEntryFn>(sym);
-    else n.entry = reinterpret_cast<PtoSubEntryFn>(sym);
+    if (d.abi == EntryAbi::ORCHESTRATION)
+      n.orch_entry = reinterpret_cast<OrchestrationEntryFn>(sym);
+    else
+      n.entry = reinterpret_cast<PtoSubEntryFn>(sym);
     natives_[digest] = std::move(n);
     return Status::Ok();
   }
@@ -118,8 +121,10 @@ class ChildRunner {
     for (;;) {
       const uint32_t s = wait_request();
       if (s == MB_SHUTDOWN) return 0;
-      if (s == MB_TASK_READY) run_task();
-      else if (s == MB_CONTROL_REQUEST) run_control();
+      if (s == MB_TASK_READY)
+        run_task();
+      else if (s == MB_CONTROL_REQUEST)
+        run_control();
     }
   }
 
@@ -163,9 +168,10 @@ class ChildRunner {
     Digest d;
     std::memcpy(d.data(), mb_->digest, 32);
     TaskArgsView view{};
-    Status st = mb_->blob_bytes > kMailboxBlobCapacity
-                    ? Status::Error(kWorkerChildFailed, fmt::format("blob_bytes {} exceeds the mailbox", mb_->blob_bytes))
-                    : decode_args(mb_->blob, mb_->blob_bytes, &view);
+    Status st =
+        mb_->blob_bytes > kMailboxBlobCapacity
+            ? Status::Error(kWorkerChildFailed, fmt::format("blob_bytes {} exceeds the mailbox", mb_->blob_bytes))
+            : decode_args(mb_->blob, mb_->blob_bytes, &view);
     const CallConfig cfg = mb_->config;
     if (st.ok()) {
       try {
@@ -189,12 +195,14 @@ class ChildRunner {
   Status execute(const Digest& d, const TaskArgsView& view, const CallConfig& cfg) {
     if (ep_.kind == ChildKind::CHIP) {
       if (!chip_.has(d))
-        return Status::Error(kWorkerNotRegistered, fmt::format("callable {} is not registered on {}", to_hex(d), ep_.label()));
+        return Status::Error(kWorkerNotRegistered,
+                             fmt::format("callable {} is not registered on {}", to_hex(d), ep_.label()));
       return chip_.run(d, view, cfg);
     }
     auto it = natives_.find(d);
     if (it == natives_.end())
-      return Status::Error(kWorkerNotRegistered, fmt::format("callable {} is not registered on {}", to_hex(d), ep_.label()));
+      return Status::Error(kWorkerNotRegistered,
+                           fmt::format("callable {} is not registered on {}", to_hex(d), ep_.label()));
     Native& n = it->second;
     if (ep_.kind == ChildKind::SUB) {
       if (n.sub) {

@@ -102,8 +102,9 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
     }
   }
   if (args.tensor_count != n_tensors)
-    return Status::Error(kWorkerInvalidArgument, fmt::format("chip callable {} takes {} tensors ({}); the task passed {}",
-                                                             p.cfg.path, n_tensors, names, args.tensor_count));
+    return Status::Error(kWorkerInvalidArgument,
+                         fmt::format("chip callable {} takes {} tensors ({}); the task passed {}", p.cfg.path,
+                                     n_tensors, names, args.tensor_count));
   if (args.scalar_count != 0 && args.scalar_count != n_scalars)
     return Status::Error(kWorkerInvalidArgument,
                          fmt::format("chip callable {} takes {} scalars (or none, for the config's values); the task "
@@ -114,18 +115,21 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
     if (a.role == ArgSpec::Role::kScalar) continue;
     const ContinuousTensor& x = args.tensors[t++];
     if (x.dtype != a.dtype || tensor_bytes(x) != a.bytes() || x.data == 0)
-      return Status::Error(kWorkerInvalidArgument,
-                           fmt::format("chip callable {}: tensor {} ('{}') must be dtype {} with {} bytes; the task "
-                                       "passed dtype {} with {} bytes at 0x{:x}",
-                                       p.cfg.path, t - 1, a.name, a.dtype, a.bytes(), x.dtype, tensor_bytes(x), x.data));
+      return Status::Error(
+          kWorkerInvalidArgument,
+          fmt::format("chip callable {}: tensor {} ('{}') must be dtype {} with {} bytes; the task "
+                      "passed dtype {} with {} bytes at 0x{:x}",
+                      p.cfg.path, t - 1, a.name, a.dtype, a.bytes(), x.dtype, tensor_bytes(x), x.data));
   }
   if (cfg.enable_pmu)
-    return Status::Error(kWorkerInvalidArgument, "enable_pmu: the simulated chip (a2a3sim) has no performance "
-                                                 "counters; leave enable_pmu at 0");
+    return Status::Error(kWorkerInvalidArgument,
+                         "enable_pmu: the simulated chip (a2a3sim) has no performance "
+                         "counters; leave enable_pmu at 0");
   const std::string prefix(cfg.output_prefix, strnlen(cfg.output_prefix, sizeof cfg.output_prefix));
   if (cfg.enable_dump_tensor && prefix.empty())
-    return Status::Error(kWorkerInvalidArgument, "enable_dump_tensor needs an output_prefix: the directory the "
-                                                 "tensors are written to");
+    return Status::Error(kWorkerInvalidArgument,
+                         "enable_dump_tensor needs an output_prefix: the directory the "
+                         "tensors are written to");
   Engine* e = nullptr;
   if (Status s = engine_for(digest, p, cfg.block_dim > 0 ? cfg.block_dim : p.cfg.block_dim,
                             cfg.aicpu_thread_num > 0 ? cfg.aicpu_thread_num : p.cfg.aicpu_threads,
@@ -195,9 +199,9 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
       return ts;
   }
   if (!rr.ok())
-    return Status::Error(rr.status.code, fmt::format("chip run of {} failed: {} ({}): {}", p.cfg.path,
-                                                     pto2::error_name(rr.status.code), rr.status.code,
-                                                     rr.status.message));
+    return Status::Error(rr.status.code,
+                         fmt::format("chip run of {} failed: {} ({}): {}", p.cfg.path, pto2::error_name(rr.status.code),
+                                     rr.status.code, rr.status.message));
   return Status::Ok();
 }
 

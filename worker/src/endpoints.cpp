@@ -14,7 +14,8 @@ namespace pto {
 namespace {
 
 std::string describe_exit(int status) {
-  if (WIFSIGNALED(status)) return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  if (WIFSIGNALED(status))
+    return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
   if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
   return "ended";
 }
@@ -68,8 +69,9 @@ class MailboxTransport final : public EndpointTransport {
     }
     if (mb->done_sequence != ep.seq) {
       // The child answered a different dispatch: it cannot be trusted.
-      w_.endpoint_failed(ep, fmt::format("broke the mailbox protocol: completion for dispatch {} while {} was in flight",
-                                         mb->done_sequence, ep.seq));
+      w_.endpoint_failed(ep,
+                         fmt::format("broke the mailbox protocol: completion for dispatch {} while {} was in flight",
+                                     mb->done_sequence, ep.seq));
       return;
     }
     w_.stats_.mailbox_round_trip.record(now_ns() - ep.dispatch_ns);
@@ -153,8 +155,8 @@ class RemoteTransport final : public EndpointTransport {
       size_t i = 0;
       while (i < ep.inflight.size() && ep.inflight[i].seq != c.seq) ++i;
       if (i == ep.inflight.size()) continue;  // not ours (the link reports each task once)
-      const Outcome o = c.outcome <= static_cast<uint8_t>(Outcome::SKIPPED) ? static_cast<Outcome>(c.outcome)
-                                                                             : Outcome::TASK_FAILURE;
+      const Outcome o =
+          c.outcome <= static_cast<uint8_t>(Outcome::SKIPPED) ? static_cast<Outcome>(c.outcome) : Outcome::TASK_FAILURE;
       const Endpoint::InFlight f = ep.inflight[i];
       ep.inflight[i] = ep.inflight.back();
       ep.inflight.pop_back();
@@ -175,9 +177,9 @@ class RemoteTransport final : public EndpointTransport {
         Slot* s = f.s;
         f.s = nullptr;
         ep.link->abandon(f.seq);
-        w_.complete_member(ep, s, Outcome::TASK_FAILURE,
-                           fmt::format("timed out: task {} ran longer than {} ms on {}", s->id, f.timeout_ns / 1'000'000,
-                                       ep.label()));
+        w_.complete_member(
+            ep, s, Outcome::TASK_FAILURE,
+            fmt::format("timed out: task {} ran longer than {} ms on {}", s->id, f.timeout_ns / 1'000'000, ep.label()));
       }
   }
 
@@ -188,7 +190,9 @@ class RemoteTransport final : public EndpointTransport {
   std::vector<RemoteCompletion> done_;  // collect's scratch (drive-token holder only)
 };
 
-std::unique_ptr<EndpointTransport> make_mailbox_transport(WorkerImpl& w) { return std::make_unique<MailboxTransport>(w); }
+std::unique_ptr<EndpointTransport> make_mailbox_transport(WorkerImpl& w) {
+  return std::make_unique<MailboxTransport>(w);
+}
 std::unique_ptr<EndpointTransport> make_remote_transport(WorkerImpl& w) { return std::make_unique<RemoteTransport>(w); }
 
 }  // namespace pto

@@ -30,8 +30,10 @@ void L3TensorMap::set_writer(uint64_t lo, uint64_t hi, Slot* s) {
   // Entries the new region covers are superseded: the writer already follows them.
   auto it = map_.lower_bound(lo);
   while (it != map_.end() && it->first < hi) {
-    if (it->second.end <= hi) it = map_.erase(it);
-    else ++it;
+    if (it->second.end <= hi)
+      it = map_.erase(it);
+    else
+      ++it;
   }
   map_.emplace(lo, Entry{hi, s, {}});
   max_len_ = std::max(max_len_, hi - lo);
@@ -41,8 +43,10 @@ void L3TensorMap::set_writer(uint64_t lo, uint64_t hi, Slot* s) {
 void L3TensorMap::erase_range(uint64_t lo, uint64_t hi) {
   auto it = map_.lower_bound(lo > max_len_ ? lo - max_len_ : 0);
   while (it != map_.end() && it->first < hi) {
-    if (it->second.end > lo) it = map_.erase(it);
-    else ++it;
+    if (it->second.end > lo)
+      it = map_.erase(it);
+    else
+      ++it;
   }
 }
 
@@ -96,8 +100,8 @@ int Orchestrator::num_sub_workers() const { return w_->cfg_.num_sub_workers; }
 
 Status WorkerImpl::validate_tensor(const ContinuousTensor& t, TensorArgType tag, int member, int index) const {
   auto bad = [&](const std::string& why) {
-    return Status::Error(kWorkerInvalidArgument, fmt::format("member {} tensor {} ({}): {}", member, index,
-                                                             tag_name(tag), why));
+    return Status::Error(kWorkerInvalidArgument,
+                         fmt::format("member {} tensor {} ({}): {}", member, index, tag_name(tag), why));
   };
   if (static_cast<uint8_t>(tag) > static_cast<uint8_t>(TensorArgType::NO_DEP))
     return bad(fmt::format("unknown tag {}", static_cast<int>(tag)));
@@ -119,9 +123,10 @@ Status WorkerImpl::validate_tensor(const ContinuousTensor& t, TensorArgType tag,
   if (remote_buffer_of(t.data, t.data + bytes, &ep, &ref, &remote_error))
     return remote_error.ok() ? Status::Ok() : bad(remote_error.message);
   if (!in_shared_region(t.data, bytes))
-    return bad(fmt::format("[0x{:x}, +{} bytes) is not in memory the children share; allocate it with "
-                           "Worker::alloc / Orchestrator::alloc or register it with register_shared_memory",
-                           t.data, bytes));
+    return bad(
+        fmt::format("[0x{:x}, +{} bytes) is not in memory the children share; allocate it with "
+                    "Worker::alloc / Orchestrator::alloc or register it with register_shared_memory",
+                    t.data, bytes));
   return Status::Ok();
 }
 
@@ -165,9 +170,10 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
   if (!in_run_) return reject(kWorkerInvalidArgument, "submit outside run(): use the Orchestrator passed to run()");
   const char* what = next_level ? (group ? "submit_next_level_group" : "submit_next_level")
                                 : (group ? "submit_sub_group" : "submit_sub");
-  if (!h.ok()) return reject(kWorkerNotRegistered, fmt::format("{}: the handle holds an error: {}", what, h.status.message));
-  const int n_workers = next_level ? (cfg_.level == 3 ? cfg_.num_chips : static_cast<int>(l3s_.size()))
-                                   : cfg_.num_sub_workers;
+  if (!h.ok())
+    return reject(kWorkerNotRegistered, fmt::format("{}: the handle holds an error: {}", what, h.status.message));
+  const int n_workers =
+      next_level ? (cfg_.level == 3 ? cfg_.num_chips : static_cast<int>(l3s_.size())) : cfg_.num_sub_workers;
   const char* wkind = next_level ? (cfg_.level == 3 ? "chip" : "L3") : "sub";
   // Level 3: chips run chip callables. Level 4: L3 Workers run orchestrations,
   // and chip callables as a one-task run on one of their chips.
@@ -175,12 +181,14 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
   if (h.abi != want && !(next_level && cfg_.level == 4 && h.abi == EntryAbi::CHIP))
     return reject(kWorkerInvalidArgument, fmt::format("{}: callable {} is a {} callable; this call needs a {} callable",
                                                       what, h.id.short_hex(), abi_name(h.abi), abi_name(want)));
-  if (n_workers == 0) return reject(kWorkerInvalidArgument, fmt::format("{}: this Worker has no {} workers", what, wkind));
+  if (n_workers == 0)
+    return reject(kWorkerInvalidArgument, fmt::format("{}: this Worker has no {} workers", what, wkind));
   const int n = static_cast<int>(members.size());
   if (n == 0) return reject(kWorkerInvalidArgument, fmt::format("{}: a group needs at least one member", what));
   if (n > n_workers)
-    return reject(kWorkerInvalidArgument, fmt::format("{}: a group of {} needs {} distinct {} workers; this Worker has {}",
-                                                      what, n, n, wkind, n_workers));
+    return reject(kWorkerInvalidArgument,
+                  fmt::format("{}: a group of {} needs {} distinct {} workers; this Worker has {}", what, n, n, wkind,
+                              n_workers));
   std::vector<int> pinned(n, -1);
   if (group) {
     if (!pinned_in.empty() && static_cast<int>(pinned_in.size()) != n)
@@ -196,8 +204,9 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
                                 pinned[i], n_workers, wkind, n_workers - 1));
     for (int j = 0; j < i; ++j)
       if (pinned[i] >= 0 && pinned[i] == pinned[j])
-        return reject(kWorkerInvalidArgument, fmt::format("{}: worker id {} named twice; group members need distinct workers",
-                                                          what, pinned[i]));
+        return reject(
+            kWorkerInvalidArgument,
+            fmt::format("{}: worker id {} named twice; group members need distinct workers", what, pinned[i]));
   }
   // Remote buffers live on one worker: a task naming one runs there.
   bool remote_pinned = false;
@@ -210,12 +219,14 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
       if (t.data == 0 || !remote_buffer_of(t.data, t.data + tensor_bytes(t), &ep, &ref, &err) || !err.ok()) continue;
       if (!next_level)
         return reject(kWorkerInvalidArgument,
-                      fmt::format("{}: tensor {} is in a remote buffer; only next-level tasks on its worker can use it", what, i));
+                      fmt::format("{}: tensor {} is in a remote buffer; only next-level tasks on its worker can use it",
+                                  what, i));
       if (pinned[m] >= 0 && pinned[m] != ep)
-        return reject(kWorkerInvalidArgument,
-                      fmt::format("{}: member {} tensor {} is in a remote buffer on worker {}, but the task is placed on "
-                                  "worker {}",
-                                  what, m, i, ep, pinned[m]));
+        return reject(
+            kWorkerInvalidArgument,
+            fmt::format("{}: member {} tensor {} is in a remote buffer on worker {}, but the task is placed on "
+                        "worker {}",
+                        what, m, i, ep, pinned[m]));
       pinned[m] = ep;
       remote_pinned = true;
     }
@@ -264,9 +275,9 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
     for (uint8_t a : *allowed) any |= a != 0;
     for (int m = 0; m < n && any; ++m)
       if (pinned[m] >= 0 && !(*allowed)[pinned[m]]) {
-        r.status = Status::Error(kWorkerInvalidArgument,
-                                 fmt::format("{}: worker {} ({}) does not hold callable {}", what, pinned[m],
-                                             l3s_[pinned[m]]->label(), h.id.short_hex()));
+        r.status =
+            Status::Error(kWorkerInvalidArgument, fmt::format("{}: worker {} ({}) does not hold callable {}", what,
+                                                              pinned[m], l3s_[pinned[m]]->label(), h.id.short_hex()));
         fail_run(r.status);
         return r;
       }
@@ -350,8 +361,10 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
       tmap_.for_overlaps(lo, hi, writes, [&](Slot* p, bool is_writer) {
         if (p != s) add_dependency(s, p, is_writer && reads);
       });
-      if (writes) tmap_.set_writer(lo, hi, s);
-      else tmap_.add_reader(lo, hi, s);
+      if (writes)
+        tmap_.set_writer(lo, hi, s);
+      else
+        tmap_.add_reader(lo, hi, s);
     }
     s->blobs.emplace_back();
     encode_args(a.view(), &s->blobs.back());
@@ -359,7 +372,7 @@ SubmitResult WorkerImpl::submit(bool next_level, const CallableHandle& h, std::v
       std::vector<TensorDirection> d(a.tensor_count());
       for (int i = 0; i < a.tensor_count(); ++i) {
         const TensorArgType tag = a.tag(i);
-        d[i] = tag == TensorArgType::INPUT                                              ? TensorDirection::IN
+        d[i] = tag == TensorArgType::INPUT                                             ? TensorDirection::IN
                : tag == TensorArgType::OUTPUT || tag == TensorArgType::OUTPUT_EXISTING ? TensorDirection::OUT
                                                                                        : TensorDirection::INOUT;
       }
@@ -415,9 +428,12 @@ void WorkerImpl::make_ready(Slot* s) {
   }
   s->state = Slot::State::kReady;
   queued_.fetch_add(1, std::memory_order_release);
-  if (!s->next_level) sub_q_.push_back(s);
-  else if (s->blobs.size() == 1 && s->pinned[0] >= 0) next_pinned_[s->pinned[0]].push_back(s);
-  else next_any_.push_back(s);
+  if (!s->next_level)
+    sub_q_.push_back(s);
+  else if (s->blobs.size() == 1 && s->pinned[0] >= 0)
+    next_pinned_[s->pinned[0]].push_back(s);
+  else
+    next_any_.push_back(s);
 }
 
 void WorkerImpl::finalize(Slot* first, Outcome first_outcome) {
@@ -514,11 +530,10 @@ Status WorkerImpl::heap_alloc(uint64_t bytes, int ring, std::unique_lock<std::mu
       for (Slot* x : sc) open |= x == oldest;
     if (open)
       return Status::Error(kWorkerHeapExhausted,
-                             fmt::format("heap ring {} ({} bytes, {} in use) cannot fit {} bytes: its oldest buffer "
-                                         "(task {}) belongs to a scope that is still open; end the scope or raise "
-                                         "heap_ring_bytes",
-                                         ring, rings_[ring].size(), rings_[ring].used(), bytes,
-                                         oldest ? oldest->id : 0));
+                           fmt::format("heap ring {} ({} bytes, {} in use) cannot fit {} bytes: its oldest buffer "
+                                       "(task {}) belongs to a scope that is still open; end the scope or raise "
+                                       "heap_ring_bytes",
+                                       ring, rings_[ring].size(), rings_[ring].used(), bytes, oldest ? oldest->id : 0));
     // Bounded: the tasks holding it are running or ready and each ends (task
     // timeouts, child liveness); check again at least every 100 ms.
     idle_cv_.wait_for(lk, std::chrono::milliseconds(100));

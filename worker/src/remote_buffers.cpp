@@ -40,7 +40,8 @@ Result<ContinuousTensor> WorkerImpl::alloc_remote(int worker, const std::vector<
   if (worker < 0 || worker >= static_cast<int>(l3s_.size()) || !l3s_[worker]->is_remote())
     return bad(kWorkerInvalidArgument, fmt::format("worker {} is not a remote worker of this Worker", worker));
   if (shape.size() > PTO_TENSOR_MAX_DIMS || pto2_dtype_size(dtype) == 0)
-    return bad(kWorkerInvalidArgument, fmt::format("{} dims (at most {}) and dtype {}", shape.size(), PTO_TENSOR_MAX_DIMS, dtype));
+    return bad(kWorkerInvalidArgument,
+               fmt::format("{} dims (at most {}) and dtype {}", shape.size(), PTO_TENSOR_MAX_DIMS, dtype));
   ContinuousTensor t = make_tensor(nullptr, shape, dtype);
   const uint64_t bytes = tensor_bytes(t);
   if (bytes == 0 || bytes > (uint64_t(1) << 36))
@@ -72,7 +73,8 @@ Status WorkerImpl::free_remote(const ContinuousTensor& t) {
     std::lock_guard<std::mutex> g(rbuf_mu_);
     auto it = rbufs_.find(t.data);
     if (it == rbufs_.end())
-      return Status::Error(kWorkerInvalidArgument, fmt::format("free_remote: 0x{:x} is not a live remote buffer", t.data));
+      return Status::Error(kWorkerInvalidArgument,
+                           fmt::format("free_remote: 0x{:x} is not a live remote buffer", t.data));
     b = it->second;
     rbufs_.erase(it);
   }
@@ -82,7 +84,8 @@ Status WorkerImpl::free_remote(const ContinuousTensor& t) {
 
 Status WorkerImpl::move_remote(const ContinuousTensor& t, void* host, bool write) {
   const char* what = write ? "write_remote" : "read_remote";
-  if (!initialized_ || closed_) return Status::Error(kWorkerClosed, fmt::format("{}: needs an initialised, open Worker", what));
+  if (!initialized_ || closed_)
+    return Status::Error(kWorkerClosed, fmt::format("{}: needs an initialised, open Worker", what));
   const uint64_t bytes = tensor_bytes(t);
   int ep = -1;
   RemoteBufferRef ref;

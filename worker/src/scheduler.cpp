@@ -243,9 +243,8 @@ bool WorkerImpl::dispatch_ready() {
     };
     for (size_t i = 0; i < next_eps.size(); ++i)
       while (!next_pinned_[i].empty() && !next_eps[i]->alive) {
-        never(next_pinned_[i].front(),
-              fmt::format("not launched: its worker {} {}", next_eps[i]->label(),
-                          next_eps[i]->transport->down_reason(*next_eps[i])));
+        never(next_pinned_[i].front(), fmt::format("not launched: its worker {} {}", next_eps[i]->label(),
+                                                   next_eps[i]->transport->down_reason(*next_eps[i])));
         pop(next_pinned_[i]);
       }
     auto cull = [&](std::deque<Slot*>& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
@@ -255,8 +254,10 @@ bool WorkerImpl::dispatch_ready() {
         std::string dead;
         for (auto& ep : eps) {
           if (!fits(t, ep.get(), false)) continue;
-          if (ep->alive) ++live;
-          else if (dead.empty()) dead = ep->label() + " " + ep->transport->down_reason(*ep);
+          if (ep->alive)
+            ++live;
+          else if (dead.empty())
+            dead = ep->label() + " " + ep->transport->down_reason(*ep);
         }
         const int n = static_cast<int>(t->blobs.size());
         std::string why;
@@ -291,7 +292,8 @@ bool WorkerImpl::dispatch_ready() {
             if (idle(eps[s->pinned[k]].get())) picked.push_back(eps[s->pinned[k]].get());
         } else {
           for (auto& ep : eps)
-            if (static_cast<int>(picked.size()) < n && idle(ep.get()) && fits(s, ep.get(), true)) picked.push_back(ep.get());
+            if (static_cast<int>(picked.size()) < n && idle(ep.get()) && fits(s, ep.get(), true))
+              picked.push_back(ep.get());
           if (picked.empty() && n == 1 && s->avoid >= 0)  // only the worker it failed on is left: try it again
             for (auto& ep : eps)
               if (picked.empty() && idle(ep.get()) && fits(s, ep.get(), false)) picked.push_back(ep.get());
@@ -351,8 +353,8 @@ bool WorkerImpl::progress_controls() {
       if (now_ns() - c.sent_ns[i] > uint64_t(cfg_.control_timeout_ms) * 1'000'000) {
         // A child stuck installing (a library constructor that never returns)
         // would hold every later control request: it is killed instead.
-        endpoint_failed(ep, fmt::format("did not answer a control request within {} ms and was killed",
-                                        cfg_.control_timeout_ms));
+        endpoint_failed(
+            ep, fmt::format("did not answer a control request within {} ms and was killed", cfg_.control_timeout_ms));
         c.done[i] = 1;
         c.failure += fmt::format("{}{} {}", c.failure.empty() ? "" : "; ", ep.label(), ep.death);
         progressed = true;
@@ -362,8 +364,10 @@ bool WorkerImpl::progress_controls() {
       continue;
     }
     c.done[i] = 1;
-    if (ep.mb->error_code != 0) c.failure += (c.failure.empty() ? "" : "; ") + ep.mb->error();
-    else if (c.op == CTRL_REGISTER) c.installed.push_back(&ep);
+    if (ep.mb->error_code != 0)
+      c.failure += (c.failure.empty() ? "" : "; ") + ep.mb->error();
+    else if (c.op == CTRL_REGISTER)
+      c.installed.push_back(&ep);
     c.query_result = ep.mb->control_result;
     ep.mb->state.store(MB_IDLE, std::memory_order_release);
     ep.in_control = false;

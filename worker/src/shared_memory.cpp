@@ -14,8 +14,8 @@ Status SharedMapping::map(uint64_t bytes, const char* what) {
   reset();
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
-    return Status::Error(kWorkerHeapExhausted,
-                         std::string("mapping ") + std::to_string(bytes) + " bytes for " + what + ": " + strerror(errno));
+    return Status::Error(kWorkerHeapExhausted, std::string("mapping ") + std::to_string(bytes) + " bytes for " + what +
+                                                   ": " + strerror(errno));
   base_ = static_cast<uint8_t*>(p);
   bytes_ = bytes;
   add_shared_region(base_, bytes_);
@@ -103,8 +103,8 @@ Status Arena::alloc(uint64_t bytes, uint8_t** ptr) {
     *ptr = base_ + off;
     return Status::Ok();
   }
-  return Status::Error(kWorkerHeapExhausted, "buffer arena has no free block of " + std::to_string(need) +
-                                                 " bytes (" + std::to_string(in_use_) + " bytes in use)");
+  return Status::Error(kWorkerHeapExhausted, "buffer arena has no free block of " + std::to_string(need) + " bytes (" +
+                                                 std::to_string(in_use_) + " bytes in use)");
 }
 
 Status Arena::free(const void* ptr) {
@@ -112,11 +112,12 @@ Status Arena::free(const void* ptr) {
   const uint64_t off = static_cast<uint64_t>(static_cast<const uint8_t*>(ptr) - base_);
   auto it = used_.find(off);
   if (!base_ || it == used_.end())
-    return Status::Error(kWorkerInvalidArgument, "free: 0x" + [&] {
-      char b[32];
-      snprintf(b, sizeof b, "%llx", (unsigned long long)reinterpret_cast<uintptr_t>(ptr));
-      return std::string(b);
-    }() + " is not a live buffer of this Worker's arena");
+    return Status::Error(
+        kWorkerInvalidArgument, "free: 0x" + [&] {
+          char b[32];
+          snprintf(b, sizeof b, "%llx", (unsigned long long)reinterpret_cast<uintptr_t>(ptr));
+          return std::string(b);
+        }() + " is not a live buffer of this Worker's arena");
   const uint64_t freed = it->second;
   uint64_t len = freed;
   in_use_ -= len;

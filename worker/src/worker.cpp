@@ -63,10 +63,13 @@ const char* child_state_name(ChildState s) {
   return "?";
 }
 
-static const char* kind_label(ChildKind k) { return k == ChildKind::CHIP ? "chip" : k == ChildKind::SUB ? "sub" : "l3"; }
+static const char* kind_label(ChildKind k) {
+  return k == ChildKind::CHIP ? "chip" : k == ChildKind::SUB ? "sub" : "l3";
+}
 std::string ChildInfo::label() const { return fmt::format("{} {}", kind_label(kind), index); }
 std::string Endpoint::label() const {
-  return link ? fmt::format("{} {} ({})", kind_label(kind), index, link->label()) : fmt::format("{} {}", kind_label(kind), index);
+  return link ? fmt::format("{} {} ({})", kind_label(kind), index, link->label())
+              : fmt::format("{} {}", kind_label(kind), index);
 }
 
 std::string TaskFailure::describe() const {
@@ -81,9 +84,10 @@ Status WorkerConfig::validate() const {
   if (num_sub_workers < 0 || num_sub_workers > 64)
     return bad(fmt::format("num_sub_workers {} is outside 0..64", num_sub_workers));
   if (level > 3 && num_chips != 0)
-    return bad(fmt::format("num_chips {} at level {}: above level 3 the next-level children are L3 Workers "
-                           "(add_next_level_worker)",
-                           num_chips, level));
+    return bad(
+        fmt::format("num_chips {} at level {}: above level 3 the next-level children are L3 Workers "
+                    "(add_next_level_worker)",
+                    num_chips, level));
   if (platform != "a2a3sim") return bad(fmt::format("platform '{}' is unknown (known: a2a3sim)", platform));
   if (heap_ring_bytes < 4096 || heap_ring_bytes > (1ull << 40))
     return bad(fmt::format("heap_ring_bytes {} is outside 4096..2^40", heap_ring_bytes));
@@ -99,7 +103,9 @@ Status WorkerConfig::validate() const {
 
 Worker::Worker(const WorkerConfig& config) : impl_(std::make_unique<WorkerImpl>(config)) {}
 Worker::~Worker() { (void)impl_->close(); }
-Status Worker::add_next_level_worker(std::unique_ptr<Worker> inner) { return impl_->add_next_level_worker(std::move(inner)); }
+Status Worker::add_next_level_worker(std::unique_ptr<Worker> inner) {
+  return impl_->add_next_level_worker(std::move(inner));
+}
 Status Worker::add_remote_worker(std::shared_ptr<RemoteLink> link) { return impl_->add_remote_worker(std::move(link)); }
 CallableHandle Worker::register_callable(const Callable& c) { return impl_->register_callable(c, {}); }
 CallableHandle Worker::register_callable(const Callable& c, const CallableOptions& o) {
@@ -166,9 +172,9 @@ WorkerImpl::~WorkerImpl() { (void)close(); }
 
 Status WorkerImpl::add_next_level_worker(std::unique_ptr<Worker> inner) {
   if (cfg_.level < 4)
-    return Status::Error(kWorkerInvalidArgument,
-                         fmt::format("add_next_level_worker on a level-{} Worker: only levels >= 4 have Worker children",
-                                     cfg_.level));
+    return Status::Error(
+        kWorkerInvalidArgument,
+        fmt::format("add_next_level_worker on a level-{} Worker: only levels >= 4 have Worker children", cfg_.level));
   if (initialized_ || closed_) return Status::Error(kWorkerInvalidArgument, "add_next_level_worker after init()");
   if (!inner || inner->initialized())
     return Status::Error(kWorkerInvalidArgument, "add_next_level_worker needs a Worker that is not initialised");
@@ -176,16 +182,17 @@ Status WorkerImpl::add_next_level_worker(std::unique_ptr<Worker> inner) {
     return Status::Error(kWorkerInvalidArgument, fmt::format("a level-{} Worker cannot hold a level-{} child",
                                                              cfg_.level, inner->config().level));
   if (!links_.empty())
-    return Status::Error(kWorkerInvalidArgument, "add_next_level_worker after add_remote_worker: local L3 children come first");
+    return Status::Error(kWorkerInvalidArgument,
+                         "add_next_level_worker after add_remote_worker: local L3 children come first");
   inner_.push_back(std::move(inner));
   return Status::Ok();
 }
 
 Status WorkerImpl::add_remote_worker(std::shared_ptr<RemoteLink> link) {
   if (cfg_.level < 4)
-    return Status::Error(kWorkerInvalidArgument,
-                         fmt::format("add_remote_worker on a level-{} Worker: remote L3 workers belong to levels >= 4",
-                                     cfg_.level));
+    return Status::Error(
+        kWorkerInvalidArgument,
+        fmt::format("add_remote_worker on a level-{} Worker: remote L3 workers belong to levels >= 4", cfg_.level));
   if (initialized_ || closed_) return Status::Error(kWorkerInvalidArgument, "add_remote_worker after init()");
   if (!link) return Status::Error(kWorkerInvalidArgument, "add_remote_worker: null link");
   links_.push_back(std::move(link));
@@ -200,7 +207,8 @@ Status WorkerImpl::store_blob(Callable* c) {
       const char* tmp = std::getenv("TMPDIR");
       std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/pto-worker-XXXXXX";
       if (!mkdtemp(tmpl.data()))
-        return Status::Error(kWorkerInvalidConfig, fmt::format("cannot create a state dir from {}: {}", tmpl, strerror(errno)));
+        return Status::Error(kWorkerInvalidConfig,
+                             fmt::format("cannot create a state dir from {}: {}", tmpl, strerror(errno)));
       state_dir_ = tmpl;
       own_state_dir_ = true;
     }
@@ -260,15 +268,16 @@ CallableHandle WorkerImpl::register_callable(const Callable& c, const CallableOp
   const bool remote = !o.remote_payload.empty();
   if (remote && (!initialized_ || links_.empty() || c.abi == EntryAbi::SUB)) {
     h.status = Status::Error(kWorkerInvalidArgument,
-                             !initialized_ ? "remote registration needs an initialised Worker (after init())"
+                             !initialized_    ? "remote registration needs an initialised Worker (after init())"
                              : links_.empty() ? "remote registration on a Worker without remote workers"
                                               : "sub callables run on local sub workers only; register them without "
                                                 "remote_payload");
     return h;
   }
   if (c.abi == EntryAbi::ORCHESTRATION && cfg_.level < 4) {
-    h.status = Status::Error(kWorkerInvalidArgument,
-                             "orchestration callables run on the L3 children of a level-4 Worker; this Worker is level 3");
+    h.status =
+        Status::Error(kWorkerInvalidArgument,
+                      "orchestration callables run on the L3 children of a level-4 Worker; this Worker is level 3");
     return h;
   }
   Callable copy = c;
@@ -308,20 +317,22 @@ CallableHandle WorkerImpl::register_callable(const Callable& c, const CallableOp
   };
   if (!remote) {
     if (Status s = control(CTRL_REGISTER, h.id.digest, encode_control(d), targets, nullptr, publish); !s.ok())
-      h.status = Status::Error(s.code, fmt::format("registering {} ({}): {}", h.id.short_hex(), kind_name(copy.kind), s.message));
+      h.status = Status::Error(
+          s.code, fmt::format("registering {} ({}): {}", h.id.short_hex(), kind_name(copy.kind), s.message));
     return h;
   }
   // Local children and remote workers together, all or nothing.
   if (Status s = control(CTRL_REGISTER, h.id.digest, encode_control(d), targets, nullptr); !s.ok()) {
-    h.status = Status::Error(s.code, fmt::format("registering {} ({}): {}", h.id.short_hex(), kind_name(copy.kind), s.message));
+    h.status = Status::Error(s.code,
+                             fmt::format("registering {} ({}): {}", h.id.short_hex(), kind_name(copy.kind), s.message));
     return h;
   }
   std::vector<int> installed;
   if (Status s = install_remote(h.id, o, &installed); !s.ok()) {
     (void)control(CTRL_UNREGISTER, h.id.digest, {}, targets, nullptr);
-    h.status = Status::Error(s.code, fmt::format("registering {} ({}) remotely: {}{}", h.id.short_hex(),
-                                                 kind_name(copy.kind), s.message,
-                                                 targets.empty() ? "" : " (rolled back on the local children)"));
+    h.status =
+        Status::Error(s.code, fmt::format("registering {} ({}) remotely: {}{}", h.id.short_hex(), kind_name(copy.kind),
+                                          s.message, targets.empty() ? "" : " (rolled back on the local children)"));
     return h;
   }
   std::lock_guard<std::mutex> g(mu_);
@@ -330,7 +341,8 @@ CallableHandle WorkerImpl::register_callable(const Callable& c, const CallableOp
   return h;
 }
 
-CallableHandle WorkerImpl::register_remote_callable(const CallableIdentity& id, EntryAbi abi, const CallableOptions& o) {
+CallableHandle WorkerImpl::register_remote_callable(const CallableIdentity& id, EntryAbi abi,
+                                                    const CallableOptions& o) {
   CallableHandle h;
   h.id = id;
   h.id.target_namespace = TargetNamespace::REMOTE;
@@ -386,9 +398,9 @@ Status WorkerImpl::install_remote(const CallableIdentity& id, const CallableOpti
     for (int i = 0; i < n; ++i) sel.push_back(first + i);
   for (int r : o.remote_workers) {
     if (r < 0 || r >= n)
-      return Status::Error(kWorkerInvalidArgument,
-                           fmt::format("remote worker {} is out of range (this Worker has {} remote workers, 0..{})", r,
-                                       n, n - 1));
+      return Status::Error(
+          kWorkerInvalidArgument,
+          fmt::format("remote worker {} is out of range (this Worker has {} remote workers, 0..{})", r, n, n - 1));
     if (std::find(sel.begin(), sel.end(), first + r) == sel.end()) sel.push_back(first + r);
   }
   const uint32_t tmo = cfg_.control_timeout_ms;
@@ -401,8 +413,10 @@ Status WorkerImpl::install_remote(const CallableIdentity& id, const CallableOpti
       note(fmt::format("{} is not connected ({})", ep.label(), ep.link->state_text()));
       continue;
     }
-    if (Status s = ep.link->prepare(id, o.remote_payload, tmo); !s.ok()) note(ep.label() + " refused: " + s.message);
-    else prepared.push_back(i);
+    if (Status s = ep.link->prepare(id, o.remote_payload, tmo); !s.ok())
+      note(ep.label() + " refused: " + s.message);
+    else
+      prepared.push_back(i);
   }
   std::vector<int> committed;
   if (failure.empty())
@@ -421,9 +435,12 @@ Status WorkerImpl::install_remote(const CallableIdentity& id, const CallableOpti
   for (int i : prepared) {
     const bool was_committed = std::find(committed.begin(), committed.end(), i) != committed.end();
     Status s = was_committed ? l3s_[i]->link->unregister(id, tmo) : l3s_[i]->link->abort(id, tmo);
-    if (!s.ok()) note(fmt::format("{} did not confirm the {}: {}", l3s_[i]->label(), was_committed ? "unregister" : "abort", s.message));
+    if (!s.ok())
+      note(fmt::format("{} did not confirm the {}: {}", l3s_[i]->label(), was_committed ? "unregister" : "abort",
+                       s.message));
   }
-  return Status::Error(kWorkerChildFailed, failure + (prepared.empty() ? "" : " (aborted on the peers that had prepared it)"));
+  return Status::Error(kWorkerChildFailed,
+                       failure + (prepared.empty() ? "" : " (aborted on the peers that had prepared it)"));
 }
 
 Status WorkerImpl::unregister_callable(const CallableHandle& h) {
@@ -478,7 +495,8 @@ Status WorkerImpl::control(ControlOp op, const Digest& digest, std::vector<uint8
     return Status::Ok();
   }
   if (payload.size() > kMailboxBlobCapacity)
-    return Status::Error(kWorkerInvalidArgument, fmt::format("control payload of {} bytes exceeds the mailbox", payload.size()));
+    return Status::Error(kWorkerInvalidArgument,
+                         fmt::format("control payload of {} bytes exceeds the mailbox", payload.size()));
   auto c = std::make_shared<ControlRequest>();
   c->op = op;
   c->digest = digest;
@@ -502,13 +520,14 @@ Status WorkerImpl::control(ControlOp op, const Digest& digest, std::vector<uint8
   idle_cv_.notify_all();
   if (!finished) {
     c->abandoned = true;  // the scheduler rolls it back when it completes
-    return Status::Error(kWorkerTimeout, fmt::format("the control request did not finish within {} ms",
-                                                     backstop.count()));
+    return Status::Error(kWorkerTimeout,
+                         fmt::format("the control request did not finish within {} ms", backstop.count()));
   }
   if (query_result) *query_result = c->query_result;
   if (!c->failure.empty()) {
     const bool rolled = c->rolling_back;
-    return Status::Error(kWorkerChildFailed, c->failure + (rolled ? " (rolled back on the children that installed it)" : ""));
+    return Status::Error(kWorkerChildFailed,
+                         c->failure + (rolled ? " (rolled back on the children that installed it)" : ""));
   }
   return Status::Ok();
 }
@@ -563,9 +582,10 @@ Status WorkerImpl::await_ready(Endpoint& ep) {
     if (waitpid(pid, &status, WNOHANG) == pid) {
       ep.reaped = true;
       ep.death = "died during start-up";
-      return Status::Error(kWorkerChildFailed, fmt::format("{} (pid {}) died during start-up ({})", ep.label(), pid,
-                                                           WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
-                                                                               : "exit " + std::to_string(WEXITSTATUS(status))));
+      return Status::Error(kWorkerChildFailed,
+                           fmt::format("{} (pid {}) died during start-up ({})", ep.label(), pid,
+                                       WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                                           : "exit " + std::to_string(WEXITSTATUS(status))));
     }
     if (now_ns() > deadline) {
       kill(pid, SIGKILL);
@@ -584,8 +604,9 @@ Status WorkerImpl::init() {
   if (initialized_) return Status::Error(kWorkerInvalidArgument, "init() called twice");
   if (Status s = cfg_.validate(); !s.ok()) return s;
   if (cfg_.level >= 4 && inner_.empty() && links_.empty() && cfg_.num_sub_workers == 0)
-    return Status::Error(kWorkerInvalidConfig,
-                         "a level-4 Worker needs L3 children (add_next_level_worker, add_remote_worker) or sub workers");
+    return Status::Error(
+        kWorkerInvalidConfig,
+        "a level-4 Worker needs L3 children (add_next_level_worker, add_remote_worker) or sub workers");
   owner_pid_ = getpid();
   sweep_stale_segments();
   auto fail = [&](Status s) {
@@ -617,7 +638,8 @@ Status WorkerImpl::init() {
         bip::shared_memory_object::remove(name.c_str());
       } catch (const bip::interprocess_exception& e) {
         bip::shared_memory_object::remove(name.c_str());
-        return Status::Error(kWorkerChildFailed, fmt::format("mailbox {} for {} {}: {}", name, kind_label(kind), i, e.what()));
+        return Status::Error(kWorkerChildFailed,
+                             fmt::format("mailbox {} for {} {}: {}", name, kind_label(kind), i, e.what()));
       }
       ep->mb = new (ep->region->get_address()) Mailbox();
       ep->transport = make_mailbox_transport(*this);
@@ -633,7 +655,8 @@ Status WorkerImpl::init() {
     // placeholder addresses no real tensor can have.
     rbuf_size_ = 64ull << 30;
     void* p = mmap(nullptr, rbuf_size_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return fail(Status::Error(kWorkerHeapExhausted, "cannot reserve the remote-buffer address range"));
+    if (p == MAP_FAILED)
+      return fail(Status::Error(kWorkerHeapExhausted, "cannot reserve the remote-buffer address range"));
     rbuf_base_ = rbuf_next_ = reinterpret_cast<uint64_t>(p);
   }
   for (auto& link : links_) {  // remote L3 workers follow the local ones
@@ -785,8 +808,8 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
   }
   std::unique_lock<std::mutex> lk(mu_);
   if (scopes_.size() > 1)
-    fail_run(Status::Error(kWorkerInvalidArgument, fmt::format("{} scope(s) left open by the orchestration function",
-                                                               scopes_.size() - 1)));
+    fail_run(Status::Error(kWorkerInvalidArgument,
+                           fmt::format("{} scope(s) left open by the orchestration function", scopes_.size() - 1)));
   while (!scopes_.empty()) {
     std::vector<Slot*> members = std::move(scopes_.back());
     scopes_.pop_back();
@@ -806,8 +829,7 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
   ++stats_.runs;
   RunResult r = std::move(run_);
   r.wall_ns = now_ns() - t0;
-  if (r.status.ok() && r.first_failure)
-    r.status = Status::Error(kWorkerRunFailed, r.first_failure->describe());
+  if (r.status.ok() && r.first_failure) r.status = Status::Error(kWorkerRunFailed, r.first_failure->describe());
   slots_.clear();
   tmap_.clear();
   next_any_.clear();
@@ -957,8 +979,8 @@ Status WorkerImpl::close() {
     std::filesystem::remove_all(state_dir_, ec);
   }
   if (!stuck.empty())
-    return Status::Error(kWorkerTimeout, fmt::format("{} did not stop within {} ms and were killed", stuck,
-                                                     cfg_.shutdown_timeout_ms));
+    return Status::Error(kWorkerTimeout,
+                         fmt::format("{} did not stop within {} ms and were killed", stuck, cfg_.shutdown_timeout_ms));
   return Status::Ok();
 }
 
@@ -1069,10 +1091,10 @@ std::vector<ChildInfo> WorkerImpl::children() const {
       c.pid = ep->pid;
       c.tasks_run = ep->tasks_run;
       c.restarts = ep->restarts;
-      c.state = closed_ ? ChildState::STOPPED
-                : !ep->alive ? ChildState::DEAD
+      c.state = closed_                                            ? ChildState::STOPPED
+                : !ep->alive                                       ? ChildState::DEAD
                 : (ep->transport->held(*ep) > 0 || ep->in_control) ? ChildState::BUSY
-                                                                           : ChildState::IDLE;
+                                                                   : ChildState::IDLE;
       // A local L3 child's own children, as it last reported them.
       std::vector<ChildInfo> inner;
       if (ep->kind == ChildKind::L3 && !ep->is_remote() && ep->mb && ep->mb->inner.read(&inner))

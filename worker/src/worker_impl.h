@@ -37,22 +37,22 @@ struct Slot {
   bool next_level = false;  // else a sub task
   CallableIdentity callable;
   CallConfig config;
-  std::vector<std::vector<uint8_t>> blobs;  // one encoded args blob per group member
-  std::vector<int> pinned;                  // per member: endpoint index within its kind, or -1
-  std::vector<std::vector<TensorDirection>> dirs;  // per member, per tensor (remote endpoints copy by it)
+  std::vector<std::vector<uint8_t>> blobs;              // one encoded args blob per group member
+  std::vector<int> pinned;                              // per member: endpoint index within its kind, or -1
+  std::vector<std::vector<TensorDirection>> dirs;       // per member, per tensor (remote endpoints copy by it)
   std::shared_ptr<const std::vector<uint8_t>> allowed;  // next-level endpoints holding the callable; null = all
-  uint32_t retries_left = 0;  // ENDPOINT_FAILURE retries on another endpoint (single-member tasks)
-  int avoid = -1;             // the endpoint index its last attempt failed on
+  uint32_t retries_left = 0;        // ENDPOINT_FAILURE retries on another endpoint (single-member tasks)
+  int avoid = -1;                   // the endpoint index its last attempt failed on
   bool uses_remote_buffer = false;  // pinned to the worker that holds the buffer; never retried
   enum class State { kPending, kReady, kRunning, kFinal } state = State::kPending;
-  int fanin = 0;  // producers not final yet (+1 while submit is wiring)
+  int fanin = 0;                               // producers not final yet (+1 while submit is wiring)
   std::vector<std::pair<Slot*, bool>> fanout;  // consumer, reads our data (poisons)
   bool poisoned = false;
   std::string poison;  // why (names the failed upstream task)
   Outcome outcome = Outcome::SUCCESS;
   TaskFailure failure;  // the member failure that decided the outcome
   int members_left = 0;
-  int refs = 0;  // scope + self-not-final + consumers holding our buffers
+  int refs = 0;                     // scope + self-not-final + consumers holding our buffers
   std::vector<Slot*> holds;         // producers found through the TensorMap
   std::vector<Slot*> buffer_holds;  // owners of the heap-ring buffers this task touches
   int ring = -1;
@@ -140,7 +140,7 @@ struct Endpoint {
   pid_t pid = -1;
   bool alive = false;
   bool reaped = true;  // false while a dead child's pid may still need waitpid
-  std::string death;  // how it died
+  std::string death;   // how it died
   uint32_t restarts = 0;
   uint64_t tasks_run = 0;
   // Scheduler-owned.
@@ -169,7 +169,7 @@ struct Registered {
   CallableHandle handle;
   CallableOptions options;
   std::shared_ptr<const std::vector<uint8_t>> allowed;  // next-level endpoints holding it; null = all
-  std::vector<int> remote_installed;  // remote endpoint indices (in l3s_) it was committed on
+  std::vector<int> remote_installed;                    // remote endpoint indices (in l3s_) it was committed on
 };
 
 struct ControlRequest {
@@ -235,8 +235,8 @@ class WorkerImpl {
   bool cancel_run(const std::string& reason);
 
   // orchestrator.cpp (orchestration thread)
-  SubmitResult submit(bool next_level, const CallableHandle& h, std::vector<TaskArgs> members,
-                      const CallConfig& cfg, const std::vector<int>& pinned, bool group);
+  SubmitResult submit(bool next_level, const CallableHandle& h, std::vector<TaskArgs> members, const CallConfig& cfg,
+                      const std::vector<int>& pinned, bool group);
   Result<ContinuousTensor> alloc_in_scope(const std::vector<uint32_t>& shape, int32_t dtype);
   void scope_begin();
   Status scope_end();
@@ -302,13 +302,13 @@ class WorkerImpl {
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;  // run drained / heap ring space
   std::atomic<bool> initialized_{false}, closed_{false};
-  std::mutex close_mu_;  // one close() at a time
+  std::mutex close_mu_;                        // one close() at a time
   std::atomic<std::thread::id> run_thread_{};  // the thread inside run(), if any
-  pid_t owner_pid_ = 0;  // the process that init()ed (children never close it)
+  pid_t owner_pid_ = 0;                        // the process that init()ed (children never close it)
   std::vector<std::unique_ptr<Endpoint>> chips_, subs_, l3s_;
-  std::vector<std::unique_ptr<Worker>> inner_;  // level >= 4: one per local L3 child
+  std::vector<std::unique_ptr<Worker>> inner_;      // level >= 4: one per local L3 child
   std::vector<std::shared_ptr<RemoteLink>> links_;  // level >= 4: remote L3 workers, after the local ones in l3s_
-  std::map<Digest, std::string> tombstones_;    // unregistered digests: a late submit names it
+  std::map<Digest, std::string> tombstones_;        // unregistered digests: a late submit names it
   // Remote buffers: placeholders in a reserved, never-mapped address range.
   struct RemoteBuffer {
     int endpoint;
@@ -340,10 +340,10 @@ class WorkerImpl {
   std::vector<std::deque<Slot*>> next_pinned_;
   uint64_t next_task_id_ = 1;
   // Written under mu_, read without it by spinning waiters.
-  std::atomic<uint64_t> pending_{0};  // submitted and not final
-  std::atomic<uint64_t> running_{0};  // members on endpoints
-  std::atomic<uint64_t> running_subs_{0};  // of which on sub workers
-  std::atomic<uint64_t> queued_{0};        // tasks in the ready queues
+  std::atomic<uint64_t> pending_{0};          // submitted and not final
+  std::atomic<uint64_t> running_{0};          // members on endpoints
+  std::atomic<uint64_t> running_subs_{0};     // of which on sub workers
+  std::atomic<uint64_t> queued_{0};           // tasks in the ready queues
   std::atomic<uint32_t> controls_queued_{0};  // controls_.size()
   struct Plan {
     Endpoint* ep;
@@ -351,10 +351,10 @@ class WorkerImpl {
     int member;
     uint64_t seq;  // remote endpoints: the dispatch number
   };
-  std::vector<Plan> plan_;         // dispatch_ready's scratch (drive-token holder only)
+  std::vector<Plan> plan_;  // dispatch_ready's scratch (drive-token holder only)
   std::vector<Endpoint*> picked_;
   RunResult run_;
-  WorkerStats stats_;  // mu_
+  WorkerStats stats_;      // mu_
   std::string cancelled_;  // non-empty: the run in flight was cancelled, why
   std::map<std::string, CallableHandle> names_;
   bool in_run_ = false;

@@ -23,10 +23,10 @@ using Status = pto2::Status;  // code = grpc::StatusCode (0 = OK)
 struct ClientOptions {
   // "unix:/run/ptod/ptod.sock", "unix:///path", or "host:port".
   std::string address = "unix:/run/ptod/ptod.sock";
-  std::string token;        // sent as "authorization: Bearer <token>"
-  bool tls = false;         // TCP with TLS; tls_ca = PEM of the daemon's CA ("" = system roots)
+  std::string token;  // sent as "authorization: Bearer <token>"
+  bool tls = false;   // TCP with TLS; tls_ca = PEM of the daemon's CA ("" = system roots)
   std::string tls_ca;
-  std::string tls_cert, tls_key;  // client certificate, when the daemon verifies them
+  std::string tls_cert, tls_key;             // client certificate, when the daemon verifies them
   std::chrono::milliseconds timeout{60000};  // per call; uploads add 1 s per 50 MB, downloads 10 min
 };
 

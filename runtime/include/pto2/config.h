@@ -24,13 +24,13 @@ struct RuntimeConfig {
   // bucket heads (32 B each) in L2, and chain truncation keeps chains short.
   // Measured: 0.60 -> 0.43 us per contended submit (docs/runtime.md).
   uint64_t tensormap_buckets = 4096;
-  int32_t ready_queue_shards = 3;        // PTO2_READY_QUEUE_SHARDS: 1..16
-  int32_t scheduler_threads = 0;         // PTO2_SCHEDULER_THREADS: 1..16; 0 = min(3, CPUs - 1), at least 1
-  uint32_t cleanup_interval = 64;        // retired tasks between TensorMap batch cleanups
-  uint32_t blocked_warn_ms = 1000;       // period of BLOCKED warnings while back-pressured
-  uint32_t stall_timeout_ms = 60000;     // fail a run when nothing completes for this long (0 = never)
-  uint32_t spin_before_park_us = 50;     // idle spin budget before a thread parks
-  bool profiling = false;                // per-task timestamps in RunResult::records (PTO2_PROFILING=1)
+  int32_t ready_queue_shards = 3;     // PTO2_READY_QUEUE_SHARDS: 1..16
+  int32_t scheduler_threads = 0;      // PTO2_SCHEDULER_THREADS: 1..16; 0 = min(3, CPUs - 1), at least 1
+  uint32_t cleanup_interval = 64;     // retired tasks between TensorMap batch cleanups
+  uint32_t blocked_warn_ms = 1000;    // period of BLOCKED warnings while back-pressured
+  uint32_t stall_timeout_ms = 60000;  // fail a run when nothing completes for this long (0 = never)
+  uint32_t spin_before_park_us = 50;  // idle spin budget before a thread parks
+  bool profiling = false;             // per-task timestamps in RunResult::records (PTO2_PROFILING=1)
 
   // Rejects values that break the rules above; the message names the value.
   Status validate() const;

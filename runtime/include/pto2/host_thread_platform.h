@@ -64,7 +64,7 @@ class HostThreadPlatform : public Platform {
 
   HostThreadPlatformConfig config_;
   std::vector<std::unique_ptr<Core>> cores_;
-  std::deque<HostKernel> kernels_;                  // stable addresses: function_bin_addr points here
+  std::deque<HostKernel> kernels_;  // stable addresses: function_bin_addr points here
   std::vector<std::pair<int64_t, HostKernel*>> by_id_[kNumWorkerTypes];
   std::unique_ptr<MpmcQueue> jobs_;
   std::unique_ptr<EventCount> jobs_ec_;

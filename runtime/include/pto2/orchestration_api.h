@@ -40,10 +40,15 @@ enum PTO2DataType : int32_t {
 
 static inline uint32_t pto2_dtype_size(int32_t dtype) {
   switch (dtype) {
-    case PTO2_FLOAT32: case PTO2_INT32: return 4;
-    case PTO2_FLOAT16: case PTO2_BFLOAT16: case PTO2_INT16: return 2;
-    case PTO2_INT64: case PTO2_FLOAT64: return 8;
-    case PTO2_INT8: case PTO2_UINT8: return 1;
+    case PTO2_FLOAT32:
+    case PTO2_INT32: return 4;
+    case PTO2_FLOAT16:
+    case PTO2_BFLOAT16:
+    case PTO2_INT16: return 2;
+    case PTO2_INT64:
+    case PTO2_FLOAT64: return 8;
+    case PTO2_INT8:
+    case PTO2_UINT8: return 1;
     default: return 0;
   }
 }
@@ -137,10 +142,22 @@ struct PTOParam {
   uint64_t scalar;
 };
 
-static inline PTOParam make_input_param(Tensor& t) { PTOParam p = {PTO_PARAM_INPUT, &t, 0}; return p; }
-static inline PTOParam make_output_param(Tensor& t) { PTOParam p = {PTO_PARAM_OUTPUT, &t, 0}; return p; }
-static inline PTOParam make_inout_param(Tensor& t) { PTOParam p = {PTO_PARAM_INOUT, &t, 0}; return p; }
-static inline PTOParam make_scalar_param(uint64_t v) { PTOParam p = {PTO_PARAM_SCALAR, NULL, v}; return p; }
+static inline PTOParam make_input_param(Tensor& t) {
+  PTOParam p = {PTO_PARAM_INPUT, &t, 0};
+  return p;
+}
+static inline PTOParam make_output_param(Tensor& t) {
+  PTOParam p = {PTO_PARAM_OUTPUT, &t, 0};
+  return p;
+}
+static inline PTOParam make_inout_param(Tensor& t) {
+  PTOParam p = {PTO_PARAM_INOUT, &t, 0};
+  return p;
+}
+static inline PTOParam make_scalar_param(uint64_t v) {
+  PTOParam p = {PTO_PARAM_SCALAR, NULL, v};
+  return p;
+}
 // An fp32 scalar travels as its bit pattern; kernels read it with pto2_scalar_f32.
 static inline PTOParam make_scalar_param_f32(float v) {
   uint32_t bits;
@@ -151,8 +168,8 @@ static inline PTOParam make_scalar_param_f32(float v) {
 struct PTO2Runtime;
 
 struct PTO2RuntimeOps {
-  int64_t (*submit_task)(PTO2Runtime* rt, int32_t kernel_id, int32_t worker_type, PTOParam* params,
-                         int32_t num_params, const int64_t* extra_deps, int32_t num_extra_deps);
+  int64_t (*submit_task)(PTO2Runtime* rt, int32_t kernel_id, int32_t worker_type, PTOParam* params, int32_t num_params,
+                         const int64_t* extra_deps, int32_t num_extra_deps);
   void (*scope_begin)(PTO2Runtime* rt);
   void (*scope_end)(PTO2Runtime* rt);
   void (*orchestration_done)(PTO2Runtime* rt);
@@ -170,8 +187,8 @@ struct PTO2Runtime {
 #define PTO2_KERNEL_DUMMY (-1)
 
 // Submits one task. Returns its task id (>= 0) or a negative PTO2 error code.
-static inline int64_t pto2_rt_submit_task(PTO2Runtime* rt, int32_t kernel_id, int32_t worker_type,
-                                          PTOParam* params, int32_t num_params) {
+static inline int64_t pto2_rt_submit_task(PTO2Runtime* rt, int32_t kernel_id, int32_t worker_type, PTOParam* params,
+                                          int32_t num_params) {
   return rt->ops->submit_task(rt, kernel_id, worker_type, params, num_params, NULL, 0);
 }
 // Submits a task that also waits for the given task ids (explicit edges on top
@@ -211,7 +228,8 @@ struct PTO2ScopeGuard {
   PTO2ScopeGuard(const PTO2ScopeGuard&) = delete;
   PTO2ScopeGuard& operator=(const PTO2ScopeGuard&) = delete;
 };
-#define PTO2_SCOPE(rt) for (PTO2ScopeGuard pto2_scope_guard_((rt)); pto2_scope_guard_.once; pto2_scope_guard_.once = false)
+#define PTO2_SCOPE(rt) \
+  for (PTO2ScopeGuard pto2_scope_guard_((rt)); pto2_scope_guard_.once; pto2_scope_guard_.once = false)
 #endif
 
 // What an orchestration library exports (seed §11.4).

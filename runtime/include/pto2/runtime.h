@@ -40,14 +40,14 @@ struct RunStats {
 struct TaskRecord {
   uint64_t task_id = 0;
   int32_t kernel_id = 0;
-  int32_t core = -1;       // platform core id, -1 for dependency-only tasks
-  int32_t scheduler = 0;   // scheduler thread that dispatched and completed it
-  int32_t worker_type = 0; // PTO2_WORKER_CUBE / VECTOR, 2 = dependency-only
-  uint64_t submit_ns = 0;  // orchestrator published it
-  uint64_t ready_ns = 0;   // its last producer completed (or it was found ready)
+  int32_t core = -1;        // platform core id, -1 for dependency-only tasks
+  int32_t scheduler = 0;    // scheduler thread that dispatched and completed it
+  int32_t worker_type = 0;  // PTO2_WORKER_CUBE / VECTOR, 2 = dependency-only
+  uint64_t submit_ns = 0;   // orchestrator published it
+  uint64_t ready_ns = 0;    // its last producer completed (or it was found ready)
   uint64_t dispatch_ns = 0;
-  uint64_t start_ns = 0;   // the core started the kernel (platform's clock)
-  uint64_t end_ns = 0;     // the kernel returned
+  uint64_t start_ns = 0;     // the core started the kernel (platform's clock)
+  uint64_t end_ns = 0;       // the kernel returned
   uint64_t complete_ns = 0;  // the scheduler saw FIN and released consumers
 };
 
@@ -88,8 +88,7 @@ class Runtime {
 
   RunResult run(const OrchestrationFn& orchestration);
   // The exported-symbol form (seed §11.4): checks arg_count against config.
-  RunResult run(PTO2OrchestrationConfigFn config_fn, PTO2OrchestrationEntryFn entry, uint64_t* args,
-                int arg_count);
+  RunResult run(PTO2OrchestrationConfigFn config_fn, PTO2OrchestrationEntryFn entry, uint64_t* args, int arg_count);
 
   // Installs (or with nullptr removes) an observer for the following runs.
   // Between runs only; the observer must outlive them.

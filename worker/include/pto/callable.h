@@ -61,9 +61,9 @@ using OrchestrationEntryFn = int (*)(Orchestrator*, const PtoTaskArgsView*, cons
 struct Callable {
   CallableKind kind = CallableKind::FUNCTION;
   EntryAbi abi = EntryAbi::SUB;
-  std::string path;    // CHIP: kernel config; NATIVE_IMPORT: library; NATIVE_BLOB: stored file
-  std::string symbol;  // NATIVE_*
-  std::string name;    // FUNCTION
+  std::string path;           // CHIP: kernel config; NATIVE_IMPORT: library; NATIVE_BLOB: stored file
+  std::string symbol;         // NATIVE_*
+  std::string name;           // FUNCTION
   std::vector<uint8_t> blob;  // NATIVE_BLOB library bytes (until stored)
   SubFunction sub_fn;
   OrchestrationFunction orch_fn;

@@ -23,7 +23,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -45,17 +44,22 @@ enum {
 
 static inline uint32_t pto_dtype_size(int32_t dtype) {
   switch (dtype) {
-    case PTO_FLOAT32: case PTO_INT32: return 4;
-    case PTO_FLOAT16: case PTO_BFLOAT16: case PTO_INT16: return 2;
-    case PTO_INT64: case PTO_FLOAT64: return 8;
-    case PTO_INT8: case PTO_UINT8: return 1;
+    case PTO_FLOAT32:
+    case PTO_INT32: return 4;
+    case PTO_FLOAT16:
+    case PTO_BFLOAT16:
+    case PTO_INT16: return 2;
+    case PTO_INT64:
+    case PTO_FLOAT64: return 8;
+    case PTO_INT8:
+    case PTO_UINT8: return 1;
     default: return 0;
   }
 }
 
 /* A dense, row-major tensor: data address + shape + dtype (PTO2DataType). */
 typedef struct PtoTensor {
-  uint64_t data;                      /* address; 0 = "allocate me" on OUTPUT */
+  uint64_t data;                       /* address; 0 = "allocate me" on OUTPUT */
   uint32_t shape[PTO_TENSOR_MAX_DIMS]; /* dims beyond ndims are 0 */
   int32_t dtype;
   int32_t ndims;
@@ -75,9 +79,7 @@ static inline uint64_t pto_tensor_numel(const PtoTensor* t) {
   for (int32_t i = 0; i < t->ndims; ++i) n *= t->shape[i];
   return n;
 }
-static inline uint64_t pto_tensor_bytes(const PtoTensor* t) {
-  return pto_tensor_numel(t) * pto_dtype_size(t->dtype);
-}
+static inline uint64_t pto_tensor_bytes(const PtoTensor* t) { return pto_tensor_numel(t) * pto_dtype_size(t->dtype); }
 static inline void* pto_tensor_data(const PtoTensor* t) { return (void*)(uintptr_t)t->data; }
 
 #ifdef __cplusplus

@@ -43,7 +43,7 @@ struct RemoteTask {
   std::vector<ContinuousTensor> tensors;
   std::vector<TensorDirection> directions;  // one per tensor
   std::vector<RemoteBufferRef> buffers;     // one per tensor
-  std::string refuse;  // non-empty: fail the task with this message instead of sending it
+  std::string refuse;                       // non-empty: fail the task with this message instead of sending it
   std::vector<uint64_t> scalars;
 };
 

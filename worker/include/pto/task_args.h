@@ -66,9 +66,7 @@ class TaskArgs {
   TensorArgType tag(int32_t i) const { return tags_[i]; }  // only the Orchestrator reads tags
 
   // A tag-free view over this object's storage (valid while it is unchanged).
-  TaskArgsView view() const {
-    return TaskArgsView{tensor_count(), scalar_count(), tensors_.data(), scalars_.data()};
-  }
+  TaskArgsView view() const { return TaskArgsView{tensor_count(), scalar_count(), tensors_.data(), scalars_.data()}; }
   // Every tensor tagged INPUT (what a callee receives is already tag-free).
   static TaskArgs from_view(const TaskArgsView& v);
 

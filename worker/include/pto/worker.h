@@ -19,8 +19,8 @@
 
 #include <array>
 #include <chrono>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,15 +41,15 @@ const char* outcome_name(Outcome o);
 
 // Error codes of the engine (pto2::Status::code), beside the runtime's.
 enum WorkerError : int32_t {
-  kWorkerInvalidConfig = 20,   // a WorkerConfig value breaks its rule
-  kWorkerInvalidArgument = 21, // a submit / register / alloc call with bad parameters
-  kWorkerNotRegistered = 22,   // a callable digest the target does not know
-  kWorkerClosed = 23,          // call after close()
-  kWorkerChildFailed = 24,     // a child could not start, died, or broke the protocol
-  kWorkerHeapExhausted = 25,   // a heap ring / the buffer arena cannot satisfy a request
-  kWorkerTimeout = 26,         // a bounded wait ran out
-  kWorkerRunFailed = 27,       // a run ended with a failed task
-  kWorkerCancelled = 28,       // the run was cancelled (cancel_run)
+  kWorkerInvalidConfig = 20,    // a WorkerConfig value breaks its rule
+  kWorkerInvalidArgument = 21,  // a submit / register / alloc call with bad parameters
+  kWorkerNotRegistered = 22,    // a callable digest the target does not know
+  kWorkerClosed = 23,           // call after close()
+  kWorkerChildFailed = 24,      // a child could not start, died, or broke the protocol
+  kWorkerHeapExhausted = 25,    // a heap ring / the buffer arena cannot satisfy a request
+  kWorkerTimeout = 26,          // a bounded wait ran out
+  kWorkerRunFailed = 27,        // a run ended with a failed task
+  kWorkerCancelled = 28,        // the run was cancelled (cancel_run)
 };
 
 struct WorkerConfig {
@@ -59,14 +59,14 @@ struct WorkerConfig {
   std::string platform = "a2a3sim";
   uint64_t heap_ring_bytes = 64ull << 20;      // each of the 4 heap rings (lazily backed)
   uint64_t buffer_arena_bytes = 256ull << 20;  // Worker::alloc buffers (lazily backed)
-  uint32_t spin_us = 50;             // spin before parking, parent and children
-  uint32_t init_timeout_ms = 30000;  // children must report INIT_READY within this
+  uint32_t spin_us = 50;                       // spin before parking, parent and children
+  uint32_t init_timeout_ms = 30000;            // children must report INIT_READY within this
   uint32_t control_timeout_ms = 10000;
-  uint64_t task_timeout_ms = 600000;  // a task running longer fails its child (0 = never)
-  uint32_t shutdown_timeout_ms = 5000;  // then SIGKILL
+  uint64_t task_timeout_ms = 600000;        // a task running longer fails its child (0 = never)
+  uint32_t shutdown_timeout_ms = 5000;      // then SIGKILL
   uint32_t remote_ready_timeout_ms = 5000;  // init() waits this long for remote workers' sessions
-  std::string state_dir;  // where uploaded libraries are stored; empty = a private temp dir
-  std::string name = "worker";  // diagnostic label
+  std::string state_dir;                    // where uploaded libraries are stored; empty = a private temp dir
+  std::string name = "worker";              // diagnostic label
 
   Status validate() const;
 };
@@ -82,7 +82,7 @@ struct TaskFailure {
 };
 
 struct RunResult {
-  Status status;            // ok, the first failure (kWorkerRunFailed) or an orchestration error
+  Status status;  // ok, the first failure (kWorkerRunFailed) or an orchestration error
   Outcome outcome = Outcome::SUCCESS;
   uint64_t tasks_submitted = 0, tasks_succeeded = 0, tasks_failed = 0, tasks_skipped = 0;
   uint64_t tasks_retried = 0;  // attempts repeated after ENDPOINT_FAILURE (retryable callables)
@@ -186,9 +186,9 @@ struct WorkerStats {
   uint64_t runs = 0;
   uint64_t tasks_succeeded = 0, tasks_failed = 0, tasks_skipped = 0;
   uint64_t child_restarts = 0;
-  uint64_t task_retries = 0;  // ENDPOINT_FAILUREs retried on another worker
-  uint64_t ready_queue_depth = 0;  // ready tasks waiting for an idle child (now)
-  uint64_t tasks_in_flight = 0;    // group members on children (now)
+  uint64_t task_retries = 0;            // ENDPOINT_FAILUREs retried on another worker
+  uint64_t ready_queue_depth = 0;       // ready tasks waiting for an idle child (now)
+  uint64_t tasks_in_flight = 0;         // group members on children (now)
   LatencyHistogram mailbox_round_trip;  // dispatch written -> completion seen by the scheduler
   LatencyHistogram remote_round_trip;   // the same through a remote session
   LatencyHistogram task_latency;        // submit -> final

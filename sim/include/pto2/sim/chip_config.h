@@ -40,7 +40,7 @@ struct ArgSpec {
   uint64_t elements() const;
   uint64_t bytes() const;
   bool is_tensor() const { return role != Role::kScalar; }
-  bool reads() const { return role == Role::kInput || role == Role::kInout; }   // starts from data
+  bool reads() const { return role == Role::kInput || role == Role::kInout; }    // starts from data
   bool writes() const { return role == Role::kOutput || role == Role::kInout; }  // compared after the run
 };
 

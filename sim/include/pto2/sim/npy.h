@@ -11,9 +11,9 @@
 namespace pto2::sim {
 
 struct NpyArray {
-  std::string descr;             // numpy dtype string, e.g. "<f4"
+  std::string descr;  // numpy dtype string, e.g. "<f4"
   std::vector<uint64_t> shape;
-  std::vector<uint8_t> data;     // raw little-endian elements, C order
+  std::vector<uint8_t> data;  // raw little-endian elements, C order
 };
 
 // Every reader checks before it allocates: the header is at most 64 KiB of
