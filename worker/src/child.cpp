@@ -284,7 +284,7 @@ class ChildRunner {
 
 void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
   if (forked_by_main_thread) prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != owner_pid_) _exit(3);
+  if (getppid() != pool_.owner_pid()) _exit(3);
   // The parent coordinates shutdown: a terminal's Ctrl-C or systemd's SIGTERM
   // to the whole group must not kill children under a draining parent.
   signal(SIGINT, SIG_IGN);
@@ -294,16 +294,16 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
   // daemon's listening socket or a pipe's write end would keep them alive.
   if (close_range(3, ~0u, 0) != 0)
     for (int fd = 3; fd < 4096; ++fd) ::close(fd);
-  Worker* inner = ep.kind == ChildKind::L3 ? inner_[ep.index].get() : nullptr;
+  Worker* inner = ep.kind == ChildKind::L3 ? pool_.inner()[ep.index].get() : nullptr;
   // A chip child's L2 runtime keeps its own scheduler thread spinning after a
   // run; if the child's main thread spun as long too, the two would hold both
   // CPUs of a small machine and delay the parent's next dispatch. L3 children
   // likewise run a Worker of their own.
   const uint32_t spin_us = ep.kind == ChildKind::SUB ? cfg_.spin_us : cfg_.spin_us / 10;
-  ChildRunner runner(ep, bell_, owner_pid_, spin_us, inner);
+  ChildRunner runner(ep, pool_.bell(), pool_.owner_pid(), spin_us, inner);
   Status st;
   if (inner) st = inner->init();
-  for (auto& [digest, reg] : registry_) {
+  for (auto& [digest, reg] : callables_.all()) {
     if (!st.ok()) break;
     if (reg.handle.abi != abi_of(ep.kind) && !(ep.kind == ChildKind::L3 && reg.handle.abi == EntryAbi::CHIP)) continue;
     if (reg.allowed && ep.kind == ChildKind::L3 && !(*reg.allowed)[ep.index]) continue;  // held by peers only
@@ -322,7 +322,7 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
     // No parent-death signal (see fork_child): a watchdog thread notices the
     // parent's end within 100 ms, even while a long task runs. Started after
     // the inner Worker forked its own children.
-    const pid_t parent = owner_pid_;
+    const pid_t parent = pool_.owner_pid();
     std::thread([parent] {
       for (;;) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));

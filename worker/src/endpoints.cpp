@@ -8,7 +8,9 @@
 
 #include <cstring>
 
-#include "worker_impl.h"
+#include "endpoint.h"
+#include "remote_buffers.h"
+#include "scheduler.h"
 
 namespace pto {
 namespace {
@@ -22,23 +24,17 @@ std::string describe_exit(int status) {
 
 }  // namespace
 
-uint64_t WorkerImpl::task_timeout_ns(const Slot& s) const {
-  const uint64_t ms = std::min<uint64_t>(s.config.timeout_ms ? s.config.timeout_ms : cfg_.task_timeout_ms,
-                                         uint64_t(1) << 40);  // ~35 years: no overflow below
-  return ms * 1'000'000;
-}
-
 // A forked child: one task at a time, written into its mailbox; the answer is
 // the state word; liveness is waitpid.
 class MailboxTransport final : public EndpointTransport {
  public:
-  explicit MailboxTransport(WorkerImpl& w) : w_(w) {}
+  explicit MailboxTransport(Scheduler& w) : w_(w) {}
 
   uint32_t capacity(const Endpoint&) const override { return 1; }
   uint32_t held(const Endpoint& ep) const override { return ep.running ? 1 : 0; }
-  void accept(Endpoint& ep, Slot* s, int, uint64_t*) override { ep.running = s; }
+  void accept(Endpoint& ep, TaskNode* s, int, uint64_t*) override { ep.running = s; }
 
-  void dispatch(Endpoint& ep, Slot* s, int member, uint64_t) override {
+  void dispatch(Endpoint& ep, TaskNode* s, int member, uint64_t) override {
     Mailbox* mb = ep.mb;
     const auto& blob = s->blobs[member];
     std::memcpy(mb->digest, s->callable.digest.data(), 32);
@@ -74,11 +70,11 @@ class MailboxTransport final : public EndpointTransport {
                                      mb->done_sequence, ep.seq));
       return;
     }
-    w_.stats_.mailbox_round_trip.record(now_ns() - ep.dispatch_ns);
+    w_.record_round_trip(false, now_ns() - ep.dispatch_ns);
     const bool ok = st == MB_TASK_DONE;
     const std::string msg = ok ? std::string() : mb->error();
     mb->state.store(MB_IDLE, std::memory_order_release);
-    Slot* s = ep.running;
+    TaskNode* s = ep.running;
     ep.running = nullptr;
     w_.complete_member(ep, s, ok ? Outcome::SUCCESS : Outcome::TASK_FAILURE, msg);
   }
@@ -103,7 +99,7 @@ class MailboxTransport final : public EndpointTransport {
   std::string down_reason(const Endpoint& ep) const override { return ep.death; }
 
  private:
-  WorkerImpl& w_;
+  Scheduler& w_;
 };
 
 // A remote L3 worker: tasks go to the link (which copies tensor bytes by
@@ -111,17 +107,17 @@ class MailboxTransport final : public EndpointTransport {
 // liveness is the session being READY.
 class RemoteTransport final : public EndpointTransport {
  public:
-  explicit RemoteTransport(WorkerImpl& w) : w_(w) {}
+  RemoteTransport(Scheduler& w, const RemoteBuffers& buffers) : w_(w), buffers_(buffers) {}
 
   uint32_t capacity(const Endpoint& ep) const override { return ep.link->credits(); }
   uint32_t held(const Endpoint& ep) const override { return static_cast<uint32_t>(ep.inflight.size()); }
 
-  void accept(Endpoint& ep, Slot* s, int member, uint64_t* seq) override {
+  void accept(Endpoint& ep, TaskNode* s, int member, uint64_t* seq) override {
     *seq = ++ep.seq;
     ep.inflight.push_back({*seq, s, member, now_ns(), w_.task_timeout_ns(*s)});
   }
 
-  void dispatch(Endpoint& ep, Slot* s, int member, uint64_t seq) override {
+  void dispatch(Endpoint& ep, TaskNode* s, int member, uint64_t seq) override {
     RemoteTask t;
     t.seq = seq;
     t.task_id = s->id;
@@ -134,10 +130,10 @@ class RemoteTransport final : public EndpointTransport {
     if (member < static_cast<int>(s->dirs.size())) t.directions = s->dirs[member];
     t.directions.resize(t.tensors.size(), TensorDirection::INOUT);
     t.buffers.resize(t.tensors.size());
-    for (size_t i = 0; i < t.tensors.size() && w_.rbuf_base_; ++i) {
+    for (size_t i = 0; i < t.tensors.size() && buffers_.active(); ++i) {
       int owner = -1;
       Status err;
-      if (w_.remote_buffer_of(t.tensors[i].data, t.tensors[i].data + tensor_bytes(t.tensors[i]), &owner, &t.buffers[i],
+      if (buffers_.find(t.tensors[i].data, t.tensors[i].data + tensor_bytes(t.tensors[i]), &owner, &t.buffers[i],
                               &err) &&
           (!err.ok() || owner != ep.index))  // freed since submit: the link refuses the task with this
         t.refuse = fmt::format("tensor {}: {}", i, err.ok() ? "its remote buffer is on another worker" : err.message);
@@ -161,7 +157,7 @@ class RemoteTransport final : public EndpointTransport {
       ep.inflight[i] = ep.inflight.back();
       ep.inflight.pop_back();
       if (!f.s) continue;  // timed out earlier: its credit comes back now, nothing else
-      if (o == Outcome::SUCCESS) w_.stats_.remote_round_trip.record(now_ns() - f.dispatch_ns);
+      if (o == Outcome::SUCCESS) w_.record_round_trip(true, now_ns() - f.dispatch_ns);
       // The failure names the peer and, when it said, the worker inside it.
       w_.complete_member(ep, f.s, o, c.worker.empty() ? c.message : fmt::format("{}: {}", c.worker, c.message));
     }
@@ -174,7 +170,7 @@ class RemoteTransport final : public EndpointTransport {
     ep.alive = ep.link->ready();
     for (auto& f : ep.inflight)
       if (f.s && f.timeout_ns && now - f.dispatch_ns > f.timeout_ns) {
-        Slot* s = f.s;
+        TaskNode* s = f.s;
         f.s = nullptr;
         ep.link->abandon(f.seq);
         w_.complete_member(
@@ -186,13 +182,14 @@ class RemoteTransport final : public EndpointTransport {
   std::string down_reason(const Endpoint& ep) const override { return ep.link->state_text(); }
 
  private:
-  WorkerImpl& w_;
+  Scheduler& w_;
+  const RemoteBuffers& buffers_;
   std::vector<RemoteCompletion> done_;  // collect's scratch (drive-token holder only)
 };
 
-std::unique_ptr<EndpointTransport> make_mailbox_transport(WorkerImpl& w) {
-  return std::make_unique<MailboxTransport>(w);
+std::unique_ptr<EndpointTransport> make_mailbox_transport(Scheduler& s) { return std::make_unique<MailboxTransport>(s); }
+std::unique_ptr<EndpointTransport> make_remote_transport(Scheduler& s, const RemoteBuffers& buffers) {
+  return std::make_unique<RemoteTransport>(s, buffers);
 }
-std::unique_ptr<EndpointTransport> make_remote_transport(WorkerImpl& w) { return std::make_unique<RemoteTransport>(w); }
 
 }  // namespace pto

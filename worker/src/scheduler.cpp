@@ -1,28 +1,88 @@
-// The scheduler thread (seed 001 §7–§8): one thread drives every endpoint,
-// local or remote, through EndpointTransport (worker_impl.h; the transports
-// are in endpoints.cpp). A round collects completions, advances control
-// requests, and dispatches ready tasks to endpoints with room (per-worker
-// FIFOs for pinned next-level tasks, shared FIFOs otherwise; a group launches
-// only when it has as many workers with room as members). With nothing to do it spins for
-// spin_us, then parks on the doorbell that children and the orchestrator
-// ring; while tasks are in flight it parks at most 1 ms so child deaths and
-// task timeouts are noticed promptly.
+// The Scheduler (scheduler.h): the driver's rounds, dispatch, completions,
+// liveness and control requests.
+#include "scheduler.h"
+
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 
-#include "worker_impl.h"
+#include "child_pool.h"
+#include "task_graph.h"
 
 namespace pto {
 
-bool WorkerImpl::has_work_in_flight() const { return running_ > 0 || !controls_.empty(); }
+Scheduler::Scheduler(const WorkerConfig& cfg, EngineLock& lock, ChildPool& pool, TaskGraph& graph)
+    : cfg_(cfg), lock_(lock), pool_(pool), graph_(graph) {}
+
+void Scheduler::start() {
+  stop_.store(false, std::memory_order_release);
+  thread_ = std::thread([this] { drive_until([this] { return stop_.load(std::memory_order_acquire); }, true); });
+}
+
+void Scheduler::stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true, std::memory_order_release);
+  if (SharedDoorbell* b = pool_.bell()) b->ring();
+  thread_.join();
+}
+
+// --- queues (mu held) ---------------------------------------------------------
+
+void Scheduler::enqueue(TaskNode* s) {
+  queued_.fetch_add(1, std::memory_order_release);
+  if (!s->next_level) sub_q_.push_back(s);
+  else if (s->blobs.size() == 1 && s->pinned[0] >= 0) next_pinned_[s->pinned[0]].push_back(s);
+  else next_any_.push_back(s);
+}
+
+std::vector<TaskNode*> Scheduler::take_queued() {
+  std::vector<TaskNode*> out;
+  for (auto* q : {&next_any_, &sub_q_}) {
+    out.insert(out.end(), q->begin(), q->end());
+    q->clear();
+  }
+  for (auto& q : next_pinned_) {
+    out.insert(out.end(), q.begin(), q.end());
+    q.clear();
+  }
+  queued_.store(0, std::memory_order_release);
+  return out;
+}
+
+void Scheduler::clear_queues() { (void)take_queued(); }
+
+uint64_t Scheduler::queue_depth() const {
+  uint64_t n = next_any_.size() + sub_q_.size();
+  for (const auto& q : next_pinned_) n += q.size();
+  return n;
+}
+
+void Scheduler::add_control(std::shared_ptr<ControlRequest> c) {
+  controls_.push_back(std::move(c));
+  controls_queued_.store(static_cast<uint32_t>(controls_.size()), std::memory_order_release);
+}
+
+void Scheduler::fail_controls(const std::string& why) {
+  for (auto& c : controls_) {
+    c->failure = why;
+    c->finished = true;
+    c->cv.notify_all();
+  }
+  controls_.clear();
+  controls_queued_.store(0, std::memory_order_release);
+}
+
+// --- driving --------------------------------------------------------------------
+
+bool Scheduler::has_work_in_flight() const { return running_ > 0 || !controls_.empty(); }
 
 // One round of driving: completions, control requests, dispatch, and (every
 // millisecond) child liveness and timeouts. Only the holder of the drive
 // token runs it, so each mailbox has one writer on the parent side.
-bool WorkerImpl::drive_round() {
+bool Scheduler::drive_round() {
   bool progressed = poll_completions();
   progressed |= progress_controls();
   progressed |= dispatch_ready();
@@ -34,7 +94,7 @@ bool WorkerImpl::drive_round() {
   return progressed;
 }
 
-bool WorkerImpl::try_drive() {
+bool Scheduler::try_drive() {
   bool expected = false;
   return driving_.compare_exchange_strong(expected, true, std::memory_order_acquire);
 }
@@ -45,17 +105,18 @@ bool WorkerImpl::try_drive() {
 // L3 children run threads of their own, and a spinning parent would take the
 // CPU they need (on 2 vCPUs an empty chip task costs ~4x more); with nothing
 // in flight a short spin catches the next submit.
-uint64_t WorkerImpl::spin_budget_ns() const {
+uint64_t Scheduler::spin_budget_ns() const {
   const uint64_t spin_ns = uint64_t(cfg_.spin_us) * 1000;
   if (running_subs_.load(std::memory_order_relaxed) > 0) return 4 * spin_ns;
   if (running_.load(std::memory_order_relaxed) > 0) return 0;
   return spin_ns;
 }
 
-// The driving loop of the scheduler thread (until stop_) and of run()'s
+// The driving loop of the scheduler thread (until stop()) and of run()'s
 // thread during its drain (until every task is final). The scheduler thread
 // stands aside while run()'s thread drives, so they never compete for CPUs.
-void WorkerImpl::drive_until(const std::function<bool()>& finished, bool scheduler) {
+void Scheduler::drive_until(const std::function<bool()>& finished, bool scheduler) {
+  SharedDoorbell* bell = pool_.bell();
   uint64_t idle_since = 0;
   uint32_t spins = 0;
   while (!finished()) {
@@ -79,91 +140,87 @@ void WorkerImpl::drive_until(const std::function<bool()>& finished, bool schedul
       for (int i = 0; i < 16; ++i) spin_step(spins);
       continue;
     }
-    const uint32_t key = bell_->prepare();
+    const uint32_t key = bell->prepare();
     bool again = false;
     if (try_drive()) {
       again = drive_round();
       driving_.store(false, std::memory_order_release);
     }
     if (again || finished() || (scheduler && helper_.load(std::memory_order_acquire))) {
-      bell_->cancel();
+      bell->cancel();
       idle_since = 0;
       continue;
     }
     bool busy;
     {
-      std::lock_guard<std::mutex> g(mu_);
+      std::lock_guard<std::mutex> g(lock_.mu);
       busy = has_work_in_flight();
     }
     // Parked at most 1 ms while anything is in flight: liveness and timeouts.
-    bell_->commit(key, busy || !scheduler ? 1'000'000 : 100'000'000);
+    bell->commit(key, busy || !scheduler ? 1'000'000 : 100'000'000);
     idle_since = 0;
   }
-}
-
-void WorkerImpl::scheduler_main() {
-  drive_until([this] { return stop_.load(std::memory_order_acquire); }, true);
 }
 
 // run()'s thread, once the orchestration returned, drives the run to its end
 // itself: the completion that ends the run then wakes (or is seen by) the
 // thread that waits for it, instead of passing through the scheduler thread
 // and a condition variable (two wake-ups).
-void WorkerImpl::help_drain() {
+void Scheduler::help_drain() {
   helper_.store(1, std::memory_order_seq_cst);
-  drive_until([this] { return pending_.load(std::memory_order_acquire) == 0; }, false);
+  drive_until([this] { return graph_.pending() == 0; }, false);
   helper_.store(0, std::memory_order_seq_cst);
   futex_wake_shared(&helper_, 1);
 }
 
+// --- completions and liveness -------------------------------------------------------
+
 // Completions from every endpoint: a look without the lock at each (the
 // common case on a spinning driver finds nothing), then one lock for the
 // ones that have something.
-bool WorkerImpl::poll_completions() {
+bool Scheduler::poll_completions() {
   Endpoint* ready[64];
   int n = 0;
-  for (auto* list : {&chips_, &subs_, &l3s_})
-    for (auto& ep : *list)
-      if (n < 64 && ep->transport->has_completions(*ep)) ready[n++] = ep.get();
+  pool_.for_each([&](Endpoint& ep) {
+    if (n < 64 && ep.transport->has_completions(ep)) ready[n++] = &ep;
+  });
   if (n == 0) return false;
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<std::mutex> g(lock_.mu);
   for (int i = 0; i < n; ++i) ready[i]->transport->collect(*ready[i]);
   return true;
 }
 
-void WorkerImpl::complete_member(Endpoint& ep, Slot* s, Outcome o, const std::string& message) {
+void Scheduler::complete_member(Endpoint& ep, TaskNode* s, Outcome o, const std::string& message) {
   ++ep.tasks_run;
   --running_;
   if (ep.kind == ChildKind::SUB) --running_subs_;
   // A retryable callable whose worker was lost runs again, on another worker
   // when there is one (dispatch_ready avoids this one).
   // (Not a task on remote buffers: they died with their session.)
-  if (o == Outcome::ENDPOINT_FAILURE && s->retries_left > 0 && s->blobs.size() == 1 && cancelled_.empty() &&
+  if (o == Outcome::ENDPOINT_FAILURE && s->retries_left > 0 && s->blobs.size() == 1 && graph_.cancelled().empty() &&
       !s->uses_remote_buffer) {
     --s->retries_left;
     s->avoid = ep.index;
     s->pinned[0] = -1;
-    s->state = Slot::State::kReady;
-    ++run_.tasks_retried;
-    ++stats_.task_retries;
+    s->state = TaskNode::State::kReady;
+    graph_.note_retry();
+    ++task_retries_;
     (s->next_level ? next_any_ : sub_q_).push_front(s);
     queued_.fetch_add(1, std::memory_order_release);
     return;
   }
   if (o != Outcome::SUCCESS && s->failure.outcome == Outcome::SUCCESS)
     s->failure = TaskFailure{s->id, s->callable.hex(), ep.label(), o, message};
-  if (--s->members_left == 0) finalize(s, s->failure.outcome);
+  if (--s->members_left == 0) graph_.finalize(s, s->failure.outcome);
 }
 
-// mu_ held. The child is gone: fail what it held. An answer it wrote before
-// dying still counts.
-void WorkerImpl::mark_dead(Endpoint& ep, const std::string& why, bool reaped) {
+void Scheduler::mark_dead(Endpoint& ep, const std::string& why, bool reaped) {
   ep.alive = false;
   ep.reaped = reaped;
   ep.death = why;
   ep.in_control = false;  // progress_controls sees !alive and fails the target
   if (!ep.running) return;
-  Slot* s = ep.running;
+  TaskNode* s = ep.running;
   ep.running = nullptr;
   const uint32_t st = ep.mb->state.load(std::memory_order_acquire);
   if ((st == MB_TASK_DONE || st == MB_TASK_FAILED) && ep.mb->done_sequence == ep.seq) {
@@ -175,8 +232,7 @@ void WorkerImpl::mark_dead(Endpoint& ep, const std::string& why, bool reaped) {
                   fmt::format("{} (pid {}) {} while running task {}", ep.label(), ep.pid, why, s->id));
 }
 
-// mu_ held. Kill the child, reap it (bounded), fail what it held.
-void WorkerImpl::endpoint_failed(Endpoint& ep, const std::string& why) {
+void Scheduler::endpoint_failed(Endpoint& ep, const std::string& why) {
   int status = 0;
   bool reaped = false;
   if (ep.pid > 0) {
@@ -190,129 +246,150 @@ void WorkerImpl::endpoint_failed(Endpoint& ep, const std::string& why) {
   mark_dead(ep, why, reaped);  // not reaped: close() reaps it
 }
 
-void WorkerImpl::check_children(uint64_t now) {
-  std::lock_guard<std::mutex> g(mu_);
-  for (auto* list : {&chips_, &subs_, &l3s_})
-    for (auto& ep : *list) ep->transport->check(*ep, now);
+uint64_t Scheduler::task_timeout_ns(const TaskNode& s) const {
+  const uint64_t ms = std::min<uint64_t>(s.config.timeout_ms ? s.config.timeout_ms : cfg_.task_timeout_ms,
+                                         uint64_t(1) << 40);  // ~35 years: no overflow below
+  return ms * 1'000'000;
 }
 
-bool WorkerImpl::dispatch_ready() {
-  // Called on every round of a spinning driver: look at the queues without
-  // the lock first (queued_ is written under mu_; a task queued after this
-  // load rings the doorbell, so the driver comes back before it parks).
+void Scheduler::check_children(uint64_t now) {
+  std::lock_guard<std::mutex> g(lock_.mu);
+  pool_.for_each([&](Endpoint& ep) { ep.transport->check(ep, now); });
+}
+
+// --- dispatch (mu held unless noted) -------------------------------------------------
+
+void Scheduler::pop(std::deque<TaskNode*>& q) {
+  q.pop_front();
+  queued_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// An endpoint takes a task when it is alive, has room, is not serving a
+// control request and is not awaited by the queued control request.
+bool Scheduler::idle(const Endpoint* ep) const {
+  if (!ep->alive || !ep->has_room() || ep->in_control) return false;
+  if (controls_.empty()) return true;
+  const ControlRequest& c = *controls_.front();
+  for (size_t i = 0; i < c.targets.size(); ++i)
+    if (c.targets[i] == ep && !c.sent[i]) return false;
+  return true;
+}
+
+void Scheduler::assign(Endpoint* ep, TaskNode* s, int m) {
+  s->state = TaskNode::State::kRunning;
+  ++running_;
+  if (ep->kind == ChildKind::SUB) ++running_subs_;
+  uint64_t seq = 0;
+  ep->transport->accept(*ep, s, m, &seq);
+  plan_.push_back({ep, s, m, seq});
+}
+
+// Whether a task may go to an endpoint: it holds the callable, and a retried
+// task prefers an endpoint other than the one it failed on.
+static bool fits(const TaskNode* s, const Endpoint* ep, bool avoid) {
+  return (!s->allowed || (*s->allowed)[ep->index]) && !(avoid && s->avoid == ep->index);
+}
+
+// Dead children are replaced at the start of the next run; a queued task
+// that no live child can take fails now instead of waiting for ever.
+bool Scheduler::fail_unlaunchable() {
+  bool failed = false;
+  auto never = [&](TaskNode* t, const std::string& why) {
+    t->failure = TaskFailure{t->id, t->callable.hex(), "", Outcome::ENDPOINT_FAILURE, why};
+    t->members_left = 0;
+    graph_.finalize(t, Outcome::ENDPOINT_FAILURE);
+    failed = true;
+  };
+  auto& next_eps = pool_.next_level();
+  for (size_t i = 0; i < next_eps.size(); ++i)
+    while (!next_pinned_[i].empty() && !next_eps[i]->alive) {
+      never(next_pinned_[i].front(), fmt::format("not launched: its worker {} {}", next_eps[i]->label(),
+                                                 next_eps[i]->transport->down_reason(*next_eps[i])));
+      pop(next_pinned_[i]);
+    }
+  auto cull = [&](std::deque<TaskNode*>& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
+    while (!q.empty()) {
+      TaskNode* t = q.front();
+      int live = 0;
+      std::string dead;
+      for (auto& ep : eps) {
+        if (!fits(t, ep.get(), false)) continue;
+        if (ep->alive) ++live;
+        else if (dead.empty()) dead = ep->label() + " " + ep->transport->down_reason(*ep);
+      }
+      const int n = static_cast<int>(t->blobs.size());
+      std::string why;
+      if (n > 1 && t->pinned[0] >= 0) {
+        for (int k = 0; k < n && why.empty(); ++k)
+          if (!eps[t->pinned[k]]->alive)
+            why = fmt::format("not launched: group member {}'s worker {} {}", k, eps[t->pinned[k]]->label(),
+                              eps[t->pinned[k]]->death);
+      } else if (n > live) {
+        why = fmt::format("not launched: it needs {} live workers and {} are left ({})", n, live, dead);
+      }
+      if (why.empty()) return;
+      never(t, why);
+      pop(q);
+    }
+  };
+  cull(next_any_, next_eps);
+  cull(sub_q_, pool_.subs());
+  return failed;
+}
+
+// A shared FIFO: the head task goes to as many idle workers as it has
+// members, or waits (a group waits for enough idle workers).
+void Scheduler::drain_queue(std::deque<TaskNode*>& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
+  while (!q.empty()) {
+    TaskNode* s = q.front();
+    const int n = static_cast<int>(s->blobs.size());
+    std::vector<Endpoint*>& picked = picked_;
+    picked.clear();
+    if (n > 1 && s->pinned[0] >= 0) {
+      for (int k = 0; k < n; ++k)
+        if (idle(eps[s->pinned[k]].get())) picked.push_back(eps[s->pinned[k]].get());
+    } else {
+      for (auto& ep : eps)
+        if (static_cast<int>(picked.size()) < n && idle(ep.get()) && fits(s, ep.get(), true)) picked.push_back(ep.get());
+      if (picked.empty() && n == 1 && s->avoid >= 0)  // only the worker it failed on is left: try it again
+        for (auto& ep : eps)
+          if (picked.empty() && idle(ep.get()) && fits(s, ep.get(), false)) picked.push_back(ep.get());
+    }
+    if (static_cast<int>(picked.size()) < n) return;
+    pop(q);
+    for (int k = 0; k < n; ++k) assign(picked[k], s, k);
+  }
+}
+
+// Called on every round of a spinning driver: looks at the queues without
+// the lock first (queued_ is written under mu; a task queued after this load
+// rings the doorbell, so the driver comes back before it parks). Plans under
+// the lock, writes the mailboxes without it.
+bool Scheduler::dispatch_ready() {
   if (queued_.load(std::memory_order_acquire) == 0) return false;
-  std::vector<Plan>& plan = plan_;  // drive-token holder only: reused, no allocation per round
-  plan.clear();
-  bool failed_any = false;
+  plan_.clear();  // drive-token holder only: reused, no allocation per round
+  bool failed_any;
   {
-    std::lock_guard<std::mutex> g(mu_);
-    auto pop = [&](std::deque<Slot*>& q) {
-      q.pop_front();
-      queued_.fetch_sub(1, std::memory_order_relaxed);
-    };
-    // An endpoint a queued control request still has to reach takes no task.
-    auto reserved = [&](const Endpoint* ep) {
-      if (controls_.empty()) return false;
-      const ControlRequest& c = *controls_.front();
-      for (size_t i = 0; i < c.targets.size(); ++i)
-        if (c.targets[i] == ep && !c.sent[i]) return true;
-      return false;
-    };
-    auto idle = [&](const Endpoint* ep) { return ep->alive && ep->has_room() && !ep->in_control && !reserved(ep); };
-    // Whether a task may go to an endpoint: it holds the callable, and a
-    // retried task prefers an endpoint other than the one it failed on.
-    auto fits = [&](const Slot* s, const Endpoint* ep, bool avoid) {
-      return (!s->allowed || (*s->allowed)[ep->index]) && !(avoid && s->avoid == ep->index);
-    };
-    auto assign = [&](Endpoint* ep, Slot* s, int m) {
-      s->state = Slot::State::kRunning;
-      ++running_;
-      if (ep->kind == ChildKind::SUB) ++running_subs_;
-      uint64_t seq = 0;
-      ep->transport->accept(*ep, s, m, &seq);
-      plan.push_back({ep, s, m, seq});
-    };
-    auto& next_eps = cfg_.level == 3 ? chips_ : l3s_;
-    // Dead children are replaced at the start of the next run; a queued task
-    // that no live child can take fails now instead of waiting for ever.
-    auto never = [&](Slot* t, const std::string& why) {
-      t->failure = TaskFailure{t->id, t->callable.hex(), "", Outcome::ENDPOINT_FAILURE, why};
-      t->members_left = 0;
-      finalize(t, Outcome::ENDPOINT_FAILURE);
-      failed_any = true;
-    };
-    for (size_t i = 0; i < next_eps.size(); ++i)
-      while (!next_pinned_[i].empty() && !next_eps[i]->alive) {
-        never(next_pinned_[i].front(), fmt::format("not launched: its worker {} {}", next_eps[i]->label(),
-                                                   next_eps[i]->transport->down_reason(*next_eps[i])));
-        pop(next_pinned_[i]);
-      }
-    auto cull = [&](std::deque<Slot*>& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
-      while (!q.empty()) {
-        Slot* t = q.front();
-        int live = 0;
-        std::string dead;
-        for (auto& ep : eps) {
-          if (!fits(t, ep.get(), false)) continue;
-          if (ep->alive)
-            ++live;
-          else if (dead.empty())
-            dead = ep->label() + " " + ep->transport->down_reason(*ep);
-        }
-        const int n = static_cast<int>(t->blobs.size());
-        std::string why;
-        if (n > 1 && t->pinned[0] >= 0) {
-          for (int k = 0; k < n && why.empty(); ++k)
-            if (!eps[t->pinned[k]]->alive)
-              why = fmt::format("not launched: group member {}'s worker {} {}", k, eps[t->pinned[k]]->label(),
-                                eps[t->pinned[k]]->death);
-        } else if (n > live) {
-          why = fmt::format("not launched: it needs {} live workers and {} are left ({})", n, live, dead);
-        }
-        if (why.empty()) return;
-        never(t, why);
-        pop(q);
-      }
-    };
-    cull(next_any_, next_eps);
-    cull(sub_q_, subs_);
+    std::lock_guard<std::mutex> g(lock_.mu);
+    failed_any = fail_unlaunchable();
+    auto& next_eps = pool_.next_level();
     for (size_t i = 0; i < next_eps.size(); ++i)
       while (!next_pinned_[i].empty() && idle(next_eps[i].get())) {  // a remote worker takes up to its credits
         assign(next_eps[i].get(), next_pinned_[i].front(), 0);
         pop(next_pinned_[i]);
       }
-    auto drain = [&](std::deque<Slot*>& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
-      while (!q.empty()) {
-        Slot* s = q.front();
-        const int n = static_cast<int>(s->blobs.size());
-        std::vector<Endpoint*>& picked = picked_;
-        picked.clear();
-        if (n > 1 && s->pinned[0] >= 0) {
-          for (int k = 0; k < n; ++k)
-            if (idle(eps[s->pinned[k]].get())) picked.push_back(eps[s->pinned[k]].get());
-        } else {
-          for (auto& ep : eps)
-            if (static_cast<int>(picked.size()) < n && idle(ep.get()) && fits(s, ep.get(), true))
-              picked.push_back(ep.get());
-          if (picked.empty() && n == 1 && s->avoid >= 0)  // only the worker it failed on is left: try it again
-            for (auto& ep : eps)
-              if (picked.empty() && idle(ep.get()) && fits(s, ep.get(), false)) picked.push_back(ep.get());
-        }
-        if (static_cast<int>(picked.size()) < n) return;  // FIFO: a group waits for enough idle workers
-        pop(q);
-        for (int k = 0; k < n; ++k) assign(picked[k], s, k);
-      }
-    };
-    drain(next_any_, next_eps);
-    drain(sub_q_, subs_);
+    drain_queue(next_any_, next_eps);
+    drain_queue(sub_q_, pool_.subs());
   }
-  for (const Plan& p : plan) p.ep->transport->dispatch(*p.ep, p.s, p.member, p.seq);
-  return !plan.empty() || failed_any;
+  for (const Plan& p : plan_) p.ep->transport->dispatch(*p.ep, p.s, p.member, p.seq);
+  return !plan_.empty() || failed_any;
 }
 
-bool WorkerImpl::progress_controls() {
+// --- control requests ----------------------------------------------------------------
+
+bool Scheduler::progress_controls() {
   if (controls_queued_.load(std::memory_order_acquire) == 0) return false;  // the common case, without the lock
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<std::mutex> g(lock_.mu);
   if (controls_.empty()) return false;
   ControlRequest& c = *controls_.front();
   bool progressed = false;
@@ -364,10 +441,8 @@ bool WorkerImpl::progress_controls() {
       continue;
     }
     c.done[i] = 1;
-    if (ep.mb->error_code != 0)
-      c.failure += (c.failure.empty() ? "" : "; ") + ep.mb->error();
-    else if (c.op == CTRL_REGISTER)
-      c.installed.push_back(&ep);
+    if (ep.mb->error_code != 0) c.failure += (c.failure.empty() ? "" : "; ") + ep.mb->error();
+    else if (c.op == CTRL_REGISTER) c.installed.push_back(&ep);
     c.query_result = ep.mb->control_result;
     ep.mb->state.store(MB_IDLE, std::memory_order_release);
     ep.in_control = false;
@@ -386,7 +461,7 @@ bool WorkerImpl::progress_controls() {
     return true;
   }
   c.finished = true;
-  if (c.failure.empty() && !c.abandoned && c.on_success) c.on_success();  // mu_ held: published atomically
+  if (c.failure.empty() && !c.abandoned && c.on_success) c.on_success();  // mu held: published atomically
   c.cv.notify_all();
   controls_.pop_front();
   controls_queued_.store(static_cast<uint32_t>(controls_.size()), std::memory_order_release);

@@ -67,7 +67,7 @@ Status register_shared_memory(void* base, uint64_t bytes) {
   return Status::Ok();
 }
 
-HeapRing::Alloc HeapRing::alloc(uint64_t bytes, uint64_t* end_position, uint8_t** ptr) {
+L3HeapRing::Alloc L3HeapRing::alloc(uint64_t bytes, uint64_t* end_position, uint8_t** ptr) {
   bytes = (bytes + kHeapAlign - 1) / kHeapAlign * kHeapAlign;
   if (bytes == 0) bytes = kHeapAlign;
   if (bytes > size_) return Alloc::kTooLarge;

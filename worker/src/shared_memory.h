@@ -5,7 +5,7 @@
 //    backed lazily.
 //  * The process-wide list of shared regions that tensors may live in. Fork
 //    copies it, so a grandchild knows its grandparent's regions.
-//  * HeapRing: the L3 heap ring of one scope depth. Virtual positions grow
+//  * L3HeapRing: the L3 heap ring of one scope depth. Virtual positions grow
 //    forever; an allocation never straddles the end (it restarts at offset 0
 //    and the skipped tail counts as used); allocations are freed in FIFO
 //    order when their owner is consumed.
@@ -50,7 +50,7 @@ std::unique_lock<std::mutex> lock_shared_regions();
 
 inline constexpr uint64_t kHeapAlign = 64;
 
-class HeapRing {
+class L3HeapRing {
  public:
   void attach(uint8_t* base, uint64_t size) {
     base_ = base;

@@ -163,6 +163,7 @@ class RunHandle {
 
  private:
   friend class WorkerImpl;
+  friend class RunQueue;
   struct State;
   std::shared_ptr<State> state_;
 };

@@ -1,0 +1,132 @@
+// The Scheduler (seed design: one progress thread per Worker): the ready
+// queues, the drive token, the dispatch policy and the progression of
+// control requests. One thread — the scheduler thread, or run()'s thread
+// while it drives its own drain — holds the drive token at a time and is the
+// only parent-side writer of every mailbox. A round collects completions,
+// advances control requests, dispatches ready tasks to endpoints with room
+// (per-worker FIFOs for pinned next-level tasks, shared FIFOs otherwise; a
+// group launches only when it has as many workers with room as members) and,
+// every millisecond, checks liveness and timeouts. With nothing to do the
+// driver spins, then parks on the doorbell that children and the
+// orchestrator ring; while tasks are in flight it parks at most 1 ms.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control_request.h"
+#include "endpoint.h"
+#include "engine_lock.h"
+#include "task_node.h"
+
+namespace pto {
+
+class ChildPool;
+class TaskGraph;
+
+class Scheduler {
+ public:
+  Scheduler(const WorkerConfig& cfg, EngineLock& lock, ChildPool& pool, TaskGraph& graph);
+  ~Scheduler() { stop(); }
+
+  // Sizes the per-worker queues (after the pool made its endpoints).
+  void attach_endpoints(size_t next_level_workers) { next_pinned_.assign(next_level_workers, {}); }
+  // The scheduler thread. stop() joins it; while it is stopped nothing else
+  // of the engine runs a thread (children may be forked).
+  void start();
+  void stop();
+  void detach() {  // a forked copy of the owner: the thread does not exist here
+    if (thread_.joinable()) thread_.detach();
+  }
+
+  // --- the task graph's side (mu held) ---
+  // A task whose producers are all final and that is not poisoned.
+  void enqueue(TaskNode* s);
+  // Every queued task (a cancelled run's), the queues left empty.
+  std::vector<TaskNode*> take_queued();
+  void clear_queues();
+  uint64_t queue_depth() const;
+  uint64_t in_flight() const { return running_.load(std::memory_order_relaxed); }
+
+  // --- control requests (mu held) ---
+  void add_control(std::shared_ptr<ControlRequest> c);
+  // Fails every queued request (the Worker is closing).
+  void fail_controls(const std::string& why);
+  int controls_in_flight = 0;  // requests whose caller still waits (mu)
+
+  // run()'s thread drives the run to its end itself (no hand-off to the
+  // scheduler thread and back) until pending() is 0.
+  void help_drain();
+
+  // --- called by the transports (mu held) ---
+  void complete_member(Endpoint& ep, TaskNode* s, Outcome o, const std::string& message);
+  // The child is gone: fail what it held (an answer it wrote before dying still counts).
+  void mark_dead(Endpoint& ep, const std::string& why, bool reaped);
+  // Kills the child, reaps it (bounded), fails what it held.
+  void endpoint_failed(Endpoint& ep, const std::string& why);
+  uint64_t task_timeout_ns(const TaskNode& s) const;  // CallConfig.timeout_ms, else task_timeout_ms
+  void record_round_trip(bool remote, uint64_t ns) { (remote ? remote_round_trip_ : mailbox_round_trip_).record(ns); }
+
+  // Statistics (mu held).
+  const LatencyHistogram& mailbox_round_trip() const { return mailbox_round_trip_; }
+  const LatencyHistogram& remote_round_trip() const { return remote_round_trip_; }
+  uint64_t task_retries() const { return task_retries_; }
+
+ private:
+  struct Plan {
+    Endpoint* ep;
+    TaskNode* s;
+    int member;
+    uint64_t seq;  // remote endpoints: the dispatch number
+  };
+
+  void drive_until(const std::function<bool()>& finished, bool scheduler);
+  bool drive_round();
+  bool try_drive();
+  uint64_t spin_budget_ns() const;
+  bool has_work_in_flight() const;  // mu held
+  bool poll_completions();
+  bool progress_controls();
+  void check_children(uint64_t now);
+  // Dispatch (drive-token holder; takes mu for the planning, dispatches without it).
+  bool dispatch_ready();
+  bool fail_unlaunchable();                          // mu held
+  void assign(Endpoint* ep, TaskNode* s, int member);  // mu held
+  void drain_queue(std::deque<TaskNode*>& q, std::vector<std::unique_ptr<Endpoint>>& eps);  // mu held
+  bool idle(const Endpoint* ep) const;                                                       // mu held
+  void pop(std::deque<TaskNode*>& q);                                                        // mu held
+
+  const WorkerConfig& cfg_;
+  EngineLock& lock_;
+  ChildPool& pool_;
+  TaskGraph& graph_;
+
+  // Ready queues (mu); queued_ is written under mu and read without it by a spinning driver.
+  std::deque<TaskNode*> next_any_, sub_q_;
+  std::vector<std::deque<TaskNode*>> next_pinned_;
+  std::atomic<uint64_t> queued_{0};
+  std::atomic<uint64_t> running_{0};       // members on endpoints
+  std::atomic<uint64_t> running_subs_{0};  // of which on sub workers
+  std::deque<std::shared_ptr<ControlRequest>> controls_;
+  std::atomic<uint32_t> controls_queued_{0};  // controls_.size()
+
+  LatencyHistogram mailbox_round_trip_, remote_round_trip_;  // mu
+  uint64_t task_retries_ = 0;                                // mu
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> driving_{false};  // the drive token
+  std::atomic<uint32_t> helper_{0};   // 1 while run() drives its own drain
+  // Drive-token holder only.
+  uint64_t last_check_ns_ = 0;
+  std::vector<Plan> plan_;
+  std::vector<Endpoint*> picked_;
+};
+
+}  // namespace pto

@@ -1,0 +1,295 @@
+// WorkerImpl (worker_impl.h): the life cycle — init, runs, close — and what
+// is the Worker's own: the buffer arena, progress, cancellation, statistics.
+#include "worker_impl.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "engine_log.h"
+
+namespace pto {
+
+WorkerImpl::WorkerImpl(const WorkerConfig& cfg)
+    : cfg_(cfg),
+      pool_(cfg_, lock_),
+      graph_(cfg_, lock_),
+      scheduler_(cfg_, lock_, pool_, graph_),
+      callables_(cfg_, lock_, life_, pool_, scheduler_),
+      runs_(cfg_.spin_us, [this](const OrchestrationFunction& fn, const TaskArgs& a, const CallConfig& c) {
+        return run(fn, a, c);
+      }) {
+  graph_.set_scheduler(&scheduler_);
+}
+
+WorkerImpl::~WorkerImpl() { (void)close(); }
+
+Status WorkerImpl::add_next_level_worker(std::unique_ptr<Worker> inner) {
+  if (cfg_.level < 4)
+    return Status::Error(
+        kWorkerInvalidArgument,
+        fmt::format("add_next_level_worker on a level-{} Worker: only levels >= 4 have Worker children", cfg_.level));
+  if (life_.initialized || life_.closed) return Status::Error(kWorkerInvalidArgument, "add_next_level_worker after init()");
+  if (!inner || inner->initialized())
+    return Status::Error(kWorkerInvalidArgument, "add_next_level_worker needs a Worker that is not initialised");
+  if (inner->config().level != cfg_.level - 1)
+    return Status::Error(kWorkerInvalidArgument, fmt::format("a level-{} Worker cannot hold a level-{} child",
+                                                             cfg_.level, inner->config().level));
+  if (!pool_.links().empty())
+    return Status::Error(kWorkerInvalidArgument,
+                         "add_next_level_worker after add_remote_worker: local L3 children come first");
+  pool_.add_inner(std::move(inner));
+  return Status::Ok();
+}
+
+Status WorkerImpl::add_remote_worker(std::shared_ptr<RemoteLink> link) {
+  if (cfg_.level < 4)
+    return Status::Error(
+        kWorkerInvalidArgument,
+        fmt::format("add_remote_worker on a level-{} Worker: remote L3 workers belong to levels >= 4", cfg_.level));
+  if (life_.initialized || life_.closed) return Status::Error(kWorkerInvalidArgument, "add_remote_worker after init()");
+  if (!link) return Status::Error(kWorkerInvalidArgument, "add_remote_worker: null link");
+  pool_.add_link(std::move(link));
+  return Status::Ok();
+}
+
+Status WorkerImpl::init() {
+  if (life_.closed) return Status::Error(kWorkerClosed, "init after close()");
+  if (life_.initialized) return Status::Error(kWorkerInvalidArgument, "init() called twice");
+  if (Status s = cfg_.validate(); !s.ok()) return s;
+  if (cfg_.level >= 4 && pool_.inner().empty() && pool_.links().empty() && cfg_.num_sub_workers == 0)
+    return Status::Error(kWorkerInvalidConfig,
+                         "a level-4 Worker needs L3 children (add_next_level_worker, add_remote_worker) or sub workers");
+  auto fail = [&](Status s) {
+    life_.initialized = true;  // let close() tear down what exists
+    (void)close();
+    return s;
+  };
+  if (Status s = graph_.map_rings(); !s.ok()) return fail(s);
+  if (Status s = arena_map_.map(cfg_.buffer_arena_bytes, "the buffer arena"); !s.ok()) return fail(s);
+  arena_.attach(arena_map_.data(), cfg_.buffer_arena_bytes);
+  if (Status s = pool_.create(scheduler_, rbufs_); !s.ok()) return fail(s);
+  // Remote buffers get placeholder addresses no real tensor can have.
+  if (!pool_.links().empty())
+    if (Status s = rbufs_.reserve(); !s.ok()) return fail(s);
+  scheduler_.attach_endpoints(pool_.next_level().size());
+  // Fork every child before any thread of ours exists.
+  if (Status s = pool_.start_all([this](Endpoint& ep, bool main) { child_main(ep, main); }); !s.ok()) return fail(s);
+  life_.initialized = true;
+  scheduler_.start();
+  // Sessions to remote L3 workers: started now that every child is forked
+  // (their threads must not exist at fork). A peer that is not READY within
+  // remote_ready_timeout_ms does not fail init: its link keeps reconnecting
+  // and the scheduler uses it once it is READY.
+  for (auto& link : pool_.links())
+    if (Status s = link->start([this] {
+          if (SharedDoorbell* b = pool_.bell()) b->ring();
+        });
+        !s.ok())
+      return fail(s);
+  const uint64_t deadline = now_ns() + uint64_t(cfg_.remote_ready_timeout_ms) * 1'000'000;
+  for (auto& link : pool_.links())
+    while (!link->ready() && now_ns() < deadline) usleep(2000);
+  {
+    std::lock_guard<std::mutex> g(lock_.mu);
+    for (auto& ep : pool_.l3s())
+      if (ep->is_remote()) ep->alive = ep->link->ready();
+  }
+  engine_log()->info("{}: level {} up: {} chips, {} sub workers, {} L3 workers", cfg_.name, cfg_.level,
+                     pool_.chips().size(), pool_.subs().size(), pool_.l3s().size());
+  return Status::Ok();
+}
+
+Status WorkerImpl::restart_dead_children() {
+  std::vector<Endpoint*> dead;
+  {
+    std::unique_lock<std::mutex> lk(lock_.mu);
+    // A registration in flight must finish first: its targets are fixed.
+    lock_.idle.wait_for(lk, std::chrono::milliseconds(cfg_.control_timeout_ms),
+                        [&] { return scheduler_.controls_in_flight == 0; });
+    dead = pool_.dead();
+  }
+  if (dead.empty()) return Status::Ok();
+  for (Endpoint* ep : dead) engine_log()->warn("{}: replacing {} ({})", cfg_.name, ep->label(), ep->death);
+  // Fork only while no thread of ours runs: the child must not inherit a
+  // half-held lock of the scheduler thread.
+  scheduler_.stop();
+  Status first = pool_.replace(dead, [this](Endpoint& ep, bool main) { child_main(ep, main); });
+  scheduler_.start();
+  return first;
+}
+
+RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg) {
+  if (run_thread_.load() == std::this_thread::get_id()) {
+    RunResult bad;
+    bad.status = Status::Error(kWorkerInvalidArgument, "run() from inside an orchestration of the same Worker");
+    return bad;
+  }
+  std::lock_guard<std::mutex> run_lock(run_mu_);
+  run_thread_.store(std::this_thread::get_id());
+  struct Clear {
+    std::atomic<std::thread::id>& t;
+    ~Clear() { t.store(std::thread::id()); }
+  } clear{run_thread_};
+  RunResult bad;
+  if (life_.closed) {
+    bad.status = Status::Error(kWorkerClosed, "run after close()");
+    return bad;
+  }
+  if (!life_.initialized) {
+    bad.status = Status::Error(kWorkerInvalidArgument, "run before init()");
+    return bad;
+  }
+  if (!fn) {
+    bad.status = Status::Error(kWorkerInvalidArgument, "run with an empty orchestration function");
+    return bad;
+  }
+  if (Status s = restart_dead_children(); !s.ok()) {
+    bad.status = Status::Error(s.code, "replacing a dead child: " + s.message);
+    return bad;
+  }
+  const uint64_t t0 = now_ns();
+  {
+    std::lock_guard<std::mutex> g(lock_.mu);
+    graph_.begin_run();
+  }
+  try {
+    const int rc = fn(orch_, args.view(), cfg);
+    if (rc != 0) {
+      std::lock_guard<std::mutex> g(lock_.mu);
+      graph_.fail_run(Status::Error(kWorkerRunFailed, fmt::format("the orchestration function returned {}", rc)));
+    }
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> g(lock_.mu);
+    graph_.fail_run(Status::Error(kWorkerRunFailed, fmt::format("the orchestration function threw: {}", e.what())));
+  } catch (...) {
+    std::lock_guard<std::mutex> g(lock_.mu);
+    graph_.fail_run(Status::Error(kWorkerRunFailed, "the orchestration function threw a non-std exception"));
+  }
+  std::unique_lock<std::mutex> lk(lock_.mu);
+  graph_.close_scopes();
+  // Every pending task ends: children are watched and tasks time out. This
+  // thread drives the end of the run itself while completions come quickly:
+  // a condition-variable wake-up from the scheduler thread costs more than a
+  // short run.
+  if (graph_.pending() > 0) {
+    lk.unlock();
+    scheduler_.help_drain();
+    lk.lock();
+  }
+  while (graph_.pending() > 0) lock_.idle.wait_for(lk, std::chrono::milliseconds(100));
+  RunResult r = graph_.end_run();
+  scheduler_.clear_queues();
+  r.wall_ns = now_ns() - t0;
+  return r;
+}
+
+Status WorkerImpl::close() {
+  // Children hold a copy of this object; only the process that init()ed it
+  // may stop the children. In another process (a fork of the owner) the
+  // thread objects name threads that do not exist there: let them go.
+  if (life_.initialized && pool_.owner_pid() != getpid()) {
+    scheduler_.detach();
+    runs_.detach();
+    return Status::Ok();
+  }
+  if (run_thread_.load() == std::this_thread::get_id())
+    return Status::Error(kWorkerInvalidArgument, "close() from inside an orchestration: return from it first");
+  std::lock_guard<std::mutex> close_lock(close_mu_);
+  runs_.stop();
+  std::lock_guard<std::mutex> run_lock(run_mu_);
+  if (life_.closed) return Status::Ok();
+  {
+    std::lock_guard<std::mutex> g(lock_.mu);
+    life_.closed = true;
+    // Registration requests still queued fail now rather than at their timeout.
+    scheduler_.fail_controls("the Worker was closed");
+  }
+  if (!life_.initialized) {
+    for (auto& l : pool_.links()) l->stop();
+    return Status::Ok();
+  }
+  scheduler_.stop();
+  for (auto& l : pool_.links()) l->stop();  // SHUTDOWN frames; their sessions end
+  const std::string stuck = pool_.shutdown();
+  {
+    std::lock_guard<std::mutex> g(lock_.mu);
+    pool_.clear();
+  }
+  graph_.unmap_rings();
+  arena_map_.reset();
+  rbufs_.release();
+  callables_.remove_private_state_dir();
+  if (!stuck.empty())
+    return Status::Error(kWorkerTimeout,
+                         fmt::format("{} did not stop within {} ms and were killed", stuck, cfg_.shutdown_timeout_ms));
+  return Status::Ok();
+}
+
+Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype) {
+  Result<ContinuousTensor> r;
+  if (!life_.initialized || life_.closed) {
+    r.status = Status::Error(life_.closed ? kWorkerClosed : kWorkerInvalidArgument,
+                             "Worker::alloc needs an initialised, open Worker (the arena is mapped by init())");
+    return r;
+  }
+  if (shape.size() > PTO_TENSOR_MAX_DIMS || pto2_dtype_size(dtype) == 0) {
+    r.status = Status::Error(kWorkerInvalidArgument,
+                             fmt::format("alloc: {} dims (at most {}) and dtype {} (must be a PTO2DataType)",
+                                         shape.size(), PTO_TENSOR_MAX_DIMS, dtype));
+    return r;
+  }
+  ContinuousTensor t = make_tensor(nullptr, shape, dtype);
+  uint8_t* p = nullptr;
+  if (Status s = arena_.alloc(std::max<uint64_t>(tensor_bytes(t), 1), &p); !s.ok()) {
+    r.status = s;
+    return r;
+  }
+  t.data = reinterpret_cast<uint64_t>(p);
+  r.value = t;
+  return r;
+}
+
+Status WorkerImpl::free_buffer(const ContinuousTensor& t) {
+  if (!life_.initialized || life_.closed)
+    return Status::Error(kWorkerClosed, "Worker::free on a closed or uninitialised Worker");
+  return arena_.free(reinterpret_cast<const void*>(t.data));
+}
+
+Worker::RunProgress WorkerImpl::progress() const {
+  std::lock_guard<std::mutex> g(lock_.mu);
+  return graph_.progress();
+}
+
+bool WorkerImpl::cancel_run(const std::string& reason) {
+  std::lock_guard<std::mutex> g(lock_.mu);
+  return graph_.cancel(reason);
+}
+
+WorkerStats WorkerImpl::stats() const {
+  std::lock_guard<std::mutex> g(lock_.mu);
+  WorkerStats s;
+  const TaskGraph::Counters& c = graph_.counters();
+  s.runs = c.runs;
+  s.tasks_succeeded = c.succeeded;
+  s.tasks_failed = c.failed;
+  s.tasks_skipped = c.skipped;
+  s.task_latency = c.task_latency;
+  s.child_restarts = pool_.restarts();
+  s.task_retries = scheduler_.task_retries();
+  s.mailbox_round_trip = scheduler_.mailbox_round_trip();
+  s.remote_round_trip = scheduler_.remote_round_trip();
+  s.ready_queue_depth = scheduler_.queue_depth();
+  s.tasks_in_flight = scheduler_.in_flight();
+  s.heap_ring_bytes = cfg_.heap_ring_bytes;
+  for (int i = 0; i < kHeapRings; ++i) s.heap_ring_used[i] = graph_.ring_used(i);
+  s.arena_bytes = cfg_.buffer_arena_bytes;
+  s.arena_in_use = life_.initialized && !life_.closed ? arena_.bytes_in_use() : 0;
+  return s;
+}
+
+std::vector<ChildInfo> WorkerImpl::children() const {
+  std::lock_guard<std::mutex> g(lock_.mu);
+  return pool_.children(life_.closed);
+}
+
+}  // namespace pto
