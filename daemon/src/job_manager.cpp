@@ -35,7 +35,7 @@ void fill_failure(const pto::TaskFailure& f, pto::v1::TaskFailure* p) {
   p->set_callable(f.callable);
   p->set_worker(f.worker);
   p->set_outcome(static_cast<pto::v1::Outcome>(f.outcome));
-  p->set_message(pto2::clip_message(f.message));
+  p->set_message(pto::clip_message(f.message));
 }
 
 }  // namespace
@@ -60,7 +60,7 @@ pto::v1::JobResult to_proto(const pto::RunResult& r) {
   p.set_tasks_skipped(r.tasks_skipped);
   if (r.first_failure) fill_failure(*r.first_failure, p.mutable_first_failure());
   for (const auto& f : r.failures) fill_failure(f, p.add_failures());
-  p.set_message(pto2::clip_message(r.status.message));
+  p.set_message(pto::clip_message(r.status.message));
   return p;
 }
 

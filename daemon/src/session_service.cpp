@@ -415,7 +415,7 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
     pto::Digest d{};
     fr->set_callable(digest_of(t.digest(), &d) ? pto::to_hex(d) : "");
     fr->set_outcome(pto::v1::TASK_FAILURE);
-    fr->set_message(pto2::clip_message(m));
+    fr->set_message(pto::clip_message(m));
     c->complete(std::move(fail));
   };
   pto::Digest d{};
@@ -525,12 +525,12 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
       done.set_outcome(pto::v1::TASK_FAILURE);
       auto* fr = done.mutable_failure();
       fr->set_outcome(pto::v1::TASK_FAILURE);
-      fr->set_message(pto2::clip_message(r.status.message));
+      fr->set_message(pto::clip_message(r.status.message));
       if (r.first_failure) {
         fr->set_task_id(r.first_failure->task_id);
         fr->set_callable(r.first_failure->callable);
         fr->set_worker(r.first_failure->worker);
-        fr->set_message(pto2::clip_message(r.first_failure->message));
+        fr->set_message(pto::clip_message(r.first_failure->message));
       }
     }
     release();

@@ -62,7 +62,7 @@ double cpu_seconds() {
   return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
-struct Result {
+struct Figures {
   double orch_us_per_task;
   double e2e_us_per_task;
   uint64_t blocked;
@@ -145,7 +145,7 @@ void shape_fan(PTO2Runtime* rt, uint64_t n, std::vector<float>& ext) {
   }
 }
 
-Result measure(Runtime& rt, Shape shape, uint64_t n, int reps) {
+Figures measure(Runtime& rt, Shape shape, uint64_t n, int reps) {
   std::vector<float> ext(64 * 16 * 16 + 64, 0.f);
   std::vector<double> orch, e2e;
   uint64_t blocked = 0;
@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
     }
     for (int s = 0; s < 4; ++s) {
       if (!only.empty() && only != shapes[s].name) continue;
-      const Result r = measure(*rt, shapes[s].fn, n, reps);
+      const Figures r = measure(*rt, shapes[s].fn, n, reps);
       std::printf("%-12s %6d %14.3f %14.3f %14.2f %9llu\n", shapes[s].name, sched, r.orch_us_per_task,
                   r.e2e_us_per_task, 1.0 / r.e2e_us_per_task, (unsigned long long)r.blocked);
       if (s == 0) best_submit = std::min(best_submit, r.orch_us_per_task);

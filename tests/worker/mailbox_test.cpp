@@ -66,7 +66,7 @@ TEST_CASE("mailbox capacity and state names") {
   m->set_error(5, std::string(2000, 'x'));
   CHECK(m->error() == std::string(2000, 'x'));  // whole: the text lives in the blob
   m->set_error(5, std::string(20000, 'x'));
-  CHECK(m->error().size() <= pto2::kMaxMessageBytes);
+  CHECK(m->error().size() <= pto::kMaxMessageBytes);
   CHECK_THAT(m->error(), Catch::Contains("bytes cut"));
   m->clear_error();
   CHECK(m->error().empty());

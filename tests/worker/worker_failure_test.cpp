@@ -586,7 +586,7 @@ TEST_CASE("long messages cross the mailbox whole up to the bound and are cut in 
   const std::string head = "HEAD ", tail = " Solution: TAIL >= 42";
   auto speak = [&](size_t filler) { return head + std::string(filler, 'm') + tail; };
   auto fits = w.register_callable(NativeCallable::function("fits", [&](const TaskArgsView&, std::string& err) {
-    err = speak(pto2::kMaxMessageBytes - head.size() - tail.size());
+    err = speak(pto::kMaxMessageBytes - head.size() - tail.size());
     return 3;
   }));
   auto too_long = w.register_callable(NativeCallable::function("too_long", [&](const TaskArgsView&, std::string& err) {
@@ -603,9 +603,9 @@ TEST_CASE("long messages cross the mailbox whole up to the bound and are cut in 
     CHECK(m.rfind(head, 0) == 0);
     REQUIRE(m.size() >= tail.size());
     CHECK(m.substr(m.size() - tail.size()) == tail);
-    CHECK(m.size() <= pto2::kMaxMessageBytes);
+    CHECK(m.size() <= pto::kMaxMessageBytes);
     if (whole)
-      CHECK(m == speak(pto2::kMaxMessageBytes - head.size() - tail.size()));
+      CHECK(m == speak(pto::kMaxMessageBytes - head.size() - tail.size()));
     else
       CHECK_THAT(m, Catch::Contains("bytes cut"));
   }

@@ -213,7 +213,7 @@ class ChildRunner {
       }
       // The callable's message buffer lives on this child's heap, not in the
       // mailbox: the args it reads are in the blob.
-      std::vector<char> err(pto2::kMaxMessageBytes, '\0');
+      std::vector<char> err(kMaxMessageBytes, '\0');
       const int rc = n.entry(&view, err.data(), err.size());
       if (rc != 0) {
         err.back() = '\0';

@@ -17,20 +17,9 @@
 #include <cstdint>
 #include <ctime>
 
-#include "event_count.h"
+#include "pto/base/clock.h"
 
 namespace pto {
-
-// The runtime's spin hint and clock (runtime/src/event_count.h).
-using pto2::cpu_relax;
-using pto2::now_ns;
-
-// One step of a spin loop: a pause, and every 1024th step (~25 us) a yield, so that on
-// a machine with fewer CPUs than spinners the process we wait for can run.
-inline void spin_step(uint32_t& i) {
-  cpu_relax();
-  if ((++i & 1023) == 0) sched_yield();
-}
 
 // Sleeps while *word == expected, at most timeout_ns (spurious returns allowed).
 inline void futex_wait_shared(std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns) {

@@ -23,7 +23,7 @@ const char* mailbox_state_name(uint32_t s) {
 
 void Mailbox::set_error(int32_t code, const std::string& text) {
   error_code = code;
-  const std::string clipped = pto2::clip_message(text);
+  const std::string clipped = clip_message(text);
   std::memcpy(blob, clipped.data(), clipped.size());
   error_bytes = static_cast<uint32_t>(clipped.size());
 }
@@ -66,7 +66,7 @@ bool InnerReport::read(std::vector<ChildInfo>* out) const {
 }
 
 std::string Mailbox::error() const {
-  return std::string(reinterpret_cast<const char*>(blob), std::min<size_t>(error_bytes, pto2::kMaxMessageBytes));
+  return std::string(reinterpret_cast<const char*>(blob), std::min<size_t>(error_bytes, kMaxMessageBytes));
 }
 
 void encode_args(const TaskArgsView& view, std::vector<uint8_t>* out) {

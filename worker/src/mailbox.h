@@ -78,7 +78,7 @@ struct Mailbox {
   uint64_t sequence;                   // parent's dispatch number, echoed in `done_sequence`
   uint64_t done_sequence;
   // An answer's error text lives in the blob, which the request no longer
-  // needs: up to pto2::kMaxMessageBytes, cut in the middle beyond that.
+  // needs: up to kMaxMessageBytes, cut in the middle beyond that.
   uint32_t error_bytes;
   uint8_t reserved_text[476];
   CallConfig config;
@@ -97,7 +97,7 @@ struct Mailbox {
   std::string error() const;
 };
 static_assert(offsetof(Mailbox, error_bytes) == 32);
-static_assert(pto2::kMaxMessageBytes <= kMailboxBlobCapacity);
+static_assert(kMaxMessageBytes <= kMailboxBlobCapacity);
 static_assert(offsetof(Mailbox, config) == 512);
 static_assert(offsetof(Mailbox, digest) == 800);
 static_assert(offsetof(Mailbox, blob_bytes) == 832);

@@ -19,11 +19,9 @@
 #include <mutex>
 #include <string>
 
-#include "pto2/errors.h"
+#include "pto/base/status.h"
 
 namespace pto {
-
-using Status = pto2::Status;
 
 class SharedMapping {
  public:

@@ -13,12 +13,21 @@
 #include <string>
 #include <vector>
 
+#include "pto/base/status.h"
 #include "pto/v1/ptod.grpc.pb.h"
-#include "pto2/errors.h"
 
 namespace pto::client {
 
-using Status = pto2::Status;  // code = grpc::StatusCode (0 = OK)
+// The client's own status: code is a grpc::StatusCode (0 = OK; what the client
+// refuses before any call — a file it cannot read — is INVALID_ARGUMENT), the
+// message the daemon's, the transport's or the client's words.
+struct Status {
+  int code = 0;
+  std::string message;
+  bool ok() const { return code == 0; }
+  static Status Ok() { return {}; }
+  static Status Error(int c, std::string m) { return {c, std::move(m)}; }
+};
 
 struct ClientOptions {
   // "unix:/run/ptod/ptod.sock", "unix:///path", or "host:port".
@@ -31,11 +40,7 @@ struct ClientOptions {
 };
 
 template <class T>
-struct Result {
-  Status status;
-  T value{};
-  bool ok() const { return status.ok(); }
-};
+using Result = pto::Result<T, Status>;
 
 using Progress = std::function<void(const pto::v1::JobEvent&)>;
 

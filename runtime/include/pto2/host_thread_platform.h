@@ -20,10 +20,13 @@
 
 #include "pto2/platform.h"
 
-namespace pto2 {
-
+namespace pto {
 class EventCount;
 class MpmcQueue;
+}  // namespace pto
+
+namespace pto2 {
+
 
 // A kernel: receives the dispatch payload's args (tensor params are Tensor*,
 // scalars are values).
@@ -66,8 +69,8 @@ class HostThreadPlatform : public Platform {
   std::vector<std::unique_ptr<Core>> cores_;
   std::deque<HostKernel> kernels_;  // stable addresses: function_bin_addr points here
   std::vector<std::pair<int64_t, HostKernel*>> by_id_[kNumWorkerTypes];
-  std::unique_ptr<MpmcQueue> jobs_;
-  std::unique_ptr<EventCount> jobs_ec_;
+  std::unique_ptr<pto::MpmcQueue> jobs_;
+  std::unique_ptr<pto::EventCount> jobs_ec_;
   std::vector<std::thread> executors_;
   std::atomic<bool> stop_{false};
   WakeupSlot wakeup_;

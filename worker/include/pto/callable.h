@@ -11,12 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "pto/base/status.h"
 #include "pto/task_args.h"
-#include "pto2/errors.h"
 
 namespace pto {
 
-using Status = pto2::Status;
 class Orchestrator;
 
 enum class CallableKind : uint8_t {

@@ -39,18 +39,8 @@ class WorkerImpl;
 enum class Outcome : uint8_t { SUCCESS = 0, TASK_FAILURE = 1, ENDPOINT_FAILURE = 2, SKIPPED = 3 };
 const char* outcome_name(Outcome o);
 
-// Error codes of the engine (pto2::Status::code), beside the runtime's.
-enum WorkerError : int32_t {
-  kWorkerInvalidConfig = 20,    // a WorkerConfig value breaks its rule
-  kWorkerInvalidArgument = 21,  // a submit / register / alloc call with bad parameters
-  kWorkerNotRegistered = 22,    // a callable digest the target does not know
-  kWorkerClosed = 23,           // call after close()
-  kWorkerChildFailed = 24,      // a child could not start, died, or broke the protocol
-  kWorkerHeapExhausted = 25,    // a heap ring / the buffer arena cannot satisfy a request
-  kWorkerTimeout = 26,          // a bounded wait ran out
-  kWorkerRunFailed = 27,        // a run ended with a failed task
-  kWorkerCancelled = 28,        // the run was cancelled (cancel_run)
-};
+// The engine's error codes (kWorkerInvalidConfig = 20 ... kWorkerCancelled = 28)
+// are in the project's one registry, pto/base/status.h.
 
 struct WorkerConfig {
   int level = 3;
@@ -89,13 +79,6 @@ struct RunResult {
   std::optional<TaskFailure> first_failure;
   std::vector<TaskFailure> failures;  // failed tasks (not the skipped ones), at most 64
   uint64_t wall_ns = 0;
-  bool ok() const { return status.ok(); }
-};
-
-template <class T>
-struct Result {
-  Status status;
-  T value{};
   bool ok() const { return status.ok(); }
 };
 

@@ -8,30 +8,14 @@
 #include <memory>
 #include <string>
 
+#include "pto/base/shared_library.h"
 #include "pto2/errors.h"
 #include "pto2/kernel_abi.h"
 #include "pto2/orchestration_api.h"
 
 namespace pto2::sim {
 
-class SharedLibrary {
- public:
-  // RTLD_NOW | RTLD_LOCAL: unresolved symbols fail here, and every kernel
-  // library can export its own `kernel_entry`.
-  static std::unique_ptr<SharedLibrary> open(const std::string& path, Status* error);
-  ~SharedLibrary();
-  SharedLibrary(const SharedLibrary&) = delete;
-  SharedLibrary& operator=(const SharedLibrary&) = delete;
-
-  // The symbol's address, or nullptr with *error naming the file and symbol.
-  void* symbol(const char* name, Status* error) const;
-  const std::string& path() const { return path_; }
-
- private:
-  SharedLibrary(std::string path, void* handle) : path_(std::move(path)), handle_(handle) {}
-  std::string path_;
-  void* handle_;
-};
+using pto::SharedLibrary;
 
 struct KernelLibrary {
   std::unique_ptr<SharedLibrary> library;

@@ -1,4 +1,4 @@
-#include "event_count.h"
+#include "pto/base/event_count.h"
 
 #include <climits>
 #include <ctime>
@@ -7,7 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-namespace pto2 {
+namespace pto {
 
 void EventCount::commit_wait(uint32_t key, uint64_t timeout_ns) {
   struct timespec ts;
@@ -23,4 +23,4 @@ void EventCount::wake_all() {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&epoch_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
-}  // namespace pto2
+}  // namespace pto

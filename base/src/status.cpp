@@ -1,8 +1,6 @@
-#include "pto2/errors.h"
+#include "pto/base/status.h"
 
-#include <string>
-
-namespace pto2 {
+namespace pto {
 
 const char* error_name(int32_t code) {
   switch (code) {
@@ -21,6 +19,20 @@ const char* error_name(int32_t code) {
     case kHeapRequestTooLarge: return "HEAP_REQUEST_TOO_LARGE";
     case kStalled: return "STALLED";
     case kRuntimeBroken: return "RUNTIME_BROKEN";
+    case kWorkerInvalidConfig: return "WORKER_INVALID_CONFIG";
+    case kWorkerInvalidArgument: return "WORKER_INVALID_ARGUMENT";
+    case kWorkerNotRegistered: return "WORKER_NOT_REGISTERED";
+    case kWorkerClosed: return "WORKER_CLOSED";
+    case kWorkerChildFailed: return "WORKER_CHILD_FAILED";
+    case kWorkerHeapExhausted: return "WORKER_HEAP_EXHAUSTED";
+    case kWorkerTimeout: return "WORKER_TIMEOUT";
+    case kWorkerRunFailed: return "WORKER_RUN_FAILED";
+    case kWorkerCancelled: return "WORKER_CANCELLED";
+    case kRefused: return "REFUSED";
+    case kUnavailable: return "UNAVAILABLE";
+    case kQueueFull: return "QUEUE_FULL";
+    case kInUse: return "IN_USE";
+    case kStorageError: return "STORAGE_ERROR";
     default: return "UNKNOWN_ERROR";
   }
 }
@@ -43,4 +55,4 @@ std::string clip_message(std::string text, size_t max_bytes) {
   return out;
 }
 
-}  // namespace pto2
+}  // namespace pto
