@@ -5,590 +5,212 @@
 // Exit status: 0 success; 1 the operation failed (a job failed, a check
 // failed, the daemon refused the request); 2 bad usage; 3 the daemon could
 // not be reached (unavailable or timed out).
-#include <fmt/format.h>
-#include <google/protobuf/util/json_util.h>
-#include <unistd.h>
-
+//
+// This file is the command line and the dispatch; the subcommands are in
+// ptoctl_commands.cpp.
 #include <CLI/CLI.hpp>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <random>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "pto/client.h"
-#include "pto2/sim/chip_config.h"
-#include "pto2/sim/example_data.h"
-#include "pto2/sim/npy.h"
+#include "ptoctl_commands.h"
 
 using pto::client::Client;
-using pto::client::Status;
-namespace v1 = pto::v1;
 
+namespace ptoctl {
 namespace {
 
-constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitUnreachable = 3;
-bool g_json = false;
-
-int exit_for(const Status& s) {
-  if (s.ok()) return kExitOk;
-  const auto c = static_cast<grpc::StatusCode>(s.code);
-  return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED ? kExitUnreachable
-                                                                                        : kExitFailed;
-}
-
-int report(const Status& s, const char* what) {
-  std::fprintf(stderr, "ptoctl: %s: %s (%s)\n", what, s.message.c_str(), pto::client::status_code_name(s.code));
-  return exit_for(s);
-}
-
-void print_json(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = false;
-  o.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
-  std::printf("%s\n", out.c_str());
-}
-
-std::string hex(const std::string& bytes) {
-  std::string s;
-  for (unsigned char c : bytes) s += fmt::format("{:02x}", c);
-  return s;
-}
-
-v1::CallableRef callable_ref(const std::string& s) {
-  v1::CallableRef r;
-  if (s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos) {
-    std::string d(32, '\0');
-    for (int i = 0; i < 32; ++i) d[i] = static_cast<char>(std::stoi(s.substr(2 * i, 2), nullptr, 16));
-    r.set_digest(d);
-  } else {
-    r.set_name(s);
-  }
-  return r;
-}
-
-// "NAME" or "#ID"; false (and a message) when "#..." is not a number.
-bool tensor_handle(const std::string& s, v1::TensorHandle* h) {
-  if (!s.empty() && s[0] == '#') {
-    if (s.size() == 1 || s.find_first_not_of("0123456789", 1) != std::string::npos) {
-      std::fprintf(stderr, "ptoctl: '%s': a tensor id is # followed by digits\n", s.c_str());
-      return false;
-    }
-    h->set_id(std::stoull(s.substr(1)));
-  } else {
-    h->set_name(s);
-  }
-  return true;
-}
-
-// "NAME[:tag]" or "#ID[:tag]"; tags: in, out, inout, out_existing, nodep.
-bool parse_arg(const std::string& s, v1::TaskArgs* args, std::string* err) {
-  const auto colon = s.rfind(':');
-  std::string t = s, tag = "in";
-  if (colon != std::string::npos) {
-    t = s.substr(0, colon);
-    tag = s.substr(colon + 1);
-  }
-  static const std::map<std::string, v1::TensorTag> tags = {{"in", v1::INPUT},
-                                                            {"out", v1::OUTPUT},
-                                                            {"inout", v1::INOUT},
-                                                            {"out_existing", v1::OUTPUT_EXISTING},
-                                                            {"nodep", v1::NO_DEP}};
-  auto it = tags.find(tag);
-  if (t.empty() || it == tags.end()) {
-    *err = fmt::format("argument '{}': expected NAME[:in|out|inout|out_existing|nodep] or #ID[:tag]", s);
-    return false;
-  }
-  if (!tensor_handle(t, args->add_tensors()->mutable_tensor())) {
-    *err = fmt::format("argument '{}': bad tensor id", s);
-    return false;
-  }
-  args->add_tags(it->second);
-  return true;
-}
-
-// A live progress bar on a terminal; plain lines (state changes) otherwise.
-struct ProgressPrinter {
-  bool tty = isatty(STDOUT_FILENO) && !g_json;
-  v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
-  void operator()(const v1::JobEvent& ev) {
-    if (g_json) return;
-    if (tty) {
-      const int width = 30;
-      const int fill = ev.tasks_total() ? int(width * ev.tasks_done() / ev.tasks_total()) : 0;
-      std::printf("\r job %llu %-9s [%s%s] %llu/%llu tasks", (unsigned long long)ev.job_id(),
-                  v1::JobState_Name(ev.state()).c_str(), std::string(fill, '#').c_str(),
-                  std::string(width - fill, '.').c_str(), (unsigned long long)ev.tasks_done(),
-                  (unsigned long long)ev.tasks_total());
-      if (ev.has_result()) std::printf("\n");
-      std::fflush(stdout);
-    } else if (ev.state() != last) {
-      std::printf("job %llu %s (%llu/%llu tasks)\n", (unsigned long long)ev.job_id(),
-                  v1::JobState_Name(ev.state()).c_str(), (unsigned long long)ev.tasks_done(),
-                  (unsigned long long)ev.tasks_total());
-    }
-    last = ev.state();
-  }
+struct GlobalOptions {
+  pto::client::ClientOptions client;
+  std::string token_file;
+  int timeout_s = 60;
+  bool json = false;
 };
 
-int print_result(const v1::JobResult& r) {
-  if (g_json) {
-    print_json(r);
-  } else {
-    std::printf("job %llu %s: %llu tasks, %llu succeeded, %llu failed, %llu skipped; queued %.3f ms, ran %.3f ms\n",
-                (unsigned long long)r.job_id(), v1::JobState_Name(r.state()).c_str(),
-                (unsigned long long)r.tasks_submitted(), (unsigned long long)r.tasks_succeeded(),
-                (unsigned long long)r.tasks_failed(), (unsigned long long)r.tasks_skipped(), r.queued_ns() / 1e6,
-                r.run_ns() / 1e6);
-    if (!r.message().empty()) std::printf("  %s\n", r.message().c_str());
-    if (!r.trace_path().empty()) std::printf("  trace: %s\n", r.trace_path().c_str());
-    if (r.has_first_failure() && r.tasks_failed())
-      std::printf("  first failure: task %llu (%s) %s on %s: %s\n", (unsigned long long)r.first_failure().task_id(),
-                  r.first_failure().callable().substr(0, 16).c_str(),
-                  v1::Outcome_Name(r.first_failure().outcome()).c_str(), r.first_failure().worker().c_str(),
-                  r.first_failure().message().c_str());
-  }
-  // Not ended yet (result without --wait) is not a failure.
-  return r.state() == v1::FAILED || r.state() == v1::CANCELLED ? kExitFailed : kExitOk;
+// Every subcommand's values. CLI11 writes into them during the parse, so they
+// live as long as main's app.
+struct Options {
+  RegisterOptions reg;
+  std::string unregister_callable;
+  UploadOptions upload;
+  AllocOptions alloc;
+  DownloadOptions download;
+  std::string free_tensor;
+  SubmitOptions submit;
+  uint64_t watch_job = 0, cancel_job = 0;
+  ResultOptions result;
+  int jobs_limit = 50;
+  ExampleOptions example;
+};
+
+struct Command {
+  CLI::App* sub;
+  std::function<int(Client&, bool json)> run;
+};
+using Commands = std::vector<Command>;
+
+void add_global_options(CLI::App& app, GlobalOptions& g) {
+  if (const char* a = std::getenv("PTOD_ADDRESS"); a && *a) g.client.address = a;
+  app.add_option("-a,--address", g.client.address, "daemon address: unix:/path or host:port (env PTOD_ADDRESS)")
+      ->capture_default_str();
+  app.add_flag("--json", g.json, "print replies as JSON (one object per line)");
+  app.add_option("--token-file", g.token_file, "file with the bearer token for TLS listeners");
+  app.add_flag("--tls", g.client.tls, "connect with TLS");
+  app.add_option("--tls-ca", g.client.tls_ca, "PEM of the CA that signed the daemon's certificate");
+  app.add_option("--tls-cert", g.client.tls_cert, "client certificate (PEM), for daemons that verify clients");
+  app.add_option("--tls-key", g.client.tls_key, "client key (PEM)");
+  app.add_option("--timeout", g.timeout_s, "seconds per call")->capture_default_str();
 }
 
-void print_node(const v1::WorkerNode& n, int depth) {
-  std::printf("%s%-10s level %d  %-8s pid %-7d tasks %-8llu restarts %u\n", std::string(2 * depth, ' ').c_str(),
-              n.name().c_str(), n.level(), n.state().c_str(), n.pid(), (unsigned long long)n.tasks_run(), n.restarts());
-  for (const auto& c : n.children()) print_node(c, depth + 1);
+void add_callable_commands(CLI::App& app, Options& o, Commands& cmds) {
+  auto* reg = app.add_subcommand("register", "register a callable: chip CONFIG | import LIB SYMBOL | blob LIB SYMBOL");
+  reg->require_subcommand(1);
+  auto* reg_chip = reg->add_subcommand("chip", "a chip callable: its kernel config and the libraries it names");
+  reg_chip->add_option("config", o.reg.path, "kernels.toml")->required()->check(CLI::ExistingFile);
+  auto* reg_import = reg->add_subcommand("import", "a native library already on the daemon's host");
+  reg_import->add_option("library", o.reg.path)->required();
+  reg_import->add_option("symbol", o.reg.symbol)->required();
+  auto* reg_blob = reg->add_subcommand("blob", "a native library uploaded with the request");
+  reg_blob->add_option("library", o.reg.path)->required()->check(CLI::ExistingFile);
+  reg_blob->add_option("symbol", o.reg.symbol)->required();
+  for (auto* s : {reg_chip, reg_import, reg_blob}) s->add_option("-n,--name", o.reg.name, "a name to find it by");
+  for (auto* s : {reg_import, reg_blob})
+    s->add_flag("--orchestration", o.reg.orchestration, "an L3 orchestration entry");
+  for (auto* s : {reg_chip, reg_import, reg_blob}) {
+    s->add_option("--retries", o.reg.where.max_retries, "level 4: retries on another L3 worker after ENDPOINT_FAILURE");
+    s->add_option("--peer", o.reg.where.peers, "level 4: register on this [[peers]] index (repeatable; default all)");
+  }
+  for (auto* s : {reg_import, reg_blob})
+    s->add_flag("--next-level", o.reg.where.next_level,
+                "level 4: the orchestration runs on the L3 workers, not in ptod");
+  cmds.push_back({reg_chip, [&o](Client& c, bool json) { return cmd_register(c, RegisterKind::kChip, o.reg, json); }});
+  cmds.push_back(
+      {reg_import, [&o](Client& c, bool json) { return cmd_register(c, RegisterKind::kImport, o.reg, json); }});
+  cmds.push_back({reg_blob, [&o](Client& c, bool json) { return cmd_register(c, RegisterKind::kBlob, o.reg, json); }});
+
+  auto* unreg = app.add_subcommand("unregister", "remove a callable (name or digest)");
+  unreg->add_option("callable", o.unregister_callable)->required();
+  cmds.push_back({unreg, [&o](Client& c, bool) { return cmd_unregister(c, o.unregister_callable); }});
+  cmds.push_back({app.add_subcommand("callables", "list registered callables"), cmd_callables});
 }
 
-// run-example: the example's inputs generated as pto2-run does, uploaded; its
-// outputs allocated; one job; outputs downloaded and compared with the
-// reference library run here on the same inputs. With --spread ORCH (a
-// level-4 daemon with the pto_spread orchestration registered under that
-// name), `instances` independent instances run as one job spread over the
-// daemon's L3 workers, and each is checked.
-int run_example(Client& c, const std::string& config, const std::string& name, int block_dim, bool keep, bool trace,
-                int instances, const std::string& spread, const pto::client::Placement& where) {
-  pto2::sim::ChipConfig cfg;
-  if (pto2::Status s = pto2::sim::ChipConfig::load(config, &cfg); !s.ok()) {
-    std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
-    return kExitUsage;
+void add_tensor_commands(CLI::App& app, Options& o, Commands& cmds) {
+  auto* upload = app.add_subcommand("upload", "upload a .npy file as a tensor");
+  upload->add_option("file", o.upload.path)->required()->check(CLI::ExistingFile);
+  upload->add_option("-n,--name", o.upload.name);
+  cmds.push_back({upload, [&o](Client& c, bool json) { return cmd_upload(c, o.upload, json); }});
+
+  auto* alloc = app.add_subcommand("alloc", "allocate a zero tensor");
+  alloc->add_option("--shape", o.alloc.shape)->required();
+  alloc->add_option("--dtype", o.alloc.dtype_name)->capture_default_str();
+  alloc->add_option("-n,--name", o.alloc.name);
+  cmds.push_back({alloc, [&o](Client& c, bool json) { return cmd_alloc(c, o.alloc, json); }});
+
+  auto* download = app.add_subcommand("download", "download a tensor (NAME or #ID) to a .npy file");
+  download->add_option("tensor", o.download.tensor)->required();
+  download->add_option("-o,--output", o.download.out_file)->required();
+  cmds.push_back({download, [&o](Client& c, bool json) { return cmd_download(c, o.download, json); }});
+
+  auto* freet = app.add_subcommand("free", "free a tensor (NAME or #ID)");
+  freet->add_option("tensor", o.free_tensor)->required();
+  cmds.push_back({freet, [&o](Client& c, bool) { return cmd_free(c, o.free_tensor); }});
+  cmds.push_back({app.add_subcommand("tensors", "list tensors"), cmd_tensors});
+}
+
+void add_job_commands(CLI::App& app, Options& o, Commands& cmds) {
+  auto* submit = app.add_subcommand("submit", "run a callable as a job: submit CALLABLE [TENSOR[:tag] ...]");
+  submit->add_option("callable", o.submit.callable, "name or digest")->required();
+  submit->add_option("args", o.submit.targs,
+                     "tensor arguments in order: NAME[:in|out|inout|out_existing|nodep] or #ID[:tag]");
+  submit->add_option("-s,--scalar", o.submit.scalars, "a 64-bit scalar, repeatable, in order");
+  submit->add_option("--scalar-f32", o.submit.scalars_f32, "a float32 scalar (after the --scalar ones)");
+  submit->add_option("--block-dim", o.submit.block_dim, "chip clusters (0 = the callable's)");
+  submit->add_flag("-d,--detach", o.submit.detach, "print the job id and return");
+  cmds.push_back({submit, [&o](Client& c, bool json) { return cmd_submit(c, o.submit, json); }});
+
+  auto* watch = app.add_subcommand("watch", "follow a job to its end");
+  watch->add_option("job", o.watch_job)->required();
+  cmds.push_back({watch, [&o](Client& c, bool json) { return cmd_watch(c, o.watch_job, json); }});
+
+  auto* cancel = app.add_subcommand("cancel", "cancel a job");
+  cancel->add_option("job", o.cancel_job)->required();
+  cmds.push_back({cancel, [&o](Client& c, bool) { return cmd_cancel(c, o.cancel_job); }});
+
+  auto* result = app.add_subcommand("result", "a job's result");
+  result->add_option("job", o.result.job)->required();
+  result->add_option("--wait", o.result.wait_ms, "wait up to MS for it to end");
+  cmds.push_back({result, [&o](Client& c, bool json) { return cmd_result(c, o.result, json); }});
+
+  auto* jobs = app.add_subcommand("jobs", "recent jobs, newest first");
+  jobs->add_option("--limit", o.jobs_limit)->capture_default_str();
+  cmds.push_back({jobs, [&o](Client& c, bool json) { return cmd_jobs(c, o.jobs_limit, json); }});
+}
+
+void add_daemon_commands(CLI::App& app, Commands& cmds) {
+  cmds.push_back({app.add_subcommand("workers", "the worker tree and each node's state"), cmd_workers});
+  cmds.push_back({app.add_subcommand("health", "the daemon's health (grpc.health.v1)"), cmd_health});
+  cmds.push_back({app.add_subcommand("version", "the daemon's version and protocol"), cmd_version});
+  cmds.push_back({app.add_subcommand("config", "the daemon's effective configuration"), cmd_config});
+}
+
+void add_example_command(CLI::App& app, Options& o, Commands& cmds) {
+  auto* example = app.add_subcommand("run-example", "register an example, upload generated inputs, run, check outputs");
+  example->add_option("config", o.example.config, "the example's kernels.toml")->required()->check(CLI::ExistingFile);
+  example->add_option("-n,--name", o.example.name);
+  example->add_option("--block-dim", o.example.block_dim);
+  example->add_flag("--keep", o.example.keep, "keep the tensors on the daemon");
+  example->add_flag("--trace", o.example.trace,
+                    "profile the chip run; the daemon writes a swimlane trace and says where");
+  example->add_option("--instances", o.example.instances, "independent instances (needs --spread)")
+      ->capture_default_str();
+  example->add_option("--spread", o.example.spread, "level 4: run the instances through this pto_spread orchestration");
+  example->add_option("--retries", o.example.where.max_retries, "level 4: register the example retryable");
+  cmds.push_back({example, [&o](Client& c, bool json) { return cmd_run_example(c, o.example, json); }});
+}
+
+// The options only known after the parse: the timeout and the bearer token.
+bool finish_client_options(GlobalOptions& g) {
+  g.client.timeout = std::chrono::seconds(g.timeout_s);
+  if (g.token_file.empty()) return true;
+  std::ifstream f(g.token_file);
+  if (!f) {
+    std::fprintf(stderr, "ptoctl: cannot read --token-file %s\n", g.token_file.c_str());
+    return false;
   }
-  if (instances < 1 || (instances > 1 && spread.empty())) {
-    std::fprintf(stderr, "ptoctl: --instances %d: more than one instance needs --spread ORCHESTRATION\n", instances);
-    return kExitUsage;
-  }
-  auto reg = c.register_chip(config, name, where);
-  if (!reg.ok()) return report(reg.status, "register");
-  if (!g_json)
-    std::printf("registered %s as %s%s\n", config.c_str(), hex(reg.value.identity().digest()).substr(0, 16).c_str(),
-                reg.value.existed() ? " (already known)" : "");
-  std::mt19937_64 rng(cfg.seed);
-  v1::SubmitRequest req;
-  *req.mutable_callable() = callable_ref(spread.empty() ? hex(reg.value.identity().digest()) : spread);
-  req.set_label("run-example " + std::filesystem::path(config).filename().string());
-  req.mutable_config()->set_block_dim(block_dim);
-  req.mutable_config()->set_enable_profiling(trace);
-  const size_t n_args = cfg.args.size();
-  std::vector<std::vector<uint8_t>> host(n_args * instances);
-  std::vector<std::vector<uint64_t>> host_args(instances, std::vector<uint64_t>(n_args));
-  std::vector<v1::TensorHandle> handles(n_args * instances);
-  std::vector<uint64_t> scalars;
-  uint64_t group = 0, out_mask = 0;
-  auto cleanup = [&] {
-    if (keep) return;
-    for (const auto& h : handles)
-      if (h.id()) (void)c.free(h);
-  };
-  for (int k = 0; k < instances; ++k)
-    for (size_t i = 0; i < n_args; ++i) {
-      const auto& a = cfg.args[i];
-      const size_t slot = k * n_args + i;
-      if (a.role == pto2::sim::ArgSpec::Role::kScalar) {
-        if (k == 0) scalars.push_back(a.scalar);
-        host_args[k][i] = a.scalar;
-        continue;
-      }
-      if (k == 0) {
-        if (a.writes()) out_mask |= uint64_t(1) << group;
-        ++group;
-      }
-      std::vector<uint32_t> shape(a.shape.begin(), a.shape.end());
-      pto::client::Result<v1::TensorInfo> t;
-      if (a.reads()) {
-        pto2::sim::generate_input(a, rng, host[slot]);
-        t = c.upload("", shape, a.dtype, host[slot].data(), host[slot].size());
-      } else {
-        host[slot].assign(a.bytes(), 0);
-        t = c.alloc("", shape, a.dtype);
-      }
-      if (!t.ok()) {
-        cleanup();
-        return report(t.status, a.reads() ? "upload" : "alloc");
-      }
-      handles[slot] = t.value.handle();
-      host_args[k][i] = reinterpret_cast<uint64_t>(host[slot].data());
-      auto* ref = req.mutable_args()->add_tensors();
-      *ref->mutable_tensor() = t.value.handle();
-      req.mutable_args()->add_tags(a.role == pto2::sim::ArgSpec::Role::kInout ? v1::INOUT
-                                   : a.reads()                                ? v1::INPUT
-                                                                              : v1::OUTPUT);
-    }
-  if (!spread.empty()) {  // pto_spread's scalars: digest, group size, output mask, the example's scalars
-    const std::string& d = reg.value.identity().digest();
-    for (int w = 0; w < 4; ++w) {
-      uint64_t v = 0;
-      std::memcpy(&v, d.data() + 8 * w, 8);
-      req.mutable_args()->add_scalars(v);
-    }
-    req.mutable_args()->add_scalars(group);
-    req.mutable_args()->add_scalars(out_mask);
-  }
-  for (uint64_t v : scalars) req.mutable_args()->add_scalars(v);
-  ProgressPrinter progress;
-  auto run = c.run(req, std::ref(progress));
-  if (!run.ok()) {
-    cleanup();
-    return report(run.status, "submit");
-  }
-  const int job_exit = print_result(run.value);
-  if (job_exit != kExitOk) {
-    cleanup();
-    return job_exit;
-  }
-  bool pass = true;
-  for (int k = 0; k < instances; ++k) {
-    if (pto2::Status s = pto2::sim::run_reference(cfg, host_args[k]); !s.ok()) {
-      std::fprintf(stderr, "ptoctl: reference: %s\n", s.message.c_str());
-      cleanup();
-      return kExitFailed;
-    }
-    for (size_t i = 0; i < n_args; ++i) {
-      const auto& a = cfg.args[i];
-      if (!a.writes()) continue;
-      std::vector<uint8_t> got;
-      auto d = c.download(handles[k * n_args + i], &got);
-      if (!d.ok()) {
-        cleanup();
-        return report(d.status, "download");
-      }
-      const auto cmp = pto2::sim::compare_output(a, got.data(), host[k * n_args + i].data());
-      pass &= cmp.pass();
-      std::printf("%s%s\n", instances > 1 ? fmt::format("instance {}: ", k).c_str() : "", cmp.describe(a).c_str());
-    }
-  }
-  if (!run.value.trace_path().empty())
-    std::printf("open the trace at https://ui.perfetto.dev (the file is on the daemon's host)\n");
-  cleanup();
-  return pass ? kExitOk : kExitFailed;
+  std::string& token = g.client.token;
+  std::getline(f, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  return true;
 }
 
 }  // namespace
+}  // namespace ptoctl
 
 int main(int argc, char** argv) {
   CLI::App app{"ptoctl: register callables, move tensors, run and watch jobs on a ptod daemon"};
   app.require_subcommand(1);
-  pto::client::ClientOptions opts;
-  if (const char* a = std::getenv("PTOD_ADDRESS"); a && *a) opts.address = a;
-  std::string token_file;
-  int timeout_s = 60;
-  app.add_option("-a,--address", opts.address, "daemon address: unix:/path or host:port (env PTOD_ADDRESS)")
-      ->capture_default_str();
-  app.add_flag("--json", g_json, "print replies as JSON (one object per line)");
-  app.add_option("--token-file", token_file, "file with the bearer token for TLS listeners");
-  app.add_flag("--tls", opts.tls, "connect with TLS");
-  app.add_option("--tls-ca", opts.tls_ca, "PEM of the CA that signed the daemon's certificate");
-  app.add_option("--tls-cert", opts.tls_cert, "client certificate (PEM), for daemons that verify clients");
-  app.add_option("--tls-key", opts.tls_key, "client key (PEM)");
-  app.add_option("--timeout", timeout_s, "seconds per call")->capture_default_str();
-
-  std::string name, path, symbol, tensor, out_file, callable, dtype_name = "float32";
-  std::vector<uint32_t> shape;
-  std::vector<std::string> targs;
-  std::vector<uint64_t> scalars;
-  std::vector<float> scalars_f32;
-  bool orchestration = false, detach = false, keep = false;
-  int block_dim = 0, limit = 50;
-  uint64_t job = 0;
-  uint32_t wait_ms = 0;
-
-  auto* reg = app.add_subcommand("register", "register a callable: chip CONFIG | import LIB SYMBOL | blob LIB SYMBOL");
-  reg->require_subcommand(1);
-  auto* reg_chip = reg->add_subcommand("chip", "a chip callable: its kernel config and the libraries it names");
-  reg_chip->add_option("config", path, "kernels.toml")->required()->check(CLI::ExistingFile);
-  auto* reg_import = reg->add_subcommand("import", "a native library already on the daemon's host");
-  reg_import->add_option("library", path)->required();
-  reg_import->add_option("symbol", symbol)->required();
-  auto* reg_blob = reg->add_subcommand("blob", "a native library uploaded with the request");
-  reg_blob->add_option("library", path)->required()->check(CLI::ExistingFile);
-  reg_blob->add_option("symbol", symbol)->required();
-  for (auto* s : {reg_chip, reg_import, reg_blob}) s->add_option("-n,--name", name, "a name to find it by");
-  for (auto* s : {reg_import, reg_blob}) s->add_flag("--orchestration", orchestration, "an L3 orchestration entry");
-  pto::client::Placement where;
-  for (auto* s : {reg_chip, reg_import, reg_blob}) {
-    s->add_option("--retries", where.max_retries, "level 4: retries on another L3 worker after ENDPOINT_FAILURE");
-    s->add_option("--peer", where.peers, "level 4: register on this [[peers]] index (repeatable; default all)");
-  }
-  for (auto* s : {reg_import, reg_blob})
-    s->add_flag("--next-level", where.next_level, "level 4: the orchestration runs on the L3 workers, not in ptod");
-  auto* unreg = app.add_subcommand("unregister", "remove a callable (name or digest)");
-  unreg->add_option("callable", callable)->required();
-  auto* callables = app.add_subcommand("callables", "list registered callables");
-
-  auto* upload = app.add_subcommand("upload", "upload a .npy file as a tensor");
-  upload->add_option("file", path)->required()->check(CLI::ExistingFile);
-  upload->add_option("-n,--name", name);
-  auto* alloc = app.add_subcommand("alloc", "allocate a zero tensor");
-  alloc->add_option("--shape", shape)->required();
-  alloc->add_option("--dtype", dtype_name)->capture_default_str();
-  alloc->add_option("-n,--name", name);
-  auto* download = app.add_subcommand("download", "download a tensor (NAME or #ID) to a .npy file");
-  download->add_option("tensor", tensor)->required();
-  download->add_option("-o,--output", out_file)->required();
-  auto* freet = app.add_subcommand("free", "free a tensor (NAME or #ID)");
-  freet->add_option("tensor", tensor)->required();
-  auto* tensors = app.add_subcommand("tensors", "list tensors");
-
-  auto* submit = app.add_subcommand("submit", "run a callable as a job: submit CALLABLE [TENSOR[:tag] ...]");
-  submit->add_option("callable", callable, "name or digest")->required();
-  submit->add_option("args", targs, "tensor arguments in order: NAME[:in|out|inout|out_existing|nodep] or #ID[:tag]");
-  submit->add_option("-s,--scalar", scalars, "a 64-bit scalar, repeatable, in order");
-  submit->add_option("--scalar-f32", scalars_f32, "a float32 scalar (after the --scalar ones)");
-  submit->add_option("--block-dim", block_dim, "chip clusters (0 = the callable's)");
-  submit->add_flag("-d,--detach", detach, "print the job id and return");
-  auto* watch = app.add_subcommand("watch", "follow a job to its end");
-  watch->add_option("job", job)->required();
-  auto* cancel = app.add_subcommand("cancel", "cancel a job");
-  cancel->add_option("job", job)->required();
-  auto* result = app.add_subcommand("result", "a job's result");
-  result->add_option("job", job)->required();
-  result->add_option("--wait", wait_ms, "wait up to MS for it to end");
-  auto* jobs = app.add_subcommand("jobs", "recent jobs, newest first");
-  jobs->add_option("--limit", limit)->capture_default_str();
-  auto* workers = app.add_subcommand("workers", "the worker tree and each node's state");
-  auto* health = app.add_subcommand("health", "the daemon's health (grpc.health.v1)");
-  auto* version = app.add_subcommand("version", "the daemon's version and protocol");
-  auto* config = app.add_subcommand("config", "the daemon's effective configuration");
-  auto* example = app.add_subcommand("run-example", "register an example, upload generated inputs, run, check outputs");
-  example->add_option("config", path, "the example's kernels.toml")->required()->check(CLI::ExistingFile);
-  example->add_option("-n,--name", name);
-  example->add_option("--block-dim", block_dim);
-  example->add_flag("--keep", keep, "keep the tensors on the daemon");
-  bool trace = false;
-  example->add_flag("--trace", trace, "profile the chip run; the daemon writes a swimlane trace and says where");
-  int instances = 1;
-  std::string spread;
-  example->add_option("--instances", instances, "independent instances (needs --spread)")->capture_default_str();
-  example->add_option("--spread", spread, "level 4: run the instances through this pto_spread orchestration");
-  example->add_option("--retries", where.max_retries, "level 4: register the example retryable");
+  ptoctl::GlobalOptions global;
+  ptoctl::add_global_options(app, global);
+  ptoctl::Options o;
+  ptoctl::Commands commands;
+  ptoctl::add_callable_commands(app, o, commands);
+  ptoctl::add_tensor_commands(app, o, commands);
+  ptoctl::add_job_commands(app, o, commands);
+  ptoctl::add_daemon_commands(app, commands);
+  ptoctl::add_example_command(app, o, commands);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
-    return rc == 0 ? 0 : kExitUsage;
+    return rc == 0 ? 0 : ptoctl::kExitUsage;
   }
-  opts.timeout = std::chrono::seconds(timeout_s);
-  if (!token_file.empty()) {
-    std::ifstream f(token_file);
-    if (!f) {
-      std::fprintf(stderr, "ptoctl: cannot read --token-file %s\n", token_file.c_str());
-      return kExitUsage;
-    }
-    std::getline(f, opts.token);
-    while (!opts.token.empty() && (opts.token.back() == '\r' || opts.token.back() == ' ')) opts.token.pop_back();
-  }
-  Client c(opts);
-
-  if (*reg_chip || *reg_import || *reg_blob) {
-    auto r = *reg_chip     ? c.register_chip(path, name, where)
-             : *reg_import ? c.register_import(path, symbol, name, orchestration, where)
-                           : c.register_blob(path, symbol, name, orchestration, where);
-    if (!r.ok()) return report(r.status, "register");
-    if (g_json)
-      print_json(r.value);
-    else
-      std::printf("%s %s%s\n", hex(r.value.identity().digest()).c_str(), r.value.name().c_str(),
-                  r.value.existed() ? " (already registered)" : "");
-    return kExitOk;
-  }
-  if (*unreg) {
-    Status s = c.unregister(callable_ref(callable));
-    return s.ok() ? kExitOk : report(s, "unregister");
-  }
-  if (*callables) {
-    auto r = c.callables();
-    if (!r.ok()) return report(r.status, "callables");
-    if (g_json) return print_json(r.value), kExitOk;
-    for (const auto& ci : r.value.callables())
-      std::printf("%s  %-14s %-13s %-16s %s\n", hex(ci.identity().digest()).substr(0, 16).c_str(),
-                  v1::CallableKind_Name(ci.identity().kind()).c_str(), v1::EntryAbi_Name(ci.abi()).c_str(),
-                  ci.name().c_str(), ci.source().c_str());
-    return kExitOk;
-  }
-  if (*upload) {
-    pto2::sim::NpyArray arr;
-    if (pto2::Status s = pto2::sim::read_npy(path, &arr); !s.ok()) {
-      std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
-      return kExitUsage;
-    }
-    int32_t dtype = -1;
-    for (int32_t d = 0; d <= PTO2_FLOAT64; ++d)
-      if (pto2::sim::npy_descr(d) == arr.descr) dtype = d;
-    if (dtype < 0) {
-      std::fprintf(stderr, "ptoctl: %s: dtype %s is not supported\n", path.c_str(), arr.descr.c_str());
-      return kExitUsage;
-    }
-    std::vector<uint32_t> sh;
-    for (uint64_t dim : arr.shape) {
-      if (dim > UINT32_MAX) {
-        std::fprintf(stderr, "ptoctl: %s: dimension %llu is above 2^32-1\n", path.c_str(), (unsigned long long)dim);
-        return kExitUsage;
-      }
-      sh.push_back(static_cast<uint32_t>(dim));
-    }
-    auto r = c.upload(name, sh, dtype, arr.data.data(), arr.data.size());
-    if (!r.ok()) return report(r.status, "upload");
-    if (g_json)
-      print_json(r.value);
-    else
-      std::printf("#%llu %s %llu bytes\n", (unsigned long long)r.value.handle().id(), r.value.handle().name().c_str(),
-                  (unsigned long long)r.value.bytes());
-    return kExitOk;
-  }
-  if (*alloc) {
-    const int32_t dtype = pto2::sim::dtype_from_name(dtype_name);
-    if (dtype < 0) {
-      std::fprintf(stderr, "ptoctl: --dtype %s is unknown\n", dtype_name.c_str());
-      return kExitUsage;
-    }
-    auto r = c.alloc(name, shape, dtype);
-    if (!r.ok()) return report(r.status, "alloc");
-    if (g_json)
-      print_json(r.value);
-    else
-      std::printf("#%llu %s %llu bytes\n", (unsigned long long)r.value.handle().id(), r.value.handle().name().c_str(),
-                  (unsigned long long)r.value.bytes());
-    return kExitOk;
-  }
-  if (*download) {
-    std::vector<uint8_t> data;
-    v1::TensorHandle h;
-    if (!tensor_handle(tensor, &h)) return kExitUsage;
-    auto r = c.download(h, &data);
-    if (!r.ok()) return report(r.status, "download");
-    std::vector<uint64_t> sh(r.value.shape().begin(), r.value.shape().end());
-    if (pto2::Status s =
-            pto2::sim::write_npy(out_file, pto2::sim::npy_descr(r.value.dtype()), sh, data.data(), data.size());
-        !s.ok()) {
-      std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
-      return kExitFailed;
-    }
-    if (g_json)
-      print_json(r.value);
-    else
-      std::printf("%s: %llu bytes\n", out_file.c_str(), (unsigned long long)data.size());
-    return kExitOk;
-  }
-  if (*freet) {
-    v1::TensorHandle h;
-    if (!tensor_handle(tensor, &h)) return kExitUsage;
-    Status s = c.free(h);
-    return s.ok() ? kExitOk : report(s, "free");
-  }
-  if (*tensors) {
-    auto r = c.tensors();
-    if (!r.ok()) return report(r.status, "tensors");
-    if (g_json) return print_json(r.value), kExitOk;
-    for (const auto& t : r.value.tensors())
-      std::printf("#%-5llu %-16s %-9s %llu bytes\n", (unsigned long long)t.handle().id(), t.handle().name().c_str(),
-                  v1::DataType_Name(t.dtype()).c_str(), (unsigned long long)t.bytes());
-    std::printf("arena: %llu of %llu bytes in use\n", (unsigned long long)r.value.arena_in_use(),
-                (unsigned long long)r.value.arena_bytes());
-    return kExitOk;
-  }
-  if (*submit) {
-    v1::SubmitRequest req;
-    *req.mutable_callable() = callable_ref(callable);
-    std::string err;
-    for (const auto& a : targs)
-      if (!parse_arg(a, req.mutable_args(), &err)) {
-        std::fprintf(stderr, "ptoctl: %s\n", err.c_str());
-        return kExitUsage;
-      }
-    for (uint64_t s : scalars) req.mutable_args()->add_scalars(s);
-    for (float f : scalars_f32) {
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      req.mutable_args()->add_scalars(bits);
-    }
-    req.mutable_config()->set_block_dim(block_dim);
-    if (detach) {
-      auto r = c.submit(req);
-      if (!r.ok()) return report(r.status, "submit");
-      if (g_json)
-        print_json(r.value);
-      else
-        std::printf("%llu\n", (unsigned long long)r.value.job_id());
-      return kExitOk;
-    }
-    ProgressPrinter progress;
-    auto r = c.run(req, std::ref(progress));
-    if (!r.ok()) return report(r.status, "submit");
-    return print_result(r.value);
-  }
-  if (*watch) {
-    ProgressPrinter progress;
-    auto r = c.watch(job, std::ref(progress));
-    if (!r.ok()) return report(r.status, "watch");
-    return print_result(r.value);
-  }
-  if (*cancel) {
-    auto r = c.cancel(job);
-    if (!r.ok()) return report(r.status, "cancel");
-    std::printf("job %llu %s\n", (unsigned long long)job, v1::JobState_Name(r.value).c_str());
-    return kExitOk;
-  }
-  if (*result) {
-    auto r = c.result(job, wait_ms);
-    if (!r.ok()) return report(r.status, "result");
-    return print_result(r.value);
-  }
-  if (*jobs) {
-    auto r = c.jobs(static_cast<uint32_t>(limit));
-    if (!r.ok()) return report(r.status, "jobs");
-    if (g_json) return print_json(r.value), kExitOk;
-    for (const auto& j : r.value.jobs())
-      std::printf("%-6llu %-10s tasks %-6llu failed %-4llu %8.3f ms  %s\n", (unsigned long long)j.job_id(),
-                  v1::JobState_Name(j.state()).c_str(), (unsigned long long)j.tasks_submitted(),
-                  (unsigned long long)j.tasks_failed(), j.run_ns() / 1e6, j.label().c_str());
-    return kExitOk;
-  }
-  if (*workers) {
-    auto r = c.workers();
-    if (!r.ok()) return report(r.status, "workers");
-    if (g_json) return print_json(r.value), kExitOk;
-    print_node(r.value.root(), 0);
-    return kExitOk;
-  }
-  if (*health) {
-    auto r = c.health();
-    if (!r.ok()) return report(r.status, "health");
-    std::printf(g_json ? "{\"status\":\"%s\"}\n" : "%s\n", r.value.c_str());
-    return r.value == "SERVING" ? kExitOk : kExitFailed;
-  }
-  if (*version) {
-    auto r = c.version();
-    if (!r.ok()) return report(r.status, "version");
-    if (g_json) return print_json(r.value), kExitOk;
-    std::printf("ptod %s (protocol %s)\n", r.value.version().c_str(), r.value.protocol().c_str());
-    return kExitOk;
-  }
-  if (*config) {
-    auto r = c.config();
-    if (!r.ok()) return report(r.status, "config");
-    if (g_json) return print_json(r.value), kExitOk;
-    std::printf("%s", r.value.effective_toml().c_str());
-    return kExitOk;
-  }
-  if (*example) return run_example(c, path, name, block_dim, keep, trace, instances, spread, where);
-  return kExitUsage;
+  if (!ptoctl::finish_client_options(global)) return ptoctl::kExitUsage;
+  Client c(global.client);
+  for (const auto& cmd : commands)
+    if (*cmd.sub) return cmd.run(c, global.json);
+  return ptoctl::kExitUsage;
 }

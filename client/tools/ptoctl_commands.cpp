@@ -1,0 +1,489 @@
+// ptoctl's subcommands (ptoctl_commands.h); the command line is in ptoctl.cpp.
+#include "ptoctl_commands.h"
+
+#include <fmt/format.h>
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "pto2/sim/chip_config.h"
+#include "pto2/sim/example_data.h"
+#include "pto2/sim/npy.h"
+
+using pto::client::Client;
+using pto::client::Status;
+namespace v1 = pto::v1;
+
+namespace ptoctl {
+namespace {
+
+int exit_for(const Status& s) {
+  if (s.ok()) return kExitOk;
+  const auto c = static_cast<grpc::StatusCode>(s.code);
+  return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED ? kExitUnreachable
+                                                                                        : kExitFailed;
+}
+
+int report(const Status& s, const char* what) {
+  std::fprintf(stderr, "ptoctl: %s: %s (%s)\n", what, s.message.c_str(), pto::client::status_code_name(s.code));
+  return exit_for(s);
+}
+
+void print_json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = false;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  std::printf("%s\n", out.c_str());
+}
+
+std::string hex(const std::string& bytes) {
+  std::string s;
+  for (unsigned char c : bytes) s += fmt::format("{:02x}", c);
+  return s;
+}
+
+v1::CallableRef callable_ref(const std::string& s) {
+  v1::CallableRef r;
+  if (s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos) {
+    std::string d(32, '\0');
+    for (int i = 0; i < 32; ++i) d[i] = static_cast<char>(std::stoi(s.substr(2 * i, 2), nullptr, 16));
+    r.set_digest(d);
+  } else {
+    r.set_name(s);
+  }
+  return r;
+}
+
+// "NAME" or "#ID"; false (and a message) when "#..." is not a number.
+bool tensor_handle(const std::string& s, v1::TensorHandle* h) {
+  if (!s.empty() && s[0] == '#') {
+    if (s.size() == 1 || s.find_first_not_of("0123456789", 1) != std::string::npos) {
+      std::fprintf(stderr, "ptoctl: '%s': a tensor id is # followed by digits\n", s.c_str());
+      return false;
+    }
+    h->set_id(std::stoull(s.substr(1)));
+  } else {
+    h->set_name(s);
+  }
+  return true;
+}
+
+// "NAME[:tag]" or "#ID[:tag]"; tags: in, out, inout, out_existing, nodep.
+bool parse_arg(const std::string& s, v1::TaskArgs* args, std::string* err) {
+  const auto colon = s.rfind(':');
+  std::string t = s, tag = "in";
+  if (colon != std::string::npos) {
+    t = s.substr(0, colon);
+    tag = s.substr(colon + 1);
+  }
+  static const std::map<std::string, v1::TensorTag> tags = {{"in", v1::INPUT},
+                                                            {"out", v1::OUTPUT},
+                                                            {"inout", v1::INOUT},
+                                                            {"out_existing", v1::OUTPUT_EXISTING},
+                                                            {"nodep", v1::NO_DEP}};
+  auto it = tags.find(tag);
+  if (t.empty() || it == tags.end()) {
+    *err = fmt::format("argument '{}': expected NAME[:in|out|inout|out_existing|nodep] or #ID[:tag]", s);
+    return false;
+  }
+  if (!tensor_handle(t, args->add_tensors()->mutable_tensor())) {
+    *err = fmt::format("argument '{}': bad tensor id", s);
+    return false;
+  }
+  args->add_tags(it->second);
+  return true;
+}
+
+// A live progress bar on a terminal; plain lines (state changes) otherwise.
+struct ProgressPrinter {
+  explicit ProgressPrinter(bool json) : json(json), tty(isatty(STDOUT_FILENO) && !json) {}
+  bool json;
+  bool tty;
+  v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
+  void operator()(const v1::JobEvent& ev) {
+    if (json) return;
+    if (tty) {
+      const int width = 30;
+      const int fill = ev.tasks_total() ? int(width * ev.tasks_done() / ev.tasks_total()) : 0;
+      std::printf("\r job %llu %-9s [%s%s] %llu/%llu tasks", (unsigned long long)ev.job_id(),
+                  v1::JobState_Name(ev.state()).c_str(), std::string(fill, '#').c_str(),
+                  std::string(width - fill, '.').c_str(), (unsigned long long)ev.tasks_done(),
+                  (unsigned long long)ev.tasks_total());
+      if (ev.has_result()) std::printf("\n");
+      std::fflush(stdout);
+    } else if (ev.state() != last) {
+      std::printf("job %llu %s (%llu/%llu tasks)\n", (unsigned long long)ev.job_id(),
+                  v1::JobState_Name(ev.state()).c_str(), (unsigned long long)ev.tasks_done(),
+                  (unsigned long long)ev.tasks_total());
+    }
+    last = ev.state();
+  }
+};
+
+int print_result(const v1::JobResult& r, bool json) {
+  if (json) {
+    print_json(r);
+  } else {
+    std::printf("job %llu %s: %llu tasks, %llu succeeded, %llu failed, %llu skipped; queued %.3f ms, ran %.3f ms\n",
+                (unsigned long long)r.job_id(), v1::JobState_Name(r.state()).c_str(),
+                (unsigned long long)r.tasks_submitted(), (unsigned long long)r.tasks_succeeded(),
+                (unsigned long long)r.tasks_failed(), (unsigned long long)r.tasks_skipped(), r.queued_ns() / 1e6,
+                r.run_ns() / 1e6);
+    if (!r.message().empty()) std::printf("  %s\n", r.message().c_str());
+    if (!r.trace_path().empty()) std::printf("  trace: %s\n", r.trace_path().c_str());
+    if (r.has_first_failure() && r.tasks_failed())
+      std::printf("  first failure: task %llu (%s) %s on %s: %s\n", (unsigned long long)r.first_failure().task_id(),
+                  r.first_failure().callable().substr(0, 16).c_str(),
+                  v1::Outcome_Name(r.first_failure().outcome()).c_str(), r.first_failure().worker().c_str(),
+                  r.first_failure().message().c_str());
+  }
+  // Not ended yet (result without --wait) is not a failure.
+  return r.state() == v1::FAILED || r.state() == v1::CANCELLED ? kExitFailed : kExitOk;
+}
+
+// upload and alloc answer alike.
+void print_tensor_info(const v1::TensorInfo& t, bool json) {
+  if (json)
+    print_json(t);
+  else
+    std::printf("#%llu %s %llu bytes\n", (unsigned long long)t.handle().id(), t.handle().name().c_str(),
+                (unsigned long long)t.bytes());
+}
+
+void print_node(const v1::WorkerNode& n, int depth) {
+  std::printf("%s%-10s level %d  %-8s pid %-7d tasks %-8llu restarts %u\n", std::string(2 * depth, ' ').c_str(),
+              n.name().c_str(), n.level(), n.state().c_str(), n.pid(), (unsigned long long)n.tasks_run(), n.restarts());
+  for (const auto& c : n.children()) print_node(c, depth + 1);
+}
+
+}  // namespace
+
+int cmd_register(Client& c, RegisterKind kind, const RegisterOptions& o, bool json) {
+  auto r = kind == RegisterKind::kChip     ? c.register_chip(o.path, o.name, o.where)
+           : kind == RegisterKind::kImport ? c.register_import(o.path, o.symbol, o.name, o.orchestration, o.where)
+                                           : c.register_blob(o.path, o.symbol, o.name, o.orchestration, o.where);
+  if (!r.ok()) return report(r.status, "register");
+  if (json)
+    print_json(r.value);
+  else
+    std::printf("%s %s%s\n", hex(r.value.identity().digest()).c_str(), r.value.name().c_str(),
+                r.value.existed() ? " (already registered)" : "");
+  return kExitOk;
+}
+
+int cmd_unregister(Client& c, const std::string& callable) {
+  Status s = c.unregister(callable_ref(callable));
+  return s.ok() ? kExitOk : report(s, "unregister");
+}
+
+int cmd_callables(Client& c, bool json) {
+  auto r = c.callables();
+  if (!r.ok()) return report(r.status, "callables");
+  if (json) return print_json(r.value), kExitOk;
+  for (const auto& ci : r.value.callables())
+    std::printf("%s  %-14s %-13s %-16s %s\n", hex(ci.identity().digest()).substr(0, 16).c_str(),
+                v1::CallableKind_Name(ci.identity().kind()).c_str(), v1::EntryAbi_Name(ci.abi()).c_str(),
+                ci.name().c_str(), ci.source().c_str());
+  return kExitOk;
+}
+
+int cmd_upload(Client& c, const UploadOptions& o, bool json) {
+  pto2::sim::NpyArray arr;
+  if (pto2::Status s = pto2::sim::read_npy(o.path, &arr); !s.ok()) {
+    std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
+    return kExitUsage;
+  }
+  int32_t dtype = -1;
+  for (int32_t d = 0; d <= PTO2_FLOAT64; ++d)
+    if (pto2::sim::npy_descr(d) == arr.descr) dtype = d;
+  if (dtype < 0) {
+    std::fprintf(stderr, "ptoctl: %s: dtype %s is not supported\n", o.path.c_str(), arr.descr.c_str());
+    return kExitUsage;
+  }
+  std::vector<uint32_t> sh;
+  for (uint64_t dim : arr.shape) {
+    if (dim > UINT32_MAX) {
+      std::fprintf(stderr, "ptoctl: %s: dimension %llu is above 2^32-1\n", o.path.c_str(), (unsigned long long)dim);
+      return kExitUsage;
+    }
+    sh.push_back(static_cast<uint32_t>(dim));
+  }
+  auto r = c.upload(o.name, sh, dtype, arr.data.data(), arr.data.size());
+  if (!r.ok()) return report(r.status, "upload");
+  print_tensor_info(r.value, json);
+  return kExitOk;
+}
+
+int cmd_alloc(Client& c, const AllocOptions& o, bool json) {
+  const int32_t dtype = pto2::sim::dtype_from_name(o.dtype_name);
+  if (dtype < 0) {
+    std::fprintf(stderr, "ptoctl: --dtype %s is unknown\n", o.dtype_name.c_str());
+    return kExitUsage;
+  }
+  auto r = c.alloc(o.name, o.shape, dtype);
+  if (!r.ok()) return report(r.status, "alloc");
+  print_tensor_info(r.value, json);
+  return kExitOk;
+}
+
+int cmd_download(Client& c, const DownloadOptions& o, bool json) {
+  std::vector<uint8_t> data;
+  v1::TensorHandle h;
+  if (!tensor_handle(o.tensor, &h)) return kExitUsage;
+  auto r = c.download(h, &data);
+  if (!r.ok()) return report(r.status, "download");
+  std::vector<uint64_t> sh(r.value.shape().begin(), r.value.shape().end());
+  if (pto2::Status s =
+          pto2::sim::write_npy(o.out_file, pto2::sim::npy_descr(r.value.dtype()), sh, data.data(), data.size());
+      !s.ok()) {
+    std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
+    return kExitFailed;
+  }
+  if (json)
+    print_json(r.value);
+  else
+    std::printf("%s: %llu bytes\n", o.out_file.c_str(), (unsigned long long)data.size());
+  return kExitOk;
+}
+
+int cmd_free(Client& c, const std::string& tensor) {
+  v1::TensorHandle h;
+  if (!tensor_handle(tensor, &h)) return kExitUsage;
+  Status s = c.free(h);
+  return s.ok() ? kExitOk : report(s, "free");
+}
+
+int cmd_tensors(Client& c, bool json) {
+  auto r = c.tensors();
+  if (!r.ok()) return report(r.status, "tensors");
+  if (json) return print_json(r.value), kExitOk;
+  for (const auto& t : r.value.tensors())
+    std::printf("#%-5llu %-16s %-9s %llu bytes\n", (unsigned long long)t.handle().id(), t.handle().name().c_str(),
+                v1::DataType_Name(t.dtype()).c_str(), (unsigned long long)t.bytes());
+  std::printf("arena: %llu of %llu bytes in use\n", (unsigned long long)r.value.arena_in_use(),
+              (unsigned long long)r.value.arena_bytes());
+  return kExitOk;
+}
+
+int cmd_submit(Client& c, const SubmitOptions& o, bool json) {
+  v1::SubmitRequest req;
+  *req.mutable_callable() = callable_ref(o.callable);
+  std::string err;
+  for (const auto& a : o.targs)
+    if (!parse_arg(a, req.mutable_args(), &err)) {
+      std::fprintf(stderr, "ptoctl: %s\n", err.c_str());
+      return kExitUsage;
+    }
+  for (uint64_t s : o.scalars) req.mutable_args()->add_scalars(s);
+  for (float f : o.scalars_f32) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    req.mutable_args()->add_scalars(bits);
+  }
+  req.mutable_config()->set_block_dim(o.block_dim);
+  if (o.detach) {
+    auto r = c.submit(req);
+    if (!r.ok()) return report(r.status, "submit");
+    if (json)
+      print_json(r.value);
+    else
+      std::printf("%llu\n", (unsigned long long)r.value.job_id());
+    return kExitOk;
+  }
+  ProgressPrinter progress(json);
+  auto r = c.run(req, std::ref(progress));
+  if (!r.ok()) return report(r.status, "submit");
+  return print_result(r.value, json);
+}
+
+int cmd_watch(Client& c, uint64_t job, bool json) {
+  ProgressPrinter progress(json);
+  auto r = c.watch(job, std::ref(progress));
+  if (!r.ok()) return report(r.status, "watch");
+  return print_result(r.value, json);
+}
+
+int cmd_cancel(Client& c, uint64_t job) {
+  auto r = c.cancel(job);
+  if (!r.ok()) return report(r.status, "cancel");
+  std::printf("job %llu %s\n", (unsigned long long)job, v1::JobState_Name(r.value).c_str());
+  return kExitOk;
+}
+
+int cmd_result(Client& c, const ResultOptions& o, bool json) {
+  auto r = c.result(o.job, o.wait_ms);
+  if (!r.ok()) return report(r.status, "result");
+  return print_result(r.value, json);
+}
+
+int cmd_jobs(Client& c, int limit, bool json) {
+  auto r = c.jobs(static_cast<uint32_t>(limit));
+  if (!r.ok()) return report(r.status, "jobs");
+  if (json) return print_json(r.value), kExitOk;
+  for (const auto& j : r.value.jobs())
+    std::printf("%-6llu %-10s tasks %-6llu failed %-4llu %8.3f ms  %s\n", (unsigned long long)j.job_id(),
+                v1::JobState_Name(j.state()).c_str(), (unsigned long long)j.tasks_submitted(),
+                (unsigned long long)j.tasks_failed(), j.run_ns() / 1e6, j.label().c_str());
+  return kExitOk;
+}
+
+int cmd_workers(Client& c, bool json) {
+  auto r = c.workers();
+  if (!r.ok()) return report(r.status, "workers");
+  if (json) return print_json(r.value), kExitOk;
+  print_node(r.value.root(), 0);
+  return kExitOk;
+}
+
+int cmd_health(Client& c, bool json) {
+  auto r = c.health();
+  if (!r.ok()) return report(r.status, "health");
+  std::printf(json ? "{\"status\":\"%s\"}\n" : "%s\n", r.value.c_str());
+  return r.value == "SERVING" ? kExitOk : kExitFailed;
+}
+
+int cmd_version(Client& c, bool json) {
+  auto r = c.version();
+  if (!r.ok()) return report(r.status, "version");
+  if (json) return print_json(r.value), kExitOk;
+  std::printf("ptod %s (protocol %s)\n", r.value.version().c_str(), r.value.protocol().c_str());
+  return kExitOk;
+}
+
+int cmd_config(Client& c, bool json) {
+  auto r = c.config();
+  if (!r.ok()) return report(r.status, "config");
+  if (json) return print_json(r.value), kExitOk;
+  std::printf("%s", r.value.effective_toml().c_str());
+  return kExitOk;
+}
+
+// run-example: the example's inputs generated as pto2-run does, uploaded; its
+// outputs allocated; one job; outputs downloaded and compared with the
+// reference library run here on the same inputs. With --spread ORCH (a
+// level-4 daemon with the pto_spread orchestration registered under that
+// name), `instances` independent instances run as one job spread over the
+// daemon's L3 workers, and each is checked.
+int cmd_run_example(Client& c, const ExampleOptions& o, bool json) {
+  pto2::sim::ChipConfig cfg;
+  if (pto2::Status s = pto2::sim::ChipConfig::load(o.config, &cfg); !s.ok()) {
+    std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
+    return kExitUsage;
+  }
+  const int instances = o.instances;
+  if (instances < 1 || (instances > 1 && o.spread.empty())) {
+    std::fprintf(stderr, "ptoctl: --instances %d: more than one instance needs --spread ORCHESTRATION\n", instances);
+    return kExitUsage;
+  }
+  auto reg = c.register_chip(o.config, o.name, o.where);
+  if (!reg.ok()) return report(reg.status, "register");
+  if (!json)
+    std::printf("registered %s as %s%s\n", o.config.c_str(), hex(reg.value.identity().digest()).substr(0, 16).c_str(),
+                reg.value.existed() ? " (already known)" : "");
+  std::mt19937_64 rng(cfg.seed);
+  v1::SubmitRequest req;
+  *req.mutable_callable() = callable_ref(o.spread.empty() ? hex(reg.value.identity().digest()) : o.spread);
+  req.set_label("run-example " + std::filesystem::path(o.config).filename().string());
+  req.mutable_config()->set_block_dim(o.block_dim);
+  req.mutable_config()->set_enable_profiling(o.trace);
+  const size_t n_args = cfg.args.size();
+  std::vector<std::vector<uint8_t>> host(n_args * instances);
+  std::vector<std::vector<uint64_t>> host_args(instances, std::vector<uint64_t>(n_args));
+  std::vector<v1::TensorHandle> handles(n_args * instances);
+  std::vector<uint64_t> scalars;
+  uint64_t group = 0, out_mask = 0;
+  auto cleanup = [&] {
+    if (o.keep) return;
+    for (const auto& h : handles)
+      if (h.id()) (void)c.free(h);
+  };
+  for (int k = 0; k < instances; ++k)
+    for (size_t i = 0; i < n_args; ++i) {
+      const auto& a = cfg.args[i];
+      const size_t slot = k * n_args + i;
+      if (a.role == pto2::sim::ArgSpec::Role::kScalar) {
+        if (k == 0) scalars.push_back(a.scalar);
+        host_args[k][i] = a.scalar;
+        continue;
+      }
+      if (k == 0) {
+        if (a.writes()) out_mask |= uint64_t(1) << group;
+        ++group;
+      }
+      std::vector<uint32_t> shape(a.shape.begin(), a.shape.end());
+      pto::client::Result<v1::TensorInfo> t;
+      if (a.reads()) {
+        pto2::sim::generate_input(a, rng, host[slot]);
+        t = c.upload("", shape, a.dtype, host[slot].data(), host[slot].size());
+      } else {
+        host[slot].assign(a.bytes(), 0);
+        t = c.alloc("", shape, a.dtype);
+      }
+      if (!t.ok()) {
+        cleanup();
+        return report(t.status, a.reads() ? "upload" : "alloc");
+      }
+      handles[slot] = t.value.handle();
+      host_args[k][i] = reinterpret_cast<uint64_t>(host[slot].data());
+      auto* ref = req.mutable_args()->add_tensors();
+      *ref->mutable_tensor() = t.value.handle();
+      req.mutable_args()->add_tags(a.role == pto2::sim::ArgSpec::Role::kInout ? v1::INOUT
+                                   : a.reads()                                ? v1::INPUT
+                                                                              : v1::OUTPUT);
+    }
+  if (!o.spread.empty()) {  // pto_spread's scalars: digest, group size, output mask, the example's scalars
+    const std::string& d = reg.value.identity().digest();
+    for (int w = 0; w < 4; ++w) {
+      uint64_t v = 0;
+      std::memcpy(&v, d.data() + 8 * w, 8);
+      req.mutable_args()->add_scalars(v);
+    }
+    req.mutable_args()->add_scalars(group);
+    req.mutable_args()->add_scalars(out_mask);
+  }
+  for (uint64_t v : scalars) req.mutable_args()->add_scalars(v);
+  ProgressPrinter progress(json);
+  auto run = c.run(req, std::ref(progress));
+  if (!run.ok()) {
+    cleanup();
+    return report(run.status, "submit");
+  }
+  const int job_exit = print_result(run.value, json);
+  if (job_exit != kExitOk) {
+    cleanup();
+    return job_exit;
+  }
+  bool pass = true;
+  for (int k = 0; k < instances; ++k) {
+    if (pto2::Status s = pto2::sim::run_reference(cfg, host_args[k]); !s.ok()) {
+      std::fprintf(stderr, "ptoctl: reference: %s\n", s.message.c_str());
+      cleanup();
+      return kExitFailed;
+    }
+    for (size_t i = 0; i < n_args; ++i) {
+      const auto& a = cfg.args[i];
+      if (!a.writes()) continue;
+      std::vector<uint8_t> got;
+      auto d = c.download(handles[k * n_args + i], &got);
+      if (!d.ok()) {
+        cleanup();
+        return report(d.status, "download");
+      }
+      const auto cmp = pto2::sim::compare_output(a, got.data(), host[k * n_args + i].data());
+      pass &= cmp.pass();
+      std::printf("%s%s\n", instances > 1 ? fmt::format("instance {}: ", k).c_str() : "", cmp.describe(a).c_str());
+    }
+  }
+  if (!run.value.trace_path().empty())
+    std::printf("open the trace at https://ui.perfetto.dev (the file is on the daemon's host)\n");
+  cleanup();
+  return pass ? kExitOk : kExitFailed;
+}
+
+}  // namespace ptoctl

@@ -1,0 +1,85 @@
+// ptoctl's subcommands, one function each (ptoctl.cpp parses the command line
+// and calls the one chosen). Each returns ptoctl's exit status; `json` is the
+// global --json.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pto/client.h"
+
+namespace ptoctl {
+
+inline constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitUnreachable = 3;
+
+enum class RegisterKind { kChip, kImport, kBlob };
+
+// One set for the three register subcommands: only one of them runs.
+struct RegisterOptions {
+  std::string path, symbol, name;
+  bool orchestration = false;
+  pto::client::Placement where;
+};
+
+struct UploadOptions {
+  std::string path, name;
+};
+
+struct AllocOptions {
+  std::vector<uint32_t> shape;
+  std::string dtype_name = "float32";
+  std::string name;
+};
+
+struct DownloadOptions {
+  std::string tensor, out_file;
+};
+
+struct SubmitOptions {
+  std::string callable;
+  std::vector<std::string> targs;
+  std::vector<uint64_t> scalars;
+  std::vector<float> scalars_f32;
+  int block_dim = 0;
+  bool detach = false;
+};
+
+struct ResultOptions {
+  uint64_t job = 0;
+  uint32_t wait_ms = 0;
+};
+
+struct ExampleOptions {
+  std::string config, name;
+  int block_dim = 0;
+  bool keep = false, trace = false;
+  int instances = 1;
+  std::string spread;
+  pto::client::Placement where;
+};
+
+int cmd_register(pto::client::Client& c, RegisterKind kind, const RegisterOptions& o, bool json);
+int cmd_unregister(pto::client::Client& c, const std::string& callable);
+int cmd_callables(pto::client::Client& c, bool json);
+
+int cmd_upload(pto::client::Client& c, const UploadOptions& o, bool json);
+int cmd_alloc(pto::client::Client& c, const AllocOptions& o, bool json);
+int cmd_download(pto::client::Client& c, const DownloadOptions& o, bool json);
+int cmd_free(pto::client::Client& c, const std::string& tensor);
+int cmd_tensors(pto::client::Client& c, bool json);
+
+int cmd_submit(pto::client::Client& c, const SubmitOptions& o, bool json);
+int cmd_watch(pto::client::Client& c, uint64_t job, bool json);
+int cmd_cancel(pto::client::Client& c, uint64_t job);
+int cmd_result(pto::client::Client& c, const ResultOptions& o, bool json);
+int cmd_jobs(pto::client::Client& c, int limit, bool json);
+
+int cmd_workers(pto::client::Client& c, bool json);
+int cmd_health(pto::client::Client& c, bool json);
+int cmd_version(pto::client::Client& c, bool json);
+int cmd_config(pto::client::Client& c, bool json);
+
+int cmd_run_example(pto::client::Client& c, const ExampleOptions& o, bool json);
+
+}  // namespace ptoctl
