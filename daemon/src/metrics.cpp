@@ -1,10 +1,86 @@
 #include "metrics.h"
 
+#include <fmt/format.h>
+
 #include <asio.hpp>
 
+#include "job_manager.h"
 #include "log.h"
+#include "pto/worker.h"
 
 namespace ptod {
+namespace {
+
+void histogram(std::string& out, const char* name, const char* help, const pto::LatencyHistogram& h) {
+  static const double bounds[] = {1e-6, 2.5e-6, 5e-6,   1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4,
+                                  5e-4, 1e-3,   2.5e-3, 1e-2, 0.1,    1.0,  10.0};
+  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  for (double b : bounds) {
+    uint64_t n = 0;
+    for (int i = 0; i < pto::LatencyHistogram::kBuckets; ++i)
+      if (double(pto::LatencyHistogram::bucket_upper_ns(i)) <= b * 1e9) n += h.counts[i];
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, b, n);
+  }
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, h.count, name,
+                     double(h.sum_ns) / 1e9, name, h.count);
+}
+
+}  // namespace
+
+std::string render_metrics(pto::Worker& w, JobManager& jobs) {
+  const pto::WorkerStats s = w.stats();
+  const JobCounts j = jobs.counts();
+  std::string o;
+  o += "# HELP ptod_jobs Jobs now queued or running.\n# TYPE ptod_jobs gauge\n";
+  o += fmt::format("ptod_jobs{{state=\"queued\"}} {}\nptod_jobs{{state=\"running\"}} {}\n", j.queued, j.running);
+  o += "# HELP ptod_jobs_total Jobs that ended, by final state; and jobs submitted.\n# TYPE ptod_jobs_total counter\n";
+  o += fmt::format(
+      "ptod_jobs_total{{state=\"submitted\"}} {}\nptod_jobs_total{{state=\"succeeded\"}} {}\n"
+      "ptod_jobs_total{{state=\"failed\"}} {}\nptod_jobs_total{{state=\"cancelled\"}} {}\n",
+      j.submitted_total, j.succeeded_total, j.failed_total, j.cancelled_total);
+  o += "# HELP ptod_tasks_total Tasks that ended, by outcome.\n# TYPE ptod_tasks_total counter\n";
+  o += fmt::format(
+      "ptod_tasks_total{{outcome=\"succeeded\"}} {}\nptod_tasks_total{{outcome=\"failed\"}} {}\n"
+      "ptod_tasks_total{{outcome=\"skipped\"}} {}\n",
+      s.tasks_succeeded, s.tasks_failed, s.tasks_skipped);
+  o += "# HELP ptod_queue_depth Jobs waiting plus ready tasks waiting for an idle child.\n# TYPE ptod_queue_depth "
+       "gauge\n";
+  o += fmt::format("ptod_queue_depth{{queue=\"jobs\"}} {}\nptod_queue_depth{{queue=\"tasks\"}} {}\n", j.queued,
+                   s.ready_queue_depth);
+  histogram(o, "ptod_task_latency_seconds", "Task submit to final state.", s.task_latency);
+  histogram(o, "ptod_mailbox_round_trip_seconds", "Dispatch written to completion seen.", s.mailbox_round_trip);
+  o += "# HELP ptod_heap_ring_used_bytes Bytes in use per heap ring.\n# TYPE ptod_heap_ring_used_bytes gauge\n";
+  for (int r = 0; r < 4; ++r) o += fmt::format("ptod_heap_ring_used_bytes{{ring=\"{}\"}} {}\n", r, s.heap_ring_used[r]);
+  o += fmt::format(
+      "# HELP ptod_heap_ring_size_bytes Size of each heap ring.\n# TYPE ptod_heap_ring_size_bytes gauge\n"
+      "ptod_heap_ring_size_bytes {}\n",
+      s.heap_ring_bytes);
+  o += fmt::format(
+      "# HELP ptod_arena_bytes Tensor arena size and use.\n# TYPE ptod_arena_bytes gauge\n"
+      "ptod_arena_bytes{{kind=\"size\"}} {}\nptod_arena_bytes{{kind=\"used\"}} {}\n",
+      s.arena_bytes, s.arena_in_use);
+  o += fmt::format(
+      "# HELP ptod_child_restarts_total Children forked again after they died.\n"
+      "# TYPE ptod_child_restarts_total counter\nptod_child_restarts_total {}\n",
+      s.child_restarts);
+  // Level 4: the remote sessions.
+  histogram(o, "ptod_remote_round_trip_seconds", "Remote task dispatch to completion seen.", s.remote_round_trip);
+  o += fmt::format(
+      "# HELP ptod_task_retries_total Tasks run again after ENDPOINT_FAILURE.\n"
+      "# TYPE ptod_task_retries_total counter\nptod_task_retries_total {}\n",
+      s.task_retries);
+  std::string up, in_flight;
+  for (const pto::ChildInfo& c : w.children())
+    if (c.remote) {
+      up += fmt::format("ptod_peer_up{{worker=\"{}\",peer=\"{}\"}} {}\n", c.index, c.address,
+                        c.state == pto::ChildState::DEAD ? 0 : 1);
+      in_flight += fmt::format("ptod_peer_tasks_in_flight{{worker=\"{}\"}} {}\n", c.index, c.in_flight);
+    }
+  if (!up.empty())
+    o += "# HELP ptod_peer_up 1 while the session to the peer is READY.\n# TYPE ptod_peer_up gauge\n" + up +
+         "# HELP ptod_peer_tasks_in_flight Tasks the peer holds.\n# TYPE ptod_peer_tasks_in_flight gauge\n" + in_flight;
+  return o;
+}
 
 struct MetricsServer::Impl {
   asio::io_context io;

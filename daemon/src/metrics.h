@@ -1,6 +1,7 @@
 // Prometheus text exposition on a loopback HTTP port (GET /metrics): jobs by
 // state, tasks, queue depth, task latency and mailbox round-trip histograms,
-// heap ring and arena usage, child restarts. No job or task ids as labels.
+// heap ring and arena usage, child restarts, and at level 4 the peers. No job
+// or task ids as labels (docs/daemon.md lists every metric).
 // A tiny HTTP/1.0 responder on Asio: one request per connection.
 #pragma once
 
@@ -11,7 +12,16 @@
 
 #include "pto2/errors.h"
 
+namespace pto {
+class Worker;
+}
+
 namespace ptod {
+
+class JobManager;
+
+// The text exposition (format 0.0.4) of the Worker's and the job queue's state now.
+std::string render_metrics(pto::Worker& w, JobManager& jobs);
 
 class MetricsServer {
  public:

@@ -31,8 +31,21 @@ pto::v1::TensorDirection to_wire(pto::TensorDirection d) {
   }
 }
 
-bool copies_in(pto::TensorDirection d) { return d == pto::TensorDirection::IN || d == pto::TensorDirection::INOUT; }
-bool copies_out(pto::TensorDirection d) { return d == pto::TensorDirection::OUT || d == pto::TensorDirection::INOUT; }
+// Outputs back into this process's tensors; an output of the wrong size
+// fails the task rather than overrun the tensor.
+void copy_outputs_back(const pto::v1::Completion& c, const pto::RemoteTask& task, pto::RemoteCompletion* rc) {
+  for (size_t i = 0; i < task.tensors.size(); ++i) {
+    if (!copies_out(task.directions[i]) || task.buffers[i].id != 0) continue;
+    const uint64_t bytes = pto::tensor_bytes(task.tensors[i]);
+    if (int(i) >= c.outputs_size() || c.outputs(int(i)).size() != bytes) {
+      rc->outcome = static_cast<uint8_t>(pto::Outcome::TASK_FAILURE);
+      rc->message = fmt::format("the peer returned {} bytes for output tensor {} ({} expected)",
+                                int(i) < c.outputs_size() ? c.outputs(int(i)).size() : 0, i, bytes);
+      break;
+    }
+    std::memcpy(reinterpret_cast<void*>(task.tensors[i].data), c.outputs(int(i)).data(), bytes);
+  }
+}
 
 }  // namespace
 
@@ -47,7 +60,7 @@ pto::Status GrpcRemoteLink::start(std::function<void()> wake) {
   wake_ = std::move(wake);
   state_ = "connecting";
   conn_ = std::thread([this] { run(); });
-  stager_ = std::thread([this] { stager_loop(); });
+  stager_.start(wake_);
   return pto::Status::Ok();
 }
 
@@ -58,10 +71,10 @@ void GrpcRemoteLink::stop() {
     stop_ = true;
     cv_.notify_all();
     out_cv_.notify_all();
-    stage_cv_.notify_all();
+    stager_.request_stop();
   }
   if (conn_.joinable()) conn_.join();
-  if (stager_.joinable()) stager_.join();
+  stager_.join();
 }
 
 std::string GrpcRemoteLink::state_text() const {
@@ -91,9 +104,8 @@ void GrpcRemoteLink::send(pto::RemoteTask&& task) {
     if (wake_) wake_();
     return;
   }
-  if (needs_staging(task)) {
-    stage_q_.push_back(std::move(task));
-    stage_cv_.notify_one();
+  if (stager_.needs_staging(task)) {
+    stager_.stage(std::move(task));
     return;
   }
   // A lone task (nothing else in flight or queued) is written from this
@@ -115,79 +127,14 @@ void GrpcRemoteLink::send(pto::RemoteTask&& task) {
   if (!ok) end_session("the connection broke while sending");
 }
 
-bool GrpcRemoteLink::needs_staging(const pto::RemoteTask& t) const {
-  if (!t.refuse.empty()) return false;
-  for (size_t i = 0; i < t.tensors.size(); ++i)
-    if (t.buffers[i].id == 0 && pto::tensor_bytes(t.tensors[i]) > cfg_.inline_limit_bytes) return true;
-  return false;
+void GrpcRemoteLink::send_staged(pto::RemoteTask&& task) {
+  tasks_out_.push_back(std::move(task));
+  out_cv_.notify_one();
 }
 
-void GrpcRemoteLink::stager_loop() {
-  const uint32_t tmo = cfg_.peer_ready_timeout_ms;
-  for (;;) {
-    pto::RemoteTask task;
-    Unstage un;
-    bool staging = false;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      stage_cv_.wait(lk, [&] { return stop_ || !stage_q_.empty() || !unstage_q_.empty(); });
-      if (!unstage_q_.empty()) {
-        un = std::move(unstage_q_.front());
-        unstage_q_.pop_front();
-      } else if (!stage_q_.empty()) {
-        task = std::move(stage_q_.front());
-        stage_q_.pop_front();
-        staging = true;
-      } else {
-        return;  // stopping, nothing left
-      }
-    }
-    if (staging) {
-      std::vector<size_t> staged;
-      pto::Status st;
-      for (size_t i = 0; i < task.tensors.size() && st.ok(); ++i) {
-        const uint64_t bytes = pto::tensor_bytes(task.tensors[i]);
-        if (task.buffers[i].id != 0 || bytes <= cfg_.inline_limit_bytes) continue;
-        st = buffer_alloc(bytes, &task.buffers[i], tmo);
-        if (!st.ok()) break;
-        staged.push_back(i);
-        if (copies_in(task.directions[i]))
-          st = buffer_write(task.buffers[i], reinterpret_cast<const void*>(task.tensors[i].data), bytes, tmo);
-      }
-      if (!st.ok())
-        for (size_t i : staged) (void)buffer_free(task.buffers[i], tmo);
-      std::lock_guard<std::mutex> g(mu_);
-      if (!st.ok() || !session_up_ || session_over_) {
-        for (size_t i : staged) task.buffers[i].id = 0;  // the session's buffers go with it, or are freed below
-        done_.push_back({task.seq, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "",
-                         fmt::format("{}: staging a large tensor in a remote buffer failed: {}", label(),
-                                     st.ok() ? "the session ended" : st.message)});
-        has_done_.store(true, std::memory_order_release);
-      } else {
-        staged_[task.seq] = std::move(staged);
-        tasks_out_.push_back(std::move(task));
-        out_cv_.notify_one();
-        continue;
-      }
-    } else {
-      pto::Status st;
-      for (size_t i : un.staged) {
-        const pto::ContinuousTensor& t = un.task.tensors[i];
-        if (st.ok() && !un.abandoned && un.done.outcome == static_cast<uint8_t>(pto::Outcome::SUCCESS) &&
-            copies_out(un.task.directions[i]))
-          st = buffer_read(un.task.buffers[i], reinterpret_cast<void*>(t.data), pto::tensor_bytes(t), tmo);
-        (void)buffer_free(un.task.buffers[i], tmo);
-      }
-      if (!st.ok()) {
-        un.done.outcome = static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE);
-        un.done.message = fmt::format("{}: reading outputs back from a remote buffer failed: {}", label(), st.message);
-      }
-      std::lock_guard<std::mutex> g(mu_);
-      done_.push_back(std::move(un.done));
-      has_done_.store(true, std::memory_order_release);
-    }
-    if (wake_) wake_();
-  }
+void GrpcRemoteLink::deliver(pto::RemoteCompletion&& done) {
+  done_.push_back(std::move(done));
+  has_done_.store(true, std::memory_order_release);
 }
 
 void GrpcRemoteLink::abandon(uint64_t seq) {
@@ -360,7 +307,7 @@ void GrpcRemoteLink::end_session(const std::string& why) {
     for (auto& t : tasks_out_) done_.push_back({t.seq, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "", msg});
     pending_.clear();
     tasks_out_.clear();
-    staged_.clear();  // their buffers went with the session
+    stager_.session_lost();
     frames_out_.clear();
     has_done_.store(!done_.empty(), std::memory_order_release);
     for (auto& [id, w] : controls_) {
@@ -529,31 +476,15 @@ void GrpcRemoteLink::reader_loop() {
         pto::RemoteCompletion rc{c.id(), static_cast<uint8_t>(c.outcome()), c.failure().worker(),
                                  c.failure().message()};
         if (c.outcome() == pto::v1::SUCCESS && !p.abandoned) {
-          // Outputs back into this process's tensors, size-checked.
-          for (size_t i = 0; i < p.task.tensors.size(); ++i) {
-            if (!copies_out(p.task.directions[i]) || p.task.buffers[i].id != 0) continue;
-            const uint64_t bytes = pto::tensor_bytes(p.task.tensors[i]);
-            if (int(i) >= c.outputs_size() || c.outputs(int(i)).size() != bytes) {
-              rc.outcome = static_cast<uint8_t>(pto::Outcome::TASK_FAILURE);
-              rc.message = fmt::format("the peer returned {} bytes for output tensor {} ({} expected)",
-                                       int(i) < c.outputs_size() ? c.outputs(int(i)).size() : 0, i, bytes);
-              break;
-            }
-            std::memcpy(reinterpret_cast<void*>(p.task.tensors[i].data), c.outputs(int(i)).data(), bytes);
-          }
+          copy_outputs_back(c, p.task, &rc);
         } else if (!c.failure().callable().empty() || c.failure().task_id()) {
           rc.message = fmt::format("{} (peer task {}, callable {})", c.failure().message(), c.failure().task_id(),
                                    c.failure().callable().substr(0, 16));
         }
         {
           std::lock_guard<std::mutex> g(mu_);
-          if (auto st = staged_.find(rc.seq);
-              st != staged_.end()) {  // outputs in remote buffers: the stager reads them back
-            unstage_q_.push_back(Unstage{std::move(rc), std::move(p.task), std::move(st->second), p.abandoned});
-            staged_.erase(st);
-            stage_cv_.notify_one();
-            continue;
-          }
+          if (stager_.unstage(rc, p.task, p.abandoned))
+            continue;  // outputs in remote buffers: the stager reads them back
         }
         out.push_back(std::move(rc));
       }

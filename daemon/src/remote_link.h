@@ -4,9 +4,11 @@
 // committed registrations on every new session) and reconnects after a loss;
 // during a session a writer thread sends batched TASK frames, CONTROLs and
 // HEALTH, and a reader thread takes COMPLETIONs (copying outputs back into
-// this process's tensors), CONTROL_REPLYs and HEALTH. A session is lost when
-// the stream breaks, a frame is out of protocol, or nothing arrives for
-// dead_after_ms; every task it held then comes back as ENDPOINT_FAILURE.
+// this process's tensors), CONTROL_REPLYs and HEALTH; tasks with tensors
+// above the inline limit go through the RemoteStager (remote_stager.h). A
+// session is lost when the stream breaks, a frame is out of protocol, or
+// nothing arrives for dead_after_ms; every task it held then comes back as
+// ENDPOINT_FAILURE.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -26,10 +28,11 @@
 #include "config.h"
 #include "pto/remote.h"
 #include "pto/v1/session.grpc.pb.h"
+#include "remote_stager.h"
 
 namespace ptod {
 
-class GrpcRemoteLink final : public pto::RemoteLink {
+class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Session {
  public:
   GrpcRemoteLink(DaemonConfig::Peer peer, uint32_t worker_id, const DaemonConfig& cfg);
   ~GrpcRemoteLink() override;
@@ -71,13 +74,12 @@ class GrpcRemoteLink final : public pto::RemoteLink {
     pto::v1::ControlReply reply;
   };
 
+  // RemoteStager::Session, mu_ held.
+  bool session_live() const override { return session_up_ && !session_over_; }
+  void send_staged(pto::RemoteTask&& task) override;
+  void deliver(pto::RemoteCompletion&& done) override;
+
   void run();
-  // Tensors above inline_limit_bytes travel through remote buffers: the
-  // stager allocates and writes them before the task is sent, and reads the
-  // outputs back and frees them after its completion (it may wait on CONTROL
-  // replies, which the writer and reader threads cannot).
-  void stager_loop();
-  bool needs_staging(const pto::RemoteTask& t) const;
   bool open_session(std::string* why);
   void reader_loop();
   void writer_loop();
@@ -104,18 +106,9 @@ class GrpcRemoteLink final : public pto::RemoteLink {
   std::condition_variable cv_;      // session state, stop
   std::condition_variable out_cv_;  // the writer's queue
   std::condition_variable ctl_cv_;  // control replies
-  std::thread conn_, stager_;
-  std::condition_variable stage_cv_;
-  std::deque<pto::RemoteTask> stage_q_;  // to stage before sending
-  struct Unstage {
-    pto::RemoteCompletion done;
-    pto::RemoteTask task;
-    std::vector<size_t> staged;  // its tensors in remote buffers
-    bool abandoned = false;
-  };
-  std::deque<Unstage> unstage_q_;                   // completed: outputs to read back, buffers to free
-  std::map<uint64_t, std::vector<size_t>> staged_;  // task seq -> its staged tensors
-  std::set<uint64_t> abandoned_;                    // timed out by the engine before they were sent
+  std::thread conn_;
+  RemoteStager stager_{*this, *this, mu_, cfg_};  // its queues are under mu_
+  std::set<uint64_t> abandoned_;                  // timed out by the engine before they were sent
   bool stop_ = false;
   std::atomic<bool> ready_{false};
   std::string state_ = "not started";

@@ -121,6 +121,46 @@ pto::v1::Frame body_shutdown(const std::string& reason) {
   return f;
 }
 
+// A remote task's tensors while it runs.
+struct HeldTensors {
+  std::vector<pto::ContinuousTensor> tensors;
+  std::vector<int> dirs;
+  std::vector<bool> owned;        // allocated for this task (inline), else a view of a remote buffer
+  std::vector<uint64_t> buffers;  // remote buffers in use
+};
+
+// A view of one of this session's remote buffers, held for the task (the
+// buffer is not freed while a task uses it): "" or why not.
+std::string hold_buffer_view(SessionConn& c, const pto::v1::RemoteTensor& rt, const std::vector<uint32_t>& shape,
+                             uint64_t bytes, pto::TensorArgType tag, HeldTensors* held, pto::TaskArgs* args) {
+  const auto& ref = rt.buffer();
+  std::string why;
+  std::lock_guard<std::mutex> g(c.mu);
+  auto it = c.buffers.find(ref.buffer_id());
+  if (ref.owner() != c.worker || ref.generation() != c.session)
+    why = fmt::format(
+        "remote buffer {} of worker {} generation {:016x} is not of this session (worker {}, "
+        "generation {:016x}): the peer restarted or the session was renewed",
+        ref.buffer_id(), ref.owner(), ref.generation(), c.worker, c.session);
+  else if (it == c.buffers.end() || it->second.freed)
+    why = fmt::format("remote buffer {} does not exist (freed?)", ref.buffer_id());
+  else if (ref.bytes() != bytes || ref.offset() > pto::tensor_bytes(it->second.t) ||
+           bytes > pto::tensor_bytes(it->second.t) - ref.offset())
+    why = fmt::format("a {}-byte view at offset {} does not fit remote buffer {} ({} bytes)", bytes, ref.offset(),
+                      ref.buffer_id(), pto::tensor_bytes(it->second.t));
+  else {
+    ++it->second.users;
+    held->buffers.push_back(ref.buffer_id());
+    pto::ContinuousTensor v =
+        pto::make_tensor(reinterpret_cast<uint8_t*>(it->second.t.data) + ref.offset(), shape, rt.dtype());
+    held->tensors.push_back(v);
+    held->dirs.push_back(pto::v1::DIRECTION_NONE);  // nothing travels back
+    held->owned.push_back(false);
+    args->add_tensor(v, tag);
+  }
+  return why;
+}
+
 }  // namespace
 
 std::string node_name() {
@@ -164,40 +204,69 @@ void fill_worker_tree(const DaemonParts& p, pto::v1::WorkerNode* root) {
   }
 }
 
-grpc::Status SessionService::Open(grpc::ServerContext* ctx,
-                                  grpc::ServerReaderWriter<pto::v1::Frame, pto::v1::Frame>* stream) {
-  auto lg = log("session");
-  const DaemonConfig& cfg = p_.cfg;
-  // Between daemons a session needs the token whenever this daemon has one,
-  // whatever the listener (TLS listeners also check it before we get here).
-  if (!cfg.token.empty()) {
-    const std::string want = "Bearer " + cfg.token;
-    const auto& md = ctx->client_metadata();
-    auto it = md.find("authorization");
-    if (it == md.end() || it->second.size() != want.size() ||
-        CRYPTO_memcmp(it->second.data(), want.data(), want.size()) != 0) {
-      lg->warn("session from {} refused: no valid token", ctx->peer());
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "a session needs 'authorization: Bearer <token>' (the peer's [server] token_file)");
-    }
-  }
+grpc::Status SessionService::Open(grpc::ServerContext* ctx, Stream* stream) {
+  if (grpc::Status s = check_token(ctx); !s.ok()) return s;
   auto c = std::make_shared<SessionConn>();
   c->ctx = ctx;
   c->engine = &p_.worker;
   c->peer = ctx->peer();
   uint64_t out_seq = 0;
-  auto write_now = [&](pto::v1::Frame f) {
+  const FrameWriter write_now = [&](pto::v1::Frame f) {
     f.set_version(kSessionVersion);
     f.set_session(c->session);
     f.set_worker(c->worker);
     f.set_seq(++out_seq);
     return stream->Write(f);
   };
+  if (grpc::Status s = handshake(*c, stream, write_now); !s.ok()) return s;
+  c->write = write_now;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    live_.insert(c);
+  }
+  log("session")->info("session {:016x} from {} (worker {}) READY with {} credits", c->session, c->peer, c->worker,
+                       p_.cfg.session_credits);
+  c->last_recv_ns = now_ns();
+
+  std::thread writer([this, c, &write_now] { write_loop(c, write_now); });
+  std::thread watchdog([this, c] { watch_loop(c); });
+  std::string why;
+  const grpc::Status result = read_loop(c, stream, &why);
+  close_session(*c, result, &why);
+  writer.join();
+  watchdog.join();
+  retire(c, why);
+  return result;
+}
+
+// Between daemons a session needs the token whenever this daemon has one,
+// whatever the listener (TLS listeners also check it before we get here).
+grpc::Status SessionService::check_token(grpc::ServerContext* ctx) {
+  const DaemonConfig& cfg = p_.cfg;
+  if (!cfg.token.empty()) {
+    const std::string want = "Bearer " + cfg.token;
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    if (it == md.end() || it->second.size() != want.size() ||
+        CRYPTO_memcmp(it->second.data(), want.data(), want.size()) != 0) {
+      log("session")->warn("session from {} refused: no valid token", ctx->peer());
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "a session needs 'authorization: Bearer <token>' (the peer's [server] token_file)");
+    }
+  }
+  return grpc::Status::OK;
+}
+
+// HELLO from the coordinator, answered with READY (after NOT_READY while the
+// Worker comes up) or REFUSED; on OK the session has its id and is READY.
+grpc::Status SessionService::handshake(SessionConn& c, Stream* stream, const FrameWriter& write_now) {
+  auto lg = log("session");
+  const DaemonConfig& cfg = p_.cfg;
   pto::v1::Frame f;
   if (!stream->Read(&f)) return grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before HELLO");
-  c->worker = f.worker();
+  c.worker = f.worker();
   auto refuse = [&](grpc::StatusCode code, const std::string& why) {
-    lg->warn("session from {} refused: {}", c->peer, why);
+    lg->warn("session from {} refused: {}", c.peer, why);
     pto::v1::Frame r;
     r.mutable_hello()->set_state(pto::v1::Hello::REFUSED);
     r.mutable_hello()->set_message(why);
@@ -215,8 +284,8 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
   if (!f.has_hello()) return refuse(grpc::StatusCode::INVALID_ARGUMENT, "the first frame of a session must be HELLO");
   if (f.seq() != 1) return refuse(grpc::StatusCode::INVALID_ARGUMENT, fmt::format("HELLO has seq {}, not 1", f.seq()));
   if (p_.draining) return refuse(grpc::StatusCode::UNAVAILABLE, "the peer is draining");
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(&c->session), sizeof c->session) != 1 || c->session == 0)
-    c->session = now_ns() | 1;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&c.session), sizeof c.session) != 1 || c.session == 0)
+    c.session = now_ns() | 1;
   // NOT_READY until the Worker is up (ptod listens only after it is, so this
   // is normally skipped); nothing is scheduled on the session before READY.
   for (int i = 0; i < 3000 && !p_.worker.initialized(); ++i) {
@@ -228,104 +297,103 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
     usleep(10000);
   }
   if (!p_.worker.initialized()) return refuse(grpc::StatusCode::UNAVAILABLE, "the peer's Worker did not come up");
-  {
-    pto::v1::Frame r;
-    auto* hr = r.mutable_hello();
-    hr->set_state(pto::v1::Hello::READY);
-    hr->set_min_version(kSessionVersion);
-    hr->set_max_version(kSessionVersion);
-    hr->set_node(node_name());
-    hr->set_credits(cfg.session_credits);
-    hr->set_heartbeat_ms(cfg.heartbeat_ms);
-    fill_worker_tree(p_, hr->mutable_tree());
-    if (!write_now(r)) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
-  }
-  c->write = write_now;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    live_.insert(c);
-  }
-  lg->info("session {:016x} from {} (worker {}) READY with {} credits", c->session, c->peer, c->worker,
-           cfg.session_credits);
-  c->last_recv_ns = now_ns();
+  pto::v1::Frame r;
+  auto* hr = r.mutable_hello();
+  hr->set_state(pto::v1::Hello::READY);
+  hr->set_min_version(kSessionVersion);
+  hr->set_max_version(kSessionVersion);
+  hr->set_node(node_name());
+  hr->set_credits(cfg.session_credits);
+  hr->set_heartbeat_ms(cfg.heartbeat_ms);
+  fill_worker_tree(p_, hr->mutable_tree());
+  if (!write_now(r)) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
+  return grpc::Status::OK;
+}
 
-  // The writer: batched completions, replies, HEALTH every heartbeat_ms, and
-  // the coordinator's silence check.
-  std::thread writer([&, c] {
-    const auto period = std::chrono::milliseconds(cfg.heartbeat_ms);
-    uint64_t last_health = now_ns();
-    uint64_t beats = 0;
-    std::unique_lock<std::mutex> lk(c->mu);
-    for (;;) {
-      c->cv.wait_for(lk, period, [&] { return c->closed || !c->out.empty() || !c->done.empty(); });
-      std::deque<pto::v1::Frame> frames;
-      frames.swap(c->out);
-      pto::v1::Frame comp;
-      if (!c->done.empty()) {
-        auto* cf = comp.mutable_completion();
-        for (auto& d : c->done) *cf->add_completions() = std::move(d);
-        cf->set_credits(c->credits_back);
-        c->credits_back = 0;
-        c->done.clear();
-      }
-      const bool closing = c->closed;
-      lk.unlock();
-      bool ok = true;
-      const uint64_t now = now_ns();
-      {
-        std::lock_guard<std::mutex> w(c->write_mu);
-        if (comp.has_completion()) ok = write_now(std::move(comp));
-        for (auto& fr : frames)
-          if (ok) ok = write_now(std::move(fr));
-        if (ok && now - last_health >= uint64_t(cfg.heartbeat_ms) * 1'000'000) {
-          pto::v1::Frame hb;
-          hb.mutable_health()->set_sent_ns(now);
-          // The tree every fifth beat, and in the first beat after a task ended.
-          if (++beats % 5 == 1 || c->tree_dirty.exchange(false))
-            fill_worker_tree(p_, hb.mutable_health()->mutable_tree());
-          ok = write_now(std::move(hb));
-          last_health = now;
-        }
-      }
-      lk.lock();
-      if (!ok) {
-        c->closed = true;
-        c->stop_cv.notify_all();
-        ctx->TryCancel();
-        return;
-      }
-      if (closing && c->out.empty() && c->done.empty()) {
-        if (c->cancel_after_flush) ctx->TryCancel();  // the SHUTDOWN is out: end the reader's Read too
-        return;
+// The writer: batched completions, replies, HEALTH every heartbeat_ms, and
+// the coordinator's silence check.
+void SessionService::write_loop(const std::shared_ptr<SessionConn>& c, const FrameWriter& write_now) {
+  const DaemonConfig& cfg = p_.cfg;
+  const auto period = std::chrono::milliseconds(cfg.heartbeat_ms);
+  uint64_t last_health = now_ns();
+  uint64_t beats = 0;
+  std::unique_lock<std::mutex> lk(c->mu);
+  for (;;) {
+    c->cv.wait_for(lk, period, [&] { return c->closed || !c->out.empty() || !c->done.empty(); });
+    std::deque<pto::v1::Frame> frames;
+    frames.swap(c->out);
+    pto::v1::Frame comp;
+    if (!c->done.empty()) {
+      auto* cf = comp.mutable_completion();
+      for (auto& d : c->done) *cf->add_completions() = std::move(d);
+      cf->set_credits(c->credits_back);
+      c->credits_back = 0;
+      c->done.clear();
+    }
+    const bool closing = c->closed;
+    lk.unlock();
+    bool ok = true;
+    const uint64_t now = now_ns();
+    {
+      std::lock_guard<std::mutex> w(c->write_mu);
+      if (comp.has_completion()) ok = write_now(std::move(comp));
+      for (auto& fr : frames)
+        if (ok) ok = write_now(std::move(fr));
+      if (ok && now - last_health >= uint64_t(cfg.heartbeat_ms) * 1'000'000) {
+        pto::v1::Frame hb;
+        hb.mutable_health()->set_sent_ns(now);
+        // The tree every fifth beat, and in the first beat after a task ended.
+        if (++beats % 5 == 1 || c->tree_dirty.exchange(false))
+          fill_worker_tree(p_, hb.mutable_health()->mutable_tree());
+        ok = write_now(std::move(hb));
+        last_health = now;
       }
     }
-  });
-
-  // The watchdog: a coordinator silent for dead_after_ms ends the session,
-  // even while the writer or a run thread is blocked in a Write (TryCancel
-  // unblocks both). A CONTROL being served is not silence.
-  std::thread watchdog([&, c] {
-    std::unique_lock<std::mutex> lk(c->mu);
-    while (!c->stop_cv.wait_for(lk, std::chrono::milliseconds(cfg.heartbeat_ms), [&] { return c->closed; })) {
-      const uint64_t now = now_ns();
-      if (c->in_control.load() || now <= c->last_recv_ns + uint64_t(cfg.dead_after_ms) * 1'000'000) continue;
-      lg->warn("session {:016x}: nothing from the coordinator for {} ms: ending it", c->session, cfg.dead_after_ms);
+    lk.lock();
+    if (!ok) {
       c->closed = true;
       c->stop_cv.notify_all();
-      c->cv.notify_all();
-      ctx->TryCancel();
+      c->ctx->TryCancel();
       return;
     }
-  });
+    if (closing && c->out.empty() && c->done.empty()) {
+      if (c->cancel_after_flush) c->ctx->TryCancel();  // the SHUTDOWN is out: end the reader's Read too
+      return;
+    }
+  }
+}
 
+// The watchdog: a coordinator silent for dead_after_ms ends the session,
+// even while the writer or a run thread is blocked in a Write (TryCancel
+// unblocks both). A CONTROL being served is not silence.
+void SessionService::watch_loop(const std::shared_ptr<SessionConn>& c) {
+  const DaemonConfig& cfg = p_.cfg;
+  std::unique_lock<std::mutex> lk(c->mu);
+  while (!c->stop_cv.wait_for(lk, std::chrono::milliseconds(cfg.heartbeat_ms), [&] { return c->closed; })) {
+    const uint64_t now = now_ns();
+    if (c->in_control.load() || now <= c->last_recv_ns + uint64_t(cfg.dead_after_ms) * 1'000'000) continue;
+    log("session")->warn("session {:016x}: nothing from the coordinator for {} ms: ending it", c->session,
+                         cfg.dead_after_ms);
+    c->closed = true;
+    c->stop_cv.notify_all();
+    c->cv.notify_all();
+    c->ctx->TryCancel();
+    return;
+  }
+}
+
+// The coordinator's frames until the stream ends, it shuts the session down,
+// or a frame is out of protocol (the status then says why).
+grpc::Status SessionService::read_loop(const std::shared_ptr<SessionConn>& c, Stream* stream, std::string* why) {
+  const DaemonConfig& cfg = p_.cfg;
   grpc::Status result = grpc::Status::OK;
   uint64_t in_seq = 1;
-  std::string why;
   auto protocol_error = [&](const std::string& m) {
-    why = m;
+    *why = m;
     result = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, m);
   };
-  while (why.empty() && stream->Read(&f)) {
+  pto::v1::Frame f;
+  while (why->empty() && stream->Read(&f)) {
     c->last_recv_ns = now_ns();
     if (std::string bad = check_frame_order(f, c->session, in_seq + 1); !bad.empty()) {
       protocol_error(bad);
@@ -338,14 +406,14 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
           {
             std::lock_guard<std::mutex> g(c->mu);
             if (c->outstanding >= cfg.session_credits) {
-              why = fmt::format("TASK {} beyond the {} credits granted", t.id(), cfg.session_credits);
+              *why = fmt::format("TASK {} beyond the {} credits granted", t.id(), cfg.session_credits);
               break;
             }
             ++c->outstanding;
           }
           start_task(c, t);
         }
-        if (!why.empty()) protocol_error(why);
+        if (!why->empty()) protocol_error(*why);
         break;
       case pto::v1::Frame::kControl: {
         pto::v1::Frame r;
@@ -358,26 +426,34 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
       }
       case pto::v1::Frame::kHealth: break;
       case pto::v1::Frame::kShutdown:
-        lg->info("session {:016x}: the coordinator ended it: {}", c->session, f.shutdown().reason());
-        why = "shutdown";
+        log("session")->info("session {:016x}: the coordinator ended it: {}", c->session, f.shutdown().reason());
+        *why = "shutdown";
         break;
       case pto::v1::Frame::kHello: protocol_error("HELLO after the session began"); break;
       default: protocol_error(fmt::format("frame {} has no body the peer knows", f.seq()));
     }
   }
-  if (result.ok() && why.empty()) why = "the stream ended";
+  return result;
+}
+
+// Says why the session ends (a SHUTDOWN after a protocol error) and closes
+// it: the writer flushes what is queued and returns, so does the watchdog.
+void SessionService::close_session(SessionConn& c, const grpc::Status& result, std::string* why) {
+  if (result.ok() && why->empty()) *why = "the stream ended";
   if (!result.ok()) {
-    lg->warn("session {:016x} from {}: {}: ending it", c->session, c->peer, why);
-    c->push(body_shutdown("protocol error: " + why));
+    log("session")->warn("session {:016x} from {}: {}: ending it", c.session, c.peer, *why);
+    c.push(body_shutdown("protocol error: " + *why));
   }
-  {
-    std::lock_guard<std::mutex> g(c->mu);
-    c->closed = true;
-    c->stop_cv.notify_all();
-    c->cv.notify_all();
-  }
-  writer.join();
-  watchdog.join();
+  std::lock_guard<std::mutex> g(c.mu);
+  c.closed = true;
+  c.stop_cv.notify_all();
+  c.cv.notify_all();
+}
+
+// After the writer and the watchdog: the session lets go of the stream and of
+// what it prepared. Runs still in flight keep the SessionConn and drop their
+// completions.
+void SessionService::retire(const std::shared_ptr<SessionConn>& c, const std::string& why) {
   {  // a direct write in progress finishes before the stream goes away
     std::lock_guard<std::mutex> w(c->write_mu);
     c->write = nullptr;
@@ -388,8 +464,7 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx,
     std::lock_guard<std::mutex> g(mu_);
     live_.erase(c);
   }
-  lg->info("session {:016x} ended: {}", c->session, why);
-  return result;
+  log("session")->info("session {:016x} ended: {}", c->session, why);
 }
 
 void SessionService::shutdown_all(const std::string& reason) {
@@ -430,13 +505,7 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
   }
   // Inline tensors go into the Worker's arena for the run; outputs come back
   // with the completion.
-  struct Held {
-    std::vector<pto::ContinuousTensor> tensors;
-    std::vector<int> dirs;
-    std::vector<bool> owned;        // allocated for this task (inline), else a view of a remote buffer
-    std::vector<uint64_t> buffers;  // remote buffers in use
-  };
-  auto held = std::make_shared<Held>();
+  auto held = std::make_shared<HeldTensors>();
   auto release = [this, held, c] {
     for (size_t i = 0; i < held->tensors.size(); ++i)
       if (held->owned[i]) (void)p_.worker.free(held->tensors[i]);
@@ -455,34 +524,7 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
                                    : rt.direction() == pto::v1::DIR_OUT ? pto::TensorArgType::OUTPUT_EXISTING
                                                                         : pto::TensorArgType::INOUT;
     if (rt.has_buffer()) {  // a view of one of this session's remote buffers
-      const auto& ref = rt.buffer();
-      std::string why;
-      {
-        std::lock_guard<std::mutex> g(c->mu);
-        auto it = c->buffers.find(ref.buffer_id());
-        if (ref.owner() != c->worker || ref.generation() != c->session)
-          why = fmt::format(
-              "remote buffer {} of worker {} generation {:016x} is not of this session (worker {}, "
-              "generation {:016x}): the peer restarted or the session was renewed",
-              ref.buffer_id(), ref.owner(), ref.generation(), c->worker, c->session);
-        else if (it == c->buffers.end() || it->second.freed)
-          why = fmt::format("remote buffer {} does not exist (freed?)", ref.buffer_id());
-        else if (ref.bytes() != bytes || ref.offset() > pto::tensor_bytes(it->second.t) ||
-                 bytes > pto::tensor_bytes(it->second.t) - ref.offset())
-          why = fmt::format("a {}-byte view at offset {} does not fit remote buffer {} ({} bytes)", bytes, ref.offset(),
-                            ref.buffer_id(), pto::tensor_bytes(it->second.t));
-        else {
-          ++it->second.users;
-          held->buffers.push_back(ref.buffer_id());
-          pto::ContinuousTensor v =
-              pto::make_tensor(reinterpret_cast<uint8_t*>(it->second.t.data) + ref.offset(), shape, rt.dtype());
-          held->tensors.push_back(v);
-          held->dirs.push_back(pto::v1::DIRECTION_NONE);  // nothing travels back
-          held->owned.push_back(false);
-          args.add_tensor(v, tag);
-        }
-      }
-      if (!why.empty()) {
+      if (std::string why = hold_buffer_view(*c, rt, shape, bytes, tag, held.get(), &args); !why.empty()) {
         release();
         return failed(fmt::format("tensor {}: {}", i, why));
       }

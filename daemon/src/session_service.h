@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -33,6 +34,19 @@ class SessionService final : public pto::v1::Session::Service {
   void shutdown_all(const std::string& reason);
 
  private:
+  using Stream = grpc::ServerReaderWriter<pto::v1::Frame, pto::v1::Frame>;
+  // Writes one frame, adding its header (version, session, worker, seq).
+  using FrameWriter = std::function<bool(pto::v1::Frame)>;
+
+  // Open()'s phases, in order.
+  grpc::Status check_token(grpc::ServerContext* ctx);
+  grpc::Status handshake(SessionConn& c, Stream* stream, const FrameWriter& write_now);
+  void write_loop(const std::shared_ptr<SessionConn>& c, const FrameWriter& write_now);
+  void watch_loop(const std::shared_ptr<SessionConn>& c);
+  grpc::Status read_loop(const std::shared_ptr<SessionConn>& c, Stream* stream, std::string* why);
+  void close_session(SessionConn& c, const grpc::Status& result, std::string* why);
+  void retire(const std::shared_ptr<SessionConn>& c, const std::string& why);
+
   void start_task(const std::shared_ptr<SessionConn>& c, const pto::v1::RemoteTask& t);
   void control(SessionConn& c, const pto::v1::Control& req, pto::v1::ControlReply* reply);
 

@@ -1,0 +1,122 @@
+#include "remote_stager.h"
+
+#include <fmt/format.h>
+
+#include "pto/worker.h"
+
+namespace ptod {
+
+RemoteStager::RemoteStager(pto::RemoteLink& link, Session& session, std::mutex& mu, const DaemonConfig& cfg)
+    : link_(link), session_(session), mu_(mu), cfg_(cfg) {}
+
+bool RemoteStager::needs_staging(const pto::RemoteTask& t) const {
+  if (!t.refuse.empty()) return false;
+  for (size_t i = 0; i < t.tensors.size(); ++i)
+    if (t.buffers[i].id == 0 && pto::tensor_bytes(t.tensors[i]) > cfg_.inline_limit_bytes) return true;
+  return false;
+}
+
+void RemoteStager::start(std::function<void()> wake) {
+  wake_ = std::move(wake);
+  thread_ = std::thread([this] { loop(); });
+}
+
+void RemoteStager::request_stop() {
+  stop_ = true;
+  cv_.notify_all();
+}
+
+void RemoteStager::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void RemoteStager::stage(pto::RemoteTask&& task) {
+  stage_q_.push_back(std::move(task));
+  cv_.notify_one();
+}
+
+bool RemoteStager::unstage(pto::RemoteCompletion& done, pto::RemoteTask& task, bool abandoned) {
+  auto st = staged_.find(done.seq);
+  if (st == staged_.end()) return false;
+  unstage_q_.push_back(Unstage{std::move(done), std::move(task), std::move(st->second), abandoned});
+  staged_.erase(st);
+  cv_.notify_one();
+  return true;
+}
+
+void RemoteStager::loop() {
+  for (;;) {
+    pto::RemoteTask task;
+    Unstage un;
+    bool staging = false;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !stage_q_.empty() || !unstage_q_.empty(); });
+      if (!unstage_q_.empty()) {
+        un = std::move(unstage_q_.front());
+        unstage_q_.pop_front();
+      } else if (!stage_q_.empty()) {
+        task = std::move(stage_q_.front());
+        stage_q_.pop_front();
+        staging = true;
+      } else {
+        return;  // stopping, nothing left
+      }
+    }
+    if (staging) {
+      if (stage_one(task)) continue;  // the engine hears of it when it completes
+    } else {
+      unstage_one(un);
+    }
+    if (wake_) wake_();
+  }
+}
+
+bool RemoteStager::stage_one(pto::RemoteTask& task) {
+  const uint32_t tmo = cfg_.peer_ready_timeout_ms;
+  std::vector<size_t> staged;
+  pto::Status st;
+  for (size_t i = 0; i < task.tensors.size() && st.ok(); ++i) {
+    const uint64_t bytes = pto::tensor_bytes(task.tensors[i]);
+    if (task.buffers[i].id != 0 || bytes <= cfg_.inline_limit_bytes) continue;
+    st = link_.buffer_alloc(bytes, &task.buffers[i], tmo);
+    if (!st.ok()) break;
+    staged.push_back(i);
+    if (copies_in(task.directions[i]))
+      st = link_.buffer_write(task.buffers[i], reinterpret_cast<const void*>(task.tensors[i].data), bytes, tmo);
+  }
+  if (!st.ok())
+    for (size_t i : staged) (void)link_.buffer_free(task.buffers[i], tmo);
+  std::lock_guard<std::mutex> g(mu_);
+  if (!st.ok() || !session_.session_live()) {
+    for (size_t i : staged) task.buffers[i].id = 0;  // the session's buffers go with it, or are freed above
+    session_.deliver({task.seq, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "",
+                      fmt::format("{}: staging a large tensor in a remote buffer failed: {}", link_.label(),
+                                  st.ok() ? "the session ended" : st.message)});
+    return false;
+  }
+  staged_[task.seq] = std::move(staged);
+  session_.send_staged(std::move(task));
+  return true;
+}
+
+void RemoteStager::unstage_one(Unstage& un) {
+  const uint32_t tmo = cfg_.peer_ready_timeout_ms;
+  pto::Status st;
+  for (size_t i : un.staged) {
+    const pto::ContinuousTensor& t = un.task.tensors[i];
+    if (st.ok() && !un.abandoned && un.done.outcome == static_cast<uint8_t>(pto::Outcome::SUCCESS) &&
+        copies_out(un.task.directions[i]))
+      st = link_.buffer_read(un.task.buffers[i], reinterpret_cast<void*>(t.data), pto::tensor_bytes(t), tmo);
+    (void)link_.buffer_free(un.task.buffers[i], tmo);
+  }
+  if (!st.ok()) {
+    un.done.outcome = static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE);
+    un.done.message =
+        fmt::format("{}: reading outputs back from a remote buffer failed: {}", link_.label(), st.message);
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  session_.deliver(std::move(un.done));
+}
+
+}  // namespace ptod
