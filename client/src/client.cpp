@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "pto2/sim/toml_input.h"
+#include "pto/package/chip_package.h"
 
 namespace pto::client {
 namespace {
@@ -104,47 +104,18 @@ void place(const Placement& where, pto::v1::RegisterRequest* req) {
 Result<pto::v1::RegisterReply> Client::register_chip(const std::string& kernels_toml, const std::string& name,
                                                      const Placement& where) {
   Result<pto::v1::RegisterReply> r;
-  toml::table doc;
-  if (pto2::Status s = pto2::sim::parse_toml_file(kernels_toml, &doc); !s.ok()) {
+  package::ChipBundle b;
+  if (pto::Status s = package::bundle_package(kernels_toml, &b); !s.ok()) {
     r.status = local_error(s.message);
     return r;
   }
-  const std::filesystem::path dir = std::filesystem::path(kernels_toml).parent_path();
   pto::v1::RegisterRequest req;
   req.set_name(name);
   req.set_abi(pto::v1::ABI_CHIP);
   place(where, &req);
   auto* bundle = req.mutable_chip();
-  auto take = [&](toml::table& t) -> bool {
-    auto lib = t["library"].value<std::string>();
-    if (!lib) return true;
-    const std::filesystem::path p =
-        std::filesystem::path(*lib).is_absolute() ? std::filesystem::path(*lib) : dir / *lib;
-    std::string bytes;
-    if (!read_all(p.string(), &bytes)) {
-      r.status = local_error(fmt::format("{}: cannot read library '{}'", kernels_toml, p.string()));
-      return false;
-    }
-    const std::string file = p.filename().string();
-    if (bundle->libraries().count(file) && bundle->libraries().at(file) != bytes) {
-      r.status = local_error(
-          fmt::format("{}: two different libraries are named '{}'; a bundle holds files by name", kernels_toml, file));
-      return false;
-    }
-    (*bundle->mutable_libraries())[file] = bytes;
-    t.insert_or_assign("library", file);
-    return true;
-  };
-  for (const char* section : {"orchestration", "golden"})
-    if (toml::table* t = doc[section].as_table())
-      if (!take(*t)) return r;
-  if (toml::array* ks = doc["kernels"].as_array())
-    for (auto& k : *ks)
-      if (toml::table* t = k.as_table())
-        if (!take(*t)) return r;
-  std::ostringstream os;
-  os << doc;
-  bundle->set_config_toml(os.str());
+  bundle->set_config_toml(b.config_toml);
+  for (auto& [file, bytes] : b.libraries) (*bundle->mutable_libraries())[file] = std::move(bytes);
   return register_callable(req);
 }
 

@@ -10,9 +10,9 @@
 #include <map>
 #include <random>
 
-#include "pto2/sim/chip_config.h"
-#include "pto2/sim/example_data.h"
-#include "pto2/sim/npy.h"
+#include "pto/package/chip_package.h"
+#include "pto/package/example_data.h"
+#include "pto/package/npy.h"
 
 using pto::client::Client;
 using pto::client::Status;
@@ -194,14 +194,14 @@ int cmd_callables(Client& c, bool json) {
 }
 
 int cmd_upload(Client& c, const UploadOptions& o, bool json) {
-  pto2::sim::NpyArray arr;
-  if (pto2::Status s = pto2::sim::read_npy(o.path, &arr); !s.ok()) {
+  pto::package::NpyArray arr;
+  if (pto2::Status s = pto::package::read_npy(o.path, &arr); !s.ok()) {
     std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
     return kExitUsage;
   }
   int32_t dtype = -1;
   for (int32_t d = 0; d <= PTO2_FLOAT64; ++d)
-    if (pto2::sim::npy_descr(d) == arr.descr) dtype = d;
+    if (pto::package::npy_descr(d) == arr.descr) dtype = d;
   if (dtype < 0) {
     std::fprintf(stderr, "ptoctl: %s: dtype %s is not supported\n", o.path.c_str(), arr.descr.c_str());
     return kExitUsage;
@@ -221,7 +221,7 @@ int cmd_upload(Client& c, const UploadOptions& o, bool json) {
 }
 
 int cmd_alloc(Client& c, const AllocOptions& o, bool json) {
-  const int32_t dtype = pto2::sim::dtype_from_name(o.dtype_name);
+  const int32_t dtype = pto::package::dtype_from_name(o.dtype_name);
   if (dtype < 0) {
     std::fprintf(stderr, "ptoctl: --dtype %s is unknown\n", o.dtype_name.c_str());
     return kExitUsage;
@@ -240,7 +240,7 @@ int cmd_download(Client& c, const DownloadOptions& o, bool json) {
   if (!r.ok()) return report(r.status, "download");
   std::vector<uint64_t> sh(r.value.shape().begin(), r.value.shape().end());
   if (pto2::Status s =
-          pto2::sim::write_npy(o.out_file, pto2::sim::npy_descr(r.value.dtype()), sh, data.data(), data.size());
+          pto::package::write_npy(o.out_file, pto::package::npy_descr(r.value.dtype()), sh, data.data(), data.size());
       !s.ok()) {
     std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
     return kExitFailed;
@@ -371,8 +371,8 @@ int cmd_config(Client& c, bool json) {
 // name), `instances` independent instances run as one job spread over the
 // daemon's L3 workers, and each is checked.
 int cmd_run_example(Client& c, const ExampleOptions& o, bool json) {
-  pto2::sim::ChipConfig cfg;
-  if (pto2::Status s = pto2::sim::ChipConfig::load(o.config, &cfg); !s.ok()) {
+  pto::package::ChipConfig cfg;
+  if (pto2::Status s = pto::package::ChipConfig::load(o.config, &cfg); !s.ok()) {
     std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
     return kExitUsage;
   }
@@ -407,7 +407,7 @@ int cmd_run_example(Client& c, const ExampleOptions& o, bool json) {
     for (size_t i = 0; i < n_args; ++i) {
       const auto& a = cfg.args[i];
       const size_t slot = k * n_args + i;
-      if (a.role == pto2::sim::ArgSpec::Role::kScalar) {
+      if (a.role == pto::package::ArgSpec::Role::kScalar) {
         if (k == 0) scalars.push_back(a.scalar);
         host_args[k][i] = a.scalar;
         continue;
@@ -419,7 +419,7 @@ int cmd_run_example(Client& c, const ExampleOptions& o, bool json) {
       std::vector<uint32_t> shape(a.shape.begin(), a.shape.end());
       pto::client::Result<v1::TensorInfo> t;
       if (a.reads()) {
-        pto2::sim::generate_input(a, rng, host[slot]);
+        pto::package::generate_input(a, rng, host[slot]);
         t = c.upload("", shape, a.dtype, host[slot].data(), host[slot].size());
       } else {
         host[slot].assign(a.bytes(), 0);
@@ -433,7 +433,7 @@ int cmd_run_example(Client& c, const ExampleOptions& o, bool json) {
       host_args[k][i] = reinterpret_cast<uint64_t>(host[slot].data());
       auto* ref = req.mutable_args()->add_tensors();
       *ref->mutable_tensor() = t.value.handle();
-      req.mutable_args()->add_tags(a.role == pto2::sim::ArgSpec::Role::kInout ? v1::INOUT
+      req.mutable_args()->add_tags(a.role == pto::package::ArgSpec::Role::kInout ? v1::INOUT
                                    : a.reads()                                ? v1::INPUT
                                                                               : v1::OUTPUT);
     }
@@ -461,7 +461,7 @@ int cmd_run_example(Client& c, const ExampleOptions& o, bool json) {
   }
   bool pass = true;
   for (int k = 0; k < instances; ++k) {
-    if (pto2::Status s = pto2::sim::run_reference(cfg, host_args[k]); !s.ok()) {
+    if (pto2::Status s = pto::package::run_reference(cfg, host_args[k]); !s.ok()) {
       std::fprintf(stderr, "ptoctl: reference: %s\n", s.message.c_str());
       cleanup();
       return kExitFailed;
@@ -475,7 +475,7 @@ int cmd_run_example(Client& c, const ExampleOptions& o, bool json) {
         cleanup();
         return report(d.status, "download");
       }
-      const auto cmp = pto2::sim::compare_output(a, got.data(), host[k * n_args + i].data());
+      const auto cmp = pto::package::compare_output(a, got.data(), host[k * n_args + i].data());
       pass &= cmp.pass();
       std::printf("%s%s\n", instances > 1 ? fmt::format("instance {}: ", k).c_str() : "", cmp.describe(a).c_str());
     }

@@ -9,7 +9,8 @@
 #include <filesystem>
 
 #include "names.h"
-#include "pto2/sim/chip_config.h"
+#include "pto/base/files.h"
+#include "pto/package/chip_package.h"
 
 namespace ptod {
 namespace {
@@ -24,10 +25,6 @@ pto::v1::CallableIdentity to_proto(const pto::CallableIdentity& id) {
   return p;
 }
 
-bool safe_file_name(const std::string& n) {
-  return !n.empty() && n.size() < 256 && n != "." && n != ".." && n.find('/') == std::string::npos &&
-         n.find('\0') == std::string::npos;
-}
 
 }  // namespace
 
@@ -75,70 +72,17 @@ void CallableRegistry::release_stored(const std::string& path, bool kept) {
   std::filesystem::remove_all(path, ec);
 }
 
-// Content-addressed: a file that exists already has these bytes (its name is
-// their hash, or it sits in a directory named by the bundle's hash), so it is
-// never rewritten — it may be loaded in this very process. New files are
-// written to a temporary name and renamed into place, so nobody ever loads a
-// half-written library.
-Status CallableRegistry::store_file(const std::string& dir, const std::string& name, const std::string& bytes) {
-  const std::string path = dir + "/" + name;
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec)) return Status::Ok();
-  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(tmp_serial_++);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error(pto::kWorkerInvalidConfig, fmt::format("cannot write {}: {}", tmp, strerror(errno)));
-  size_t off = 0;
-  while (off < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
-    if (n <= 0) {
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::Error(pto::kWorkerInvalidConfig, fmt::format("cannot write {}: {}", path, strerror(errno)));
-    }
-    off += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::Error(pto::kWorkerInvalidConfig, fmt::format("cannot write {}: {}", path, strerror(errno)));
-  }
-  return Status::Ok();
-}
-
-// A bundle directory is named by the SHA-256 of its canonical content (the
-// config, then each library's name and bytes in name order).
+// A bundle's directory is named by its content digest (pto::package::bundle_digest).
 Status CallableRegistry::store_bundle(const pto::v1::ChipBundle& b, StoredClaim* claim, std::string* config_path) {
-  if (b.config_toml().empty()) return bad("chip bundle: config_toml is empty");
-  std::string canon = b.config_toml();
-  std::map<std::string, std::string> libs(b.libraries().begin(), b.libraries().end());
-  for (const auto& [name, bytes] : libs) {
-    if (!safe_file_name(name) || name == "kernels.toml")
-      return bad(fmt::format("chip bundle: library name '{}' must be a plain file name", name));
-    if (bytes.empty()) return bad(fmt::format("chip bundle: library '{}' is empty", name));
-    canon += '\0' + name + '\0' + std::to_string(bytes.size()) + '\0' + bytes;
-  }
-  const std::string dir = cfg_.state_dir + "/callables/bundle-" + pto::to_hex(pto::sha256(canon.data(), canon.size()));
+  pto::package::ChipBundle bundle;
+  bundle.config_toml = b.config_toml();
+  bundle.libraries.insert(b.libraries().begin(), b.libraries().end());
+  if (bundle.config_toml.empty()) return bad("chip bundle: config_toml is empty");
+  const std::string dir = cfg_.state_dir + "/callables/bundle-" + pto::to_hex(pto::package::bundle_digest(bundle));
   claim->claim(dir);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::Error(pto::kWorkerInvalidConfig, fmt::format("cannot create {}: {}", dir, ec.message()));
-  chmod(dir.c_str(), 0700);
-  for (const auto& [name, bytes] : libs)
-    if (Status s = store_file(dir, name, bytes); !s.ok()) return s;
-  if (Status s = store_file(dir, "kernels.toml", b.config_toml()); !s.ok()) return s;
-  // Every library the config names must be one of the bundle's files: a
-  // bundle cannot point at other code on this host.
-  pto2::sim::ChipConfig cfg;
-  if (Status s = pto2::sim::ChipConfig::load(dir + "/kernels.toml", &cfg); !s.ok()) return s;
-  std::vector<std::string> named = {cfg.orchestration};
-  if (!cfg.reference.empty()) named.push_back(cfg.reference);
-  for (const auto& k : cfg.kernels) named.push_back(k.library);
-  for (const std::string& lib : named) {
-    const std::filesystem::path p(lib);
-    if (p.parent_path() != std::filesystem::path(dir) || !libs.count(p.filename().string()))
-      return bad(
-          fmt::format("chip bundle: the config names library '{}', which is not one of the bundle's files", lib));
-  }
+  pto::package::ChipConfig cfg;
+  if (Status s = pto::package::unbundle(bundle, dir, &cfg); !s.ok())
+    return s.code == pto::kInvalidArgument ? bad(s.message) : s;
   *config_path = dir + "/kernels.toml";
   return Status::Ok();
 }
@@ -165,7 +109,7 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
   switch (req.callable_case()) {
     case pto::v1::RegisterRequest::kChip: {
       if (!cfg_.allow_chip_bundles)
-        return Status::Error(kRefused,
+        return Status::Error(pto::kRefused,
                              "chip bundles are refused by this daemon ([security] allow_chip_bundles = false)");
       if (orch_abi) return bad("a chip bundle cannot have abi ABI_ORCHESTRATION");
       std::string path;
@@ -177,7 +121,7 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
     }
     case pto::v1::RegisterRequest::kNativeImport: {
       if (!cfg_.allow_native_import)
-        return Status::Error(kRefused,
+        return Status::Error(pto::kRefused,
                              "native imports are refused by this daemon ([security] allow_native_import = false)");
       const auto& n = req.native_import();
       if (n.library_path().empty() || n.library_path()[0] != '/')
@@ -189,14 +133,14 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
     }
     case pto::v1::RegisterRequest::kNativeBlob: {
       if (!cfg_.allow_native_blob)
-        return Status::Error(kRefused,
+        return Status::Error(pto::kRefused,
                              "native blobs are refused by this daemon ([security] allow_native_blob = false)");
       const auto& n = req.native_blob();
       if (n.library().empty()) return bad("native blob: no library bytes");
       const std::string dir = cfg_.state_dir + "/callables";
       const std::string file = "blob-" + pto::to_hex(pto::sha256(n.library().data(), n.library().size())) + ".so";
       claim.claim(dir + "/" + file);
-      if (Status s = store_file(dir, file, n.library()); !s.ok()) return s;
+      if (Status s = pto::write_file_once(dir + "/" + file, n.library()); !s.ok()) return s;
       stored = dir + "/" + file;
       if (orch_abi) {
         c = pto::OrchestrationCallable::import(dir + "/" + file, n.symbol());
@@ -238,7 +182,7 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
   rc.stored = stored;
   if (orchestration) {
     Status st;
-    std::unique_ptr<pto2::sim::SharedLibrary> lib = pto2::sim::SharedLibrary::open(c.path, &st);
+    std::unique_ptr<pto::SharedLibrary> lib = pto::SharedLibrary::open(c.path, &st);
     if (!lib) return st;
     void* sym = lib->symbol(c.symbol.c_str(), &st);
     if (!sym) return st;

@@ -15,7 +15,7 @@
 #include "config.h"
 #include "pto/v1/ptod.pb.h"
 #include "pto/worker.h"
-#include "pto2/sim/loader.h"
+#include "pto/base/shared_library.h"
 
 namespace ptod {
 
@@ -25,7 +25,7 @@ struct RegisteredCallable {
   std::string name;
   std::string source;
   std::string stored;  // uploaded files (bundle directory or blob), removed on unregister
-  std::shared_ptr<pto2::sim::SharedLibrary> library;  // ORCHESTRATION
+  std::shared_ptr<pto::SharedLibrary> library;  // ORCHESTRATION
   pto::OrchestrationEntryFn orchestration = nullptr;
   bool remote = false;  // level 4: registered on the L3 workers (peers), not run here
 };
@@ -53,7 +53,6 @@ class CallableRegistry {
   Status find(const pto::v1::CallableRef& ref, RegisteredCallable* out) const;
   std::vector<RegisteredCallable> list() const;
 
-  static constexpr int32_t kRefused = 40;
 
  private:
   // Files a registration stores are claimed while it is in flight; a
@@ -64,7 +63,6 @@ class CallableRegistry {
   void release_stored(const std::string& path, bool kept);
 
   Status store_bundle(const pto::v1::ChipBundle& b, StoredClaim* claim, std::string* config_path);
-  Status store_file(const std::string& dir, const std::string& name, const std::string& bytes);
   Status find_locked(const pto::v1::CallableRef& ref, const RegisteredCallable** out) const;
   Status add_impl(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply, bool pending);
   void discard(const RegisteredCallable& rc);  // unregister from the Worker, delete uploaded files
@@ -72,7 +70,6 @@ class CallableRegistry {
   pto::Worker& w_;
   const DaemonConfig& cfg_;
   mutable std::mutex mu_;
-  std::atomic<uint64_t> tmp_serial_{0};
   std::map<pto::Digest, RegisteredCallable> by_digest_;
   std::map<std::string, pto::Digest> by_name_;
   std::map<pto::Digest, RegisteredCallable> pending_;  // prepared, not committed

@@ -10,7 +10,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
-#include "pto2/sim/toml_input.h"
+#include "pto/package/toml_input.h"
 
 namespace ptod {
 namespace {
@@ -85,13 +85,13 @@ bool is_loopback_host(const std::string& host) {
 
 Status DaemonConfig::load(const std::string& path, DaemonConfig* out) {
   toml::table doc;
-  if (Status s = pto2::sim::parse_toml_file(path, &doc); !s.ok()) return bad(s.message);
+  if (Status s = pto::package::parse_toml_file(path, &doc); !s.ok()) return bad(s.message);
   return from_table(doc, path, out);
 }
 
 Status DaemonConfig::parse(const std::string& text, const std::string& path, DaemonConfig* out) {
   toml::table doc;
-  if (Status s = pto2::sim::parse_toml_text(text, path, &doc); !s.ok()) return bad(s.message);
+  if (Status s = pto::package::parse_toml_text(text, path, &doc); !s.ok()) return bad(s.message);
   return from_table(doc, path, out);
 }
 

@@ -10,12 +10,6 @@
 
 namespace ptod {
 
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
-
 int run_registered(const RegisteredCallable& c, pto::Orchestrator& o, const pto::TaskArgs& args,
                    const pto::TaskArgsView& view, const pto::CallConfig& cc) {
   switch (c.abi) {
@@ -88,9 +82,9 @@ void JobManager::stop() {
 
 Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position) {
   std::lock_guard<std::mutex> g(mu_);
-  if (draining_ || stop_) return Status::Error(kUnavailable, "the daemon is draining: it accepts no new jobs");
+  if (draining_ || stop_) return Status::Error(pto::kUnavailable, "the daemon is draining: it accepts no new jobs");
   if (queue_.size() >= cfg_.max_queued)
-    return Status::Error(kQueueFull, fmt::format("the job queue is full ({} jobs; [jobs] max_queued)", queue_.size()));
+    return Status::Error(pto::kQueueFull, fmt::format("the job queue is full ({} jobs; [jobs] max_queued)", queue_.size()));
   Job j;
   j.id = next_id_++;
   j.spec = std::move(spec);
@@ -249,7 +243,7 @@ Status JobManager::wait_event(uint64_t id, uint64_t* version, std::chrono::milli
   if (it == jobs_.end())
     return Status::Error(pto::kWorkerNotRegistered, fmt::format("job {} is no longer retained", id));
   const Job& j = it->second;
-  if (stop_ && !final_state(j.state)) return Status::Error(kUnavailable, "the daemon is stopping");
+  if (stop_ && !final_state(j.state)) return Status::Error(pto::kUnavailable, "the daemon is stopping");
   *version = j.version;
   ev->set_job_id(id);
   ev->set_state(j.state);

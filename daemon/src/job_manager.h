@@ -20,6 +20,7 @@
 #include "callable_registry.h"
 #include "config.h"
 #include "pto/v1/ptod.pb.h"
+#include "pto/base/clock.h"
 #include "pto/worker.h"
 #include "tensor_store.h"
 
@@ -44,8 +45,6 @@ class JobManager {
   JobManager(pto::Worker& w, TensorStore& tensors, const DaemonConfig& cfg);
   ~JobManager();
 
-  static constexpr int32_t kUnavailable = 41;  // draining
-  static constexpr int32_t kQueueFull = 42;
 
   // spec.pinned: tensors the caller pinned; the job unpins them when it ends
   // (on error they stay the caller's to unpin).
@@ -104,7 +103,7 @@ class JobManager {
 };
 
 pto::v1::JobResult to_proto(const pto::RunResult& r);
-uint64_t now_ns();  // steady clock
+using pto::now_ns;  // the steady clock (pto/base/clock.h)
 // Runs a registered callable inside an orchestration: a chip or sub task with
 // args, an orchestration loaded here, or (level 4) a next-level task.
 int run_registered(const RegisteredCallable& c, pto::Orchestrator& o, const pto::TaskArgs& args,

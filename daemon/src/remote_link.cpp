@@ -8,11 +8,13 @@
 #include <fstream>
 #include <sstream>
 
-#include "job_manager.h"
+#include "pto/base/clock.h"
 #include "log.h"
 #include "session_service.h"
 
 namespace ptod {
+
+using pto::now_ns;
 namespace {
 
 std::string read_pem(const std::string& path) {

@@ -24,13 +24,13 @@ grpc::Status to_grpc(const Status& s) {
     case pto2::kInvalidConfig: c = grpc::StatusCode::INVALID_ARGUMENT; break;
     case pto::kWorkerNotRegistered: c = grpc::StatusCode::NOT_FOUND; break;
     case pto::kWorkerHeapExhausted:
-    case JobManager::kQueueFull: c = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case pto::kQueueFull: c = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
     case pto::kWorkerClosed:
-    case JobManager::kUnavailable: c = grpc::StatusCode::UNAVAILABLE; break;
+    case pto::kUnavailable: c = grpc::StatusCode::UNAVAILABLE; break;
     case pto::kWorkerTimeout: c = grpc::StatusCode::DEADLINE_EXCEEDED; break;
     case pto::kWorkerChildFailed: c = grpc::StatusCode::FAILED_PRECONDITION; break;
-    case CallableRegistry::kRefused: c = grpc::StatusCode::PERMISSION_DENIED; break;
-    case TensorStore::kInUse: c = grpc::StatusCode::FAILED_PRECONDITION; break;
+    case pto::kRefused: c = grpc::StatusCode::PERMISSION_DENIED; break;
+    case pto::kInUse: c = grpc::StatusCode::FAILED_PRECONDITION; break;
     default: break;
   }
   return grpc::Status(c, s.message);

@@ -77,7 +77,7 @@ Status TensorStore::free(uint64_t id, const std::string& name) {
   if (Status s = find_locked(id, name, &e); !s.ok()) return s;
   if (e->pins > 0)
     return Status::Error(
-        kInUse, fmt::format("tensor {} is used by {} queued or running job(s) or transfer(s)", e->id, e->pins));
+        pto::kInUse, fmt::format("tensor {} is used by {} queued or running job(s) or transfer(s)", e->id, e->pins));
   if (Status s = w_.free(e->tensor); !s.ok()) return s;
   if (!e->name.empty()) by_name_.erase(e->name);
   by_id_.erase(e->id);

@@ -26,7 +26,6 @@ struct TensorEntry {
 
 class TensorStore {
  public:
-  static constexpr int32_t kInUse = 43;  // -> FAILED_PRECONDITION
   explicit TensorStore(pto::Worker& w) : w_(w) {}
 
   // A zero-filled buffer; the error names the shape, dtype or name. With

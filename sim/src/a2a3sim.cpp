@@ -7,10 +7,16 @@
 
 #include <fmt/format.h>
 
-#include "event_count.h"
-#include "ready_queue.h"
+#include "pto/base/event_count.h"
+#include "pto/base/mpmc_queue.h"
 
 namespace pto2::sim {
+
+using pto::cpu_relax;
+using pto::EventCount;
+using pto::MpmcQueue;
+using pto::now_ns;
+using pto::spin_then_park;
 
 namespace {
 constexpr uint64_t kExecutorParkNs = 50000000;  // 50 ms slices while idle

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "pto2/sim/npy.h"
+#include "pto/package/npy.h"
 
 namespace pto2::sim {
 
@@ -49,8 +49,8 @@ void TensorDump::task_finished(uint64_t task_id, int32_t kernel_id, int32_t work
     const std::vector<uint8_t> bytes = dense_copy(*t);
     const std::string path = fmt::format("{}/task-{}-{}-arg{}.npy", dir_, task_id, kernel, i);
     // numpy has no bfloat16: such tensors are written as their 16-bit patterns.
-    const std::string descr = t->dtype == PTO2_BFLOAT16 ? "<u2" : npy_descr(t->dtype);
-    Status st = write_npy(path, descr, shape, bytes.data(), bytes.size());
+    const std::string descr = t->dtype == PTO2_BFLOAT16 ? "<u2" : pto::package::npy_descr(t->dtype);
+    Status st = pto::package::write_npy(path, descr, shape, bytes.data(), bytes.size());
     std::lock_guard<std::mutex> g(mu_);
     if (st.ok())
       ++files_;

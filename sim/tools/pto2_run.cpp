@@ -37,15 +37,16 @@
 #include "pto/version.h"
 #include "pto2/runtime.h"
 #include "pto2/sim/a2a3sim.h"
-#include "pto2/sim/chip_config.h"
-#include "pto2/sim/example_data.h"
+#include "pto/package/chip_package.h"
+#include "pto/package/example_data.h"
 #include "pto2/sim/loader.h"
-#include "pto2/sim/npy.h"
+#include "pto/package/npy.h"
 #include "pto2/sim/tensor_dump.h"
 #include "pto2/sim/trace.h"
 
 using namespace pto2;
 using namespace pto2::sim;
+using namespace pto::package;
 
 namespace {
 

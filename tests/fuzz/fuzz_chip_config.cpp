@@ -4,14 +4,14 @@
 #include <cstdint>
 #include <string>
 
-#include "pto2/sim/chip_config.h"
+#include "pto/package/chip_package.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  pto2::sim::ChipConfig cfg;
-  if (pto2::sim::ChipConfig::parse(text, "/fuzz/kernels.toml", &cfg).ok()) {
+  pto::package::ChipConfig cfg;
+  if (pto::package::ChipConfig::parse(text, "/fuzz/kernels.toml", &cfg).ok()) {
     for (const auto& a : cfg.args)
-      if (a.is_tensor() && a.bytes() > pto2::sim::kMaxTensorBytes) __builtin_trap();  // the parser bounds sizes
+      if (a.is_tensor() && a.bytes() > pto::package::kMaxTensorBytes) __builtin_trap();  // the parser bounds sizes
   }
   return 0;
 }

@@ -3,11 +3,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "pto2/sim/npy.h"
+#include "pto/package/npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  pto2::sim::NpyArray a;
-  if (pto2::sim::parse_npy(data, size, "fuzz.npy", &a).ok()) {
+  pto::package::NpyArray a;
+  if (pto::package::parse_npy(data, size, "fuzz.npy", &a).ok()) {
     uint64_t n = 1;
     for (uint64_t d : a.shape) n *= d;
     if (n == 0 && !a.data.empty()) __builtin_trap();

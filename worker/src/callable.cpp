@@ -4,45 +4,32 @@
 // the same library content under another path is the same callable.
 #include "pto/callable.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <fstream>
 
+#include "pto/base/byte_writer.h"
 #include "pto/worker.h"
-#include "pto2/sim/chip_config.h"
+#include "pto/package/chip_package.h"
 
 namespace pto {
 namespace {
 
 constexpr char kMagic[] = "PTO-CALLABLE";  // 12 bytes, no NUL
 
-class Encoder {
+// A descriptor: the header, then the kind's fields.
+class Encoder : public ByteWriter {
  public:
-  Encoder(CallableKind kind, EntryAbi abi) {
+  Encoder(CallableKind kind, EntryAbi abi) : ByteWriter(&out_) {
     out_.reserve(256);
-    for (int i = 0; i < 12; ++i) out_.push_back(static_cast<uint8_t>(kMagic[i]));
+    for (int i = 0; i < 12; ++i) u8(static_cast<uint8_t>(kMagic[i]));
     u16(descriptor::kVersion);
     u8(static_cast<uint8_t>(kind));
     u8(static_cast<uint8_t>(abi));
   }
-  void u8(uint8_t v) { out_.push_back(v); }
-  void u16(uint16_t v) { le(v, 2); }
-  void u32(uint32_t v) { le(v, 4); }
-  void i32(int32_t v) { le(static_cast<uint32_t>(v), 4); }
-  void u64(uint64_t v) { le(v, 8); }
-  void str(const std::string& s) {
-    u32(static_cast<uint32_t>(s.size()));
-    out_.insert(out_.end(), s.begin(), s.end());
-  }
-  void digest(const Digest& d) { out_.insert(out_.end(), d.begin(), d.end()); }
   std::vector<uint8_t> take() { return std::move(out_); }
 
  private:
-  void le(uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) out_.push_back(static_cast<uint8_t>(v >> (8 * i)));
-  }
   std::vector<uint8_t> out_;
 };
 
@@ -88,41 +75,6 @@ const char* abi_name(EntryAbi a) {
   return "?";
 }
 
-std::string to_hex(const Digest& d) {
-  static const char* k = "0123456789abcdef";
-  std::string s(64, '0');
-  for (size_t i = 0; i < d.size(); ++i) {
-    s[2 * i] = k[d[i] >> 4];
-    s[2 * i + 1] = k[d[i] & 15];
-  }
-  return s;
-}
-
-Digest sha256(const void* data, size_t bytes) {
-  Digest d{};
-  unsigned int len = 0;
-  EVP_Digest(data, bytes, d.data(), &len, EVP_sha256(), nullptr);
-  return d;
-}
-
-Status file_sha256(const std::string& path, Digest* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Status::Error(kWorkerInvalidArgument, "cannot read '" + path + "': " + std::strerror(errno));
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  std::vector<char> buf(1 << 16);
-  while (f) {
-    f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    if (f.gcount() > 0) EVP_DigestUpdate(ctx, buf.data(), static_cast<size_t>(f.gcount()));
-  }
-  const bool bad = f.bad();
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, out->data(), &len);
-  EVP_MD_CTX_free(ctx);
-  if (bad) return Status::Error(kWorkerInvalidArgument, "error reading '" + path + "'");
-  return Status::Ok();
-}
-
 namespace descriptor {
 std::vector<uint8_t> import_or_blob(CallableKind kind, EntryAbi abi, const std::string& symbol,
                                     const Digest& library_hash) {
@@ -151,43 +103,14 @@ TargetNamespace Callable::target_namespace() const {
 }
 
 Callable ChipCallable::from_config(const std::string& path) {
-  pto2::sim::ChipConfig cfg;
-  if (Status s = pto2::sim::ChipConfig::load(path, &cfg); !s.ok())
+  package::ChipConfig cfg;
+  if (Status s = package::ChipConfig::load(path, &cfg); !s.ok())
+    return failed(CallableKind::CHIP, EntryAbi::CHIP, s.message);
+  std::vector<uint8_t> body;
+  if (Status s = package::identity_body(cfg, &body); !s.ok())
     return failed(CallableKind::CHIP, EntryAbi::CHIP, s.message);
   Encoder e(CallableKind::CHIP, EntryAbi::CHIP);
-  Digest h{};
-  if (Status s = file_sha256(cfg.orchestration, &h); !s.ok())
-    return failed(CallableKind::CHIP, EntryAbi::CHIP, s.message);
-  e.digest(h);
-  std::vector<pto2::sim::KernelSpec> kernels = cfg.kernels;
-  std::sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) {
-    return a.func_id != b.func_id ? a.func_id < b.func_id : a.core_type < b.core_type;
-  });
-  e.u32(static_cast<uint32_t>(kernels.size()));
-  for (const auto& k : kernels) {
-    if (Status s = file_sha256(k.library, &h); !s.ok()) return failed(CallableKind::CHIP, EntryAbi::CHIP, s.message);
-    e.i32(k.func_id);
-    e.u8(static_cast<uint8_t>(k.core_type));
-    e.digest(h);
-  }
-  e.u32(static_cast<uint32_t>(cfg.args.size()));  // the signature
-  for (const auto& a : cfg.args) {
-    e.u8(static_cast<uint8_t>(a.role));
-    e.i32(a.dtype);
-    e.u32(static_cast<uint32_t>(a.shape.size()));
-    for (uint64_t d : a.shape) e.u64(d);
-    e.u64(a.scalar);
-  }
-  e.str(cfg.variant);
-  // The [runtime] section decides how the package runs (ring and pool sizes,
-  // the chip's shape), so two bundles that differ only there are two callables.
-  e.i32(cfg.block_dim);
-  e.i32(cfg.aicpu_threads);
-  e.u64(cfg.runtime.task_window);
-  e.u64(cfg.runtime.heap_size);
-  e.u64(cfg.runtime.dep_pool_size);
-  e.u64(cfg.runtime.tensormap_pool_size);
-  e.i32(cfg.runtime.ready_queue_shards);
+  e.bytes(body);
   Callable c;
   c.kind = CallableKind::CHIP;
   c.abi = EntryAbi::CHIP;

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "chip_worker.h"
-#include "pto2/sim/loader.h"
+#include "pto/base/shared_library.h"
 #include "worker_impl.h"
 
 namespace pto {
@@ -94,7 +94,7 @@ class ChildRunner {
     if (d.kind == CallableKind::CHIP) return chip_.install(digest, d.path);
     Native n;
     Status st;
-    n.lib = pto2::sim::SharedLibrary::open(d.path, &st);
+    n.lib = pto::SharedLibrary::open(d.path, &st);
     if (!n.lib) return st;
     void* sym = n.lib->symbol(d.symbol.c_str(), &st);
     if (!sym) return st;
@@ -130,7 +130,7 @@ class ChildRunner {
 
  private:
   struct Native {
-    std::unique_ptr<pto2::sim::SharedLibrary> lib;
+    std::unique_ptr<pto::SharedLibrary> lib;
     PtoSubEntryFn entry = nullptr;
     OrchestrationEntryFn orch_entry = nullptr;
     SubFunction sub;

@@ -10,12 +10,12 @@
 
 namespace pto {
 
-using pto2::sim::ArgSpec;
+using pto::package::ArgSpec;
 
 Status ChipWorker::install(const Digest& digest, const std::string& config_path) {
   if (has(digest)) return Status::Ok();
   auto p = std::make_unique<Prepared>();
-  if (Status s = pto2::sim::ChipConfig::load(config_path, &p->cfg); !s.ok()) return s;
+  if (Status s = pto::package::ChipConfig::load(config_path, &p->cfg); !s.ok()) return s;
   p->kernels.resize(p->cfg.kernels.size());
   for (size_t i = 0; i < p->cfg.kernels.size(); ++i)
     if (Status s = pto2::sim::load_kernel(p->cfg.kernels[i].library, &p->kernels[i]); !s.ok()) return s;

@@ -29,7 +29,7 @@
 #include "pto/task_args.h"
 #include "pto2/runtime.h"
 #include "pto2/sim/a2a3sim.h"
-#include "pto2/sim/chip_config.h"
+#include "pto/package/chip_package.h"
 #include "pto2/sim/loader.h"
 
 namespace pto {
@@ -57,7 +57,7 @@ class ChipWorker {
     bool operator==(const EngineKey&) const = default;
   };
   struct Prepared {
-    pto2::sim::ChipConfig cfg;
+    pto::package::ChipConfig cfg;
     std::vector<pto2::sim::KernelLibrary> kernels;
     pto2::sim::OrchestrationLibrary orch;
   };

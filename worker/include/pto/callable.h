@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "pto/base/sha256.h"
 #include "pto/base/status.h"
 #include "pto/task_args.h"
 
@@ -32,11 +33,7 @@ enum class EntryAbi : uint8_t { CHIP = 1, SUB = 2, ORCHESTRATION = 3 };
 const char* kind_name(CallableKind k);
 const char* abi_name(EntryAbi a);
 
-using Digest = std::array<uint8_t, 32>;
-std::string to_hex(const Digest& d);
-Digest sha256(const void* data, size_t bytes);
-// SHA-256 of a file's bytes; the error names the file.
-Status file_sha256(const std::string& path, Digest* out);
+// Digest, sha256, file_sha256 and to_hex: pto/base/sha256.h.
 
 struct CallableIdentity {
   Digest digest{};

@@ -8,7 +8,7 @@
 
 #include "pto2/errors.h"
 
-namespace pto2::sim {
+namespace pto::package {
 
 struct NpyArray {
   std::string descr;  // numpy dtype string, e.g. "<f4"
@@ -36,4 +36,4 @@ Status write_npy(const std::string& path, const std::string& descr, const std::v
 // numpy descr for a PTO2DataType ("<f4" for PTO2_FLOAT32, ...), empty if none.
 std::string npy_descr(int32_t dtype);
 
-}  // namespace pto2::sim
+}  // namespace pto::package

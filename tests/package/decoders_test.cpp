@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "pto2/sim/chip_config.h"
-#include "pto2/sim/npy.h"
-#include "pto2/sim/toml_input.h"
+#include "pto/package/chip_package.h"
+#include "pto/package/npy.h"
+#include "pto/package/toml_input.h"
 
 using namespace pto2;
-using namespace pto2::sim;
+using namespace pto::package;
 
 namespace {
 

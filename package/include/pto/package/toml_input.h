@@ -17,7 +17,7 @@
 
 #include "pto2/errors.h"
 
-namespace pto2::sim {
+namespace pto::package {
 
 inline constexpr size_t kMaxTomlBytes = 1 << 20;
 
@@ -29,4 +29,4 @@ Status parse_toml_text(const std::string& text, const std::string& name, toml::t
 // cannot be read.
 Status parse_toml_file(const std::string& path, toml::table* out);
 
-}  // namespace pto2::sim
+}  // namespace pto::package

@@ -1,18 +1,30 @@
-#include "pto2/sim/chip_config.h"
+#include "pto/package/chip_package.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <optional>
 #include <set>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
-#include "pto2/sim/toml_input.h"
+#include "pto/base/byte_writer.h"
+#include "pto/base/files.h"
+#include "pto/package/toml_input.h"
 
 #include "pto2/orchestration_api.h"
 
-namespace pto2::sim {
+namespace pto::package {
 
 namespace {
 
@@ -132,7 +144,7 @@ Status ChipConfig::from_table(const toml::table& doc, const std::string& path, C
     spec.func_id = static_cast<int32_t>(*id);
     spec.name = (*k)["name"].value_or(fmt::format("func{}", *id));
     spec.library = resolve(dir, *lib);
-    spec.core_type = *type == "aic" ? WorkerType::kCube : WorkerType::kVector;
+    spec.core_type = *type == "aic" ? pto2::WorkerType::kCube : pto2::WorkerType::kVector;
     if (!seen.insert({spec.func_id, static_cast<int>(spec.core_type)}).second)
       return bad(path, fmt::format("kernels[{}]: func_id {} on {} is defined twice", i, spec.func_id, *type));
     out->kernels.push_back(spec);
@@ -148,7 +160,7 @@ Status ChipConfig::from_table(const toml::table& doc, const std::string& path, C
     if (out->variant != "tensormap_and_ringbuffer")
       return bad(path,
                  fmt::format("[runtime] variant = '{}': pto2-run runs \"tensormap_and_ringbuffer\"", out->variant));
-    RuntimeConfig& rc = out->runtime;
+    pto2::RuntimeConfig& rc = out->runtime;
     constexpr int64_t kBig = int64_t(1) << 62;  // RuntimeConfig::validate() has the exact rules
     for (Status s : {read_int(path, *r, "[runtime]", "aicpu_thread_num", 1, 64, &out->aicpu_threads),
                      read_int(path, *r, "[runtime]", "block_dim", 1, 1024, &out->block_dim),
@@ -249,4 +261,138 @@ Status ChipConfig::from_table(const toml::table& doc, const std::string& path, C
   return Status::Ok();
 }
 
-}  // namespace pto2::sim
+// --- bundles -------------------------------------------------------------------
+
+namespace {
+
+bool read_all(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return !in.bad();
+}
+
+bool plain_file_name(const std::string& n) {
+  return !n.empty() && n.size() < 256 && n != "." && n != ".." && n.find('/') == std::string::npos &&
+         n.find('\0') == std::string::npos;
+}
+
+}  // namespace
+
+Status bundle_package(const std::string& kernels_toml, ChipBundle* out) {
+  toml::table doc;
+  if (Status s = parse_toml_file(kernels_toml, &doc); !s.ok()) return s;
+  const std::filesystem::path dir = std::filesystem::path(kernels_toml).parent_path();
+  Status st;
+  // Each library path becomes its file name, and the file's bytes go along.
+  auto take = [&](toml::table& t) -> bool {
+    auto lib = t["library"].value<std::string>();
+    if (!lib) return true;
+    const std::filesystem::path p =
+        std::filesystem::path(*lib).is_absolute() ? std::filesystem::path(*lib) : dir / *lib;
+    std::string bytes;
+    if (!read_all(p.string(), &bytes)) {
+      st = Status::Error(kInvalidArgument, fmt::format("{}: cannot read library '{}'", kernels_toml, p.string()));
+      return false;
+    }
+    const std::string file = p.filename().string();
+    if (out->libraries.count(file) && out->libraries.at(file) != bytes) {
+      st = Status::Error(kInvalidArgument, fmt::format("{}: two different libraries are named '{}'; a bundle holds "
+                                                       "files by name",
+                                                       kernels_toml, file));
+      return false;
+    }
+    out->libraries[file] = bytes;
+    t.insert_or_assign("library", file);
+    return true;
+  };
+  for (const char* section : {"orchestration", "golden"})
+    if (toml::table* t = doc[section].as_table())
+      if (!take(*t)) return st;
+  if (toml::array* ks = doc["kernels"].as_array())
+    for (auto& k : *ks)
+      if (toml::table* t = k.as_table())
+        if (!take(*t)) return st;
+  std::ostringstream os;
+  os << doc;
+  out->config_toml = os.str();
+  return Status::Ok();
+}
+
+Digest bundle_digest(const ChipBundle& b) {
+  std::string canon = b.config_toml;
+  for (const auto& [name, bytes] : b.libraries)
+    canon += '\0' + name + '\0' + std::to_string(bytes.size()) + '\0' + bytes;
+  return sha256(canon.data(), canon.size());
+}
+
+Status unbundle(const ChipBundle& b, const std::string& dir, ChipConfig* out) {
+  if (b.config_toml.empty()) return Status::Error(kInvalidArgument, "chip bundle: config_toml is empty");
+  for (const auto& [name, bytes] : b.libraries) {
+    if (!plain_file_name(name) || name == "kernels.toml")
+      return Status::Error(kInvalidArgument,
+                           fmt::format("chip bundle: library name '{}' must be a plain file name", name));
+    if (bytes.empty()) return Status::Error(kInvalidArgument, fmt::format("chip bundle: library '{}' is empty", name));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::Error(kStorageError, fmt::format("cannot create {}: {}", dir, ec.message()));
+  chmod(dir.c_str(), 0700);
+  for (const auto& [name, bytes] : b.libraries)
+    if (Status s = write_file_once(dir + "/" + name, bytes); !s.ok()) return s;
+  if (Status s = write_file_once(dir + "/kernels.toml", b.config_toml); !s.ok()) return s;
+  if (Status s = ChipConfig::load(dir + "/kernels.toml", out); !s.ok()) return s;
+  std::vector<std::string> named = {out->orchestration};
+  if (!out->reference.empty()) named.push_back(out->reference);
+  for (const auto& k : out->kernels) named.push_back(k.library);
+  for (const std::string& lib : named) {
+    const std::filesystem::path p(lib);
+    if (p.parent_path() != std::filesystem::path(dir) || !b.libraries.count(p.filename().string()))
+      return Status::Error(kInvalidArgument,
+                           fmt::format("chip bundle: the config names library '{}', which is not one of the bundle's "
+                                       "files",
+                                       lib));
+  }
+  return Status::Ok();
+}
+
+// --- identity ------------------------------------------------------------------
+
+Status identity_body(const ChipConfig& cfg, std::vector<uint8_t>* out) {
+  ByteWriter e(out);
+  Digest h{};
+  if (Status s = file_sha256(cfg.orchestration, &h); !s.ok()) return s;
+  e.digest(h);
+  std::vector<KernelSpec> kernels = cfg.kernels;
+  std::sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) {
+    return a.func_id != b.func_id ? a.func_id < b.func_id : a.core_type < b.core_type;
+  });
+  e.u32(static_cast<uint32_t>(kernels.size()));
+  for (const auto& k : kernels) {
+    if (Status s = file_sha256(k.library, &h); !s.ok()) return s;
+    e.i32(k.func_id);
+    e.u8(static_cast<uint8_t>(k.core_type));
+    e.digest(h);
+  }
+  e.u32(static_cast<uint32_t>(cfg.args.size()));  // the signature
+  for (const auto& a : cfg.args) {
+    e.u8(static_cast<uint8_t>(a.role));
+    e.i32(a.dtype);
+    e.u32(static_cast<uint32_t>(a.shape.size()));
+    for (uint64_t d : a.shape) e.u64(d);
+    e.u64(a.scalar);
+  }
+  e.str(cfg.variant);
+  // The [runtime] section decides how the package runs (ring and pool sizes,
+  // the chip's shape), so two bundles that differ only there are two callables.
+  e.i32(cfg.block_dim);
+  e.i32(cfg.aicpu_threads);
+  e.u64(cfg.runtime.task_window);
+  e.u64(cfg.runtime.heap_size);
+  e.u64(cfg.runtime.dep_pool_size);
+  e.u64(cfg.runtime.tensormap_pool_size);
+  e.i32(cfg.runtime.ready_queue_shards);
+  return Status::Ok();
+}
+
+}  // namespace pto::package

@@ -1,4 +1,4 @@
-#include "pto2/sim/npy.h"
+#include "pto/package/npy.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -10,7 +10,7 @@
 
 #include "pto2/orchestration_api.h"
 
-namespace pto2::sim {
+namespace pto::package {
 
 namespace {
 
@@ -181,4 +181,4 @@ Status write_npy(const std::string& path, const std::string& descr, const std::v
   return Status::Ok();
 }
 
-}  // namespace pto2::sim
+}  // namespace pto::package

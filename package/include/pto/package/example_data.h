@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "pto2/errors.h"
-#include "pto2/sim/chip_config.h"
+#include "pto/package/chip_package.h"
 
-namespace pto2::sim {
+namespace pto::package {
 
 // Fills buf (a.bytes() long) as a.generate says: random in [low, high)
 // (integers floored), constant value, arange from low, or zeros.
@@ -37,4 +37,4 @@ struct Comparison {
 };
 Comparison compare_output(const ArgSpec& a, const uint8_t* got, const uint8_t* want);
 
-}  // namespace pto2::sim
+}  // namespace pto::package

@@ -1,4 +1,4 @@
-#include "pto2/sim/example_data.h"
+#include "pto/package/example_data.h"
 
 #include <fmt/format.h>
 
@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "pto2/sim/loader.h"
+#include "pto/base/shared_library.h"
 
-namespace pto2::sim {
+namespace pto::package {
 namespace {
 
 double element_as_double(const uint8_t* p, int32_t dtype) {
@@ -151,4 +151,4 @@ std::string Comparison::describe(const ArgSpec& a) const {
   return s;
 }
 
-}  // namespace pto2::sim
+}  // namespace pto::package

@@ -1,4 +1,4 @@
-#include "pto2/sim/toml_input.h"
+#include "pto/package/toml_input.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <fstream>
 
-namespace pto2::sim {
+namespace pto::package {
 namespace {
 
 Status bad(const std::string& name, size_t line, const std::string& rule) {
@@ -133,4 +133,4 @@ Status parse_toml_file(const std::string& path, toml::table* out) {
   return parse_toml_text(text, path, out);
 }
 
-}  // namespace pto2::sim
+}  // namespace pto::package

@@ -1,0 +1,17 @@
+// Files named by their content (a library's digest, a bundle's directory):
+// a file that exists already has the bytes its name promises, so it is never
+// rewritten — it may be loaded in this very process; a new one is written to
+// a temporary name (0600) and renamed into place, so nobody ever reads a
+// half-written file.
+#pragma once
+
+#include <string>
+
+#include "pto/base/status.h"
+
+namespace pto {
+
+// kStorageError naming the path when it cannot be written.
+Status write_file_once(const std::string& path, const std::string& bytes);
+
+}  // namespace pto
