@@ -200,7 +200,7 @@ int cmd_upload(Client& c, const UploadOptions& o, bool json) {
     return kExitUsage;
   }
   int32_t dtype = -1;
-  for (int32_t d = 0; d <= PTO2_FLOAT64; ++d)
+  for (int32_t d = 0; d <= PTO_FLOAT64; ++d)
     if (pto::package::npy_descr(d) == arr.descr) dtype = d;
   if (dtype < 0) {
     std::fprintf(stderr, "ptoctl: %s: dtype %s is not supported\n", o.path.c_str(), arr.descr.c_str());

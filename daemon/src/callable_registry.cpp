@@ -11,6 +11,7 @@
 #include "names.h"
 #include "pto/base/files.h"
 #include "pto/package/chip_package.h"
+#include "wire_enums.h"
 
 namespace ptod {
 namespace {
@@ -20,8 +21,8 @@ Status bad(std::string m) { return Status::Error(pto::kWorkerInvalidArgument, st
 pto::v1::CallableIdentity to_proto(const pto::CallableIdentity& id) {
   pto::v1::CallableIdentity p;
   p.set_digest(std::string(reinterpret_cast<const char*>(id.digest.data()), 32));
-  p.set_kind(static_cast<pto::v1::CallableKind>(id.kind));
-  p.set_target_namespace(static_cast<pto::v1::TargetNamespace>(id.target_namespace));
+  p.set_kind(to_wire(id.kind));
+  p.set_target_namespace(to_wire(id.target_namespace));
   return p;
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "log.h"
+#include "wire_enums.h"
 
 namespace ptod {
 
@@ -28,7 +29,7 @@ void fill_failure(const pto::TaskFailure& f, pto::v1::TaskFailure* p) {
   p->set_task_id(f.task_id);
   p->set_callable(f.callable);
   p->set_worker(f.worker);
-  p->set_outcome(static_cast<pto::v1::Outcome>(f.outcome));
+  p->set_outcome(to_wire(f.outcome));
   p->set_message(pto::clip_message(f.message));
 }
 
@@ -42,7 +43,7 @@ void to_proto(const TensorEntry& e, pto::v1::TensorInfo* ti) {
   ti->mutable_handle()->set_id(e.id);
   ti->mutable_handle()->set_name(e.name);
   for (int i = 0; i < e.tensor.ndims; ++i) ti->add_shape(e.tensor.shape[i]);
-  ti->set_dtype(static_cast<pto::v1::DataType>(e.tensor.dtype));
+  ti->set_dtype(to_wire_dtype(e.tensor.dtype));
   ti->set_bytes(e.bytes);
 }
 

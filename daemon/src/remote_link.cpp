@@ -11,6 +11,7 @@
 #include "pto/base/clock.h"
 #include "log.h"
 #include "session_service.h"
+#include "wire_enums.h"
 
 namespace ptod {
 
@@ -22,15 +23,6 @@ std::string read_pem(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-pto::v1::TensorDirection to_wire(pto::TensorDirection d) {
-  switch (d) {
-    case pto::TensorDirection::IN: return pto::v1::DIR_IN;
-    case pto::TensorDirection::OUT: return pto::v1::DIR_OUT;
-    case pto::TensorDirection::INOUT: return pto::v1::DIR_INOUT;
-    default: return pto::v1::DIRECTION_NONE;
-  }
 }
 
 // Outputs back into this process's tensors; an output of the wrong size
@@ -355,7 +347,7 @@ bool GrpcRemoteLink::write_tasks(std::vector<pto::RemoteTask>& tasks) {
         break;
       }
       auto* rt = w.add_tensors();
-      rt->set_dtype(static_cast<pto::v1::DataType>(ct.dtype));
+      rt->set_dtype(to_wire_dtype(ct.dtype));
       for (int d = 0; d < ct.ndims; ++d) rt->add_shape(ct.shape[d]);
       rt->set_direction(to_wire(t.directions[i]));
       if (ref.id != 0) {  // on the peer already: a reference, no bytes

@@ -8,6 +8,7 @@
 #include "names.h"
 #include "session_service.h"
 #include "submit_args.h"
+#include "wire_enums.h"
 
 #ifndef PTO_VERSION
 #define PTO_VERSION "0.0.0"
@@ -61,10 +62,10 @@ grpc::Status RegistryService::List(grpc::ServerContext*, const pto::v1::ListCall
   for (const RegisteredCallable& rc : p_.registry.list()) {
     pto::v1::CallableInfo* ci = reply->add_callables();
     ci->mutable_identity()->set_digest(std::string(reinterpret_cast<const char*>(rc.handle.id.digest.data()), 32));
-    ci->mutable_identity()->set_kind(static_cast<pto::v1::CallableKind>(rc.handle.id.kind));
-    ci->mutable_identity()->set_target_namespace(static_cast<pto::v1::TargetNamespace>(rc.handle.id.target_namespace));
+    ci->mutable_identity()->set_kind(to_wire(rc.handle.id.kind));
+    ci->mutable_identity()->set_target_namespace(to_wire(rc.handle.id.target_namespace));
     ci->set_name(rc.name);
-    ci->set_abi(static_cast<pto::v1::EntryAbi>(rc.abi));
+    ci->set_abi(to_wire(rc.abi));
     ci->set_source(rc.source);
   }
   return grpc::Status::OK;

@@ -1,4 +1,5 @@
 #include "submit_args.h"
+#include "wire_enums.h"
 
 #include <fmt/format.h>
 
@@ -21,7 +22,7 @@ Status job_args_from_proto(const pto::v1::TaskArgs& a, const ResolveTensor& reso
     if (Status s = resolve(a.tensors(i), &t, &e); !s.ok())
       return Status::Error(s.code, fmt::format("tensor {}: {}", i, s.message));
     out->pinned.push_back(e.id);
-    const auto tt = static_cast<pto::TensorArgType>(tag);
+    const auto tt = from_wire(static_cast<pto::v1::TensorTag>(tag));
     // A daemon tensor has an address, so the engine treats OUTPUT as "write it".
     out->args.add_tensor(t, tt);
     if (tt == pto::TensorArgType::OUTPUT || tt == pto::TensorArgType::INOUT ||

@@ -11,7 +11,7 @@
 namespace pto2::sim {
 
 std::vector<uint8_t> dense_copy(const Tensor& t) {
-  const uint64_t esz = pto2_dtype_size(t.dtype);
+  const uint64_t esz = pto_dtype_size(t.dtype);
   const int32_t nd = t.ndim;
   std::vector<uint8_t> out(pto2_tensor_numel(&t) * esz);
   if (out.empty() || nd < 1) return out;
@@ -49,7 +49,7 @@ void TensorDump::task_finished(uint64_t task_id, int32_t kernel_id, int32_t work
     const std::vector<uint8_t> bytes = dense_copy(*t);
     const std::string path = fmt::format("{}/task-{}-{}-arg{}.npy", dir_, task_id, kernel, i);
     // numpy has no bfloat16: such tensors are written as their 16-bit patterns.
-    const std::string descr = t->dtype == PTO2_BFLOAT16 ? "<u2" : pto::package::npy_descr(t->dtype);
+    const std::string descr = t->dtype == PTO_BFLOAT16 ? "<u2" : pto::package::npy_descr(t->dtype);
     Status st = pto::package::write_npy(path, descr, shape, bytes.data(), bytes.size());
     std::lock_guard<std::mutex> g(mu_);
     if (st.ok())

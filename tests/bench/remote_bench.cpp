@@ -108,7 +108,7 @@ void pipelined(Cluster& c, int workers, int tasks) {
 
 void bulk(Cluster& c, uint64_t mib) {
   const uint32_t n = static_cast<uint32_t>(mib << 20);
-  auto buf = c.w->alloc_remote(0, {n}, PTO2_UINT8);
+  auto buf = c.w->alloc_remote(0, {n}, PTO_UINT8);
   if (!buf.ok()) {
     std::fprintf(stderr, "alloc_remote: %s\n", buf.status.message.c_str());
     return;

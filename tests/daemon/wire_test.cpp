@@ -9,6 +9,9 @@
 #include "names.h"
 #include "session_frames.h"
 #include "submit_args.h"
+#include "wire_enums.h"
+
+#include <cctype>
 
 using namespace ptod;
 
@@ -41,7 +44,7 @@ TEST_CASE("a job's arguments: counts, tags and views are checked against the ten
   TensorEntry t;
   t.id = 1;
   t.name = "t";
-  t.tensor = pto::make_tensor(buf, {1024}, PTO2_FLOAT32);
+  t.tensor = pto::make_tensor(buf, {1024}, PTO_FLOAT32);
   t.bytes = sizeof buf;
   const ResolveTensor resolve = [&](const pto::v1::TensorRef& ref, pto::ContinuousTensor* out, TensorEntry* e) {
     *e = t;
@@ -104,4 +107,22 @@ TEST_CASE("session frames: order and TASK tensors are checked") {
   t.add_shape(4294967295u);
   t.add_shape(4294967295u);
   CHECK_THAT(check_remote_tensor(t, &shape, &bytes), Catch::Contains("not a valid tensor"));
+}
+
+TEST_CASE("the wire's enums are the engine's: same values, same names") {
+  // (wire_enums.h pins the values at compile time; this checks names too.)
+  for (int d = 0; d < PTO_DTYPE_COUNT; ++d) {
+    std::string wire = pto::v1::DataType_Name(static_cast<pto::v1::DataType>(d));
+    for (char& c : wire) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    CHECK(wire == pto_dtype_name(d));
+    CHECK(to_wire_dtype(d) == static_cast<pto::v1::DataType>(d));
+  }
+  for (auto o : {pto::Outcome::SUCCESS, pto::Outcome::TASK_FAILURE, pto::Outcome::ENDPOINT_FAILURE,
+                 pto::Outcome::SKIPPED})
+    CHECK(pto::v1::Outcome_Name(to_wire(o)) == pto::outcome_name(o));
+  for (int t = 0; t <= pto::v1::NO_DEP; ++t)
+    CHECK(pto::v1::TensorTag_Name(static_cast<pto::v1::TensorTag>(t)) ==
+          pto::tag_name(from_wire(static_cast<pto::v1::TensorTag>(t))));
+  CHECK(pto::v1::CallableKind_Name(to_wire(pto::CallableKind::NATIVE_BLOB)) ==
+        pto::kind_name(pto::CallableKind::NATIVE_BLOB));
 }

@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ptod::TensorEntry t;
   t.id = 1;
   t.name = "t";
-  t.tensor = pto::make_tensor(g_buffer, {1024}, PTO2_FLOAT32);
+  t.tensor = pto::make_tensor(g_buffer, {1024}, PTO_FLOAT32);
   t.bytes = sizeof g_buffer;
   const auto resolve = [&](const pto::v1::TensorRef& ref, pto::ContinuousTensor* out, ptod::TensorEntry* e) {
     if (ref.tensor().id() != 1 && ref.tensor().name() != "t")

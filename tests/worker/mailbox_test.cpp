@@ -10,7 +10,7 @@ using namespace pto;
 TEST_CASE("an args blob round-trips and has the documented layout") {
   float data[6] = {};
   TaskArgs a;
-  a.add_tensor(make_tensor(data, {2, 3}, PTO2_FLOAT32), OUT).add_scalar(42).add_scalar_f32(1.5f);
+  a.add_tensor(make_tensor(data, {2, 3}, PTO_FLOAT32), OUT).add_scalar(42).add_scalar_f32(1.5f);
   std::vector<uint8_t> blob;
   encode_args(a.view(), &blob);
   REQUIRE(blob.size() == 8 + 40 * 1 + 8 * 2);

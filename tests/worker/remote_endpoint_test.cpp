@@ -192,10 +192,10 @@ TEST_CASE("tasks on remote buffers are ordered by byte-range overlap - not by st
   REQUIRE(w.init().ok());
   CallableHandle h = w.register_remote_callable(test_identity(2), EntryAbi::CHIP, remote());
   REQUIRE(h.ok());
-  auto buf = w.alloc_remote(0, {4096}, PTO2_FLOAT32);  // 16 KiB on the peer
+  auto buf = w.alloc_remote(0, {4096}, PTO_FLOAT32);  // 16 KiB on the peer
   REQUIRE(buf.ok());
   auto view = [&](uint32_t first, uint32_t n) {
-    return make_tensor(reinterpret_cast<void*>(buf.value.data + first * 4), {n}, PTO2_FLOAT32);
+    return make_tensor(reinterpret_cast<void*>(buf.value.data + first * 4), {n}, PTO_FLOAT32);
   };
   std::vector<float> host(4096);
   for (int i = 0; i < 4096; ++i) host[i] = float(i);
@@ -242,7 +242,7 @@ TEST_CASE("a lost remote task fails its consumers - a retryable one runs again o
   CallableHandle once = w.register_remote_callable(test_identity(3), EntryAbi::CHIP, remote(0));
   CallableHandle again = w.register_remote_callable(test_identity(4), EntryAbi::CHIP, remote(2));
   REQUIRE((once.ok() && again.ok()));
-  auto t = w.alloc({256}, PTO2_FLOAT32);
+  auto t = w.alloc({256}, PTO_FLOAT32);
   REQUIRE(t.ok());
 
   RunHandle run = w.submit([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {

@@ -218,14 +218,14 @@ TEST_CASE("bad input gives a clear error at the call") {
   SECTION("OUTPUT_EXISTING without an address") {
     expect_error(
         [&](Orchestrator& o) {
-          return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {4}, PTO2_FLOAT32), OUT_EXISTING));
+          return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {4}, PTO_FLOAT32), OUT_EXISTING));
         },
         "has no address");
   }
   SECTION("a tensor in memory the children cannot see") {
     expect_error(
         [&](Orchestrator& o) {
-          return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(private_memory.data(), {16}, PTO2_FLOAT32), IN));
+          return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(private_memory.data(), {16}, PTO_FLOAT32), IN));
         },
         "is not in memory the children share");
   }
@@ -259,7 +259,7 @@ TEST_CASE("bad input gives a clear error at the call") {
   SECTION("an output larger than the heap ring") {
     expect_error(
         [&](Orchestrator& o) {
-          return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {1 << 20}, PTO2_FLOAT32), OUT));
+          return o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {1 << 20}, PTO_FLOAT32), OUT));
         },
         "exceed heap ring 0");
   }
@@ -268,7 +268,7 @@ TEST_CASE("bad input gives a clear error at the call") {
         [&](Orchestrator& o) {
           SubmitResult last;
           for (int i = 0; i < 8 && (i == 0 || last.ok()); ++i)
-            last = o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {4096}, PTO2_FLOAT32), OUT));
+            last = o.submit_sub(noop, TaskArgs().add_tensor(make_tensor(nullptr, {4096}, PTO_FLOAT32), OUT));
           return last;
         },
         "still open");
@@ -332,7 +332,7 @@ TEST_CASE("calls after close() fail clearly - close() twice is harmless - nothin
   CHECK(w->submit([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; }).result().status.code ==
         kWorkerClosed);
   CHECK(w->register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop")).status.code == kWorkerClosed);
-  CHECK(w->alloc({4}, PTO2_FLOAT32).status.code == kWorkerClosed);
+  CHECK(w->alloc({4}, PTO_FLOAT32).status.code == kWorkerClosed);
 }
 
 TEST_CASE("when the parent is killed its children die and no segment is left") {
@@ -453,15 +453,15 @@ TEST_CASE("a scoped buffer is not reused while a task still reads it") {
     return 0;
   }));
   REQUIRE(w.init().ok());
-  auto oks = w.alloc({32}, PTO2_INT32);
+  auto oks = w.alloc({32}, PTO_INT32);
   REQUIRE(oks.ok());
   RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
     for (int i = 0; i < 32; ++i) {
       Scope s(o);
-      auto b = o.alloc({1024}, PTO2_FLOAT32);
+      auto b = o.alloc({1024}, PTO_FLOAT32);
       REQUIRE(b.ok());
       REQUIRE(o.submit_sub(write, TaskArgs().add_tensor(b.value, OUT_EXISTING).add_scalar(i)).ok());
-      ContinuousTensor ok_i = make_tensor(reinterpret_cast<int32_t*>(oks.value.data) + i, {1}, PTO2_INT32);
+      ContinuousTensor ok_i = make_tensor(reinterpret_cast<int32_t*>(oks.value.data) + i, {1}, PTO_INT32);
       REQUIRE(
           o.submit_sub(check, TaskArgs().add_tensor(b.value, IN).add_tensor(ok_i, OUT_EXISTING).add_scalar(i)).ok());
     }
@@ -479,7 +479,7 @@ TEST_CASE("a buffer used after its scope ended is refused at submit") {
     ContinuousTensor gone;
     {
       Scope s(o);
-      gone = o.alloc({16}, PTO2_FLOAT32).value;
+      gone = o.alloc({16}, PTO_FLOAT32).value;
     }
     auto sr = o.submit_sub(noop, TaskArgs().add_tensor(gone, IN));
     CHECK_FALSE(sr.ok());

@@ -18,7 +18,7 @@ namespace pto_test {
 inline float* f32(const pto::ContinuousTensor& t) { return reinterpret_cast<float*>(t.data); }
 
 inline pto::ContinuousTensor alloc_f32(pto::Worker& w, uint32_t n) {
-  auto r = w.alloc({n}, PTO2_FLOAT32);
+  auto r = w.alloc({n}, PTO_FLOAT32);
   REQUIRE(r.ok());
   return r.value;
 }

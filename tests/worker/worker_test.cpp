@@ -65,7 +65,7 @@ TEST_CASE("a chain chip -> sub -> chip orders itself through an inferred depende
   ContinuousTensor f_seen{};
   RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig& cfg) {
     // f has no address: the Worker allocates it in the heap ring.
-    ContinuousTensor f = make_tensor(nullptr, {N}, PTO2_FLOAT32);
+    ContinuousTensor f = make_tensor(nullptr, {N}, PTO_FLOAT32);
     auto s1 =
         o.submit_next_level(chip, TaskArgs().add_tensor(a, IN).add_tensor(b, IN).add_tensor(f, OUT).add_scalar(N), cfg);
     REQUIRE(s1.ok());
@@ -105,9 +105,9 @@ TEST_CASE("overlapping views order each other - disjoint views do not wait") {
   ContinuousTensor buf = alloc_f32(w, 1024), out1 = alloc_f32(w, 1), out2 = alloc_f32(w, 1);
   f32(buf)[0] = f32(buf)[600] = -1.f;
   RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
-    ContinuousTensor lo = make_tensor(f32(buf), {512}, PTO2_FLOAT32);         // [0, 512)
-    ContinuousTensor mid = make_tensor(f32(buf) + 256, {512}, PTO2_FLOAT32);  // [256, 768): overlaps lo
-    ContinuousTensor hi = make_tensor(f32(buf) + 600, {100}, PTO2_FLOAT32);   // [600, 700): disjoint from lo
+    ContinuousTensor lo = make_tensor(f32(buf), {512}, PTO_FLOAT32);         // [0, 512)
+    ContinuousTensor mid = make_tensor(f32(buf) + 256, {512}, PTO_FLOAT32);  // [256, 768): overlaps lo
+    ContinuousTensor hi = make_tensor(f32(buf) + 600, {100}, PTO_FLOAT32);   // [600, 700): disjoint from lo
     REQUIRE(o.submit_sub(fill_slow, TaskArgs().add_tensor(lo, OUT_EXISTING).add_scalar(7).add_scalar(100)).ok());
     // Reads mid (overlaps lo): must see the 7s.
     REQUIRE(o.submit_sub(peek, TaskArgs().add_tensor(mid, IN).add_tensor(out1, OUT_EXISTING)).ok());
@@ -129,14 +129,14 @@ TEST_CASE("a group runs its members on distinct workers at once and completes on
     return 0;
   }));
   REQUIRE(w.init().ok());
-  auto pids = w.alloc({48}, PTO2_INT32);
-  auto seen = w.alloc({1}, PTO2_INT32);
+  auto pids = w.alloc({48}, PTO_INT32);
+  auto seen = w.alloc({1}, PTO_INT32);
   REQUIRE(pids.ok());
   int32_t* p = reinterpret_cast<int32_t*>(pids.value.data);
   std::fill(p, p + 48, 0);
   RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
     std::vector<TaskArgs> members(3);
-    for (int m = 0; m < 3; ++m) members[m].add_tensor(make_tensor(p + 16 * m, {16}, PTO2_INT32), OUT_EXISTING);
+    for (int m = 0; m < 3; ++m) members[m].add_tensor(make_tensor(p + 16 * m, {16}, PTO_INT32), OUT_EXISTING);
     auto g = o.submit_sub_group(pid, members);
     REQUIRE(g.ok());
     // Depends on all three members (their regions lie inside pids).
@@ -314,7 +314,7 @@ TEST_CASE("scoped heap buffers are reclaimed FIFO - so a long run fits a small r
     for (int i = 0; i < 64; ++i) {  // 64 x 256 KiB through a 1 MiB ring at depth 1
       Scope scope(o);
       CHECK(o.scope_depth() == 1);
-      auto t = o.alloc({65536}, PTO2_FLOAT32);
+      auto t = o.alloc({65536}, PTO_FLOAT32);
       REQUIRE(t.ok());
       std::fill(f32(t.value), f32(t.value) + 65536, 0.f);
       REQUIRE(o.submit_sub(add_one, TaskArgs().add_tensor(t.value, INOUT)).ok());
@@ -346,7 +346,7 @@ TEST_CASE("a void orchestration with nested scopes down to depth 5") {
       [&](pto::Orchestrator& o, const pto::TaskArgsView& in, const pto::CallConfig& cfg) {
         // x lives in heap ring 0; each nested scope adds 1 to it and owns a
         // scratch buffer of its own ring (depth 1, 2, then 3 for depths 3..5).
-        ContinuousTensor x = make_tensor(nullptr, {N}, PTO2_FLOAT32);
+        ContinuousTensor x = make_tensor(nullptr, {N}, PTO_FLOAT32);
         pto::TaskArgs first;
         first.add_tensor(in.tensors[0], pto::IN)
             .add_tensor(in.tensors[1], pto::IN)
@@ -356,7 +356,7 @@ TEST_CASE("a void orchestration with nested scopes down to depth 5") {
         std::function<void(int)> nest = [&](int depth) {
           pto::Scope s(o);
           REQUIRE(o.scope_depth() == depth);
-          auto scratch = o.alloc({N}, PTO2_FLOAT32);
+          auto scratch = o.alloc({N}, PTO_FLOAT32);
           REQUIRE(scratch.ok());
           o.submit_sub(copy, pto::TaskArgs().add_tensor(x, pto::IN).add_tensor(scratch.value, pto::OUT_EXISTING));
           o.submit_sub(post, pto::TaskArgs().add_tensor(scratch.value, pto::INOUT));

@@ -65,9 +65,9 @@ Result<ContinuousTensor> WorkerImpl::alloc_in_scope(const std::vector<uint32_t>&
     r.status = Status::Error(kWorkerInvalidArgument, "Orchestrator::alloc outside run()");
     return r;
   }
-  if (shape.size() > PTO_TENSOR_MAX_DIMS || pto2_dtype_size(dtype) == 0) {
+  if (shape.size() > PTO_TENSOR_MAX_DIMS || pto_dtype_size(dtype) == 0) {
     r.status = Status::Error(kWorkerInvalidArgument,
-                             fmt::format("alloc: {} dims (at most {}) and dtype {} (must be a PTO2DataType)",
+                             fmt::format("alloc: {} dims (at most {}) and dtype {} (must be a pto/dtype.h dtype)",
                                          shape.size(), PTO_TENSOR_MAX_DIMS, dtype));
     return r;
   }
@@ -85,8 +85,8 @@ Status WorkerImpl::validate_tensor(const ContinuousTensor& t, TensorArgType tag,
     return bad(fmt::format("unknown tag {}", static_cast<int>(tag)));
   if (t.ndims < 0 || t.ndims > PTO_TENSOR_MAX_DIMS)
     return bad(fmt::format("ndims {} is outside 0..{}", t.ndims, PTO_TENSOR_MAX_DIMS));
-  if (pto2_dtype_size(t.dtype) == 0) return bad(fmt::format("unknown dtype {}", t.dtype));
-  uint64_t checked = pto2_dtype_size(t.dtype);
+  if (pto_dtype_size(t.dtype) == 0) return bad(fmt::format("unknown dtype {}", t.dtype));
+  uint64_t checked = pto_dtype_size(t.dtype);
   for (int i = 0; i < t.ndims; ++i)
     if (__builtin_mul_overflow(checked, uint64_t(t.shape[i]), &checked) || checked > (uint64_t(1) << 48))
       return bad("its shape describes more than 2^48 bytes");

@@ -232,9 +232,9 @@ Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& s
                              "Worker::alloc needs an initialised, open Worker (the arena is mapped by init())");
     return r;
   }
-  if (shape.size() > PTO_TENSOR_MAX_DIMS || pto2_dtype_size(dtype) == 0) {
+  if (shape.size() > PTO_TENSOR_MAX_DIMS || pto_dtype_size(dtype) == 0) {
     r.status = Status::Error(kWorkerInvalidArgument,
-                             fmt::format("alloc: {} dims (at most {}) and dtype {} (must be a PTO2DataType)",
+                             fmt::format("alloc: {} dims (at most {}) and dtype {} (must be a pto/dtype.h dtype)",
                                          shape.size(), PTO_TENSOR_MAX_DIMS, dtype));
     return r;
   }

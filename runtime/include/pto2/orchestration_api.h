@@ -18,7 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define PTO2_MAX_DIMS 4
+#include "pto/dtype.h"
+
 #define PTO2_MAX_PARAMS 16
 
 enum PTO2WorkerType : int32_t {
@@ -26,32 +27,20 @@ enum PTO2WorkerType : int32_t {
   PTO2_WORKER_VECTOR = 1,  // AIV cores: element-wise work
 };
 
+// Element types (pto/dtype.h), by the orchestration API's names.
 enum PTO2DataType : int32_t {
-  PTO2_FLOAT32 = 0,
-  PTO2_FLOAT16 = 1,
-  PTO2_BFLOAT16 = 2,
-  PTO2_INT32 = 3,
-  PTO2_INT64 = 4,
-  PTO2_INT16 = 5,
-  PTO2_INT8 = 6,
-  PTO2_UINT8 = 7,
-  PTO2_FLOAT64 = 8,
+  PTO2_FLOAT32 = PTO_FLOAT32,
+  PTO2_FLOAT16 = PTO_FLOAT16,
+  PTO2_BFLOAT16 = PTO_BFLOAT16,
+  PTO2_INT32 = PTO_INT32,
+  PTO2_INT64 = PTO_INT64,
+  PTO2_INT16 = PTO_INT16,
+  PTO2_INT8 = PTO_INT8,
+  PTO2_UINT8 = PTO_UINT8,
+  PTO2_FLOAT64 = PTO_FLOAT64,
 };
 
-static inline uint32_t pto2_dtype_size(int32_t dtype) {
-  switch (dtype) {
-    case PTO2_FLOAT32:
-    case PTO2_INT32: return 4;
-    case PTO2_FLOAT16:
-    case PTO2_BFLOAT16:
-    case PTO2_INT16: return 2;
-    case PTO2_INT64:
-    case PTO2_FLOAT64: return 8;
-    case PTO2_INT8:
-    case PTO2_UINT8: return 1;
-    default: return 0;
-  }
-}
+static inline uint32_t pto2_dtype_size(int32_t dtype) { return pto_dtype_size(dtype); }
 
 // A tensor is a view (offsets + shapes) into a dense row-major buffer of
 // raw_shape starting at addr. Views of one buffer share addr and raw_shape,

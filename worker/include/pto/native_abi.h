@@ -27,35 +27,8 @@
 extern "C" {
 #endif
 
-#define PTO_TENSOR_MAX_DIMS 6
-
-/* Element types: the same values as the chip runtime's PTO2DataType. */
-enum {
-  PTO_FLOAT32 = 0,
-  PTO_FLOAT16 = 1,
-  PTO_BFLOAT16 = 2,
-  PTO_INT32 = 3,
-  PTO_INT64 = 4,
-  PTO_INT16 = 5,
-  PTO_INT8 = 6,
-  PTO_UINT8 = 7,
-  PTO_FLOAT64 = 8
-};
-
-static inline uint32_t pto_dtype_size(int32_t dtype) {
-  switch (dtype) {
-    case PTO_FLOAT32:
-    case PTO_INT32: return 4;
-    case PTO_FLOAT16:
-    case PTO_BFLOAT16:
-    case PTO_INT16: return 2;
-    case PTO_INT64:
-    case PTO_FLOAT64: return 8;
-    case PTO_INT8:
-    case PTO_UINT8: return 1;
-    default: return 0;
-  }
-}
+/* Element types (PTO_FLOAT32 ...), pto_dtype_size and PTO_TENSOR_MAX_DIMS. */
+#include "pto/dtype.h"
 
 /* A dense, row-major tensor: data address + shape + dtype (PTO2DataType). */
 typedef struct PtoTensor {

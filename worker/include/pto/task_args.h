@@ -11,14 +11,6 @@
 #include <vector>
 
 #include "pto/native_abi.h"
-#include "pto2/orchestration_api.h"
-
-static_assert(int(PTO_FLOAT32) == int(PTO2_FLOAT32) && int(PTO_FLOAT16) == int(PTO2_FLOAT16) &&
-                  int(PTO_BFLOAT16) == int(PTO2_BFLOAT16) && int(PTO_INT32) == int(PTO2_INT32) &&
-                  int(PTO_INT64) == int(PTO2_INT64) && int(PTO_INT16) == int(PTO2_INT16) &&
-                  int(PTO_INT8) == int(PTO2_INT8) && int(PTO_UINT8) == int(PTO2_UINT8) &&
-                  int(PTO_FLOAT64) == int(PTO2_FLOAT64),
-              "the C ABI's dtype values are the runtime's");
 
 namespace pto {
 
