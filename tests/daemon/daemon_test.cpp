@@ -12,10 +12,12 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <random>
 #include <thread>
 
 #include "daemon_process.h"
+#include "eventually.h"
 #include "pto/client.h"
 #include "pto2/orchestration_api.h"
 
@@ -40,16 +42,6 @@ v1::SubmitRequest sleep_job(const std::string& callable, uint64_t ms) {
   req.mutable_callable()->set_name(callable);
   req.mutable_args()->add_scalars(ms);
   return req;
-}
-
-template <class F>
-bool eventually(F pred, int ms = 10000) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return pred();
 }
 
 }  // namespace
@@ -155,10 +147,23 @@ TEST_CASE("SIGTERM drains - the running job completes - new jobs are refused - e
   REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
   auto sub = c->submit(sleep_job("sleep", 800));
   REQUIRE(sub.ok());
-  REQUIRE(eventually([&] { return c->result(sub.value.job_id()).value.state() == v1::RUNNING; }));
+  REQUIRE(eventually([&] { return c->result(sub.value.job_id()).value.state() == v1::RUNNING; }, 10000));
   v1::JobResult watched;
-  std::thread watcher([&] { watched = c->watch(sub.value.job_id(), {}).value; });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // True at the stream's first event (the job's current state: the watcher is attached), false if it ends without one.
+  std::promise<bool> attached;
+  std::thread watcher([&] {
+    bool first = true;
+    auto r = c->watch(sub.value.job_id(), [&](const v1::JobEvent&) {
+      if (first) attached.set_value(true);
+      first = false;
+    });
+    if (first) attached.set_value(false);
+    watched = r.value;
+  });
+  auto attached_f = attached.get_future();
+  const bool watching = attached_f.wait_for(std::chrono::seconds(10)) == std::future_status::ready && attached_f.get();
+  if (!watching) watcher.join();  // it ended, or ends with the 800 ms job
+  REQUIRE(watching);
   kill(d.pid(), SIGTERM);
   // While draining: refused, and health says NOT_SERVING.
   REQUIRE(eventually([&] { return c->health().value == "NOT_SERVING"; }, 5000));
@@ -179,12 +184,14 @@ TEST_CASE("a chip child killed mid-job fails the job clearly - the daemon stays 
   auto sub = c->submit(sleep_job("sleep", 20000));
   REQUIRE(sub.ok());
   int chip_pid = 0;
-  REQUIRE(eventually([&] {
-    auto w = c->workers();
-    for (const auto& n : w.value.root().children())
-      if (n.name() == "chip 0" && n.state() == "busy") chip_pid = n.pid();
-    return chip_pid > 0;
-  }));
+  REQUIRE(eventually(
+      [&] {
+        auto w = c->workers();
+        for (const auto& n : w.value.root().children())
+          if (n.name() == "chip 0" && n.state() == "busy") chip_pid = n.pid();
+        return chip_pid > 0;
+      },
+      10000));
   kill(chip_pid, SIGKILL);
   auto r = c->result(sub.value.job_id(), 10000);
   REQUIRE(r.ok());

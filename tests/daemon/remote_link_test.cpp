@@ -14,9 +14,11 @@
 #include <thread>
 
 #include "daemon_process.h"
+#include "eventually.h"
 #include "remote_link.h"
 
 namespace v1 = pto::v1;
+using pto_test::eventually;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -95,16 +97,6 @@ struct Fixture {
     std::filesystem::remove_all(dir);
   }
 };
-
-template <class F>
-bool eventually(F pred, int ms) {
-  const auto end = Clock::now() + std::chrono::milliseconds(ms);
-  while (Clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return pred();
-}
 
 }  // namespace
 

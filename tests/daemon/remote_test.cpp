@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "daemon_process.h"
+#include "eventually.h"
 #include "pto/client.h"
 #include "pto/v1/session.grpc.pb.h"
 
@@ -29,16 +30,6 @@ std::unique_ptr<Client> connect(const DaemonProcess& d) {
   o.address = d.address();
   o.timeout = std::chrono::seconds(30);
   return std::make_unique<Client>(o);
-}
-
-template <class F>
-bool eventually(F pred, int ms = 15000) {
-  const auto end = Clock::now() + std::chrono::milliseconds(ms);
-  while (Clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return pred();
 }
 
 // A level-4 coordinator over the given peers (and local L3 children).
@@ -91,7 +82,7 @@ std::unique_ptr<Client> connect_ready(const Coordinator& c, size_t peers) {
   INFO(c.d->log());
   REQUIRE(c.d->up());
   auto cl = connect(*c.d);
-  REQUIRE(eventually([&] { return all_peers_ready(*cl, peers); }));
+  REQUIRE(eventually([&] { return all_peers_ready(*cl, peers); }, 15000));
   return cl;
 }
 
@@ -297,7 +288,7 @@ TEST_CASE("a remote daemon killed mid-job is detected - the job fails clearly - 
   auto sub = cl->submit(sleep_job(20000));
   REQUIRE(sub.ok());
   const DaemonProcess* victim = nullptr;
-  REQUIRE(eventually([&] { return (victim = busy_peer(*cl, {&a, &b})) != nullptr; }));
+  REQUIRE(eventually([&] { return (victim = busy_peer(*cl, {&a, &b})) != nullptr; }, 15000));
   REQUIRE(victim == &a);  // both idle: the first L3 worker (peer a) takes it
   DaemonProcess& v = a;
   const auto t0 = Clock::now();
@@ -316,7 +307,7 @@ TEST_CASE("a remote daemon killed mid-job is detected - the job fails clearly - 
   v.stop(SIGKILL);
   v.restart();
   REQUIRE(v.up());
-  REQUIRE(eventually([&] { return all_peers_ready(*cl, 2); }));
+  REQUIRE(eventually([&] { return all_peers_ready(*cl, 2); }, 15000));
   auto back = connect(v);
   CHECK(back->callables().value.callables_size() == 1);
   for (int i = 0; i < 2; ++i) {
@@ -339,7 +330,7 @@ TEST_CASE("a retryable callable survives the loss of its peer - the run succeeds
   auto sub = cl->submit(sleep_job(1500));
   REQUIRE(sub.ok());
   const DaemonProcess* victim = nullptr;
-  REQUIRE(eventually([&] { return (victim = busy_peer(*cl, {&a, &b})) != nullptr; }));
+  REQUIRE(eventually([&] { return (victim = busy_peer(*cl, {&a, &b})) != nullptr; }, 15000));
   const DaemonProcess* survivor = victim == &a ? &b : &a;
   kill(victim->pid(), SIGKILL);
   auto r = cl->result(sub.value.job_id(), 20000);
@@ -357,7 +348,7 @@ TEST_CASE("a peer that stops answering is detected by heartbeats") {
   REQUIRE(cl->register_chip(SLEEP_CONFIG, "sleep").ok());
   auto sub = cl->submit(sleep_job(20000));
   REQUIRE(sub.ok());
-  REQUIRE(eventually([&] { return busy_peer(*cl, {&a}) != nullptr; }));
+  REQUIRE(eventually([&] { return busy_peer(*cl, {&a}) != nullptr; }, 15000));
   // SIGSTOP: the connection stays open but nothing comes back.
   const auto t0 = Clock::now();
   kill(a.pid(), SIGSTOP);
@@ -370,7 +361,7 @@ TEST_CASE("a peer that stops answering is detected by heartbeats") {
   CHECK_THAT(r.value.message(), Catch::Contains("no frame from the peer"));
   CHECK(ms < 5000);
   // Once it answers again the coordinator opens a new session.
-  CHECK(eventually([&] { return all_peers_ready(*cl, 1); }));
+  CHECK(eventually([&] { return all_peers_ready(*cl, 1); }, 15000));
 }
 
 TEST_CASE("malformed - out-of-order - wrong-version frames and late tasks are refused - the peer keeps serving") {
@@ -506,11 +497,13 @@ TEST_CASE("sessions between daemons need the token - TLS and mutual TLS between 
     REQUIRE(c.d->up());
     auto cl = connect(*c.d);
     std::string state;
-    const bool refused = eventually([&] {
-      auto n = remote_nodes(*cl);
-      state = n.empty() ? "" : n[0].state();
-      return state.find("(16)") != std::string::npos;  // UNAUTHENTICATED
-    });
+    const bool refused = eventually(
+        [&] {
+          auto n = remote_nodes(*cl);
+          state = n.empty() ? "" : n[0].state();
+          return state.find("(16)") != std::string::npos;  // UNAUTHENTICATED
+        },
+        15000);
     std::printf("coordinator with the wrong token sees its peer as: %s\n", state.c_str());
     CHECK(refused);
     CHECK_FALSE(all_peers_ready(*cl, 1));

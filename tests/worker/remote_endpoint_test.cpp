@@ -10,8 +10,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <thread>
 
+#include "eventually.h"
 #include "pto/worker.h"
 
 using namespace pto;
@@ -46,6 +46,8 @@ class ScriptedLink : public RemoteLink {
   void abandon(uint64_t) override {}
   bool has_completions() const override {
     std::lock_guard<std::mutex> g(mu_);
+    ++polls_;
+    cv_.notify_all();
     return !done_.empty();
   }
   void poll(std::vector<RemoteCompletion>* out) override {
@@ -90,6 +92,14 @@ class ScriptedLink : public RemoteLink {
     std::unique_lock<std::mutex> lk(mu_);
     return cv_.wait_for(lk, std::chrono::milliseconds(ms), [&] { return sent_.size() >= n; });
   }
+  // Each scheduler round begins by asking every endpoint for completions, then
+  // dispatches. Two more asks after this call: a whole round began and ended
+  // since, so a task that round could send has been sent.
+  bool wait_round(int ms = 10000) {
+    std::unique_lock<std::mutex> lk(mu_);
+    const uint64_t until = polls_ + 2;
+    return cv_.wait_for(lk, std::chrono::milliseconds(ms), [&] { return polls_ >= until; });
+  }
   size_t sent_count() {
     std::lock_guard<std::mutex> g(mu_);
     return sent_.size();
@@ -125,7 +135,8 @@ class ScriptedLink : public RemoteLink {
   const std::string name_;
   const uint32_t credits_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable std::condition_variable cv_;
+  mutable uint64_t polls_ = 0;  // has_completions calls: scheduler rounds
   std::function<void()> wake_;
   bool ready_ = false, refuse_ = false;
   std::vector<RemoteTask> sent_;
@@ -171,7 +182,9 @@ TEST_CASE("a remote worker holds several tasks at once - up to its credits") {
     for (int i = 0; i < 5; ++i) o.submit_next_level(h, TaskArgs().add_scalar(i));
   });
   REQUIRE(link->wait_sent(3));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // All five are queued (submit holds the lock until a ready task is queued) and a round has looked at them since.
+  REQUIRE(pto_test::eventually([&] { return w.progress().submitted == 5; }));
+  REQUIRE(link->wait_round());
   CHECK(link->sent_count() == 3);  // the fourth waits for a credit
   link->complete(0);
   REQUIRE(link->wait_sent(4));
@@ -206,7 +219,9 @@ TEST_CASE("tasks on remote buffers are ordered by byte-range overlap - not by st
     o.submit_next_level(h, TaskArgs().add_tensor(view(2048, 1024), INOUT));  // t3 disjoint: with t1
   });
   REQUIRE(link->wait_sent(2));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // All three are submitted (t2 queued if it were ready) and a round has looked at the queue since.
+  REQUIRE(pto_test::eventually([&] { return w.progress().submitted == 3; }));
+  REQUIRE(link->wait_round());
   REQUIRE(link->sent_count() == 2);
   CHECK(link->sent(0).buffers[0].offset == 0);
   CHECK(link->sent(1).buffers[0].offset == 2048 * 4);  // t3 went alongside t1; t2 waits

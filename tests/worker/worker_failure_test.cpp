@@ -24,6 +24,21 @@ std::vector<std::string> shm_segments_of(int pid) {
   return out;
 }
 
+// Voluntary context switches of the thread a child has beside its main one (a
+// child forked from another thread: its watchdog, which sleeps 100 ms between
+// looks at its parent); -1 when there is none.
+long watchdog_switches(int pid) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    if (e.path().filename() == std::to_string(pid)) continue;
+    std::ifstream f(e.path() / "status");
+    std::string line;
+    while (std::getline(f, line))
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(24));
+  }
+  return -1;
+}
+
 RunResult run_empty(Worker& w) {
   return w.run([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; });
 }
@@ -511,9 +526,19 @@ TEST_CASE("children forked from a thread that ends keep running") {
   Worker w({.level = 3, .num_sub_workers = 1});
   auto noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
   Status st;
-  std::thread([&] { st = w.init(); }).join();
+  pid_t forker = 0;
+  std::thread([&] {
+    forker = gettid();
+    st = w.init();
+  }).join();
   REQUIRE(st.ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const int pid = child(w.children(), ChildKind::SUB, 0)->pid;
+  // The thread's /proc entry goes last: any parent-death signal was sent before.
+  REQUIRE(eventually([&] { return !std::filesystem::exists("/proc/self/task/" + std::to_string(forker)); }));
+  // Then the child's watchdog starts two more sleeps: it woke since (not killed) and looked at its parent.
+  const long switches = watchdog_switches(pid);
+  REQUIRE(switches >= 0);  // the child and its watchdog are there
+  REQUIRE(eventually([&] { return watchdog_switches(pid) >= switches + 2; }));
   CHECK(child(w.children(), ChildKind::SUB, 0)->state == ChildState::IDLE);
   REQUIRE(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) { o.submit_sub(noop); }).ok());
   CHECK(child(w.children(), ChildKind::SUB, 0)->restarts == 0);

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "eventually.h"
 #include "pto/worker.h"
 
 namespace pto_test {
@@ -28,17 +29,6 @@ inline float vector_f(float a, float b) { return (a + b + 1.f) * (a + b + 2.f); 
 
 inline void fill(const pto::ContinuousTensor& t, float base, float step) {
   for (uint64_t i = 0; i < pto_tensor_numel(&t); ++i) f32(t)[i] = base + step * static_cast<float>(i % 97);
-}
-
-// Waits until pred() holds, at most `ms`.
-template <class F>
-bool eventually(F pred, int ms = 5000) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return pred();
 }
 
 inline const pto::ChildInfo* child(const std::vector<pto::ChildInfo>& cs, pto::ChildKind k, int i) {
