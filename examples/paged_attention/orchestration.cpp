@@ -1,4 +1,4 @@
-// Paged attention with online softmax (seed §12), fp32.
+// Paged attention with online softmax (the reference design's example), fp32.
 // Per batch (the q tile: all heads of one query) one scope:
 //   HUB  initialises accumulators oi, li, mi (runtime-allocated, one packed buffer)
 //   per KV block j of the sequence (physical block from the block table):

@@ -1,4 +1,4 @@
-// The seed's vector example: f = (a + b + 1) * (a + b + 2), four tasks.
+// The reference design's vector example: f = (a + b + 1) * (a + b + 2), four tasks.
 //   c = a + b        (func 0)
 //   d = c + 1        (func 1)      e = c + 2   (func 1)
 //   f = d * e        (func 2)

@@ -1,4 +1,4 @@
-// Dependency-list pool (seed 000 §4.3): fanin/fanout list nodes, bump-allocated
+// Dependency-list pool (docs/runtime.md §4): fanin/fanout list nodes, bump-allocated
 // in a ring per task ring. Entry 0 is the NULL sentinel, so index 0 ends a
 // list. Entries made while submitting task T live in T's ring and are
 // reclaimed when T retires (the tail follows last_task_alive): T's fanin list

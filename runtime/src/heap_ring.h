@@ -1,4 +1,4 @@
-// Heap ring (seed 000 §4.2): output buffers packed per task, allocated
+// Heap ring (docs/runtime.md §4): output buffers packed per task, allocated
 // contiguously from a circular heap. An allocation never straddles the end:
 // when the space up to the end is too small, it restarts at offset 0, which is
 // only possible once the tail has moved past what it needs. Positions are

@@ -89,7 +89,7 @@ void Orchestrator::begin_run() {
   noops_ = 0;
   blocked_waits_ = 0;
   scope_tasks_.clear();
-  scope_begin_.assign(1, 0);  // the implicit scope around the orchestration (seed §10.2 step 6)
+  scope_begin_.assign(1, 0);  // the implicit scope around the orchestration (docs/runtime.md §7)
   tensor_map_->begin_run();   // the previous run drained: no task is alive
   probe_.reset();
   probe_map_.reset();
@@ -122,7 +122,7 @@ void Orchestrator::scope_end() {
 void Orchestrator::close_innermost_scope() {
   const size_t begin = scope_begin_.back();
   scope_begin_.pop_back();
-  // The scope's reference on each task it owns (seed 000: one reference, from
+  // The scope's reference on each task it owns (docs/runtime.md §7: one reference, from
   // the innermost scope). Tasks of nested scopes were released by those.
   for (size_t i = begin; i < scope_tasks_.size(); ++i) {
     const uint64_t id = scope_tasks_[i];
@@ -390,7 +390,7 @@ void Orchestrator::add_producer(uint64_t consumer, uint64_t producer, int32_t* e
   const uint32_t ring = task_ring(consumer);
   TaskSlotState& cst = s_.slot_of(consumer);
   TaskDescriptor& cd = s_.descriptor_of(consumer);
-  // Seed §7.3: under the producer's lock, either it has completed (no edge),
+  // Fanout lock (docs/runtime.md §6): under the producer's lock, either it has completed (no edge),
   // or the consumer goes on its fanout list and the completion will count it.
   lock_fanout(pst);
   if (!pst.completed) {

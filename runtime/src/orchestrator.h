@@ -1,7 +1,7 @@
-// Orchestrator (seed 000 §7): runs on the thread that calls Runtime::run and
+// Orchestrator (docs/runtime.md §6): runs on the thread that calls Runtime::run and
 // turns pto2_rt_submit_task calls into published tasks.
 //
-// Submit steps (seed §7.2), reordered so that every wait happens before the
+// Submit steps (docs/runtime.md §6), reordered so that every wait happens before the
 // task takes references on other tasks (a task that holds a reference while
 // waiting for space could keep that space from ever being freed):
 //   0  sync TensorMap (batch cleanup of retired tasks' entries)
@@ -10,7 +10,7 @@
 //   3  TensorMap lookups -> producer list (no references taken yet)
 //   5  heap allocation of the packed outputs (back-pressure)
 //      reserve dep-list and TensorMap entries (back-pressure)
-//   4  link producers with the fanout-lock protocol (seed §7.3)
+//   4  link producers with the fanout-lock protocol (docs/runtime.md §6)
 //   6  insert this task's writes/reads into the TensorMap
 //   7  finalize fanin; early-ready tasks go to the orchestrator ready queue
 //   8  publish current_task_index (release)

@@ -1,4 +1,4 @@
-// Ready queues (seed 000 §8.3): one set per worker type, sharded to spread
+// Ready queues (docs/runtime.md §9): one set per worker type, sharded to spread
 // contention; a thread pushes to its own shard and pops from it first, then
 // steals from the others. Each shard is a bounded lock-free MPMC queue
 // (sequence-numbered cells), sized so that all shards together can hold every

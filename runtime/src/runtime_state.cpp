@@ -42,7 +42,7 @@ void RuntimeState::push_ready(uint64_t id, int shard_hint) {
 void RuntimeState::complete(uint64_t id, int shard_hint) {
   TaskSlotState& st = slot_of(id);
   const TaskDescriptor& d = descriptor_of(id);
-  // Seed §7.3, scheduler side: after `completed` is set under the lock, the
+  // Fanout lock (docs/runtime.md §6), scheduler side: after `completed` is set under the lock, the
   // orchestrator will not link new consumers, so the list read here is final.
   lock_fanout(st);
   st.completed = true;

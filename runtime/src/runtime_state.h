@@ -33,7 +33,7 @@ inline constexpr int kReadyQueueTypes = 3;  // CUBE, VECTOR, dependency-only
 // 0 is the NULL sentinel (entry 0 of ring 0).
 inline int32_t make_dep_link(uint32_t ring, int32_t index) { return (index << 2) | static_cast<int32_t>(ring); }
 
-// The per-task fanout lock (seed §7.3). Held for a few instructions by the
+// The per-task fanout lock (docs/runtime.md §6). Held for a few instructions by the
 // orchestrator (linking a consumer) or a scheduler (completing the task), so
 // a waiter only spins.
 inline void lock_fanout(TaskSlotState& st) {

@@ -210,7 +210,7 @@ void SchedulerThread::run_until_drained() {
 
 Scheduler::Scheduler(RuntimeState& state, int threads) : s_(state) {
   // Cores of each type are dealt round-robin, so every thread gets an equal
-  // share of AICs and of AIVs (seed §8.1).
+  // share of AICs and of AIVs (docs/runtime.md §9).
   std::vector<std::vector<int>> share(threads);
   int next[kNumWorkerTypes] = {0, 0};
   for (int c = 0; c < s_.platform.core_count(); ++c) {

@@ -1,4 +1,4 @@
-// Scheduler threads (seed 000 §8). Each thread owns a share of the cores
+// Scheduler threads (docs/runtime.md §9). Each thread owns a share of the cores
 // (AICs and AIVs divided evenly) and loops over four phases:
 //   1. completion: poll its busy cores; a finished task releases its consumers
 //   2. drain the orchestrator's early-ready queue

@@ -1,4 +1,4 @@
-// The shared region (seed 000 §3): one contiguous, 64-byte aligned block that
+// The shared region (docs/runtime.md §2): one contiguous, 64-byte aligned block that
 // orchestrator and scheduler threads communicate through.
 //
 //   offset 0   SharedHeader        flow-control watermarks per ring, config, flags
@@ -27,7 +27,7 @@ inline constexpr uint32_t kRegionVersion = 1;
 
 inline constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
-// Flow control of one ring (seed §3.1). Orchestrator-written and
+// Flow control of one ring (docs/runtime.md §4). Orchestrator-written and
 // scheduler-written fields sit on separate cache lines.
 struct RingFlowControl {
   // --- written by the orchestrator ---
@@ -85,7 +85,7 @@ struct alignas(64) TaskDescriptor {
 };
 inline constexpr int32_t kWorkerDummy = 2;
 
-// Slot states (seed §6.2).
+// Slot states (docs/runtime.md §6).
 enum SlotState : uint32_t { kSlotInitial = 0, kSlotReady = 1, kSlotCompleted = 2, kSlotConsumed = 3 };
 
 // Scheduler-side state of a slot, one cache line each so neighbouring tasks
@@ -94,7 +94,7 @@ struct alignas(64) TaskSlotState {
   std::atomic<uint32_t> state{kSlotInitial};
   std::atomic<int32_t> fanin_pending{0};     // producers not yet completed, +1 while submit is in progress
   std::atomic<int32_t> refs{0};              // fanout references: owning scope + own completion + one per consumer
-  std::atomic<uint32_t> fanout_lock{0};      // seed §7.3
+  std::atomic<uint32_t> fanout_lock{0};      // docs/runtime.md §6, fanout lock
   int32_t fanout_head = 0;                   // consumers (dep-list), guarded by fanout_lock
   int32_t fanout_count = 0;                  // consumers linked, guarded by fanout_lock
   bool completed = false;                    // guarded by fanout_lock
@@ -110,7 +110,7 @@ struct DepListEntry {
   int32_t pad;
 };
 
-// Byte layout for a config (seed §3.2).
+// Byte layout for a config (docs/runtime.md §2).
 struct SharedRegionLayout {
   uint64_t header_bytes = 0;
   uint64_t descriptors_offset[kMaxRings] = {};

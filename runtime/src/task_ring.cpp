@@ -13,7 +13,7 @@ void TaskRing::init(int ring, SharedRegion& region) {
 }
 
 bool TaskRing::try_alloc(uint64_t* seq) {
-  // One slot stays unused so that "full" and "empty" differ (seed §4.1).
+  // One slot stays unused so that "full" and "empty" differ (docs/runtime.md §4).
   if (next_seq_ - last_alive() >= window_ - 1) return false;
   *seq = next_seq_++;
   return true;

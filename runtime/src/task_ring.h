@@ -1,4 +1,4 @@
-// Task ring (seed 000 §4.1): a power-of-two window of task slots,
+// Task ring (docs/runtime.md §4): a power-of-two window of task slots,
 // slot = seq & (window - 1). The orchestrator allocates at the head; scheduler
 // threads retire consumed tasks at the tail (last_task_alive) without locks on
 // the hot path. Back-pressure: allocation fails while active >= window - 1.

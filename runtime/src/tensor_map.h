@@ -1,4 +1,4 @@
-// TensorMap (seed 000 §5): which submitted-but-not-retired tasks touch which
+// TensorMap (docs/runtime.md §5): which submitted-but-not-retired tasks touch which
 // regions of which buffers, so a new task can find what it must wait for.
 //
 // * Key: the buffer's base address (Tensor::addr). Views of one buffer hash to
@@ -10,7 +10,7 @@
 // * Chains: each bucket has one chain per (ring, kind). Inserts prepend, so a
 //   chain is newest-first and, within one ring, in descending seq. An entry is
 //   stale once its task's seq < last_task_alive of its ring.
-// * Stale-entry defence (seed §5.4):
+// * Stale-entry defence (docs/runtime.md §5):
 //     1. lookup truncates a chain at its first stale entry (the rest is older);
 //     2. cleanup_retired() frees every entry of tasks retired since the last
 //        cleanup through per-task entry chains (every cleanup_interval tasks,

@@ -83,7 +83,7 @@ A2A3SimPlatform::A2A3SimPlatform(const A2A3SimConfig& config) : config_(config),
 }
 
 A2A3SimPlatform::~A2A3SimPlatform() {
-  // Seed §9.2: the exit signal in DATA_MAIN_BASE shuts each core down.
+  // Register protocol (docs/sim.md): the exit signal in DATA_MAIN_BASE shuts each core down.
   for (auto& c : cores_) c->data_main_base.store(kExitSignal, std::memory_order_release);
   stop_.store(true, std::memory_order_seq_cst);
   if (doorbells_) doorbells_->ec.notify();

@@ -4,8 +4,8 @@
 //   * jobs per second with 1 and 8 concurrent clients
 //   * upload and download bandwidth of a 256 MiB tensor in 1 MiB / 4 MiB chunks
 // Anchors: Ray ~1 ms per synchronous task (981 tasks/s); a gRPC C++ unary call
-// on TCP loopback ~60 us (ARCHITECTURE.md §7 measured 112-131 us on this kind
-// of machine). Figures only: nothing fails on a time.
+// on TCP loopback ~60 us (112-131 us measured on this kind of
+// machine). Figures only: nothing fails on a time.
 #include <algorithm>
 #include <atomic>
 #include <chrono>

@@ -5,7 +5,7 @@
 //   * warm (runs back to back, children spinning) and cold (a pause between runs, so
 //     children and the scheduler have parked) separately
 //   * CPU used by the parent and its children while idle
-// Anchors (ARCHITECTURE.md §7): the reference L3 engine, 43 us fixed per run and 8.1 us
+// Anchors (docs/worker.md, Performance): the reference design's L3 engine, 43 us fixed per run and 8.1 us
 // per task. Figures only; nothing here fails on a time.
 #include <sys/resource.h>
 #include <unistd.h>

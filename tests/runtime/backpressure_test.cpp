@@ -24,7 +24,7 @@ Tensor row_of(std::vector<int64_t>& buf, uint32_t nrows, uint32_t ncols, uint32_
   return tensor_view(t, off, sh);
 }
 
-// Seed §12 shape: chunks of 13 tasks per scope — a hub that initialises a
+// The paged-attention example's shape: chunks of 13 tasks per scope — a hub that initialises a
 // runtime-allocated accumulator, 11 INOUT updates, and a store to the output.
 // Returns the id of the last task submitted.
 int64_t paged_attention_like(PTO2Runtime* rt, std::vector<int64_t>& out, std::vector<int64_t>& in, uint32_t chunks) {

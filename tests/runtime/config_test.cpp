@@ -14,7 +14,7 @@ struct Env {
 };
 }  // namespace
 
-TEST_CASE("defaults follow the seed and validate", "[config]") {
+TEST_CASE("defaults follow the reference design and validate", "[config]") {
   RuntimeConfig c;
   CHECK(c.task_window == 65536);
   CHECK(c.heap_size == (1ull << 30));

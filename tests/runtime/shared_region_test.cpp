@@ -4,7 +4,7 @@
 
 using namespace pto2;
 
-TEST_CASE("layout is 64-byte aligned and sized from the config (seed §3.2)", "[shared_region]") {
+TEST_CASE("layout is 64-byte aligned and sized from the config (runtime.md §2)", "[shared_region]") {
   RuntimeConfig c;
   c.task_window = 16;
   c.dep_pool_size = 100;

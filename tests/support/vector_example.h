@@ -1,4 +1,4 @@
-// The seed's vector example, f = (a + b + 1) * (a + b + 2), shared by the
+// The reference design's vector example, f = (a + b + 1) * (a + b + 2), shared by the
 // simulator tests and benchmarks: three kernels (args: tensors, then scalars)
 // and the 4-task orchestration. Until examples/ ships it as kernel and
 // orchestration libraries, this is its one in-tree copy.

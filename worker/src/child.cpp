@@ -1,4 +1,4 @@
-// The child side of a mailbox (seed 001 §5, §9): after fork, a child installs
+// The child side of a mailbox (docs/worker.md, "Mailbox" and "Failure model"): after fork, a child installs
 // the callables it inherited, reports INIT_READY (or INIT_FAILED with the
 // reason), then serves TASK_READY and CONTROL_REQUEST until SHUTDOWN. Chip
 // children run chip callables on their own simulated chip (ChipWorker); sub

@@ -1,4 +1,4 @@
-// ChipWorker: the L2 leaf inside a chip child (seed 001 §5). A chip callable
+// ChipWorker: the L2 leaf inside a chip child (docs/worker.md, "Chip callables"). A chip callable
 // is a kernel config: its libraries are loaded when the callable is
 // installed; a run copies the task's tensors into the simulated chip's global
 // memory, runs the orchestration on the PTO2 runtime, and copies the outputs

@@ -1,5 +1,5 @@
-// The mailbox between a parent Worker and one child process (seed 001 §3, §7;
-// docs/worker.md has the byte layout and the state machine).
+// The mailbox between a parent Worker and one child process (docs/worker.md
+// has the byte layout and the state machine).
 //
 // One fixed-size shared-memory segment per child. The state word is the only
 // synchronisation: the writer of a payload fills it, then publishes the new

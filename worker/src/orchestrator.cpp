@@ -1,4 +1,4 @@
-// The orchestration thread's side of the engine (seed design: the
+// The orchestration thread's side of the engine (reference design: the
 // Orchestrator): pto::Orchestrator's calls, and the submit path — the call's
 // shape and placement, its arguments, then the TaskGraph under the engine
 // lock. docs/worker.md, "TaskArgs, tags and dependencies".

@@ -1,4 +1,4 @@
-// The Scheduler (seed design: one progress thread per Worker): the ready
+// The Scheduler (reference design: one progress thread per Worker): the ready
 // queues, the drive token, the dispatch policy and the progression of
 // control requests. One thread — the scheduler thread, or run()'s thread
 // while it drives its own drain — holds the drive token at a time and is the

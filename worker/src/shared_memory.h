@@ -1,4 +1,4 @@
-// Memory that parent and children share (seed 001 §7, "Memory partitioning").
+// Memory that parent and children share (docs/worker.md, "Scopes and the shared heap").
 //
 //  * SharedMapping: an anonymous MAP_SHARED | MAP_NORESERVE mapping, made
 //    before fork so every child sees it at the same address; pages are

@@ -1,5 +1,5 @@
-// Runtime configuration: a struct with the seed's defaults (seed 000 §14) and
-// the seed's environment variables layered on top.
+// Runtime configuration: a struct with the reference design's defaults and
+// its environment variables layered on top (docs/runtime.md §10).
 #pragma once
 
 #include <cstdint>

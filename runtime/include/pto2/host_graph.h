@@ -1,4 +1,4 @@
-// host_build_graph (seed 000 §1.1): the second runtime variant. The whole task
+// host_build_graph (docs/runtime.md §12): the second runtime variant. The whole task
 // graph is built on the host first — tasks with raw 64-bit arguments and
 // explicit edges — and then executed by the same scheduler as the
 // tensormap_and_ringbuffer variant. No TensorMap, no heap allocation: the

@@ -1,6 +1,6 @@
 // The PTO2 orchestration API: the only header an orchestration library needs.
 //
-// Contract (seed 000 §11): an orchestration is ordinary code that submits tasks
+// Contract (docs/runtime.md §11): an orchestration is ordinary code that submits tasks
 // whose tensor parameters are tagged INPUT / OUTPUT / INOUT. The runtime derives
 // dependencies from the tensors' address regions (TensorMap), allocates OUTPUT
 // tensors that have no address from the heap ring, and ties buffer lifetimes to
@@ -203,7 +203,7 @@ static inline int32_t pto2_rt_read_tensor(PTO2Runtime* rt, const Tensor* t, void
 }
 static inline int32_t pto2_rt_error(PTO2Runtime* rt) { return rt->ops->error_code(rt); }
 static inline const char* pto2_rt_error_message(PTO2Runtime* rt) { return rt->ops->error_message(rt); }
-// Kept for source compatibility with the seed; the tensor pool needs no setup.
+// Kept for source compatibility with the reference design; the tensor pool needs no setup.
 static inline void pto2_rt_init_tensor_pool(PTO2Runtime* rt) { (void)rt; }
 
 #ifdef __cplusplus
@@ -221,7 +221,7 @@ struct PTO2ScopeGuard {
   for (PTO2ScopeGuard pto2_scope_guard_((rt)); pto2_scope_guard_.once; pto2_scope_guard_.once = false)
 #endif
 
-// What an orchestration library exports (seed §11.4).
+// What an orchestration library exports (docs/runtime.md §11).
 struct PTO2OrchestrationConfig {
   int32_t expected_arg_count;
 };

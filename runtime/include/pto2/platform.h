@@ -22,7 +22,7 @@ namespace pto2 {
 enum class WorkerType : int32_t { kCube = PTO2_WORKER_CUBE, kVector = PTO2_WORKER_VECTOR };
 inline constexpr int kNumWorkerTypes = 2;
 
-// What a scheduler hands a core (seed §9.3). args points at the task
+// What a scheduler hands a core (docs/sim.md, register protocol). args points at the task
 // descriptor's argument array: tensor parameters are pointers to Tensor,
 // scalars are the values. It stays valid until the core's completion is seen.
 // args[num_args] exists and is the platform's to use while the task runs.

@@ -87,7 +87,7 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   RunResult run(const OrchestrationFn& orchestration);
-  // The exported-symbol form (seed §11.4): checks arg_count against config.
+  // The exported-symbol form (docs/runtime.md §11): checks arg_count against config.
   RunResult run(PTO2OrchestrationConfigFn config_fn, PTO2OrchestrationEntryFn entry, uint64_t* args, int arg_count);
 
   // Installs (or with nullptr removes) an observer for the following runs.

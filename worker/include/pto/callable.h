@@ -1,4 +1,4 @@
-// Callable identity (seed 001 §2): what a task runs is named by a 32-byte
+// Callable identity (docs/worker.md, "Callables"): what a task runs is named by a 32-byte
 // SHA-256 digest of a canonical, versioned, little-endian descriptor, so the
 // same descriptor gives the same digest in every process and on every
 // machine; each receiving child resolves the digest to its own prepared

@@ -1,4 +1,4 @@
-// Remote next-level workers (ARCHITECTURE.md §5, docs/remote.md): a level-4
+// Remote next-level workers (docs/remote.md): a level-4
 // Worker's children may be L3 Workers in other daemons, reached through a
 // RemoteLink. The engine treats a link as one more next-level endpoint — the
 // same ready queues, dependencies, failure model and statistics as a forked

@@ -1,4 +1,4 @@
-// What a task carries besides its callable (seed 001 §3–§4): TaskArgs (tensors
+// What a task carries besides its callable (docs/worker.md, "TaskArgs, tags and dependencies"): TaskArgs (tensors
 // with per-tensor tags, and scalars) and CallConfig (a small POD of execution
 // knobs). Tags exist only here, on the user side: the Orchestrator consumes
 // them at submit to derive dependencies, and they never cross a process

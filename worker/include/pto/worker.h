@@ -1,4 +1,4 @@
-// pto::Worker — the hierarchical engine (seed 001, ARCHITECTURE.md §5).
+// pto::Worker — the hierarchical engine (docs/worker.md, docs/design.md).
 //
 // One class serves every level >= 3; the level is a label. A Worker forks its
 // children at init(): at level 3 simulated chips (each runs the L2 runtime)

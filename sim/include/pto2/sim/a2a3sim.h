@@ -1,6 +1,6 @@
 // a2a3sim: the simulated Ascend a2a3 chip, as a pto2::Platform.
 //
-// Chip model (seed 000 §2, §8.1, §9):
+// Chip model (docs/sim.md):
 //   * block_dim clusters (at most PLATFORM_MAX_BLOCKDIM = 24), each one AIC
 //     (cube) core and two AIV (vector) cores. Core ids: AICs 0..block_dim-1,
 //     then AIVs block_dim..3*block_dim-1 (cluster c owns AIC c and AIVs
@@ -71,7 +71,7 @@ class A2A3SimPlatform : public Platform {
   static std::unique_ptr<A2A3SimPlatform> create(const A2A3SimConfig& config, Status* error);
   ~A2A3SimPlatform() override;
 
-  // Registers the kernel for func_id on cores of one type (the seed's
+  // Registers the kernel for func_id on cores of one type (the reference design's
   // upload_kernel_binary + func_id_to_addr). Before runs start.
   void register_kernel(int32_t func_id, WorkerType type, KernelEntry entry);
 
@@ -97,7 +97,7 @@ class A2A3SimPlatform : public Platform {
  private:
   struct alignas(64) Core {
     WorkerType type = WorkerType::kCube;
-    // Handshake (seed §9.1): the payload the AICPU prepared for this core.
+    // Handshake (docs/sim.md): the payload the AICPU prepared for this core.
     DispatchPayload task;
     PTO2KernelContext context{};  // handed to the kernel in args[num_args]
     std::atomic<uint64_t> data_main_base{0};

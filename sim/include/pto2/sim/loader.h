@@ -1,4 +1,4 @@
-// Loading user code from shared libraries with dlopen (seed 000 §10): kernels
+// Loading user code from shared libraries with dlopen (docs/sim.md): kernels
 // (`kernel_entry`) and orchestrations (`aicpu_orchestration_config`,
 // `aicpu_orchestration_entry`). Libraries are opened from the path given —
 // nothing is copied to a temporary file. Every error names the file and the
