@@ -18,7 +18,7 @@ PACKAGES=(
   libsystemd-dev
   iproute2
   libstarpu-dev
-  clang libfuzzer-14-dev libclang-rt-14-dev
+  clang clang-tidy libfuzzer-14-dev libclang-rt-14-dev
 )
 
 missing=()

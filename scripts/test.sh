@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The project's test command (README.md; .ci/run calls exactly this).
-# Installs dependencies, builds into build/ (Release, what users build),
-# build-tsan/ and build-asan/, runs the concurrency tests (runtime, simulator,
-# the engine's forked-process tests) under ThreadSanitizer, the whole suite
-# under AddressSanitizer + UBSan, each libFuzzer target for 20 s
-# (scripts/fuzz.sh, clang, build-fuzz/), and last the whole suite on the
+# Installs dependencies; builds into build/ (Release, what users build) and
+# runs clang-tidy over the product's sources there (scripts/tidy.sh); builds
+# build-tsan/ and build-asan/ and runs the concurrency tests (runtime,
+# simulator, the engine's forked-process tests) under ThreadSanitizer and the
+# whole suite under AddressSanitizer + UBSan; runs each libFuzzer target for
+# 20 s (scripts/fuzz.sh, clang, build-fuzz/); and last the whole suite on the
 # normal build (so the closing CTest summary is the normal build's). Every
 # build treats warnings as errors (PTO_WERROR). Exits non-zero on any failure.
 set -euo pipefail
@@ -17,6 +18,9 @@ JOBS=${JOBS:-$(nproc)}
 echo "== normal build (Release)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTO_WERROR=ON
 cmake --build build -j "$JOBS"
+
+echo "== clang-tidy (product sources, checks in .clang-tidy)"
+./scripts/tidy.sh build
 
 echo "== ThreadSanitizer build (concurrency tests)"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_TSAN=ON -DPTO_BUILD_BENCH=OFF -DPTO_WERROR=ON

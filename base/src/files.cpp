@@ -17,21 +17,21 @@ Status write_file_once(const std::string& path, const std::string& bytes) {
   if (std::filesystem::exists(path, ec)) return Status::Ok();
   const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(serial++);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error(kStorageError, fmt::format("cannot write {}: {}", tmp, strerror(errno)));
+  if (fd < 0) return Status::Error(kStorageError, fmt::format("cannot write {}: {}", tmp, errno_text(errno)));
   size_t off = 0;
   while (off < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
     if (n <= 0) {
       ::close(fd);
       ::unlink(tmp.c_str());
-      return Status::Error(kStorageError, fmt::format("cannot write {}: {}", path, strerror(errno)));
+      return Status::Error(kStorageError, fmt::format("cannot write {}: {}", path, errno_text(errno)));
     }
     off += static_cast<size_t>(n);
   }
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
-    return Status::Error(kStorageError, fmt::format("cannot write {}: {}", path, strerror(errno)));
+    return Status::Error(kStorageError, fmt::format("cannot write {}: {}", path, errno_text(errno)));
   }
   return Status::Ok();
 }

@@ -28,7 +28,7 @@ Digest sha256(const void* data, size_t bytes) {
 
 Status file_sha256(const std::string& path, Digest* out) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) return Status::Error(kInvalidArgument, "cannot read '" + path + "': " + std::strerror(errno));
+  if (!f) return Status::Error(kInvalidArgument, "cannot read '" + path + "': " + errno_text(errno));
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
   std::vector<char> buf(1 << 16);

@@ -1,5 +1,7 @@
 #include "pto/base/status.h"
 
+#include <cstring>
+
 namespace pto {
 
 const char* error_name(int32_t code) {
@@ -53,6 +55,12 @@ std::string clip_message(std::string text, size_t max_bytes) {
   out += " [... " + std::to_string(tail_from - head) + " bytes cut ...] ";
   out.append(text, tail_from, std::string::npos);
   return out;
+}
+
+std::string errno_text(int err) {
+  char buf[256];
+  // GNU strerror_r: returns either buf or a static string, never fails.
+  return strerror_r(err, buf, sizeof(buf));
 }
 
 }  // namespace pto

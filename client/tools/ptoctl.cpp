@@ -9,6 +9,7 @@
 // This file is the command line and the dispatch; the subcommands are in
 // ptoctl_commands.cpp.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -53,6 +54,7 @@ struct Command {
 using Commands = std::vector<Command>;
 
 void add_global_options(CLI::App& app, GlobalOptions& g) {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): read once, before any thread
   if (const char* a = std::getenv("PTOD_ADDRESS"); a && *a) g.client.address = a;
   app.add_option("-a,--address", g.client.address, "daemon address: unix:/path or host:port (env PTOD_ADDRESS)")
       ->capture_default_str();
@@ -186,31 +188,44 @@ bool finish_client_options(GlobalOptions& g) {
   return true;
 }
 
-}  // namespace
-}  // namespace ptoctl
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"ptoctl: register callables, move tensors, run and watch jobs on a ptod daemon"};
   app.require_subcommand(1);
-  ptoctl::GlobalOptions global;
-  ptoctl::add_global_options(app, global);
-  ptoctl::Options o;
-  ptoctl::Commands commands;
-  ptoctl::add_callable_commands(app, o, commands);
-  ptoctl::add_tensor_commands(app, o, commands);
-  ptoctl::add_job_commands(app, o, commands);
-  ptoctl::add_daemon_commands(app, commands);
-  ptoctl::add_example_command(app, o, commands);
+  GlobalOptions global;
+  add_global_options(app, global);
+  Options o;
+  Commands commands;
+  add_callable_commands(app, o, commands);
+  add_tensor_commands(app, o, commands);
+  add_job_commands(app, o, commands);
+  add_daemon_commands(app, commands);
+  add_example_command(app, o, commands);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
-    return rc == 0 ? 0 : ptoctl::kExitUsage;
+    return rc == 0 ? 0 : kExitUsage;
   }
-  if (!ptoctl::finish_client_options(global)) return ptoctl::kExitUsage;
+  if (!finish_client_options(global)) return kExitUsage;
   Client c(global.client);
   for (const auto& cmd : commands)
     if (*cmd.sub) return cmd.run(c, global.json);
-  return ptoctl::kExitUsage;
+  return kExitUsage;
+}
+
+}  // namespace
+}  // namespace ptoctl
+
+int main(int argc, char** argv) {
+  // Commands report failures as exit codes; an exception that still gets here
+  // (out of memory, a library's bug) is reported, never an abort's core dump.
+  try {
+    return ptoctl::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ptoctl: internal error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "ptoctl: internal error\n");
+  }
+  return ptoctl::kExitFailed;
 }

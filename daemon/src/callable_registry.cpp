@@ -26,7 +26,6 @@ pto::v1::CallableIdentity to_proto(const pto::CallableIdentity& id) {
   return p;
 }
 
-
 }  // namespace
 
 // Holds a registration's claim on the files it stored; on destruction the
@@ -96,17 +95,11 @@ Status CallableRegistry::prepare(const pto::v1::RegisterRequest& req, pto::v1::R
   return add_impl(req, reply, true);
 }
 
-Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply, bool pending) {
-  // At level 4, orchestrations marked next_level and every chip bundle go to
-  // the L3 workers; other orchestrations run in this daemon.
-  const bool level4 = w_.config().level >= 4;
+// The callable a request describes, its files stored under `claim`.
+Status CallableRegistry::from_request(const pto::v1::RegisterRequest& req, StoredClaim* claim, pto::Callable* out,
+                                      std::string* source, std::string* stored) {
   const bool orch_abi = req.abi() == pto::v1::ABI_ORCHESTRATION;
-  const bool orchestration = orch_abi && !(level4 && req.next_level());  // loaded and run in this daemon
-  if (req.abi() == pto::v1::ABI_CHIP && !req.has_chip()) return bad("abi ABI_CHIP needs a chip bundle");
-  if (Status s = check_name("callable name", req.name()); !s.ok()) return s;
-  pto::Callable c;
-  std::string source, stored;
-  StoredClaim claim(*this);  // what this request stores goes again unless it is published
+  pto::Callable& c = *out;
   switch (req.callable_case()) {
     case pto::v1::RegisterRequest::kChip: {
       if (!cfg_.allow_chip_bundles)
@@ -114,10 +107,10 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
                              "chip bundles are refused by this daemon ([security] allow_chip_bundles = false)");
       if (orch_abi) return bad("a chip bundle cannot have abi ABI_ORCHESTRATION");
       std::string path;
-      if (Status s = store_bundle(req.chip(), &claim, &path); !s.ok()) return s;
+      if (Status s = store_bundle(req.chip(), claim, &path); !s.ok()) return s;
       c = pto::ChipCallable::from_config(path);
-      source = "bundle";
-      stored = std::filesystem::path(path).parent_path().string();
+      *source = "bundle";
+      *stored = std::filesystem::path(path).parent_path().string();
       break;
     }
     case pto::v1::RegisterRequest::kNativeImport: {
@@ -129,7 +122,7 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
         return bad(fmt::format("native import: library_path '{}' must be absolute", n.library_path()));
       c = orch_abi ? pto::OrchestrationCallable::import(n.library_path(), n.symbol())
                    : pto::NativeCallable::import(n.library_path(), n.symbol());
-      source = n.library_path() + ":" + n.symbol();
+      *source = n.library_path() + ":" + n.symbol();
       break;
     }
     case pto::v1::RegisterRequest::kNativeBlob: {
@@ -140,47 +133,29 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
       if (n.library().empty()) return bad("native blob: no library bytes");
       const std::string dir = cfg_.state_dir + "/callables";
       const std::string file = "blob-" + pto::to_hex(pto::sha256(n.library().data(), n.library().size())) + ".so";
-      claim.claim(dir + "/" + file);
+      claim->claim(dir + "/" + file);
       if (Status s = pto::write_file_once(dir + "/" + file, n.library()); !s.ok()) return s;
-      stored = dir + "/" + file;
+      *stored = dir + "/" + file;
       if (orch_abi) {
         c = pto::OrchestrationCallable::import(dir + "/" + file, n.symbol());
       } else {
         c = pto::NativeCallable::blob(std::vector<uint8_t>(n.library().begin(), n.library().end()), n.symbol());
       }
-      source = "blob:" + n.symbol();
+      *source = "blob:" + n.symbol();
       break;
     }
     default: return bad("register: no callable given (chip, native_import or native_blob)");
   }
-  if (!c.status.ok()) return c.status;
+  return c.status;
+}
+
+// Makes the callable runnable: an orchestration is loaded here, anything
+// else is registered with the Worker (at level 4, on the chosen L3 workers).
+Status CallableRegistry::install(const pto::v1::RegisterRequest& req, const pto::Callable& c, bool orchestration,
+                                 bool pending, RegisteredCallable* out) {
+  const bool level4 = w_.config().level >= 4;
   const pto::CallableIdentity id = c.identity();
-  if (level4 && !orchestration && c.abi == pto::EntryAbi::SUB)
-    return bad("a level-4 daemon runs sub callables on its own sub workers only; register them on the L3 daemons");
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (pending_.count(id.digest))  // a coordinator's two-phase registration of it is in progress
-      return Status::Error(pto::kWorkerChildFailed,
-                           fmt::format("callable {} is being registered by a coordinator session; retry when it "
-                                       "has been committed or aborted",
-                                       id.short_hex()));
-    auto it = by_digest_.find(id.digest);
-    if (it != by_digest_.end()) {
-      if (!req.name().empty() && req.name() != it->second.name)
-        return bad(fmt::format("callable {} is already registered as '{}'", id.short_hex(), it->second.name));
-      *reply->mutable_identity() = to_proto(id);
-      reply->set_name(it->second.name);
-      reply->set_existed(true);
-      return Status::Ok();
-    }
-    if (!req.name().empty() && by_name_.count(req.name()))
-      return bad(fmt::format("the name '{}' is taken by another callable", req.name()));
-  }
-  RegisteredCallable rc;
-  rc.abi = c.abi;
-  rc.name = req.name();
-  rc.source = source;
-  rc.stored = stored;
+  RegisteredCallable& rc = *out;
   if (orchestration) {
     Status st;
     std::unique_ptr<pto::SharedLibrary> lib = pto::SharedLibrary::open(c.path, &st);
@@ -219,6 +194,49 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
     if (!rc.handle.ok()) return rc.handle.status;
     if (!rc.name.empty() && !pending) (void)w_.name_callable(rc.name, rc.handle);
   }
+  return Status::Ok();
+}
+
+Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply, bool pending) {
+  // At level 4, orchestrations marked next_level and every chip bundle go to
+  // the L3 workers; other orchestrations run in this daemon.
+  const bool level4 = w_.config().level >= 4;
+  const bool orch_abi = req.abi() == pto::v1::ABI_ORCHESTRATION;
+  const bool orchestration = orch_abi && !(level4 && req.next_level());  // loaded and run in this daemon
+  if (req.abi() == pto::v1::ABI_CHIP && !req.has_chip()) return bad("abi ABI_CHIP needs a chip bundle");
+  if (Status s = check_name("callable name", req.name()); !s.ok()) return s;
+  pto::Callable c;
+  std::string source, stored;
+  StoredClaim claim(*this);  // what this request stores goes again unless it is published
+  if (Status s = from_request(req, &claim, &c, &source, &stored); !s.ok()) return s;
+  const pto::CallableIdentity id = c.identity();
+  if (level4 && !orchestration && c.abi == pto::EntryAbi::SUB)
+    return bad("a level-4 daemon runs sub callables on its own sub workers only; register them on the L3 daemons");
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (pending_.count(id.digest))  // a coordinator's two-phase registration of it is in progress
+      return Status::Error(pto::kWorkerChildFailed,
+                           fmt::format("callable {} is being registered by a coordinator session; retry when it "
+                                       "has been committed or aborted",
+                                       id.short_hex()));
+    auto it = by_digest_.find(id.digest);
+    if (it != by_digest_.end()) {
+      if (!req.name().empty() && req.name() != it->second.name)
+        return bad(fmt::format("callable {} is already registered as '{}'", id.short_hex(), it->second.name));
+      *reply->mutable_identity() = to_proto(id);
+      reply->set_name(it->second.name);
+      reply->set_existed(true);
+      return Status::Ok();
+    }
+    if (!req.name().empty() && by_name_.count(req.name()))
+      return bad(fmt::format("the name '{}' is taken by another callable", req.name()));
+  }
+  RegisteredCallable rc;
+  rc.abi = c.abi;
+  rc.name = req.name();
+  rc.source = source;
+  rc.stored = stored;
+  if (Status s = install(req, c, orchestration, pending, &rc); !s.ok()) return s;
   std::lock_guard<std::mutex> g(mu_);
   if (pending) {
     if (by_digest_.count(id.digest) || pending_.count(id.digest)) {  // raced with another registration

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "config.h"
+#include "pto/base/shared_library.h"
 #include "pto/v1/ptod.pb.h"
 #include "pto/worker.h"
-#include "pto/base/shared_library.h"
 
 namespace ptod {
 
@@ -24,7 +24,7 @@ struct RegisteredCallable {
   pto::EntryAbi abi = pto::EntryAbi::SUB;
   std::string name;
   std::string source;
-  std::string stored;  // uploaded files (bundle directory or blob), removed on unregister
+  std::string stored;                           // uploaded files (bundle directory or blob), removed on unregister
   std::shared_ptr<pto::SharedLibrary> library;  // ORCHESTRATION
   pto::OrchestrationEntryFn orchestration = nullptr;
   bool remote = false;  // level 4: registered on the L3 workers (peers), not run here
@@ -53,7 +53,6 @@ class CallableRegistry {
   Status find(const pto::v1::CallableRef& ref, RegisteredCallable* out) const;
   std::vector<RegisteredCallable> list() const;
 
-
  private:
   // Files a registration stores are claimed while it is in flight; a
   // registration that ends without publishing its callable removes them
@@ -65,6 +64,10 @@ class CallableRegistry {
   Status store_bundle(const pto::v1::ChipBundle& b, StoredClaim* claim, std::string* config_path);
   Status find_locked(const pto::v1::CallableRef& ref, const RegisteredCallable** out) const;
   Status add_impl(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply, bool pending);
+  Status from_request(const pto::v1::RegisterRequest& req, StoredClaim* claim, pto::Callable* out, std::string* source,
+                      std::string* stored);
+  Status install(const pto::v1::RegisterRequest& req, const pto::Callable& c, bool orchestration, bool pending,
+                 RegisteredCallable* out);
   void discard(const RegisteredCallable& rc);  // unregister from the Worker, delete uploaded files
 
   pto::Worker& w_;

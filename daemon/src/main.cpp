@@ -2,11 +2,15 @@
 // config key is in docs/daemon.md. Exit status: 0 after a clean stop, 1 on a
 // startup error (the message names the value), 2 on bad usage.
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
 
 #include "daemon.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"ptod: the PTO runtime daemon (one Worker per host, level 3 or level 4 over peers, served over gRPC)"};
   std::string config_path = "/etc/ptod/ptod.toml";
   bool config_given = false;
@@ -54,4 +58,20 @@ int main(int argc, char** argv) {
   if (!tls_key.empty()) cfg.tls_key = tls_key;
   if (allow_blob) cfg.allow_native_blob = true;
   return ptod::run_daemon(cfg, opts);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Startup errors are exit status 1 with a message; an exception that still
+  // gets here (out of memory, a library's bug) is reported the same way
+  // rather than as an abort.
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ptod: internal error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "ptod: internal error\n");
+  }
+  return 1;
 }

@@ -99,7 +99,7 @@ grpc::Status TensorsService::Upload(grpc::ServerContext*, grpc::ServerReader<pto
     if (d.size() > e.bytes - got)
       return fail(grpc::StatusCode::INVALID_ARGUMENT,
                   fmt::format("upload: more than the {} bytes of shape x dtype", e.bytes));
-    std::memcpy(dst + got, d.data(), d.size());
+    std::memcpy(dst + got, d.data(), d.size());  // NOLINT(bugprone-not-null-terminated-result): bytes
     got += d.size();
   }
   if (got != e.bytes)

@@ -676,7 +676,7 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
         return no(fmt::format("{} bytes at offset {} do not fit remote buffer {} ({} bytes)", n, req.offset(),
                               req.buffer_id(), size));
       if (req.op() == pto::v1::Control::BUFFER_WRITE)
-        std::memcpy(base + req.offset(), req.data().data(), n);
+        std::memcpy(base + req.offset(), req.data().data(), n);  // NOLINT(bugprone-not-null-terminated-result)
       else
         reply->set_data(reinterpret_cast<const char*>(base + req.offset()), n);
       return;

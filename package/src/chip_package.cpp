@@ -11,9 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <sstream>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -108,21 +108,11 @@ Status ChipConfig::parse(const std::string& text, const std::string& path, ChipC
   return from_table(doc, path, out);
 }
 
-Status ChipConfig::from_table(const toml::table& doc, const std::string& path, ChipConfig* out) {
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  if (Status s = only_keys(path, doc, "the file", {"orchestration", "kernels", "runtime", "args", "golden"}); !s.ok())
-    return s;
+namespace {
 
-  const toml::table* orch = doc["orchestration"].as_table();
-  if (!orch || !(*orch)["library"].is_string()) return bad(path, "[orchestration] needs library = \"...so\"");
-  if (Status s = only_keys(path, *orch, "[orchestration]", {"library"}); !s.ok()) return s;
-  out->orchestration = resolve(dir, *(*orch)["library"].value<std::string>());
+// from_table's parts, one per section of the file.
 
-  if (const toml::table* g = doc["golden"].as_table()) {
-    if (Status s = only_keys(path, *g, "[golden]", {"library"}); !s.ok()) return s;
-    out->reference = resolve(dir, (*g)["library"].value_or(std::string()));
-  }
-
+Status read_kernels(const toml::table& doc, const std::string& path, const std::string& dir, ChipConfig* out) {
   const toml::array* kernels = doc["kernels"].as_array();
   if (!kernels || kernels->empty()) return bad(path, "needs at least one [[kernels]] entry");
   std::set<std::pair<int32_t, int>> seen;
@@ -150,29 +140,132 @@ Status ChipConfig::from_table(const toml::table& doc, const std::string& path, C
     out->kernels.push_back(spec);
   }
 
-  if (const toml::table* r = doc["runtime"].as_table()) {
-    if (Status s = only_keys(path, *r, "[runtime]",
-                             {"variant", "aicpu_thread_num", "block_dim", "task_window", "heap_size", "dep_pool_size",
-                              "tensormap_pool_size", "ready_queue_shards", "seed"});
-        !s.ok())
-      return s;
-    out->variant = (*r)["variant"].value_or(out->variant);
-    if (out->variant != "tensormap_and_ringbuffer")
-      return bad(path,
-                 fmt::format("[runtime] variant = '{}': pto2-run runs \"tensormap_and_ringbuffer\"", out->variant));
-    pto2::RuntimeConfig& rc = out->runtime;
-    constexpr int64_t kBig = int64_t(1) << 62;  // RuntimeConfig::validate() has the exact rules
-    for (Status s : {read_int(path, *r, "[runtime]", "aicpu_thread_num", 1, 64, &out->aicpu_threads),
-                     read_int(path, *r, "[runtime]", "block_dim", 1, 1024, &out->block_dim),
-                     read_int(path, *r, "[runtime]", "seed", 0, kBig, &out->seed),
-                     read_int(path, *r, "[runtime]", "task_window", 1, kBig, &rc.task_window),
-                     read_int(path, *r, "[runtime]", "heap_size", 1, kBig, &rc.heap_size),
-                     read_int(path, *r, "[runtime]", "dep_pool_size", 1, kBig, &rc.dep_pool_size),
-                     read_int(path, *r, "[runtime]", "tensormap_pool_size", 1, kBig, &rc.tensormap_pool_size),
-                     read_int(path, *r, "[runtime]", "ready_queue_shards", 1, 1024, &rc.ready_queue_shards)})
-      if (!s.ok()) return s;
-    if (Status s = rc.validate(); !s.ok()) return bad(path, "[runtime] " + s.message);
+  return Status::Ok();
+}
+
+Status read_runtime(const toml::table& runtime, const std::string& path, ChipConfig* out) {
+  const toml::table* r = &runtime;
+  if (Status s = only_keys(path, *r, "[runtime]",
+                           {"variant", "aicpu_thread_num", "block_dim", "task_window", "heap_size", "dep_pool_size",
+                            "tensormap_pool_size", "ready_queue_shards", "seed"});
+      !s.ok())
+    return s;
+  out->variant = (*r)["variant"].value_or(out->variant);
+  if (out->variant != "tensormap_and_ringbuffer")
+    return bad(path, fmt::format("[runtime] variant = '{}': pto2-run runs \"tensormap_and_ringbuffer\"", out->variant));
+  pto2::RuntimeConfig& rc = out->runtime;
+  constexpr int64_t kBig = int64_t(1) << 62;  // RuntimeConfig::validate() has the exact rules
+  for (Status s : {read_int(path, *r, "[runtime]", "aicpu_thread_num", 1, 64, &out->aicpu_threads),
+                   read_int(path, *r, "[runtime]", "block_dim", 1, 1024, &out->block_dim),
+                   read_int(path, *r, "[runtime]", "seed", 0, kBig, &out->seed),
+                   read_int(path, *r, "[runtime]", "task_window", 1, kBig, &rc.task_window),
+                   read_int(path, *r, "[runtime]", "heap_size", 1, kBig, &rc.heap_size),
+                   read_int(path, *r, "[runtime]", "dep_pool_size", 1, kBig, &rc.dep_pool_size),
+                   read_int(path, *r, "[runtime]", "tensormap_pool_size", 1, kBig, &rc.tensormap_pool_size),
+                   read_int(path, *r, "[runtime]", "ready_queue_shards", 1, 1024, &rc.ready_queue_shards)})
+    if (!s.ok()) return s;
+  if (Status s = rc.validate(); !s.ok()) return bad(path, "[runtime] " + s.message);
+  return Status::Ok();
+}
+
+Status read_arg(const std::string& path, const toml::table& a_table, size_t i, ArgSpec* out_spec) {
+  const toml::table* a = &a_table;
+  ArgSpec& spec = *out_spec;
+  spec.name = (*a)["name"].value_or(fmt::format("arg{}", i));
+  const std::string role = (*a)["role"].value_or(std::string());
+  if (role == "input")
+    spec.role = ArgSpec::Role::kInput;
+  else if (role == "output")
+    spec.role = ArgSpec::Role::kOutput;
+  else if (role == "inout")
+    spec.role = ArgSpec::Role::kInout;
+  else if (role == "scalar")
+    spec.role = ArgSpec::Role::kScalar;
+  else
+    return bad(path,
+               fmt::format("args[{}] ({}): role = '{}': must be input, output, inout or scalar", i, spec.name, role));
+  if (spec.role == ArgSpec::Role::kOutput) {
+    // An output starts undefined (pto2-run fills it with NaN or a marker
+    // so an element no task wrote cannot pass); data settings would be ignored.
+    for (const char* key : {"generate", "value", "low", "high"})
+      if ((*a).contains(key))
+        return bad(path, fmt::format("args[{}] ({}): '{}' does not apply to an output, which no one initialises; "
+                                     "use role = \"inout\" for a tensor that starts from data and is compared",
+                                     i, spec.name, key));
   }
+  const std::string dtype = (*a)["dtype"].value_or(std::string(spec.role == ArgSpec::Role::kScalar ? "int64" : ""));
+  spec.dtype = dtype_from_name(dtype);
+  if (spec.dtype < 0) return bad(path, fmt::format("args[{}] ({}): unknown dtype '{}'", i, spec.name, dtype));
+  if (spec.role != ArgSpec::Role::kScalar && (spec.dtype == PTO2_FLOAT16 || spec.dtype == PTO2_BFLOAT16))
+    return bad(path, fmt::format("args[{}] ({}): dtype '{}' is not supported by pto2-run (it generates and "
+                                 "compares float32, float64 and integer tensors)",
+                                 i, spec.name, dtype));
+  if (spec.role == ArgSpec::Role::kScalar) {
+    const toml::node* v = (*a)["value"].node();
+    if (!v) return bad(path, fmt::format("args[{}] ({}): a scalar needs value", i, spec.name));
+    if (spec.dtype == PTO2_FLOAT32) {
+      const float f = static_cast<float>(v->value<double>().value_or(0.0));
+      uint32_t u;
+      std::memcpy(&u, &f, sizeof(u));
+      spec.scalar = u;
+    } else if (spec.dtype == PTO2_FLOAT64) {
+      const double d = v->value<double>().value_or(0.0);
+      std::memcpy(&spec.scalar, &d, sizeof(d));
+    } else {
+      auto iv = integer(v);
+      if (!iv) return bad(path, fmt::format("args[{}] ({}): value must be an integer for {}", i, spec.name, dtype));
+      spec.scalar = static_cast<uint64_t>(*iv);
+    }
+  } else {
+    const toml::array* shape = (*a)["shape"].as_array();
+    if (!shape || shape->empty() || shape->size() > PTO2_MAX_DIMS)
+      return bad(path, fmt::format("args[{}] ({}): shape must list 1..{} dimensions", i, spec.name, PTO2_MAX_DIMS));
+    uint64_t bytes = pto2_dtype_size(spec.dtype);
+    for (auto&& d : *shape) {
+      auto v = integer(&d);
+      if (!v || *v <= 0) return bad(path, fmt::format("args[{}] ({}): shape entries must be positive", i, spec.name));
+      spec.shape.push_back(static_cast<uint64_t>(*v));
+      // Sizes are computed from the shape everywhere: no product may wrap.
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(*v), &bytes) || bytes > kMaxTensorBytes)
+        return bad(path, fmt::format("args[{}] ({}): its shape makes a tensor larger than {} bytes (at dimension {}, "
+                                     "{})",
+                                     i, spec.name, kMaxTensorBytes, spec.shape.size() - 1, *v));
+    }
+    spec.generate =
+        (*a)["generate"].value_or(spec.role == ArgSpec::Role::kOutput ? std::string("none") : spec.generate);
+    if (spec.role != ArgSpec::Role::kOutput && spec.generate != "random" && spec.generate != "constant" &&
+        spec.generate != "arange" && spec.generate != "zeros")
+      return bad(path, fmt::format("args[{}] ({}): generate = '{}': must be random, constant, arange or zeros", i,
+                                   spec.name, spec.generate));
+    spec.low = (*a)["low"].value_or(spec.low);
+    spec.high = (*a)["high"].value_or(spec.high);
+    spec.value = (*a)["value"].value_or(spec.value);
+    spec.rtol = (*a)["rtol"].value_or(spec.rtol);
+    spec.atol = (*a)["atol"].value_or(spec.atol);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ChipConfig::from_table(const toml::table& doc, const std::string& path, ChipConfig* out) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (Status s = only_keys(path, doc, "the file", {"orchestration", "kernels", "runtime", "args", "golden"}); !s.ok())
+    return s;
+
+  const toml::table* orch = doc["orchestration"].as_table();
+  if (!orch || !(*orch)["library"].is_string()) return bad(path, "[orchestration] needs library = \"...so\"");
+  if (Status s = only_keys(path, *orch, "[orchestration]", {"library"}); !s.ok()) return s;
+  out->orchestration = resolve(dir, *(*orch)["library"].value<std::string>());
+
+  if (const toml::table* g = doc["golden"].as_table()) {
+    if (Status s = only_keys(path, *g, "[golden]", {"library"}); !s.ok()) return s;
+    out->reference = resolve(dir, (*g)["library"].value_or(std::string()));
+  }
+
+  if (Status s = read_kernels(doc, path, dir, out); !s.ok()) return s;
+  if (const toml::table* r = doc["runtime"].as_table())
+    if (Status s = read_runtime(*r, path, out); !s.ok()) return s;
 
   const toml::array* args = doc["args"].as_array();
   if (!args) return bad(path, "needs [[args]] entries: the orchestration's arguments in order");
@@ -184,78 +277,7 @@ Status ChipConfig::from_table(const toml::table& doc, const std::string& path, C
         !s.ok())
       return s;
     ArgSpec spec;
-    spec.name = (*a)["name"].value_or(fmt::format("arg{}", i));
-    const std::string role = (*a)["role"].value_or(std::string());
-    if (role == "input")
-      spec.role = ArgSpec::Role::kInput;
-    else if (role == "output")
-      spec.role = ArgSpec::Role::kOutput;
-    else if (role == "inout")
-      spec.role = ArgSpec::Role::kInout;
-    else if (role == "scalar")
-      spec.role = ArgSpec::Role::kScalar;
-    else
-      return bad(path,
-                 fmt::format("args[{}] ({}): role = '{}': must be input, output, inout or scalar", i, spec.name, role));
-    if (spec.role == ArgSpec::Role::kOutput) {
-      // An output starts undefined (pto2-run fills it with NaN or a marker
-      // so an element no task wrote cannot pass); data settings would be ignored.
-      for (const char* key : {"generate", "value", "low", "high"})
-        if ((*a).contains(key))
-          return bad(path, fmt::format("args[{}] ({}): '{}' does not apply to an output, which no one initialises; "
-                                       "use role = \"inout\" for a tensor that starts from data and is compared",
-                                       i, spec.name, key));
-    }
-    const std::string dtype = (*a)["dtype"].value_or(std::string(spec.role == ArgSpec::Role::kScalar ? "int64" : ""));
-    spec.dtype = dtype_from_name(dtype);
-    if (spec.dtype < 0) return bad(path, fmt::format("args[{}] ({}): unknown dtype '{}'", i, spec.name, dtype));
-    if (spec.role != ArgSpec::Role::kScalar && (spec.dtype == PTO2_FLOAT16 || spec.dtype == PTO2_BFLOAT16))
-      return bad(path, fmt::format("args[{}] ({}): dtype '{}' is not supported by pto2-run (it generates and "
-                                   "compares float32, float64 and integer tensors)",
-                                   i, spec.name, dtype));
-    if (spec.role == ArgSpec::Role::kScalar) {
-      const toml::node* v = (*a)["value"].node();
-      if (!v) return bad(path, fmt::format("args[{}] ({}): a scalar needs value", i, spec.name));
-      if (spec.dtype == PTO2_FLOAT32) {
-        const float f = static_cast<float>(v->value<double>().value_or(0.0));
-        uint32_t u;
-        std::memcpy(&u, &f, sizeof(u));
-        spec.scalar = u;
-      } else if (spec.dtype == PTO2_FLOAT64) {
-        const double d = v->value<double>().value_or(0.0);
-        std::memcpy(&spec.scalar, &d, sizeof(d));
-      } else {
-        auto iv = integer(v);
-        if (!iv) return bad(path, fmt::format("args[{}] ({}): value must be an integer for {}", i, spec.name, dtype));
-        spec.scalar = static_cast<uint64_t>(*iv);
-      }
-    } else {
-      const toml::array* shape = (*a)["shape"].as_array();
-      if (!shape || shape->empty() || shape->size() > PTO2_MAX_DIMS)
-        return bad(path, fmt::format("args[{}] ({}): shape must list 1..{} dimensions", i, spec.name, PTO2_MAX_DIMS));
-      uint64_t bytes = pto2_dtype_size(spec.dtype);
-      for (auto&& d : *shape) {
-        auto v = integer(&d);
-        if (!v || *v <= 0) return bad(path, fmt::format("args[{}] ({}): shape entries must be positive", i, spec.name));
-        spec.shape.push_back(static_cast<uint64_t>(*v));
-        // Sizes are computed from the shape everywhere: no product may wrap.
-        if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(*v), &bytes) || bytes > kMaxTensorBytes)
-          return bad(path, fmt::format("args[{}] ({}): its shape makes a tensor larger than {} bytes (at dimension {}, "
-                                       "{})",
-                                       i, spec.name, kMaxTensorBytes, spec.shape.size() - 1, *v));
-      }
-      spec.generate =
-          (*a)["generate"].value_or(spec.role == ArgSpec::Role::kOutput ? std::string("none") : spec.generate);
-      if (spec.role != ArgSpec::Role::kOutput && spec.generate != "random" && spec.generate != "constant" &&
-          spec.generate != "arange" && spec.generate != "zeros")
-        return bad(path, fmt::format("args[{}] ({}): generate = '{}': must be random, constant, arange or zeros", i,
-                                     spec.name, spec.generate));
-      spec.low = (*a)["low"].value_or(spec.low);
-      spec.high = (*a)["high"].value_or(spec.high);
-      spec.value = (*a)["value"].value_or(spec.value);
-      spec.rtol = (*a)["rtol"].value_or(spec.rtol);
-      spec.atol = (*a)["atol"].value_or(spec.atol);
-    }
+    if (Status s = read_arg(path, *a, i, &spec); !s.ok()) return s;
     out->args.push_back(spec);
   }
   return Status::Ok();

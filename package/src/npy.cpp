@@ -136,7 +136,7 @@ std::string npy_descr(int32_t dtype) {
 
 Status read_npy(const std::string& path, NpyArray* out) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return Status::Error(kInvalidArgument, fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  if (!in) return Status::Error(kInvalidArgument, fmt::format("cannot open '{}': {}", path, errno_text(errno)));
   const std::streamoff file_size = in.tellg();
   in.seekg(0);
   // The header first (bounded), then exactly the data it announces: nothing

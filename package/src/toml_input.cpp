@@ -121,7 +121,7 @@ Status parse_toml_text(const std::string& text, const std::string& name, toml::t
 
 Status parse_toml_file(const std::string& path, toml::table* out) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Error(kInvalidConfig, fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  if (!in) return Status::Error(kInvalidConfig, fmt::format("cannot open {}: {}", path, errno_text(errno)));
   std::string text;
   char buf[65536];
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
@@ -129,7 +129,7 @@ Status parse_toml_file(const std::string& path, toml::table* out) {
     if (text.size() > kMaxTomlBytes)
       return Status::Error(kInvalidConfig, fmt::format("{}: larger than {} bytes", path, kMaxTomlBytes));
   }
-  if (in.bad()) return Status::Error(kInvalidConfig, fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+  if (in.bad()) return Status::Error(kInvalidConfig, fmt::format("cannot read {}: {}", path, errno_text(errno)));
   return parse_toml_text(text, path, out);
 }
 

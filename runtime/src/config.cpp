@@ -80,7 +80,8 @@ Status RuntimeConfig::apply_env() {
       {"PTO2_SCHEDULER_THREADS", &threads, nullptr},
   };
   for (const Var& v : vars) {
-    const char* text = std::getenv(v.name);
+    // Nothing in the runtime sets the environment, so reading it is safe.
+    const char* text = std::getenv(v.name);  // NOLINT(concurrency-mt-unsafe)
     if (text == nullptr) continue;
     uint64_t value = 0;
     if (!parse_u64(text, &value))
@@ -92,7 +93,7 @@ Status RuntimeConfig::apply_env() {
     return Status::Error(kInvalidConfig, fmt::format("PTO2_READY_QUEUE_SHARDS={} / PTO2_SCHEDULER_THREADS={}: too "
                                                      "large",
                                                      shards, threads));
-  if (const char* p = std::getenv("PTO2_PROFILING")) {
+  if (const char* p = std::getenv("PTO2_PROFILING")) {  // NOLINT(concurrency-mt-unsafe): as above
     if (std::string(p) != "0" && std::string(p) != "1")
       return Status::Error(kInvalidConfig, fmt::format("PTO2_PROFILING='{}': must be 0 or 1", p));
     profiling = std::string(p) == "1";

@@ -42,11 +42,11 @@ Status CallableTable::store_blob(Callable* c) {
     if (!cfg_.state_dir.empty()) {
       state_dir_ = cfg_.state_dir;
     } else {
-      const char* tmp = std::getenv("TMPDIR");
+      const char* tmp = std::getenv("TMPDIR");  // NOLINT(concurrency-mt-unsafe): nothing here sets it
       std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/pto-worker-XXXXXX";
       if (!mkdtemp(tmpl.data()))
         return Status::Error(kWorkerInvalidConfig,
-                             fmt::format("cannot create a state dir from {}: {}", tmpl, strerror(errno)));
+                             fmt::format("cannot create a state dir from {}: {}", tmpl, errno_text(errno)));
       state_dir_ = tmpl;
       own_state_dir_ = true;
     }
@@ -58,13 +58,13 @@ Status CallableTable::store_blob(Callable* c) {
   chmod(dir.c_str(), 0700);
   const std::string path = dir + "/" + c->identity().hex() + ".so";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error(kWorkerInvalidConfig, fmt::format("cannot write {}: {}", path, strerror(errno)));
+  if (fd < 0) return Status::Error(kWorkerInvalidConfig, fmt::format("cannot write {}: {}", path, errno_text(errno)));
   size_t off = 0;
   while (off < c->blob.size()) {
     const ssize_t w = ::write(fd, c->blob.data() + off, c->blob.size() - off);
     if (w <= 0) {
       ::close(fd);
-      return Status::Error(kWorkerInvalidConfig, fmt::format("cannot write {}: {}", path, strerror(errno)));
+      return Status::Error(kWorkerInvalidConfig, fmt::format("cannot write {}: {}", path, errno_text(errno)));
     }
     off += static_cast<size_t>(w);
   }
@@ -105,9 +105,10 @@ CallableHandle CallableTable::add(const Callable& c, const CallableOptions& o) {
   }
   const bool remote = !o.remote_payload.empty();
   if (remote && (!life_.initialized || pool_.links().empty() || c.abi == EntryAbi::SUB)) {
-    h.status = Status::Error(kWorkerInvalidArgument,
-                             !life_.initialized    ? "remote registration needs an initialised Worker (after init())"
-                             : pool_.links().empty() ? "remote registration on a Worker without remote workers"
+    h.status =
+        Status::Error(kWorkerInvalidArgument,
+                      !life_.initialized      ? "remote registration needs an initialised Worker (after init())"
+                      : pool_.links().empty() ? "remote registration on a Worker without remote workers"
                                               : "sub callables run on local sub workers only; register them without "
                                                 "remote_payload");
     return h;
@@ -179,8 +180,7 @@ CallableHandle CallableTable::add(const Callable& c, const CallableOptions& o) {
   return h;
 }
 
-CallableHandle CallableTable::add_remote(const CallableIdentity& id, EntryAbi abi,
-                                                    const CallableOptions& o) {
+CallableHandle CallableTable::add_remote(const CallableIdentity& id, EntryAbi abi, const CallableOptions& o) {
   CallableHandle h;
   h.id = id;
   h.id.target_namespace = TargetNamespace::REMOTE;
@@ -218,7 +218,7 @@ CallableHandle CallableTable::add_remote(const CallableIdentity& id, EntryAbi ab
 // was broadcast to them) and the remote workers it was committed on. Null
 // means every endpoint of its kind (no remote workers involved).
 std::shared_ptr<const std::vector<uint8_t>> CallableTable::mask_of(bool local, EntryAbi abi,
-                                                                const std::vector<int>& remote) const {
+                                                                   const std::vector<int>& remote) const {
   if (pool_.links().empty() || abi == EntryAbi::SUB) return nullptr;
   auto m = std::make_shared<std::vector<uint8_t>>(pool_.l3s().size(), 0);
   for (size_t i = 0; i < pool_.l3s().size(); ++i)
@@ -228,7 +228,8 @@ std::shared_ptr<const std::vector<uint8_t>> CallableTable::mask_of(bool local, E
 }
 
 // Two-phase registration across the selected remote workers.
-Status CallableTable::install_remote(const CallableIdentity& id, const CallableOptions& o, std::vector<int>* installed) {
+Status CallableTable::install_remote(const CallableIdentity& id, const CallableOptions& o,
+                                     std::vector<int>* installed) {
   const int first = static_cast<int>(pool_.inner().size());
   const int n = static_cast<int>(pool_.links().size());
   std::vector<int> sel;
@@ -324,7 +325,8 @@ Result<bool> CallableTable::child_has(const CallableHandle& h, ChildKind kind, i
 }
 
 Status CallableTable::control(ControlOp op, const Digest& digest, std::vector<uint8_t> payload,
-                           std::vector<Endpoint*> targets, uint32_t* query_result, std::function<void()> on_success) {
+                              std::vector<Endpoint*> targets, uint32_t* query_result,
+                              std::function<void()> on_success) {
   if (targets.empty()) {
     if (on_success) {
       std::lock_guard<std::mutex> g(lock_.mu);

@@ -117,7 +117,7 @@ Status ChildPool::fork_child(Endpoint& ep, bool replacement, const ChildMain& ma
     auto regions = lock_shared_regions();  // the child must not inherit it locked
     pid = fork();
   }
-  if (pid < 0) return Status::Error(kWorkerChildFailed, fmt::format("fork for {}: {}", ep.label(), strerror(errno)));
+  if (pid < 0) return Status::Error(kWorkerChildFailed, fmt::format("fork for {}: {}", ep.label(), errno_text(errno)));
   if (pid == 0) main(ep, from_main_thread);
   ep.pid = pid;
   ep.reaped = false;

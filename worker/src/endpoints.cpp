@@ -17,7 +17,9 @@ namespace {
 
 std::string describe_exit(int status) {
   if (WIFSIGNALED(status))
-    return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    return fmt::format("killed by signal {} ({})", WTERMSIG(status),
+                       // sigdescr_np: strsignal's text without its shared buffer
+                       sigdescr_np(WTERMSIG(status)) ? sigdescr_np(WTERMSIG(status)) : "unknown");
   if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
   return "ended";
 }
@@ -134,7 +136,7 @@ class RemoteTransport final : public EndpointTransport {
       int owner = -1;
       Status err;
       if (buffers_.find(t.tensors[i].data, t.tensors[i].data + tensor_bytes(t.tensors[i]), &owner, &t.buffers[i],
-                              &err) &&
+                        &err) &&
           (!err.ok() || owner != ep.index))  // freed since submit: the link refuses the task with this
         t.refuse = fmt::format("tensor {}: {}", i, err.ok() ? "its remote buffer is on another worker" : err.message);
     }
@@ -187,7 +189,9 @@ class RemoteTransport final : public EndpointTransport {
   std::vector<RemoteCompletion> done_;  // collect's scratch (drive-token holder only)
 };
 
-std::unique_ptr<EndpointTransport> make_mailbox_transport(Scheduler& s) { return std::make_unique<MailboxTransport>(s); }
+std::unique_ptr<EndpointTransport> make_mailbox_transport(Scheduler& s) {
+  return std::make_unique<MailboxTransport>(s);
+}
 std::unique_ptr<EndpointTransport> make_remote_transport(Scheduler& s, const RemoteBuffers& buffers) {
   return std::make_unique<RemoteTransport>(s, buffers);
 }

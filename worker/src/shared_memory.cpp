@@ -15,7 +15,7 @@ Status SharedMapping::map(uint64_t bytes, const char* what) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
     return Status::Error(kWorkerHeapExhausted, std::string("mapping ") + std::to_string(bytes) + " bytes for " + what +
-                                                   ": " + strerror(errno));
+                                                   ": " + errno_text(errno));
   base_ = static_cast<uint8_t*>(p);
   bytes_ = bytes;
   add_shared_region(base_, bytes_);

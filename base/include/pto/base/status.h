@@ -73,4 +73,8 @@ struct Result {
 inline constexpr size_t kMaxMessageBytes = 8192;
 std::string clip_message(std::string text, size_t max_bytes = kMaxMessageBytes);
 
+// The text of an errno value, safe to call from any thread (strerror may
+// share one buffer between threads).
+std::string errno_text(int err);
+
 }  // namespace pto
