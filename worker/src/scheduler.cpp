@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "child_pool.h"
+#include "engine_log.h"
 #include "task_graph.h"
 
 namespace pto {
@@ -215,6 +216,9 @@ void Scheduler::complete_member(Endpoint& ep, TaskNode* s, Outcome o, const std:
 }
 
 void Scheduler::mark_dead(Endpoint& ep, const std::string& why, bool reaped) {
+  if (ep.alive)  // once per death: an operator sees which child went, and why
+    engine_log()->warn("{}: {} (pid {}) {}{}", cfg_.name, ep.label(), ep.pid, why,
+                       ep.running ? fmt::format(" while running task {}", ep.running->id) : std::string());
   ep.alive = false;
   ep.reaped = reaped;
   ep.death = why;
