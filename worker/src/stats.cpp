@@ -1,3 +1,5 @@
+// LatencyHistogram (pto/worker.h): the log-linear buckets behind
+// Worker::stats and the daemon's latency metrics.
 #include <bit>
 
 #include "pto/worker.h"
