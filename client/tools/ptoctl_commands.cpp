@@ -195,7 +195,7 @@ int cmd_callables(Client& c, bool json) {
 
 int cmd_upload(Client& c, const UploadOptions& o, bool json) {
   pto::package::NpyArray arr;
-  if (pto2::Status s = pto::package::read_npy(o.path, &arr); !s.ok()) {
+  if (pto::Status s = pto::package::read_npy(o.path, &arr); !s.ok()) {
     std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
     return kExitUsage;
   }
@@ -239,7 +239,7 @@ int cmd_download(Client& c, const DownloadOptions& o, bool json) {
   auto r = c.download(h, &data);
   if (!r.ok()) return report(r.status, "download");
   std::vector<uint64_t> sh(r.value.shape().begin(), r.value.shape().end());
-  if (pto2::Status s =
+  if (pto::Status s =
           pto::package::write_npy(o.out_file, pto::package::npy_descr(r.value.dtype()), sh, data.data(), data.size());
       !s.ok()) {
     std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
@@ -372,7 +372,7 @@ int cmd_config(Client& c, bool json) {
 // daemon's L3 workers, and each is checked.
 int cmd_run_example(Client& c, const ExampleOptions& o, bool json) {
   pto::package::ChipConfig cfg;
-  if (pto2::Status s = pto::package::ChipConfig::load(o.config, &cfg); !s.ok()) {
+  if (pto::Status s = pto::package::ChipConfig::load(o.config, &cfg); !s.ok()) {
     std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
     return kExitUsage;
   }
@@ -461,7 +461,7 @@ int cmd_run_example(Client& c, const ExampleOptions& o, bool json) {
   }
   bool pass = true;
   for (int k = 0; k < instances; ++k) {
-    if (pto2::Status s = pto::package::run_reference(cfg, host_args[k]); !s.ok()) {
+    if (pto::Status s = pto::package::run_reference(cfg, host_args[k]); !s.ok()) {
       std::fprintf(stderr, "ptoctl: reference: %s\n", s.message.c_str());
       cleanup();
       return kExitFailed;

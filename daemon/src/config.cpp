@@ -15,7 +15,7 @@
 namespace ptod {
 namespace {
 
-Status bad(const std::string& what) { return Status::Error(pto2::kInvalidConfig, what); }
+Status bad(const std::string& what) { return Status::Error(pto::kInvalidConfig, what); }
 
 template <class T>
 Status read_int(const toml::table& t, const char* section, const char* key, T* out, int64_t lo, int64_t hi) {

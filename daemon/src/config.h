@@ -10,11 +10,11 @@
 #include <toml++/toml.h>
 #include <vector>
 
-#include "pto2/errors.h"
+#include "pto/base/status.h"
 
 namespace ptod {
 
-using Status = pto2::Status;
+using Status = pto::Status;
 
 struct DaemonConfig {
   // [server]

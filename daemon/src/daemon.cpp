@@ -30,7 +30,7 @@ namespace {
 std::string read_file(const std::string& path, Status* st) {
   std::ifstream f(path, std::ios::binary);
   if (!f) {
-    *st = Status::Error(pto2::kInvalidConfig, fmt::format("cannot read '{}'", path));
+    *st = Status::Error(pto::kInvalidConfig, fmt::format("cannot read '{}'", path));
     return {};
   }
   std::stringstream ss;
@@ -71,7 +71,7 @@ Status prepare(DaemonConfig& cfg) {
   std::filesystem::create_directories(cfg.state_dir + "/callables", ec);
   if (!ec) std::filesystem::create_directories(cfg.state_dir + "/traces", ec);
   if (ec)
-    return Status::Error(pto2::kInvalidConfig, fmt::format("[daemon] state_dir '{}': {}", cfg.state_dir, ec.message()));
+    return Status::Error(pto::kInvalidConfig, fmt::format("[daemon] state_dir '{}': {}", cfg.state_dir, ec.message()));
   chmod(cfg.state_dir.c_str(), 0700);
   chmod((cfg.state_dir + "/callables").c_str(), 0700);
   chmod((cfg.state_dir + "/traces").c_str(), 0700);
@@ -183,11 +183,11 @@ Status start_server(const DaemonConfig& cfg, Services& svc, std::unique_ptr<grpc
   builder.RegisterService(&svc.session);
   *server = builder.BuildAndStart();
   if (!*server)
-    return Status::Error(pto2::kInvalidConfig,
+    return Status::Error(pto::kInvalidConfig,
                          "cannot start the gRPC server: a listener could not be bound (address in use or not "
                          "permitted?)");
   for (size_t i = 0; i < cfg.listen.size(); ++i)
-    if ((*ports)[i] == 0) return Status::Error(pto2::kInvalidConfig, fmt::format("cannot listen on {}", cfg.listen[i]));
+    if ((*ports)[i] == 0) return Status::Error(pto::kInvalidConfig, fmt::format("cannot listen on {}", cfg.listen[i]));
   if (!cfg.socket.empty()) chmod(cfg.socket.c_str(), 0660);
   return Status::Ok();
 }

@@ -18,7 +18,7 @@ spdlog::level::level_enum g_level = spdlog::level::info;
 std::map<std::string, std::shared_ptr<spdlog::logger>> g_loggers;
 }  // namespace
 
-pto2::Status setup_logging(const std::string& level, const std::string& file) {
+pto::Status setup_logging(const std::string& level, const std::string& file) {
   std::lock_guard<std::mutex> g(g_mu);
   spdlog::sink_ptr sink;
   try {
@@ -27,14 +27,14 @@ pto2::Status setup_logging(const std::string& level, const std::string& file) {
     else
       sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file, false);
   } catch (const spdlog::spdlog_ex& e) {
-    return pto2::Status::Error(pto2::kInvalidConfig, std::string("log file: ") + e.what());
+    return pto::Status::Error(pto::kInvalidConfig, std::string("log file: ") + e.what());
   }
   sink->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v");
   g_sink->set_sinks({sink});
   g_configured = true;
   g_level = spdlog::level::from_str(level);
   for (auto& [name, l] : g_loggers) l->set_level(g_level);
-  return pto2::Status::Ok();
+  return pto::Status::Ok();
 }
 
 std::shared_ptr<spdlog::logger> log(const char* component) {

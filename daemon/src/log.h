@@ -9,13 +9,13 @@
 #include <memory>
 #include <string>
 
-#include "pto2/errors.h"
+#include "pto/base/status.h"
 
 namespace ptod {
 
 // Sets the sink and level for every component logger; a log file is opened
 // in append mode. Called again (SIGHUP) it reopens the file.
-pto2::Status setup_logging(const std::string& level, const std::string& file);
+pto::Status setup_logging(const std::string& level, const std::string& file);
 std::shared_ptr<spdlog::logger> log(const char* component);
 
 }  // namespace ptod

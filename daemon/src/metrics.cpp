@@ -129,7 +129,7 @@ struct MetricsServer::Impl {
 };
 
 std::unique_ptr<MetricsServer> MetricsServer::start(const std::string& host, int port, Render render,
-                                                    pto2::Status* error) {
+                                                    pto::Status* error) {
   std::unique_ptr<MetricsServer> m(new MetricsServer());
   m->impl_ = std::make_unique<Impl>();
   m->impl_->render = std::move(render);
@@ -142,7 +142,7 @@ std::unique_ptr<MetricsServer> MetricsServer::start(const std::string& host, int
     m->impl_->acceptor.listen();
     m->port_ = m->impl_->acceptor.local_endpoint().port();
   } catch (const std::exception& e) {
-    *error = pto2::Status::Error(pto2::kInvalidConfig,
+    *error = pto::Status::Error(pto::kInvalidConfig,
                                  "[metrics] listen " + host + ":" + std::to_string(port) + ": " + e.what());
     return nullptr;
   }

@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "pto2/errors.h"
+#include "pto/base/status.h"
 
 namespace pto {
 class Worker;
@@ -27,7 +27,7 @@ class MetricsServer {
  public:
   using Render = std::function<std::string()>;
   // Binds host:port (port 0 picks one; bound_port() tells which).
-  static std::unique_ptr<MetricsServer> start(const std::string& host, int port, Render render, pto2::Status* error);
+  static std::unique_ptr<MetricsServer> start(const std::string& host, int port, Render render, pto::Status* error);
   ~MetricsServer();
   int bound_port() const { return port_; }
 

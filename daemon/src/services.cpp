@@ -21,8 +21,8 @@ grpc::Status to_grpc(const Status& s) {
   switch (s.code) {
     case pto::kWorkerInvalidArgument:
     case pto::kWorkerInvalidConfig:
-    case pto2::kInvalidArgument:
-    case pto2::kInvalidConfig: c = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case pto::kInvalidArgument:
+    case pto::kInvalidConfig: c = grpc::StatusCode::INVALID_ARGUMENT; break;
     case pto::kWorkerNotRegistered: c = grpc::StatusCode::NOT_FOUND; break;
     case pto::kWorkerHeapExhausted:
     case pto::kQueueFull: c = grpc::StatusCode::RESOURCE_EXHAUSTED; break;

@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "log.h"
-#include "pto2/orchestration_api.h"
 
 namespace ptod {
 
@@ -642,8 +641,8 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
         return no(fmt::format("BUFFER_ALLOC of {} bytes: must be 1..2^36", req.bytes()));
       // One dimension up to 4 GiB; beyond, whole 4 KiB rows (at least the bytes asked for).
       const uint64_t n = req.bytes();
-      auto a = n <= UINT32_MAX ? p_.worker.alloc({static_cast<uint32_t>(n)}, PTO2_UINT8)
-                               : p_.worker.alloc({static_cast<uint32_t>((n + 4095) / 4096), 4096}, PTO2_UINT8);
+      auto a = n <= UINT32_MAX ? p_.worker.alloc({static_cast<uint32_t>(n)}, PTO_UINT8)
+                               : p_.worker.alloc({static_cast<uint32_t>((n + 4095) / 4096), 4096}, PTO_UINT8);
       if (!a.ok()) return no("BUFFER_ALLOC: " + a.status.message);
       std::lock_guard<std::mutex> g(c.mu);
       const uint64_t id = ++c.next_buffer;

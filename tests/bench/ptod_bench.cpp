@@ -15,7 +15,6 @@
 
 #include "daemon_process.h"
 #include "pto/client.h"
-#include "pto2/orchestration_api.h"
 
 using Clock = std::chrono::steady_clock;
 using pto::client::Client;
@@ -103,7 +102,7 @@ void bandwidth(const std::string& address) {
     double up = 1e9, down = 1e9;
     for (int rep = 0; rep < 3; ++rep) {
       const auto t0 = Clock::now();
-      auto t = c.upload("", {n}, PTO2_FLOAT32, data.data(), uint64_t(n) * 4, chunk);
+      auto t = c.upload("", {n}, PTO_FLOAT32, data.data(), uint64_t(n) * 4, chunk);
       const auto t1 = Clock::now();
       std::vector<uint8_t> back;
       auto d = c.download(t.value.handle(), &back, chunk);

@@ -19,7 +19,6 @@
 #include "daemon_process.h"
 #include "eventually.h"
 #include "pto/client.h"
-#include "pto2/orchestration_api.h"
 
 using namespace pto_test;
 using pto::client::Client;
@@ -90,9 +89,9 @@ TEST_CASE("concurrent clients each get their own correct results") {
       for (uint32_t i = 0; i < N; ++i) a[i] = u(rng), b[i] = u(rng);
       bool ok = true;
       for (int round = 0; round < 3 && ok; ++round) {
-        auto ta = cl->upload("", {N}, PTO2_FLOAT32, a.data(), N * 4);
-        auto tb = cl->upload("", {N}, PTO2_FLOAT32, b.data(), N * 4);
-        auto tf = cl->alloc("", {N}, PTO2_FLOAT32);
+        auto ta = cl->upload("", {N}, PTO_FLOAT32, a.data(), N * 4);
+        auto tb = cl->upload("", {N}, PTO_FLOAT32, b.data(), N * 4);
+        auto tf = cl->alloc("", {N}, PTO_FLOAT32);
         if (!ta.ok() || !tb.ok() || !tf.ok()) {
           ok = false;
           break;
@@ -243,20 +242,20 @@ TEST_CASE("malformed and wrong requests get a status with a message and the daem
   CHECK(code(c->unregister(short_digest)) == SC::INVALID_ARGUMENT);
   // Tensors
   std::vector<float> data(10);
-  auto u1 = c->upload("", {16}, PTO2_FLOAT32, data.data(), 40);  // 40 bytes for a 64-byte shape
+  auto u1 = c->upload("", {16}, PTO_FLOAT32, data.data(), 40);  // 40 bytes for a 64-byte shape
   CHECK(code(u1.status) == SC::INVALID_ARGUMENT);
   CHECK_THAT(u1.status.message, Catch::Contains("40 bytes received") && Catch::Contains("64"));
-  CHECK(code(c->upload("", {0}, PTO2_FLOAT32, data.data(), 0).status) == SC::INVALID_ARGUMENT);
+  CHECK(code(c->upload("", {0}, PTO_FLOAT32, data.data(), 0).status) == SC::INVALID_ARGUMENT);
   CHECK(code(c->upload("", {4}, 77, data.data(), 16).status) == SC::INVALID_ARGUMENT);
-  CHECK(code(c->alloc("", {1u << 31, 1u << 31}, PTO2_FLOAT32).status) == SC::INVALID_ARGUMENT);
+  CHECK(code(c->alloc("", {1u << 31, 1u << 31}, PTO_FLOAT32).status) == SC::INVALID_ARGUMENT);
   v1::TensorHandle nothing;
   nothing.set_name("nothing");
   std::vector<uint8_t> out;
   CHECK(code(c->download(nothing, &out).status) == SC::NOT_FOUND);
   CHECK(code(c->free(nothing)) == SC::NOT_FOUND);
-  auto t = c->alloc("t", {16}, PTO2_FLOAT32);
+  auto t = c->alloc("t", {16}, PTO_FLOAT32);
   REQUIRE(t.ok());
-  CHECK(code(c->alloc("t", {16}, PTO2_FLOAT32).status) == SC::INVALID_ARGUMENT);  // name taken
+  CHECK(code(c->alloc("t", {16}, PTO_FLOAT32).status) == SC::INVALID_ARGUMENT);  // name taken
   // Jobs
   v1::SubmitRequest unknown;
   unknown.mutable_callable()->set_name("nope");
@@ -283,9 +282,9 @@ TEST_CASE("malformed and wrong requests get a status with a message and the daem
     CHECK(code(r.status) == SC::INVALID_ARGUMENT);
     CHECK_THAT(r.status.message, Catch::Contains("callable name"));
     CHECK(r.status.message.size() < 300);
-    CHECK(code(c->alloc(name, {4}, PTO2_FLOAT32).status) == SC::INVALID_ARGUMENT);
+    CHECK(code(c->alloc(name, {4}, PTO_FLOAT32).status) == SC::INVALID_ARGUMENT);
   }
-  CHECK(c->alloc(std::string(256, 'x'), {4}, PTO2_FLOAT32).ok());  // at the bound: fine
+  CHECK(c->alloc(std::string(256, 'x'), {4}, PTO_FLOAT32).ok());  // at the bound: fine
   CHECK_FALSE(Catch::Contains("forged line").match(d.log()));
   v1::SubmitRequest long_label;
   long_label.mutable_callable()->set_name("vector");
@@ -426,9 +425,9 @@ TEST_CASE("an L3 orchestration registered from a library runs chip and sub tasks
   REQUIRE(l3.ok());
   std::vector<float> a(N), b(N);
   for (uint32_t i = 0; i < N; ++i) a[i] = 0.001f * float(i % 113), b[i] = -0.5f + 0.002f * float(i % 71);
-  auto ta = c->upload("a", {N}, PTO2_FLOAT32, a.data(), N * 4);
-  auto tb = c->upload("b", {N}, PTO2_FLOAT32, b.data(), N * 4);
-  auto tf = c->alloc("f", {N}, PTO2_FLOAT32);
+  auto ta = c->upload("a", {N}, PTO_FLOAT32, a.data(), N * 4);
+  auto tb = c->upload("b", {N}, PTO_FLOAT32, b.data(), N * 4);
+  auto tf = c->alloc("f", {N}, PTO_FLOAT32);
   REQUIRE((ta.ok() && tb.ok() && tf.ok()));
   const std::vector<std::string> env = {"PTOD_ADDRESS=" + d.address()};
   Output listed = run_command({PTOCTL_PATH, "callables"}, 30, env);
@@ -456,10 +455,10 @@ TEST_CASE("an oversized message is refused with RESOURCE_EXHAUSTED and the daemo
   REQUIRE(d.up());
   auto c = connect(d);
   std::vector<uint8_t> big(1 << 20);
-  auto r = c->upload("", {1u << 18}, PTO2_FLOAT32, big.data(), big.size(), 256 << 10);  // 256 KiB chunks
+  auto r = c->upload("", {1u << 18}, PTO_FLOAT32, big.data(), big.size(), 256 << 10);  // 256 KiB chunks
   CHECK(r.status.code == static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
   CHECK(c->health().value == "SERVING");
-  CHECK(c->upload("", {1u << 18}, PTO2_FLOAT32, big.data(), big.size(), 32 << 10).ok());
+  CHECK(c->upload("", {1u << 18}, PTO_FLOAT32, big.data(), big.size(), 32 << 10).ok());
   std::filesystem::remove_all(dir);
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pto/base/status.h"
+#include "pto/dtype.h"  // the dtype values upload() and alloc() take
 #include "pto/v1/ptod.grpc.pb.h"
 
 namespace pto::client {
