@@ -81,16 +81,6 @@ class Orchestrator {
   void add_producer(uint64_t consumer, uint64_t producer, int32_t* edges);
   void dedup_producers();
   void prefetch_next(uint32_t ring, uint64_t seq);
-  // submit()'s steps (docs/runtime.md §6); each returns false after fail().
-  bool admit(int32_t kernel_id, bool dummy, int32_t* worker_type, const PTOParam* params, int32_t n,
-             const int64_t* extra_deps, int32_t num_extra_deps, uint64_t* function_addr);
-  uint64_t fill_descriptor(TaskDescriptor& d, uint64_t id, int32_t kernel_id, int32_t worker_type,
-                           uint64_t function_addr, const PTOParam* params, int32_t n);
-  bool collect_producers(uint32_t ring, uint64_t seq, uint64_t id, const PTOParam* params, int32_t n,
-                         const int64_t* extra_deps, int32_t num_extra_deps);
-  bool allocate_outputs(uint32_t ring, uint64_t seq, uint64_t id, TaskDescriptor& d, PTOParam* params, int32_t n,
-                        uint64_t out_bytes);
-  bool reserve_links(uint32_t ring, uint64_t seq, const PTOParam* params, int32_t n);
 
   // After a failure: sizing failures start measuring the rest of the run
   // (SizingProbe); every later submit is measured instead of run.

@@ -94,7 +94,7 @@ Status WorkerImpl::init() {
     for (auto& ep : pool_.l3s())
       if (ep->is_remote()) ep->alive = ep->link->ready();
   }
-  engine_log()->info("{}: level {} up: {} chips, {} sub workers, {} L3 workers", cfg_.name, cfg_.level,
+  engine_log()->debug("{}: level {} up: {} chips, {} sub workers, {} L3 workers", cfg_.name, cfg_.level,
                      pool_.chips().size(), pool_.subs().size(), pool_.l3s().size());
   return Status::Ok();
 }
