@@ -130,6 +130,12 @@ void add_job_commands(CLI::App& app, Options& o, Commands& cmds) {
   submit->add_option("-s,--scalar", o.submit.scalars, "a 64-bit scalar, repeatable, in order");
   submit->add_option("--scalar-f32", o.submit.scalars_f32, "a float32 scalar (after the --scalar ones)");
   submit->add_option("--block-dim", o.submit.block_dim, "chip clusters (0 = the callable's)");
+  submit->add_option("--timeout-ms", o.submit.timeout_ms, "each task's time limit (0 = the daemon's task_timeout_ms)");
+  submit->add_option("--deadline-ms", o.submit.deadline_ms,
+                     "cancel the job once it has run this long (0 = the daemon's default_deadline_s)");
+  submit->add_option("--priority", o.submit.priority, "low | normal | high (default normal)")
+      ->check(CLI::IsMember({"low", "normal", "high"}));
+  submit->add_option("--label", o.submit.label, "free text shown by 'ptoctl jobs'");
   submit->add_flag("-d,--detach", o.submit.detach, "print the job id and return");
   cmds.push_back({submit, [&o](Client& c, bool json) { return cmd_submit(c, o.submit, json); }});
 

@@ -130,11 +130,13 @@ int print_result(const v1::JobResult& r, bool json) {
   if (json) {
     print_json(r);
   } else {
-    std::printf("job %llu %s: %llu tasks, %llu succeeded, %llu failed, %llu skipped; queued %.3f ms, ran %.3f ms\n",
-                (unsigned long long)r.job_id(), v1::JobState_Name(r.state()).c_str(),
-                (unsigned long long)r.tasks_submitted(), (unsigned long long)r.tasks_succeeded(),
-                (unsigned long long)r.tasks_failed(), (unsigned long long)r.tasks_skipped(), r.queued_ns() / 1e6,
-                r.run_ns() / 1e6);
+    std::printf(
+        "job %llu %s: %llu tasks, %llu succeeded, %llu failed, %llu skipped%s; queued %.3f ms, ran %.3f ms\n",
+        (unsigned long long)r.job_id(), v1::JobState_Name(r.state()).c_str(), (unsigned long long)r.tasks_submitted(),
+        (unsigned long long)r.tasks_succeeded(), (unsigned long long)r.tasks_failed(),
+        (unsigned long long)r.tasks_skipped(),
+        r.tasks_stopped() ? fmt::format(", {} stopped", r.tasks_stopped()).c_str() : "", r.queued_ns() / 1e6,
+        r.run_ns() / 1e6);
     if (!r.message().empty()) std::printf("  %s\n", r.message().c_str());
     if (!r.trace_path().empty()) std::printf("  trace: %s\n", r.trace_path().c_str());
     if (r.has_first_failure() && r.tasks_failed())
@@ -287,6 +289,12 @@ int cmd_submit(Client& c, const SubmitOptions& o, bool json) {
     req.mutable_args()->add_scalars(bits);
   }
   req.mutable_config()->set_block_dim(o.block_dim);
+  req.mutable_config()->set_timeout_ms(o.timeout_ms);
+  req.set_deadline_ms(o.deadline_ms);
+  req.set_label(o.label);
+  req.set_priority(o.priority == "low"    ? v1::PRIORITY_LOW
+                   : o.priority == "high" ? v1::PRIORITY_HIGH
+                                          : v1::PRIORITY_NORMAL);
   if (o.detach) {
     auto r = c.submit(req);
     if (!r.ok()) return report(r.status, "submit");
@@ -327,9 +335,13 @@ int cmd_jobs(Client& c, int limit, bool json) {
   if (!r.ok()) return report(r.status, "jobs");
   if (json) return print_json(r.value), kExitOk;
   for (const auto& j : r.value.jobs())
-    std::printf("%-6llu %-10s tasks %-6llu failed %-4llu %8.3f ms  %s\n", (unsigned long long)j.job_id(),
-                v1::JobState_Name(j.state()).c_str(), (unsigned long long)j.tasks_submitted(),
-                (unsigned long long)j.tasks_failed(), j.run_ns() / 1e6, j.label().c_str());
+    std::printf("%-6llu %-10s %-6s tasks %-6llu failed %-4llu %8.3f ms  %s\n", (unsigned long long)j.job_id(),
+                v1::JobState_Name(j.state()).c_str(),
+                j.priority() == v1::PRIORITY_HIGH  ? "high"
+                : j.priority() == v1::PRIORITY_LOW ? "low"
+                                                   : "normal",
+                (unsigned long long)j.tasks_submitted(), (unsigned long long)j.tasks_failed(), j.run_ns() / 1e6,
+                j.label().c_str());
   return kExitOk;
 }
 

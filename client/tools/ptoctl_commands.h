@@ -42,6 +42,10 @@ struct SubmitOptions {
   std::vector<uint64_t> scalars;
   std::vector<float> scalars_f32;
   int block_dim = 0;
+  uint64_t timeout_ms = 0;   // per task (config.timeout_ms)
+  uint32_t deadline_ms = 0;  // the whole job
+  std::string priority;      // low | normal | high
+  std::string label;
   bool detach = false;
 };
 

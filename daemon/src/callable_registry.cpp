@@ -149,21 +149,20 @@ Status CallableRegistry::from_request(const pto::v1::RegisterRequest& req, Store
   return c.status;
 }
 
-// Makes the callable runnable: an orchestration is loaded here, anything
-// else is registered with the Worker (at level 4, on the chosen L3 workers).
+// Makes the callable runnable: an orchestration is checked by loading it in
+// a runner (a crash or a hang of its constructors costs a runner, not the
+// daemon); anything else is registered with the Worker (at level 4, on the
+// chosen L3 workers).
 Status CallableRegistry::install(const pto::v1::RegisterRequest& req, const pto::Callable& c, bool orchestration,
                                  bool pending, RegisteredCallable* out) {
   const bool level4 = w_.config().level >= 4;
   const pto::CallableIdentity id = c.identity();
   RegisteredCallable& rc = *out;
   if (orchestration) {
-    Status st;
-    std::unique_ptr<pto::SharedLibrary> lib = pto::SharedLibrary::open(c.path, &st);
-    if (!lib) return st;
-    void* sym = lib->symbol(c.symbol.c_str(), &st);
-    if (!sym) return st;
-    rc.library = std::move(lib);
-    rc.orchestration = reinterpret_cast<pto::OrchestrationEntryFn>(sym);
+    if (Status st = runners_.check_library(c.path, c.symbol); !st.ok()) return st;
+    rc.runs_here = true;
+    rc.path = c.path;
+    rc.symbol = c.symbol;
     rc.handle.id = id;
     rc.handle.abi = pto::EntryAbi::ORCHESTRATION;
   } else if (level4) {
@@ -259,7 +258,7 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
     return Status::Ok();
   }
   if (!rc.name.empty() && by_name_.count(rc.name)) {
-    if (rc.orchestration == nullptr) (void)w_.unregister_callable(rc.handle);
+    if (!rc.runs_here) (void)w_.unregister_callable(rc.handle);
     return bad(fmt::format("the name '{}' is taken by another callable", rc.name));
   }
   by_digest_[id.digest] = rc;
@@ -314,7 +313,7 @@ Status CallableRegistry::remove(const pto::v1::CallableRef& ref) {
     tombstones_[rc.handle.id.digest] = rc.name.empty() ? "it was unregistered" : "'" + rc.name + "' was unregistered";
   }
   // The library of an orchestration stays loaded while a job holds a copy.
-  Status st = rc.orchestration == nullptr ? w_.unregister_callable(rc.handle) : Status::Ok();
+  Status st = !rc.runs_here ? w_.unregister_callable(rc.handle) : Status::Ok();
   // Uploaded files go too (a mapped library stays valid after its unlink;
   // the NATIVE_BLOB copy the Worker keeps is the Worker's own).
   if (!rc.stored.empty()) {
@@ -359,7 +358,7 @@ Status CallableRegistry::abort(const pto::Digest& d) {
 }
 
 void CallableRegistry::discard(const RegisteredCallable& rc) {
-  if (rc.orchestration == nullptr) (void)w_.unregister_callable(rc.handle);
+  if (!rc.runs_here) (void)w_.unregister_callable(rc.handle);
   if (!rc.stored.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(rc.stored, ec);

@@ -1,8 +1,9 @@
 // The daemon's callables. Chip bundles and native blobs are written under
 // <state_dir>/callables/ (directories 0700, files 0600), content-addressed,
 // so the same content always gets the same digest. Chip and sub callables
-// are registered with the Worker (broadcast to its children); L3
-// orchestrations are loaded into the daemon, which runs them on its Worker.
+// are registered with the Worker (broadcast to its children); an L3
+// orchestration is checked by loading it in a runner process (its
+// constructors never run in the daemon) and runs in a runner per job.
 #pragma once
 
 #include <atomic>
@@ -13,7 +14,7 @@
 #include <vector>
 
 #include "config.h"
-#include "pto/base/shared_library.h"
+#include "pto/runner.h"
 #include "pto/v1/ptod.pb.h"
 #include "pto/worker.h"
 
@@ -24,15 +25,17 @@ struct RegisteredCallable {
   pto::EntryAbi abi = pto::EntryAbi::SUB;
   std::string name;
   std::string source;
-  std::string stored;                           // uploaded files (bundle directory or blob), removed on unregister
-  std::shared_ptr<pto::SharedLibrary> library;  // ORCHESTRATION
-  pto::OrchestrationEntryFn orchestration = nullptr;
+  std::string stored;  // uploaded files (bundle directory or blob), removed on unregister
+  // ORCHESTRATION run by this daemon: path:symbol, loaded in a runner per job.
+  bool runs_here = false;
+  std::string path, symbol;
   bool remote = false;  // level 4: registered on the L3 workers (peers), not run here
 };
 
 class CallableRegistry {
  public:
-  CallableRegistry(pto::Worker& w, const DaemonConfig& cfg) : w_(w), cfg_(cfg) {}
+  CallableRegistry(pto::Worker& w, const pto::RunnerPool& runners, const DaemonConfig& cfg)
+      : w_(w), runners_(runners), cfg_(cfg) {}
 
   // The error's code maps to a gRPC status: kWorkerInvalidArgument ->
   // INVALID_ARGUMENT, kWorkerChildFailed -> FAILED_PRECONDITION, 403-like
@@ -71,6 +74,7 @@ class CallableRegistry {
   void discard(const RegisteredCallable& rc);  // unregister from the Worker, delete uploaded files
 
   pto::Worker& w_;
+  const pto::RunnerPool& runners_;
   const DaemonConfig& cfg_;
   mutable std::mutex mu_;
   std::map<pto::Digest, RegisteredCallable> by_digest_;

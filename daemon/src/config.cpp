@@ -129,7 +129,7 @@ Status DaemonConfig::from_table(const toml::table& doc, const std::string& path,
   if (const toml::table* t = section("worker")) {
     if (s = only_keys(*t, "[worker]",
                       {"level", "l3_children", "chips", "sub_workers", "heap_ring_bytes", "arena_bytes",
-                       "task_timeout_ms", "spin_us"});
+                       "task_timeout_ms", "spin_us", "liveness_timeout_ms", "runner_load_timeout_ms"});
         !s.ok())
       return s;
     if (s = read_int(*t, "worker", "level", &c.level, 3, 4); !s.ok()) return s;
@@ -140,6 +140,13 @@ Status DaemonConfig::from_table(const toml::table& doc, const std::string& path,
     if (s = read_int(*t, "worker", "arena_bytes", &c.arena_bytes, 4096, int64_t(1) << 42); !s.ok()) return s;
     if (s = read_int(*t, "worker", "task_timeout_ms", &c.task_timeout_ms, 0, int64_t(1) << 40); !s.ok()) return s;
     if (s = read_int(*t, "worker", "spin_us", &c.spin_us, 0, 100000); !s.ok()) return s;
+    if (s = read_int(*t, "worker", "liveness_timeout_ms", &c.liveness_timeout_ms, 0, 600000); !s.ok()) return s;
+    if (c.liveness_timeout_ms != 0 && c.liveness_timeout_ms < 200)
+      return bad(fmt::format("[worker] liveness_timeout_ms = {}: at least 200 (children beat every 100 ms), or 0 "
+                             "for no check",
+                             c.liveness_timeout_ms));
+    if (s = read_int(*t, "worker", "runner_load_timeout_ms", &c.runner_load_timeout_ms, 1, 600000); !s.ok())
+      return s;
   }
   if (const toml::table* t = section("session")) {
     if (s = only_keys(*t, "[session]",
@@ -181,9 +188,12 @@ Status DaemonConfig::from_table(const toml::table& doc, const std::string& path,
     }
   }
   if (const toml::table* t = section("jobs")) {
-    if (s = only_keys(*t, "[jobs]", {"max_queued", "retain_finished"}); !s.ok()) return s;
+    if (s = only_keys(*t, "[jobs]", {"max_queued", "retain_finished", "max_running", "default_deadline_s"}); !s.ok())
+      return s;
     if (s = read_int(*t, "jobs", "max_queued", &c.max_queued, 1, 1 << 20); !s.ok()) return s;
     if (s = read_int(*t, "jobs", "retain_finished", &c.retain_finished, 1, 1 << 20); !s.ok()) return s;
+    if (s = read_int(*t, "jobs", "max_running", &c.max_running, 1, 64); !s.ok()) return s;
+    if (s = read_int(*t, "jobs", "default_deadline_s", &c.default_deadline_s, 0, 30 * 86400); !s.ok()) return s;
   }
   if (const toml::table* t = section("daemon")) {
     if (s = only_keys(*t, "[daemon]", {"state_dir", "drain_timeout_s", "log_level", "log_file"}); !s.ok()) return s;
@@ -293,12 +303,14 @@ std::string DaemonConfig::effective_toml() const {
              "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
              "max_message_bytes = {}\n\n[worker]\nlevel = {}\nl3_children = {}\nchips = {}\nsub_workers = "
              "{}\nheap_ring_bytes = {}\narena_bytes = {}\n"
-             "task_timeout_ms = {}\nspin_us = {}\n\n[jobs]\nmax_queued = {}\nretain_finished = {}\n\n[daemon]\n"
+             "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n\n[jobs]\n"
+             "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\n\n[daemon]\n"
              "state_dir = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\n\n[metrics]\nlisten = {}\n\n"
              "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
              q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"),
              max_message_bytes, level, l3_children, chips, sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms,
-             spin_us, max_queued, retain_finished, q(state_dir), drain_timeout_s, q(log_level), q(log_file),
+             spin_us, liveness_timeout_ms, runner_load_timeout_ms, max_queued, retain_finished, max_running,
+             default_deadline_s, q(state_dir), drain_timeout_s, q(log_level), q(log_file),
              q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));
 }
 

@@ -32,6 +32,8 @@ struct DaemonConfig {
   uint64_t arena_bytes = 1ull << 30;
   uint64_t task_timeout_ms = 600000;
   uint32_t spin_us = 500;  // keeps children warm between jobs that follow each other (docs/daemon.md)
+  uint32_t liveness_timeout_ms = 2000;     // a child or runner whose heartbeat stops this long is replaced
+  uint32_t runner_load_timeout_ms = 10000; // an orchestration library must load (in its runner) within this
   // [session] (docs/remote.md): both ends of a remote L3 session
   uint32_t session_credits = 256;             // peer: tasks a coordinator may keep in flight
   uint32_t heartbeat_ms = 100;                // HEALTH period, both directions
@@ -50,6 +52,8 @@ struct DaemonConfig {
   // [jobs]
   uint32_t max_queued = 1024;
   uint32_t retain_finished = 1000;
+  uint32_t max_running = 4;          // jobs in flight at once on the Worker (its max_concurrent_runs)
+  uint32_t default_deadline_s = 0;   // a job without its own deadline_ms gets this one (0 = none)
   // [daemon]
   std::string state_dir = "/var/lib/ptod";
   uint32_t drain_timeout_s = 30;

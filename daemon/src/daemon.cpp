@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "callable_registry.h"
 #include "job_manager.h"
@@ -94,6 +95,9 @@ pto::WorkerConfig worker_config(const DaemonConfig& cfg) {
   wc.state_dir = cfg.state_dir + "/worker";
   wc.name = "ptod";
   wc.remote_ready_timeout_ms = cfg.peer_ready_timeout_ms;
+  wc.max_concurrent_runs = static_cast<int>(cfg.max_running);
+  wc.shutdown_timeout_ms = 500;  // part of the drain's bound (drain_and_stop)
+  wc.liveness_timeout_ms = cfg.liveness_timeout_ms;
   return wc;
 }
 
@@ -200,7 +204,7 @@ void set_serving(grpc::Server& server, bool serving) {
     health->SetServingStatus(svc, serving);
 }
 
-Status start_metrics(const DaemonConfig& cfg, pto::Worker& worker, JobManager& jobs,
+Status start_metrics(const DaemonConfig& cfg, pto::Worker& worker, JobManager& jobs, const pto::RunnerPool& runners,
                      std::unique_ptr<MetricsServer>* metrics) {
   if (cfg.metrics_listen.empty()) return Status::Ok();
   std::string host;
@@ -208,7 +212,7 @@ Status start_metrics(const DaemonConfig& cfg, pto::Worker& worker, JobManager& j
   (void)split_host_port(cfg.metrics_listen, &host, &port);
   Status st;
   *metrics = MetricsServer::start(
-      host, port, [w = &worker, j = &jobs] { return render_metrics(*w, *j); }, &st);
+      host, port, [w = &worker, j = &jobs, r = &runners] { return render_metrics(*w, *j, *r); }, &st);
   return st;
 }
 
@@ -276,26 +280,38 @@ void serve_until_signal(const DaemonConfig& cfg, asio::io_context& io, asio::sig
   io.run();
 }
 
-// Drain: refuse new work, let the running job finish (bounded), stop.
+// Drain: refuse new work, let the running jobs finish (bounded), stop. The
+// whole stop takes at most drain_timeout_s + 2 s, whatever user code does:
+// user code runs in children and runners, which are killed; every later
+// step has its own short bound; and a backstop ends the process if a step
+// still overran.
 void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Server& server,
                     std::unique_ptr<MetricsServer>& metrics) {
   auto main_log = log("main");
   const DaemonConfig& cfg = parts.cfg;
+  const auto hard_end = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.drain_timeout_s) +
+                        std::chrono::milliseconds(1900);
+  std::thread([hard_end] {
+    std::this_thread::sleep_until(hard_end);
+    log("main")->error("the drain overran its bound (drain_timeout_s + 2 s): exiting now");
+    std::fflush(nullptr);
+    _exit(1);  // children and runners notice the parent's end within 100 ms
+  }).detach();
   parts.draining = true;
   set_serving(server, false);
   sd_notify(0, "STOPPING=1\nSTATUS=draining");
   parts.jobs.start_drain("the daemon is shutting down");
   if (!parts.jobs.wait_idle(std::chrono::seconds(cfg.drain_timeout_s))) {
-    main_log->warn("the running job did not finish within {} s: cancelling it", cfg.drain_timeout_s);
+    main_log->warn("running jobs did not finish within {} s: cancelling them", cfg.drain_timeout_s);
     parts.jobs.cancel_running("the daemon's drain time ran out");
-    (void)parts.jobs.wait_idle(std::chrono::seconds(10));
+    (void)parts.jobs.wait_idle(std::chrono::milliseconds(500));
   }
   // Stop the job manager first: callers waiting on a job (Watch, Submit or
   // Result with a wait) then return at once, so the server's shutdown does
   // not wait for their deadlines.
-  parts.jobs.stop();
+  parts.jobs.stop(std::chrono::milliseconds(300));
   sessions.shutdown_all("the peer is shutting down");
-  server.Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server.Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   metrics.reset();
   if (Status s = parts.worker.close(); !s.ok()) main_log->warn("closing the Worker: {}", s.message);
   std::error_code ec;
@@ -315,17 +331,22 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   if (Status s = start_worker(cfg, wc, worker); !s.ok()) return fail(s.message);
 
   TensorStore tensors(worker);
-  CallableRegistry registry(worker, cfg);
-  JobManager jobs(worker, tensors, cfg);
+  pto::RunnerConfig rcfg;
+  rcfg.load_timeout_ms = cfg.runner_load_timeout_ms;
+  rcfg.liveness_timeout_ms = cfg.liveness_timeout_ms;
+  rcfg.spin_us = std::min<uint32_t>(cfg.spin_us, 50);
+  pto::RunnerPool runners(rcfg);
+  CallableRegistry registry(worker, runners, cfg);
+  JobManager jobs(worker, tensors, runners, cfg);
   std::atomic<bool> draining{false};
-  DaemonParts parts{cfg, worker, tensors, registry, jobs, draining};
+  DaemonParts parts{cfg, worker, tensors, registry, jobs, draining, runners};
   Services services(parts);
   std::unique_ptr<grpc::Server> server;
   std::vector<int> ports;
   if (Status s = start_server(cfg, services, &server, &ports); !s.ok()) return fail(s.message);
   set_serving(*server, true);
   std::unique_ptr<MetricsServer> metrics;
-  if (Status s = start_metrics(cfg, worker, jobs, &metrics); !s.ok()) {
+  if (Status s = start_metrics(cfg, worker, jobs, runners, &metrics); !s.ok()) {
     server->Shutdown();
     return fail(s.message);
   }

@@ -11,14 +11,14 @@
 
 namespace ptod {
 
-int run_registered(const RegisteredCallable& c, pto::Orchestrator& o, const pto::TaskArgs& args,
-                   const pto::TaskArgsView& view, const pto::CallConfig& cc) {
+int run_registered(const RegisteredCallable& c, const pto::RunnerPool& runners, pto::Orchestrator& o,
+                   const pto::TaskArgs& args, const pto::TaskArgsView& view, const pto::CallConfig& cc) {
   switch (c.abi) {
     case pto::EntryAbi::CHIP: return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;
-    case pto::EntryAbi::SUB: return o.submit_sub(c.handle, args).ok() ? 0 : 1;
+    case pto::EntryAbi::SUB: return o.submit_sub(c.handle, args, cc).ok() ? 0 : 1;
     case pto::EntryAbi::ORCHESTRATION:
-      if (!c.orchestration) return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;  // level 4: on an L3 worker
-      return c.orchestration(&o, &view, &cc);
+      if (!c.runs_here) return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;  // level 4: on an L3 worker
+      return runners.orchestration(c.path, c.symbol, c.name.empty() ? c.handle.id.short_hex() : c.name)(o, view, cc);
   }
   return 1;
 }
@@ -53,54 +53,130 @@ pto::v1::JobResult to_proto(const pto::RunResult& r) {
   p.set_tasks_succeeded(r.tasks_succeeded);
   p.set_tasks_failed(r.tasks_failed);
   p.set_tasks_skipped(r.tasks_skipped);
+  p.set_tasks_stopped(r.tasks_stopped);
   if (r.first_failure) fill_failure(*r.first_failure, p.mutable_first_failure());
   for (const auto& f : r.failures) fill_failure(f, p.add_failures());
   p.set_message(pto::clip_message(r.status.message));
   return p;
 }
 
-JobManager::JobManager(pto::Worker& w, TensorStore& tensors, const DaemonConfig& cfg)
-    : w_(w), tensors_(tensors), cfg_(cfg) {
-  runner_ = std::thread([this] { runner_main(); });
-}
+JobManager::JobManager(pto::Worker& w, TensorStore& tensors, const pto::RunnerPool& runners,
+                       const DaemonConfig& cfg)
+    : w_(w), tensors_(tensors), runners_(runners), cfg_(cfg) {}
 
 JobManager::~JobManager() { stop(); }
 
-void JobManager::stop() {
-  bool running;
+void JobManager::stop(std::chrono::milliseconds wait) {
+  std::vector<pto::RunHandle> live;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (stop_ && !runner_.joinable()) return;
     stop_ = true;
-    for (uint64_t id : queue_) finish_locked(jobs_[id], pto::v1::CANCELLED, "the daemon is stopping");
-    queue_.clear();
-    running = running_id_ != 0;
+    for (auto& [id, j] : jobs_)
+      if (!final_state(j.state)) {
+        if (j.run.valid())
+          live.push_back(j.run);
+        else
+          j.cancel_pending = "the daemon is stopping";
+      }
   }
   cv_.notify_all();
-  if (running) cancel_running("the daemon is stopping");
-  if (runner_.joinable()) runner_.join();
+  for (auto& h : live) (void)h.cancel("the daemon is stopping");
+  (void)wait_idle(wait);  // cancelled runs end within moments: their children and runners are killed
 }
 
 Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position) {
-  std::lock_guard<std::mutex> g(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
   if (draining_ || stop_) return Status::Error(pto::kUnavailable, "the daemon is draining: it accepts no new jobs");
-  if (queue_.size() >= cfg_.max_queued)
-    return Status::Error(pto::kQueueFull, fmt::format("the job queue is full ({} jobs; [jobs] max_queued)", queue_.size()));
+  if (counts_.queued >= cfg_.max_queued)
+    return Status::Error(pto::kQueueFull,
+                         fmt::format("the job queue is full ({} jobs; [jobs] max_queued)", counts_.queued));
   Job j;
   j.id = next_id_++;
   j.spec = std::move(spec);
   j.submit_ns = now_ns();
+  if (!j.spec.options.deadline_ms && cfg_.default_deadline_s)
+    j.spec.options.deadline_ms = uint64_t(cfg_.default_deadline_s) * 1000;
   *id = j.id;
-  *position = static_cast<uint32_t>(queue_.size() + (running_id_ ? 1 : 0));
-  queue_.push_back(j.id);
+  *position = static_cast<uint32_t>(counts_.queued);
+  ++counts_.queued;
   ++counts_.submitted_total;
-  log("jobs")->info("job {} queued: {} ({}) position {}{}", j.id,
-                    j.spec.callable.name.empty() ? j.spec.callable.handle.id.short_hex() : j.spec.callable.name,
-                    pto::abi_name(j.spec.callable.abi), *position,
+  pto::CallConfig cfg = j.spec.config;
+  // A trace goes under the state directory, never where a client says.
+  std::memset(cfg.output_prefix, 0, sizeof cfg.output_prefix);
+  if (cfg.enable_profiling) {
+    const std::string prefix = fmt::format("{}/traces/job-{}", cfg_.state_dir, j.id);
+    std::snprintf(cfg.output_prefix, sizeof cfg.output_prefix, "%s", prefix.c_str());
+    j.result.set_trace_path(prefix + ".json");
+  }
+  const RegisteredCallable& c = j.spec.callable;
+  log("jobs")->info("job {} queued: {} ({}), {} priority{}{}", j.id, c.name.empty() ? c.handle.id.short_hex() : c.name,
+                    pto::abi_name(c.abi), pto::priority_name(j.spec.options.priority),
+                    j.spec.options.deadline_ms ? fmt::format(", deadline {} ms", j.spec.options.deadline_ms) : "",
                     j.spec.label.empty() ? "" : ", label " + j.spec.label);
-  jobs_.emplace(j.id, std::move(j));
+  // An orchestration receives the job's arguments; a chip or sub job is one
+  // task that carries them.
+  const pto::TaskArgs run_args = c.abi == pto::EntryAbi::ORCHESTRATION && c.runs_here ? j.spec.args : pto::TaskArgs();
+  const pto::RunOptions options = j.spec.options;
+  const uint64_t jid = j.id;
+  jobs_.emplace(jid, std::move(j));
   cv_.notify_all();
+  lk.unlock();
+  pto::RunHandle h = w_.submit_function(
+      [this, jid](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc) {
+        return execute(jid, o, view, cc);
+      },
+      run_args, cfg, [this, jid](const pto::RunResult& r) { run_ended(jid, r); }, options);
+  std::string pending;
+  lk.lock();
+  if (auto it = jobs_.find(jid); it != jobs_.end()) {
+    it->second.run = h;
+    pending = it->second.cancel_pending;  // a cancel that came before the handle
+  }
+  lk.unlock();
+  if (!pending.empty()) (void)h.cancel(pending);
   return Status::Ok();
+}
+
+int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc) {
+  RegisteredCallable c;
+  pto::TaskArgs args;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return 1;
+    Job& j = it->second;
+    j.state = pto::v1::RUNNING;
+    j.start_ns = now_ns();
+    ++j.version;
+    --counts_.queued;
+    ++counts_.running;
+    c = j.spec.callable;
+    args = j.spec.args;
+  }
+  cv_.notify_all();
+  return run_registered(c, runners_, o, args, view, cc);
+}
+
+void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  Job& done = it->second;
+  if (done.start_ns)
+    --counts_.running;
+  else
+    --counts_.queued;
+  const std::string trace = done.result.trace_path();
+  done.result = to_proto(r);
+  if (!trace.empty() && r.ok()) done.result.set_trace_path(trace);
+  const pto::v1::JobState st = r.ok()                                   ? pto::v1::SUCCEEDED
+                               : r.status.code == pto::kWorkerCancelled ? pto::v1::CANCELLED
+                                                                        : pto::v1::FAILED;
+  finish_locked(done, st, r.status.message);
+  log("jobs")->info("job {} {}: {} tasks ({} ok, {} failed, {} skipped, {} stopped) in {:.3f} ms{}", id,
+                    pto::v1::JobState_Name(st), r.tasks_submitted, r.tasks_succeeded, r.tasks_failed, r.tasks_skipped,
+                    r.tasks_stopped, double(r.wall_ns) / 1e6, r.ok() ? "" : ": " + r.status.message);
+  cv_.notify_all();
 }
 
 void JobManager::finish_locked(Job& j, pto::v1::JobState state, const std::string& message) {
@@ -132,74 +208,13 @@ void JobManager::trim_locked() {
   }
 }
 
-void JobManager::runner_main() {
-  std::unique_lock<std::mutex> lk(mu_);
-  for (;;) {
-    cv_.wait(lk, [&] { return stop_ || (!queue_.empty() && running_id_ == 0); });
-    if (stop_) return;
-    const uint64_t id = queue_.front();
-    queue_.pop_front();
-    execute_locked(id, lk);
-  }
-}
-
-// mu_ held on entry and exit; released while the Worker runs the job.
-void JobManager::execute_locked(uint64_t id, std::unique_lock<std::mutex>& lk) {
-  Job& j = jobs_[id];
-  j.state = pto::v1::RUNNING;
-  j.start_ns = now_ns();
-  ++j.version;
-  running_id_ = id;
-  cv_.notify_all();
-  const RegisteredCallable c = j.spec.callable;
-  const pto::TaskArgs args = j.spec.args;
-  const auto cancel = j.cancel;
-  const auto cancel_reason = j.cancel_reason;
-  pto::CallConfig cfg = j.spec.config;
-  // A trace goes under the state directory, never where a client says.
-  std::memset(cfg.output_prefix, 0, sizeof cfg.output_prefix);
-  if (cfg.enable_profiling) {
-    const std::string prefix = fmt::format("{}/traces/job-{}", cfg_.state_dir, id);
-    std::snprintf(cfg.output_prefix, sizeof cfg.output_prefix, "%s", prefix.c_str());
-    j.result.set_trace_path(prefix + ".json");
-  }
-  lk.unlock();
-
-  auto fn = [&](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc) -> int {
-    if (cancel->load()) {  // cancelled between dequeue and the start of the run
-      std::string why;
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        why = *cancel_reason;
-      }
-      (void)w_.cancel_run(why);
-      return 0;
-    }
-    return run_registered(c, o, args, view, cc);
-  };
-  pto::RunResult r = c.orchestration ? w_.run(fn, args, cfg) : w_.run(fn, pto::TaskArgs(), cfg);
-
-  lk.lock();
-  Job& done = jobs_[id];
-  running_id_ = 0;
-  const std::string trace = done.result.trace_path();
-  done.result = to_proto(r);
-  if (!trace.empty() && r.ok()) done.result.set_trace_path(trace);
-  const pto::v1::JobState st = r.ok()                                   ? pto::v1::SUCCEEDED
-                               : r.status.code == pto::kWorkerCancelled ? pto::v1::CANCELLED
-                                                                        : pto::v1::FAILED;
-  finish_locked(done, st, r.status.message);
-  log("jobs")->info("job {} {}: {} tasks ({} ok, {} failed, {} skipped) in {:.3f} ms{}", id, pto::v1::JobState_Name(st),
-                    r.tasks_submitted, r.tasks_succeeded, r.tasks_failed, r.tasks_skipped, double(r.wall_ns) / 1e6,
-                    r.ok() ? "" : ": " + r.status.message);
-  cv_.notify_all();
-}
-
 void JobManager::fill_result_locked(const Job& j, pto::v1::JobResult* out) const {
   *out = j.result;
   out->set_job_id(j.id);
   out->set_state(j.state);
   out->set_label(j.spec.label);
+  out->set_priority(to_wire(j.spec.options.priority));
+  out->set_deadline_ms(static_cast<uint32_t>(std::min<uint64_t>(j.spec.options.deadline_ms, UINT32_MAX)));
   const uint64_t now = now_ns();
   out->set_queued_ns((j.start_ns ? j.start_ns : (j.end_ns ? j.end_ns : now)) - j.submit_ns);
   if (j.start_ns) out->set_run_ns((j.end_ns ? j.end_ns : now) - j.start_ns);
@@ -216,47 +231,56 @@ Status JobManager::result(uint64_t id, pto::v1::JobResult* out) const {
 }
 
 Status JobManager::cancel(uint64_t id, pto::v1::JobState* state) {
-  std::unique_lock<std::mutex> lk(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {}", id));
-  Job& j = it->second;
-  if (j.state == pto::v1::QUEUED) {
-    queue_.erase(std::find(queue_.begin(), queue_.end(), id));
-    finish_locked(j, pto::v1::CANCELLED, "cancelled by a client before it started");
-    cv_.notify_all();
-  } else if (j.state == pto::v1::RUNNING) {
-    cancel_running_locked("cancelled by a client");
+  pto::RunHandle h;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {}", id));
+    *state = it->second.state;
+    if (final_state(it->second.state)) return Status::Ok();
+    h = it->second.run;
+    if (!h.valid()) it->second.cancel_pending = "cancelled by a client";  // submit() passes it on
   }
-  *state = j.state;
+  // Queued: it leaves the queue (CANCELLED at once). Running: its tasks are
+  // stopped and its runner killed; it ends CANCELLED within moments.
+  if (h.valid()) (void)h.cancel("cancelled by a client");
+  std::lock_guard<std::mutex> g(mu_);
+  if (auto it = jobs_.find(id); it != jobs_.end()) *state = it->second.state;
   return Status::Ok();
 }
 
 Status JobManager::wait_event(uint64_t id, uint64_t* version, std::chrono::milliseconds timeout,
                               pto::v1::JobEvent* ev) {
-  std::unique_lock<std::mutex> lk(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {}", id));
-  cv_.wait_for(lk, timeout, [&] {
-    auto j = jobs_.find(id);
-    return j == jobs_.end() || j->second.version != *version || stop_;
-  });
-  it = jobs_.find(id);
-  if (it == jobs_.end())
-    return Status::Error(pto::kWorkerNotRegistered, fmt::format("job {} is no longer retained", id));
-  const Job& j = it->second;
-  if (stop_ && !final_state(j.state)) return Status::Error(pto::kUnavailable, "the daemon is stopping");
-  *version = j.version;
-  ev->set_job_id(id);
-  ev->set_state(j.state);
-  if (j.state == pto::v1::RUNNING) {
-    const pto::Worker::RunProgress p = w_.progress();
-    ev->set_tasks_done(p.finished);
-    ev->set_tasks_total(p.submitted);
-  } else if (final_state(j.state)) {
-    ev->set_tasks_done(j.result.tasks_succeeded() + j.result.tasks_failed() + j.result.tasks_skipped());
-    ev->set_tasks_total(j.result.tasks_submitted());
-    fill_result_locked(j, ev->mutable_result());
+  pto::RunHandle h;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {}", id));
+    cv_.wait_for(lk, timeout, [&] {
+      auto j = jobs_.find(id);
+      return j == jobs_.end() || j->second.version != *version || stop_;
+    });
+    it = jobs_.find(id);
+    if (it == jobs_.end())
+      return Status::Error(pto::kWorkerNotRegistered, fmt::format("job {} is no longer retained", id));
+    const Job& j = it->second;
+    if (stop_ && !final_state(j.state)) return Status::Error(pto::kUnavailable, "the daemon is stopping");
+    *version = j.version;
+    ev->set_job_id(id);
+    ev->set_state(j.state);
+    if (final_state(j.state)) {
+      ev->set_tasks_done(j.result.tasks_succeeded() + j.result.tasks_failed() + j.result.tasks_skipped() +
+                         j.result.tasks_stopped());
+      ev->set_tasks_total(j.result.tasks_submitted());
+      fill_result_locked(j, ev->mutable_result());
+      return Status::Ok();
+    }
+    if (j.state != pto::v1::RUNNING) return Status::Ok();
+    h = j.run;
   }
+  const pto::RunProgress p = h.progress();
+  ev->set_tasks_done(p.finished);
+  ev->set_tasks_total(p.submitted);
   return Status::Ok();
 }
 
@@ -272,36 +296,39 @@ std::vector<pto::v1::JobResult> JobManager::list(uint32_t limit) const {
 
 JobCounts JobManager::counts() const {
   std::lock_guard<std::mutex> g(mu_);
-  JobCounts c = counts_;
-  c.queued = queue_.size();
-  c.running = running_id_ ? 1 : 0;
-  return c;
-}
-
-void JobManager::cancel_running_locked(const std::string& why) {
-  if (!running_id_) return;
-  Job& j = jobs_[running_id_];
-  *j.cancel_reason = why;
-  j.cancel->store(true);
-  (void)w_.cancel_run(why);  // false if the run has not begun: the flag covers it
+  return counts_;
 }
 
 void JobManager::cancel_running(const std::string& why) {
-  std::lock_guard<std::mutex> g(mu_);
-  cancel_running_locked(why);
+  std::vector<pto::RunHandle> running;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [id, j] : jobs_)
+      if (j.state == pto::v1::RUNNING) running.push_back(j.run);
+  }
+  for (auto& h : running) (void)h.cancel(why);
 }
 
 void JobManager::start_drain(const std::string& why) {
-  std::lock_guard<std::mutex> g(mu_);
-  draining_ = true;
-  for (uint64_t id : queue_) finish_locked(jobs_[id], pto::v1::CANCELLED, "not started: " + why);
-  queue_.clear();
+  std::vector<pto::RunHandle> queued;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    draining_ = true;
+    for (auto& [id, j] : jobs_)
+      if (j.state == pto::v1::QUEUED) {
+        if (j.run.valid())
+          queued.push_back(j.run);
+        else
+          j.cancel_pending = "not started: " + why;
+      }
+  }
+  for (auto& h : queued) (void)h.cancel("not started: " + why);
   cv_.notify_all();
 }
 
 bool JobManager::wait_idle(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
-  return cv_.wait_for(lk, timeout, [&] { return running_id_ == 0 && queue_.empty(); });
+  return cv_.wait_for(lk, timeout, [&] { return live_locked() == 0; });
 }
 
 }  // namespace ptod

@@ -1,5 +1,10 @@
-// Jobs: a FIFO queue in front of the daemon's Worker, which runs one
-// orchestration at a time on the job runner thread. States (docs/daemon.md):
+// Jobs: each job is a run of the daemon's Worker, queued with
+// Worker::submit. Up to [jobs] max_running run at once (the Worker's
+// max_concurrent_runs), started by priority and then in submission order;
+// their ready tasks are served by priority, then round robin between
+// principals, then between jobs. An orchestration job runs its library in a
+// runner process (pto/runner.h); a chip or sub job is a one-task run.
+// States (docs/daemon.md):
 //   QUEUED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED;  QUEUED -> CANCELLED.
 // Every change bumps the job's version, so watchers wait for "newer than
 // what I saw". Finished jobs are kept (retain_finished) for Result / List.
@@ -14,13 +19,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "callable_registry.h"
 #include "config.h"
-#include "pto/v1/ptod.pb.h"
 #include "pto/base/clock.h"
+#include "pto/runner.h"
+#include "pto/v1/ptod.pb.h"
 #include "pto/worker.h"
 #include "tensor_store.h"
 
@@ -33,6 +38,7 @@ struct JobSpec {
   std::string label;
   std::vector<uint64_t> pinned;      // tensor ids, unpinned when the job ends
   std::vector<TensorEntry> outputs;  // tensors the job writes
+  pto::RunOptions options;           // priority, principal, deadline
 };
 
 struct JobCounts {
@@ -42,9 +48,8 @@ struct JobCounts {
 
 class JobManager {
  public:
-  JobManager(pto::Worker& w, TensorStore& tensors, const DaemonConfig& cfg);
+  JobManager(pto::Worker& w, TensorStore& tensors, const pto::RunnerPool& runners, const DaemonConfig& cfg);
   ~JobManager();
-
 
   // spec.pinned: tensors the caller pinned; the job unpins them when it ends
   // (on error they stay the caller's to unpin).
@@ -57,14 +62,15 @@ class JobManager {
   std::vector<pto::v1::JobResult> list(uint32_t limit) const;
   JobCounts counts() const;
 
-  // Drain: refuse new jobs, cancel the queued ones; then wait (bounded) for
-  // the running one.
+  // Drain: refuse new jobs, cancel the queued ones; running ones go on.
   void start_drain(const std::string& why);
-  // Cancels the running job (if any), even if its run has not begun yet.
+  // Cancels every running job: their tasks are stopped, their runners killed.
   void cancel_running(const std::string& why);
+  // Until no job is queued or running, or the timeout.
   bool wait_idle(std::chrono::milliseconds timeout);
   bool draining() const { return draining_.load(); }
-  void stop();
+  // Cancels what is left and waits (bounded) for the runs to end.
+  void stop(std::chrono::milliseconds wait = std::chrono::seconds(10));
 
  private:
   struct Job {
@@ -74,40 +80,37 @@ class JobManager {
     pto::v1::JobResult result;
     uint64_t version = 1;
     uint64_t submit_ns = 0, start_ns = 0, end_ns = 0;
-    // Set by cancel / drain; the orchestration checks it first, so a cancel
-    // that lands before the Worker's run has begun is not lost.
-    std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
-    std::shared_ptr<std::string> cancel_reason = std::make_shared<std::string>();
+    pto::RunHandle run;          // set once the run is queued with the Worker
+    std::string cancel_pending;  // a cancel that came before `run` was set
   };
-  void cancel_running_locked(const std::string& why);
-  void runner_main();
-  void execute_locked(uint64_t id, std::unique_lock<std::mutex>& lk);
+  // The orchestration function of a job's run (on a Worker run thread).
+  int execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc);
+  void run_ended(uint64_t id, const pto::RunResult& r);
   void finish_locked(Job& j, pto::v1::JobState state, const std::string& message);
   void fill_result_locked(const Job& j, pto::v1::JobResult* out) const;
   void trim_locked();
+  uint64_t live_locked() const { return counts_.queued + counts_.running; }
 
   pto::Worker& w_;
   TensorStore& tensors_;
+  const pto::RunnerPool& runners_;
   const DaemonConfig& cfg_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // any job changed, or work queued
+  std::condition_variable cv_;  // any job changed
   std::map<uint64_t, Job> jobs_;
-  std::deque<uint64_t> queue_;
   std::deque<uint64_t> finished_order_;
   uint64_t next_id_ = 1;
-  uint64_t running_id_ = 0;
-  JobCounts counts_;
+  JobCounts counts_;  // queued and running are live counts
   std::atomic<bool> draining_{false};
   bool stop_ = false;
-  std::thread runner_;
 };
 
 pto::v1::JobResult to_proto(const pto::RunResult& r);
 using pto::now_ns;  // the steady clock (pto/base/clock.h)
 // Runs a registered callable inside an orchestration: a chip or sub task with
-// args, an orchestration loaded here, or (level 4) a next-level task.
-int run_registered(const RegisteredCallable& c, pto::Orchestrator& o, const pto::TaskArgs& args,
-                   const pto::TaskArgsView& view, const pto::CallConfig& cc);
+// args, an orchestration in a runner, or (level 4) a next-level task.
+int run_registered(const RegisteredCallable& c, const pto::RunnerPool& runners, pto::Orchestrator& o,
+                   const pto::TaskArgs& args, const pto::TaskArgsView& view, const pto::CallConfig& cc);
 void to_proto(const TensorEntry& e, pto::v1::TensorInfo* out);
 bool final_state(pto::v1::JobState s);
 

@@ -27,7 +27,7 @@ void histogram(std::string& out, const char* name, const char* help, const pto::
 
 }  // namespace
 
-std::string render_metrics(pto::Worker& w, JobManager& jobs) {
+std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPool& runners) {
   const pto::WorkerStats s = w.stats();
   const JobCounts j = jobs.counts();
   std::string o;
@@ -41,8 +41,8 @@ std::string render_metrics(pto::Worker& w, JobManager& jobs) {
   o += "# HELP ptod_tasks_total Tasks that ended, by outcome.\n# TYPE ptod_tasks_total counter\n";
   o += fmt::format(
       "ptod_tasks_total{{outcome=\"succeeded\"}} {}\nptod_tasks_total{{outcome=\"failed\"}} {}\n"
-      "ptod_tasks_total{{outcome=\"skipped\"}} {}\n",
-      s.tasks_succeeded, s.tasks_failed, s.tasks_skipped);
+      "ptod_tasks_total{{outcome=\"skipped\"}} {}\nptod_tasks_total{{outcome=\"stopped\"}} {}\n",
+      s.tasks_succeeded, s.tasks_failed, s.tasks_skipped, s.tasks_stopped);
   o += "# HELP ptod_queue_depth Jobs waiting plus ready tasks waiting for an idle child.\n# TYPE ptod_queue_depth "
        "gauge\n";
   o += fmt::format("ptod_queue_depth{{queue=\"jobs\"}} {}\nptod_queue_depth{{queue=\"tasks\"}} {}\n", j.queued,
@@ -63,6 +63,12 @@ std::string render_metrics(pto::Worker& w, JobManager& jobs) {
       "# HELP ptod_child_restarts_total Children forked again after they died.\n"
       "# TYPE ptod_child_restarts_total counter\nptod_child_restarts_total {}\n",
       s.child_restarts);
+  const pto::RunnerPool::Stats r = runners.stats();
+  o += fmt::format(
+      "# HELP ptod_runners_total Runner processes for orchestration libraries: started, and ended by a crash, exit, "
+      "timeout, lost heartbeat or malformed call.\n# TYPE ptod_runners_total counter\n"
+      "ptod_runners_total{{event=\"started\"}} {}\nptod_runners_total{{event=\"failed\"}} {}\n",
+      r.started, r.failed);
   // Level 4: the remote sessions.
   histogram(o, "ptod_remote_round_trip_seconds", "Remote task dispatch to completion seen.", s.remote_round_trip);
   o += fmt::format(

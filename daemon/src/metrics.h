@@ -14,6 +14,7 @@
 
 namespace pto {
 class Worker;
+class RunnerPool;
 }
 
 namespace ptod {
@@ -21,7 +22,7 @@ namespace ptod {
 class JobManager;
 
 // The text exposition (format 0.0.4) of the Worker's and the job queue's state now.
-std::string render_metrics(pto::Worker& w, JobManager& jobs);
+std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPool& runners);
 
 class MetricsServer {
  public:

@@ -168,6 +168,19 @@ grpc::Status TensorsService::List(grpc::ServerContext*, const pto::v1::ListTenso
 
 // -------------------------------------------------------------------- Jobs
 
+// Who a request is from, for fair sharing between clients: a client
+// certificate's identity when the listener verified one, otherwise the
+// peer's host (every local client on the unix socket is one principal until
+// the daemon knows its users; docs/daemon.md, "Jobs").
+static std::string principal_of(const grpc::ServerContext& ctx) {
+  if (auto auth = ctx.auth_context(); auth && auth->IsPeerAuthenticated())
+    for (const auto& id : auth->GetPeerIdentity()) return "cert:" + std::string(id.data(), id.size());
+  const std::string peer = ctx.peer();
+  const size_t colon = peer.rfind(':');
+  if (peer.rfind("ipv4:", 0) == 0 || peer.rfind("ipv6:", 0) == 0) return peer.substr(0, colon);
+  return peer.rfind("unix:", 0) == 0 ? "unix" : peer;
+}
+
 grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::SubmitRequest* req,
                                  pto::v1::SubmitReply* reply) {
   if (p_.draining) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is draining: it accepts no new jobs");
@@ -202,6 +215,9 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
                         "empty");
   }
   spec.label = req->label();
+  spec.options.priority = from_wire(req->priority());
+  spec.options.deadline_ms = req->deadline_ms();
+  spec.options.principal = principal_of(*ctx);
   uint64_t id = 0;
   uint32_t pos = 0;
   // The job manager takes over the pins (and releases them when the job ends).

@@ -22,6 +22,7 @@ struct DaemonParts {
   CallableRegistry& registry;
   JobManager& jobs;
   std::atomic<bool>& draining;
+  const pto::RunnerPool& runners;
 };
 
 class RegistryService final : public pto::v1::Registry::Service {

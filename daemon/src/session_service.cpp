@@ -547,10 +547,11 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
   cc.aicpu_thread_num = t.config().aicpu_thread_num();
   cc.timeout_ms = t.config().timeout_ms();
   const uint64_t id = t.id();
-  auto fn = [rc, args](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cfg) {
-    return run_registered(*rc, o, args, view, cfg);
+  const pto::RunnerPool& runners = p_.runners;
+  auto fn = [rc, args, &runners](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cfg) {
+    return run_registered(*rc, runners, o, args, view, cfg);
   };
-  const pto::TaskArgs run_args = rc->orchestration ? args : pto::TaskArgs();
+  const pto::TaskArgs run_args = rc->runs_here ? args : pto::TaskArgs();
   p_.worker.submit_function(fn, run_args, cc, [c, held, id, release](const pto::RunResult& r) {
     pto::v1::Completion done;
     done.set_id(id);

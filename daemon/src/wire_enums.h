@@ -25,6 +25,7 @@ PTOD_PIN(pto::v1::SUCCESS, pto::Outcome::SUCCESS);
 PTOD_PIN(pto::v1::TASK_FAILURE, pto::Outcome::TASK_FAILURE);
 PTOD_PIN(pto::v1::ENDPOINT_FAILURE, pto::Outcome::ENDPOINT_FAILURE);
 PTOD_PIN(pto::v1::SKIPPED, pto::Outcome::SKIPPED);
+PTOD_PIN(pto::v1::STOPPED, pto::Outcome::STOPPED);
 PTOD_PIN(pto::v1::INPUT, pto::TensorArgType::INPUT);
 PTOD_PIN(pto::v1::OUTPUT, pto::TensorArgType::OUTPUT);
 PTOD_PIN(pto::v1::INOUT, pto::TensorArgType::INOUT);
@@ -49,6 +50,22 @@ PTOD_PIN(pto::v1::DIR_INOUT, pto::TensorDirection::INOUT);
 // A dtype of pto/dtype.h (checked by the caller: pto_dtype_size(d) != 0).
 inline pto::v1::DataType to_wire_dtype(int32_t d) { return static_cast<pto::v1::DataType>(d); }
 inline pto::v1::Outcome to_wire(pto::Outcome o) { return static_cast<pto::v1::Outcome>(o); }
+// Priorities differ by one (the wire's 0 means "not given": NORMAL).
+inline pto::v1::Priority to_wire(pto::RunPriority p) {
+  switch (p) {
+    case pto::RunPriority::LOW: return pto::v1::PRIORITY_LOW;
+    case pto::RunPriority::HIGH: return pto::v1::PRIORITY_HIGH;
+    case pto::RunPriority::NORMAL: break;
+  }
+  return pto::v1::PRIORITY_NORMAL;
+}
+inline pto::RunPriority from_wire(pto::v1::Priority p) {
+  switch (p) {
+    case pto::v1::PRIORITY_LOW: return pto::RunPriority::LOW;
+    case pto::v1::PRIORITY_HIGH: return pto::RunPriority::HIGH;
+    default: return pto::RunPriority::NORMAL;
+  }
+}
 inline pto::v1::CallableKind to_wire(pto::CallableKind k) { return static_cast<pto::v1::CallableKind>(k); }
 inline pto::v1::TargetNamespace to_wire(pto::TargetNamespace n) { return static_cast<pto::v1::TargetNamespace>(n); }
 inline pto::v1::EntryAbi to_wire(pto::EntryAbi a) { return static_cast<pto::v1::EntryAbi>(a); }

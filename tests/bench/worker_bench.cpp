@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "pto/runner.h"
 #include "pto/worker.h"
 
 using namespace pto;
@@ -122,6 +123,55 @@ void measure(const char* what, Worker& w, const Submit& submit) {
 
 }  // namespace
 
+// The submit cost of an orchestration: its submit loop's time per task, in
+// this process and from a runner (pto/runner.h: each submit crosses the
+// runner channel). No-op sub tasks on 2 sub workers; medians of 5 runs.
+void runner_submit_cost(uint32_t spin_us) {
+  Worker w({.level = 3, .num_sub_workers = 2, .spin_us = spin_us});
+  auto noop = w.register_callable(NativeCallable::import(BENCH_NATIVE_SUBS, "pto_test_noop"));
+  if (!noop.ok() || !w.init().ok() || !w.name_callable("noop", noop).ok()) std::exit(1);
+  auto t = w.alloc({1}, PTO_INT64);
+  if (!t.ok()) std::exit(1);
+  auto* ns = reinterpret_cast<int64_t*>(t.value.data);
+  constexpr uint64_t kTasks = 20000;
+  RunnerPool pool;
+  const OrchestrationFunction in_runner = pool.orchestration(BENCH_RUNNER_ORCHS, "pto_test_orch_submit_timed", "timed");
+  const OrchestrationFunction in_process = [&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    const auto t0 = Clock::now();
+    for (uint64_t i = 0; i < kTasks; ++i)
+      if (!o.submit_sub(noop).ok()) return 1;
+    *ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+    return 0;
+  };
+  TaskArgs a;
+  a.add_tensor(t.value, NO_DEP).add_scalar(kTasks);
+  auto median_us = [&](const OrchestrationFunction& fn, double* run_us) {
+    std::vector<double> submit, run;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = Clock::now();
+      RunResult r = w.run_function(fn, a, {});
+      run.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / kTasks);
+      if (!r.ok()) {
+        std::fprintf(stderr, "run failed: %s\n", r.status.message.c_str());
+        std::exit(1);
+      }
+      submit.push_back(double(*ns) / 1e3 / kTasks);
+    }
+    std::sort(submit.begin(), submit.end());
+    std::sort(run.begin(), run.end());
+    *run_us = run[2];
+    return submit[2];
+  };
+  double run_here = 0, run_runner = 0;
+  const double here = median_us(in_process, &run_here);
+  const double there = median_us(in_runner, &run_runner);
+  std::printf(
+      "\norchestration submit cost, %llu no-op sub tasks on 2 sub workers (median of 5):\n"
+      "  in this process: %.2f us/task submitting, %.2f us/task whole run\n"
+      "  from a runner:   %.2f us/task submitting, %.2f us/task whole run (%.2fx)   [target <= 2 us/task]\n",
+      (unsigned long long)kTasks, here, run_here, there, run_runner, there / here);
+}
+
 int main(int argc, char** argv) {
   // --spin-us N: the Workers' spin budget (default 50).
   uint32_t spin_us = 50;
@@ -167,5 +217,6 @@ int main(int argc, char** argv) {
     measure("empty chip callable (1 chip: the L2 runtime runs an orchestration that submits nothing)", w,
             [&](Orchestrator& o) { return o.submit_next_level(empty, zero).ok(); });
   }
+  runner_submit_cost(spin_us);
   return 0;
 }

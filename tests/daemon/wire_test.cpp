@@ -118,7 +118,7 @@ TEST_CASE("the wire's enums are the engine's: same values, same names") {
     CHECK(to_wire_dtype(d) == static_cast<pto::v1::DataType>(d));
   }
   for (auto o : {pto::Outcome::SUCCESS, pto::Outcome::TASK_FAILURE, pto::Outcome::ENDPOINT_FAILURE,
-                 pto::Outcome::SKIPPED})
+                 pto::Outcome::SKIPPED, pto::Outcome::STOPPED})
     CHECK(pto::v1::Outcome_Name(to_wire(o)) == pto::outcome_name(o));
   for (int t = 0; t <= pto::v1::NO_DEP; ++t)
     CHECK(pto::v1::TensorTag_Name(static_cast<pto::v1::TensorTag>(t)) ==

@@ -345,6 +345,8 @@ Status CallableTable::control(ControlOp op, const Digest& digest, std::vector<ui
   c->sent.assign(c->targets.size(), 0);
   c->done.assign(c->targets.size(), 0);
   c->sent_ns.assign(c->targets.size(), 0);
+  c->incarnation.assign(c->targets.size(), 0);
+  c->created_ns = now_ns();
   c->on_success = std::move(on_success);
   std::unique_lock<std::mutex> lk(lock_.mu);
   if (life_.closed || !pool_.bell()) return Status::Error(kWorkerClosed, "control request after close()");

@@ -3,11 +3,14 @@
 // reason), then serves TASK_READY and CONTROL_REQUEST until SHUTDOWN. Chip
 // children run chip callables on their own simulated chip (ChipWorker); sub
 // children call native functions; L3 children run orchestrations on their own
-// inner Worker. A child never returns into the parent's stack: it leaves with
-// _exit, and it dies with its parent (PR_SET_PDEATHSIG).
+// inner Worker. A heartbeat thread shows the parent the process is not
+// stopped. A child never returns into the parent's stack: it leaves with
+// _exit, and it dies with its parent (PR_SET_PDEATHSIG, or the heartbeat
+// thread's check).
 #include <fmt/format.h>
 #include <linux/close_range.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -283,6 +286,9 @@ class ChildRunner {
 }  // namespace
 
 void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
+  // exit() from a callable ends the child at once: the parent image's exit
+  // handlers and static destructors must not run in this copy of it.
+  on_exit([](int status, void*) { _exit(status); }, nullptr);
   if (forked_by_main_thread) prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != pool_.owner_pid()) _exit(3);
   // The parent coordinates shutdown: a terminal's Ctrl-C or systemd's SIGTERM
@@ -318,15 +324,21 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
     if (inner) (void)inner->close();
     _exit(2);
   }
-  if (!forked_by_main_thread) {
-    // No parent-death signal (see fork_child): a watchdog thread notices the
-    // parent's end within 100 ms, even while a long task runs. Started after
-    // the inner Worker forked its own children.
+  // The heartbeat: a thread of its own bumps the mailbox's counter every
+  // 100 ms whatever the task thread does, so the parent tells a stopped or
+  // frozen process (no beats) from a busy kernel (beats). It also notices the
+  // parent's end within 100 ms: a child forked from a thread other than the
+  // main one has no parent-death signal (see fork_child). Started after the
+  // inner Worker forked its own children, before INIT_READY.
+  {
     const pid_t parent = pool_.owner_pid();
-    std::thread([parent] {
+    const bool watch_parent = !forked_by_main_thread;
+    Mailbox* mb = ep.mb;
+    std::thread([parent, watch_parent, mb] {
       for (;;) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        if (getppid() != parent) _exit(3);
+        mb->heartbeat.fetch_add(1, std::memory_order_relaxed);
+        if (watch_parent && getppid() != parent) _exit(3);
       }
     }).detach();
   }

@@ -137,6 +137,8 @@ Status ChildPool::await_ready(Endpoint& ep) {
       std::lock_guard<std::mutex> g(lock_.mu);
       ep.alive = true;
       ep.death.clear();
+      ep.beat = mb->heartbeat.load(std::memory_order_relaxed);
+      ep.beat_ns = now_ns();
       return Status::Ok();
     }
     if (s == MB_INIT_FAILED) {
@@ -184,32 +186,53 @@ Status ChildPool::start_all(const ChildMain& main) {
   return fork_error;
 }
 
-std::vector<Endpoint*> ChildPool::dead() const {
-  std::vector<Endpoint*> out;
-  for (auto* list : {&chips_, &subs_, &l3s_})
-    for (auto& ep : *list)
-      if (!ep->alive && !ep->is_remote()) out.push_back(ep.get());  // a link reconnects by itself
-  return out;
+Status ChildPool::respawn(Endpoint& ep, const ChildMain& main) {
+  if (!ep.reaped && ep.pid > 0) {  // killed: SIGKILL ends it at once
+    int status;
+    waitpid(ep.pid, &status, 0);
+    ep.reaped = true;
+  }
+  ++restarts_;
+  if (Status s = fork_child(ep, true, main); !s.ok()) return s;
+  ep.starting = true;
+  ep.start_deadline_ns = now_ns() + uint64_t(cfg_.init_timeout_ms) * 1'000'000;
+  return Status::Ok();
 }
 
-Status ChildPool::replace(const std::vector<Endpoint*>& dead, const ChildMain& main) {
-  Status first;
-  {
-    std::lock_guard<std::mutex> g(lock_.mu);  // a consistent registry snapshot for the children
-    for (Endpoint* ep : dead) {
-      if (!ep->reaped && ep->pid > 0) {  // a kill whose reaping timed out
-        int status;
-        waitpid(ep->pid, &status, 0);
-        ep->reaped = true;
-      }
-      if (Status s = fork_child(*ep, true, main); !s.ok() && first.ok()) first = s;
-      ++restarts_;
-    }
+bool ChildPool::poll_start(Endpoint& ep, uint64_t now) {
+  Mailbox* mb = ep.mb;
+  const uint32_t s = mb->state.load(std::memory_order_acquire);
+  int status = 0;
+  auto failed = [&](const std::string& why) {
+    ep.starting = false;
+    ep.reaped = true;
+    ep.death = why;
+    return false;
+  };
+  if (s == MB_INIT_READY) {
+    mb->state.store(MB_IDLE, std::memory_order_release);
+    ep.starting = false;
+    ep.alive = true;
+    ep.death.clear();
+    ep.beat = mb->heartbeat.load(std::memory_order_relaxed);
+    ep.beat_ns = now;
+    return true;
   }
-  for (Endpoint* ep : dead)
-    if (ep->pid > 0 && !ep->reaped)
-      if (Status s = await_ready(*ep); !s.ok() && first.ok()) first = s;
-  return first;
+  if (s == MB_INIT_FAILED) {
+    const std::string why = mb->error();
+    waitpid(ep.pid, &status, 0);  // it exits right after reporting
+    return failed("failed to start: " + why);
+  }
+  if (waitpid(ep.pid, &status, WNOHANG) == ep.pid)
+    return failed(fmt::format("died during start-up ({})", WIFSIGNALED(status)
+                                                               ? "signal " + std::to_string(WTERMSIG(status))
+                                                               : "exit " + std::to_string(WEXITSTATUS(status))));
+  if (now > ep.start_deadline_ns) {
+    kill(ep.pid, SIGKILL);
+    waitpid(ep.pid, &status, 0);
+    return failed(fmt::format("did not report INIT_READY within {} ms (init_timeout_ms)", cfg_.init_timeout_ms));
+  }
+  return false;
 }
 
 std::string ChildPool::shutdown() {

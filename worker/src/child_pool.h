@@ -5,7 +5,9 @@
 // report INIT_READY, replaces dead ones, and stops them all at close. Remote
 // L3 workers (RemoteLink) are endpoints too, after the local L3 children.
 // Lists and liveness fields are under the engine lock (mu) once the
-// scheduler runs; forking happens only while no thread of the engine runs.
+// scheduler runs. The first children are forked by init() before any thread
+// of the engine exists; replacements are forked by the driver while it holds
+// the engine lock.
 #pragma once
 
 #include <sys/types.h>
@@ -45,11 +47,12 @@ class ChildPool {
   // Forks every local child (all at once, so they prepare their callables in
   // parallel), then waits for each. The caller holds no thread of its own.
   Status start_all(const ChildMain& main);
-  // Dead local children (mu held).
-  std::vector<Endpoint*> dead() const;
-  // Forks a replacement for each (the scheduler is stopped; the caller holds
-  // mu for a consistent registry snapshot while forking), then waits for them.
-  Status replace(const std::vector<Endpoint*>& dead, const ChildMain& main);
+  // Replacement by the driver, without blocking it (mu held, so the child
+  // inherits a consistent registry): respawn forks; poll_start then reports
+  // INIT_READY (true, the endpoint is alive), a failed start (false, with
+  // ep.death set and the child reaped), or nothing yet (false, still starting).
+  Status respawn(Endpoint& ep, const ChildMain& main);
+  bool poll_start(Endpoint& ep, uint64_t now);
   // SHUTDOWN to every live child, reaped within shutdown_timeout_ms, then
   // SIGKILL; returns the labels of children that had to be killed.
   std::string shutdown();

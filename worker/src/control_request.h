@@ -25,6 +25,8 @@ struct ControlRequest {
   std::vector<Endpoint*> targets;
   std::vector<int> sent, done;  // per target
   std::vector<uint64_t> sent_ns;
+  std::vector<uint32_t> incarnation;  // per target: its restarts when the request was sent
+  uint64_t created_ns = 0;
   std::function<void()> on_success;  // runs with the lock held when every target acknowledged
   std::vector<Endpoint*> installed;
   std::string failure;

@@ -67,6 +67,13 @@ struct Endpoint {
   bool reaped = true;  // false while a dead child's pid may still need waitpid
   std::string death;   // how it died
   uint32_t restarts = 0;
+  // Replacement (the driver forks it as soon as the death is noticed).
+  bool starting = false;        // forked, not yet INIT_READY
+  uint64_t start_deadline_ns = 0;
+  uint64_t restart_at_ns = 0;   // after a failed start: not before this
+  uint32_t failed_starts = 0;   // in a row
+  // Liveness: the mailbox heartbeat as last seen, and when it last moved.
+  uint64_t beat = 0, beat_ns = 0;
   uint64_t tasks_run = 0;
   // Scheduler-owned.
   TaskNode* running = nullptr;

@@ -154,7 +154,7 @@ class RemoteTransport final : public EndpointTransport {
       while (i < ep.inflight.size() && ep.inflight[i].seq != c.seq) ++i;
       if (i == ep.inflight.size()) continue;  // not ours (the link reports each task once)
       const Outcome o =
-          c.outcome <= static_cast<uint8_t>(Outcome::SKIPPED) ? static_cast<Outcome>(c.outcome) : Outcome::TASK_FAILURE;
+          c.outcome <= static_cast<uint8_t>(Outcome::STOPPED) ? static_cast<Outcome>(c.outcome) : Outcome::TASK_FAILURE;
       const Endpoint::InFlight f = ep.inflight[i];
       ep.inflight[i] = ep.inflight.back();
       ep.inflight.pop_back();

@@ -12,10 +12,12 @@ void L3TensorMap::add_reader(uint64_t lo, uint64_t hi, TaskNode* s) {
     // Finished readers no longer order anything.
     r.erase(std::remove_if(r.begin(), r.end(), [](TaskNode* x) { return x->state == TaskNode::State::kFinal; }), r.end());
     r.push_back(s);
+    s->read.emplace_back(lo, hi);
     return;
   }
   map_.emplace(lo, Entry{hi, nullptr, {s}});
   max_len_ = std::max(max_len_, hi - lo);
+  s->read.emplace_back(lo, hi);
 }
 
 void L3TensorMap::set_writer(uint64_t lo, uint64_t hi, TaskNode* s) {
@@ -29,7 +31,7 @@ void L3TensorMap::set_writer(uint64_t lo, uint64_t hi, TaskNode* s) {
   }
   map_.emplace(lo, Entry{hi, s, {}});
   max_len_ = std::max(max_len_, hi - lo);
-  s->map_keys.push_back(lo);
+  s->written.emplace_back(lo, hi);
 }
 
 void L3TensorMap::erase_range(uint64_t lo, uint64_t hi) {
@@ -42,9 +44,9 @@ void L3TensorMap::erase_range(uint64_t lo, uint64_t hi) {
   }
 }
 
-void L3TensorMap::remove_writer(TaskNode* s) {
-  for (uint64_t key : s->map_keys) {
-    auto [b, e] = map_.equal_range(key);
+void L3TensorMap::remove(TaskNode* s) {
+  for (auto [lo, hi] : s->written) {
+    auto [b, e] = map_.equal_range(lo);
     for (auto it = b; it != e;) {
       if (it->second.writer == s) {
         it->second.writer = nullptr;
@@ -56,7 +58,20 @@ void L3TensorMap::remove_writer(TaskNode* s) {
       ++it;
     }
   }
-  s->map_keys.clear();
+  for (auto [lo, hi] : s->read) {
+    auto [b, e] = map_.equal_range(lo);
+    for (auto it = b; it != e;) {
+      auto& r = it->second.readers;
+      if (it->second.end == hi) r.erase(std::remove(r.begin(), r.end(), s), r.end());
+      if (r.empty() && !it->second.writer) {
+        it = map_.erase(it);
+        continue;
+      }
+      ++it;
+    }
+  }
+  s->written.clear();
+  s->read.clear();
 }
 
 }  // namespace pto

@@ -1,7 +1,10 @@
 // The L3 TensorMap (docs/worker.md, "TaskArgs, tags and dependencies"): a
 // multimap of written and read byte regions [lo, hi). Any overlap orders two
 // accesses (RAW, WAR, WAW), whatever their start addresses; a new writer
-// replaces the entries its region covers. Used with the engine lock held.
+// replaces the entries its region covers. A node records the regions it is
+// in (TaskNode::written, read) so that its entries go when it is consumed:
+// the map never holds a node whose run's state was freed. Used with the
+// engine lock held.
 #pragma once
 
 #include <algorithm>
@@ -33,7 +36,10 @@ class L3TensorMap {
   }
   void add_reader(uint64_t lo, uint64_t hi, TaskNode* s);
   void set_writer(uint64_t lo, uint64_t hi, TaskNode* s);
-  void remove_writer(TaskNode* s);
+  // Takes the node out of every entry it is in (as writer or reader).
+  void remove(TaskNode* s);
+  bool empty() const { return map_.empty(); }
+  size_t size() const { return map_.size(); }
   // Forgets every entry overlapping [lo, hi) (memory handed back to a ring).
   void erase_range(uint64_t lo, uint64_t hi);
   void clear() {

@@ -80,7 +80,11 @@ struct Mailbox {
   // An answer's error text lives in the blob, which the request no longer
   // needs: up to kMaxMessageBytes, cut in the middle beyond that.
   uint32_t error_bytes;
-  uint8_t reserved_text[476];
+  uint32_t reserved0;
+  // Bumped every heartbeat period by a thread of the child's own, whatever
+  // its task does; the parent's liveness check (liveness_timeout_ms) reads it.
+  std::atomic<uint64_t> heartbeat;
+  uint8_t reserved_text[464];
   CallConfig config;
   uint8_t digest[32];
   uint32_t blob_bytes;
@@ -97,6 +101,7 @@ struct Mailbox {
   std::string error() const;
 };
 static_assert(offsetof(Mailbox, error_bytes) == 32);
+static_assert(offsetof(Mailbox, heartbeat) == 40);
 static_assert(kMaxMessageBytes <= kMailboxBlobCapacity);
 static_assert(offsetof(Mailbox, config) == 512);
 static_assert(offsetof(Mailbox, digest) == 800);

@@ -10,32 +10,75 @@
 
 namespace pto {
 
-// --- pto::Orchestrator ---------------------------------------------------------
+// --- pto::Orchestrator: its run's backend --------------------------------------
 
 SubmitResult Orchestrator::submit_next_level(const CallableHandle& h, const TaskArgs& args, const CallConfig& cfg,
                                              int worker) {
-  return w_->submit_task(true, h, {args}, cfg, {worker}, false);
+  return b_->submit(true, h, {args}, cfg, {worker}, false);
 }
 SubmitResult Orchestrator::submit_next_level_group(const CallableHandle& h, const std::vector<TaskArgs>& args,
                                                    const CallConfig& cfg, const std::vector<int>& workers) {
-  return w_->submit_task(true, h, args, cfg, workers, true);
+  return b_->submit(true, h, args, cfg, workers, true);
 }
-SubmitResult Orchestrator::submit_sub(const CallableHandle& h, const TaskArgs& args) {
-  return w_->submit_task(false, h, {args}, CallConfig{}, {-1}, false);
-}
+SubmitResult Orchestrator::submit_sub(const CallableHandle& h, const TaskArgs& args) { return submit_sub(h, args, {}); }
 SubmitResult Orchestrator::submit_sub_group(const CallableHandle& h, const std::vector<TaskArgs>& args) {
-  return w_->submit_task(false, h, args, CallConfig{}, {}, true);
+  return submit_sub_group(h, args, {});
+}
+SubmitResult Orchestrator::submit_sub(const CallableHandle& h, const TaskArgs& args, const CallConfig& cfg) {
+  return b_->submit(false, h, {args}, cfg, {-1}, false);
+}
+SubmitResult Orchestrator::submit_sub_group(const CallableHandle& h, const std::vector<TaskArgs>& args,
+                                            const CallConfig& cfg) {
+  return b_->submit(false, h, args, cfg, {}, true);
 }
 Result<ContinuousTensor> Orchestrator::alloc(const std::vector<uint32_t>& shape, int32_t dtype) {
-  return w_->alloc_in_scope(shape, dtype);
+  return b_->alloc(shape, dtype);
 }
-void Orchestrator::scope_begin() { w_->scope_begin(); }
-Status Orchestrator::scope_end() { return w_->scope_end(); }
-int Orchestrator::scope_depth() const { return w_->scope_depth(); }
-CallableHandle Orchestrator::find_callable(const std::string& name) const { return w_->find_callable(name); }
-int Orchestrator::level() const { return w_->cfg_.level; }
-int Orchestrator::num_next_level() const { return w_->num_next_level(); }
-int Orchestrator::num_sub_workers() const { return w_->cfg_.num_sub_workers; }
+void Orchestrator::scope_begin() { b_->scope_begin(); }
+Status Orchestrator::scope_end() { return b_->scope_end(); }
+int Orchestrator::scope_depth() const { return b_->scope_depth(); }
+CallableHandle Orchestrator::find_callable(const std::string& name) const { return b_->find_callable(name); }
+bool Orchestrator::cancelled() const { return b_->cancelled(); }
+void Orchestrator::fail(const std::string& message) { b_->fail(message); }
+int Orchestrator::level() const { return b_->level(); }
+int Orchestrator::num_next_level() const { return b_->num_next_level(); }
+int Orchestrator::num_sub_workers() const { return b_->num_sub_workers(); }
+
+// --- in-process runs --------------------------------------------------------------
+
+namespace {
+SubmitResult outside_run() {
+  SubmitResult r;
+  r.status = Status::Error(kWorkerInvalidArgument, "submit outside run(): use the Orchestrator passed to run()");
+  return r;
+}
+}  // namespace
+
+SubmitResult LocalOrchestration::submit(bool next_level, const CallableHandle& h, std::vector<TaskArgs> members,
+                                        const CallConfig& cfg, const std::vector<int>& pinned, bool group) {
+  if (!run) return outside_run();
+  return w_->submit_task(run, next_level, h, std::move(members), cfg, pinned, group);
+}
+Result<ContinuousTensor> LocalOrchestration::alloc(const std::vector<uint32_t>& shape, int32_t dtype) {
+  if (!run) {
+    Result<ContinuousTensor> r;
+    r.status = Status::Error(kWorkerInvalidArgument, "Orchestrator::alloc outside run()");
+    return r;
+  }
+  return w_->alloc_in_scope(run, shape, dtype);
+}
+void LocalOrchestration::scope_begin() {
+  if (run) w_->scope_begin(run);
+}
+Status LocalOrchestration::scope_end() {
+  if (!run) return Status::Error(kWorkerInvalidArgument, "scope_end outside run()");
+  return w_->scope_end(run);
+}
+int LocalOrchestration::scope_depth() const { return run ? w_->scope_depth(run) : 0; }
+bool LocalOrchestration::cancelled() const { return run && w_->run_cancelled(run); }
+void LocalOrchestration::fail(const std::string& message) {
+  if (run) w_->fail_run(run, message);
+}
 
 int WorkerImpl::num_next_level() const {
   return cfg_.level == 3 ? cfg_.num_chips : static_cast<int>(pool_.l3s().size());
@@ -43,35 +86,42 @@ int WorkerImpl::num_next_level() const {
 
 // --- scopes and scoped buffers ---------------------------------------------------
 
-void WorkerImpl::scope_begin() {
+void WorkerImpl::scope_begin(RunState* run) {
   std::lock_guard<std::mutex> g(lock_.mu);
-  graph_.scope_begin();
+  graph_.scope_begin(run);
 }
 
-Status WorkerImpl::scope_end() {
+Status WorkerImpl::scope_end(RunState* run) {
   std::lock_guard<std::mutex> g(lock_.mu);
-  return graph_.scope_end();
+  return graph_.scope_end(run);
 }
 
-int WorkerImpl::scope_depth() const {
+int WorkerImpl::scope_depth(const RunState* run) const {
   std::lock_guard<std::mutex> g(lock_.mu);
-  return graph_.scope_depth();
+  return run->scope_depth;
 }
 
-Result<ContinuousTensor> WorkerImpl::alloc_in_scope(const std::vector<uint32_t>& shape, int32_t dtype) {
+bool WorkerImpl::run_cancelled(const RunState* run) const {
+  std::lock_guard<std::mutex> g(lock_.mu);
+  return !run->cancelled.empty();
+}
+
+void WorkerImpl::fail_run(RunState* run, const std::string& message) {
+  std::lock_guard<std::mutex> g(lock_.mu);
+  graph_.fail_run(run, Status::Error(kWorkerRunFailed, clip_message(message)));
+}
+
+Result<ContinuousTensor> WorkerImpl::alloc_in_scope(RunState* run, const std::vector<uint32_t>& shape,
+                                                    int32_t dtype) {
   Result<ContinuousTensor> r;
   std::unique_lock<std::mutex> lk(lock_.mu);
-  if (!graph_.in_run()) {
-    r.status = Status::Error(kWorkerInvalidArgument, "Orchestrator::alloc outside run()");
-    return r;
-  }
   if (shape.size() > PTO_TENSOR_MAX_DIMS || pto_dtype_size(dtype) == 0) {
     r.status = Status::Error(kWorkerInvalidArgument,
                              fmt::format("alloc: {} dims (at most {}) and dtype {} (must be a pto/dtype.h dtype)",
                                          shape.size(), PTO_TENSOR_MAX_DIMS, dtype));
     return r;
   }
-  return graph_.alloc_in_scope(shape, dtype, lk);
+  return graph_.alloc_in_scope(run, shape, dtype, lk);
 }
 
 // --- submit: checks without the lock ---------------------------------------------------
@@ -206,46 +256,39 @@ Status WorkerImpl::check_arguments(const std::vector<TaskArgs>& members, const c
 
 // A rejected submit returns its error and fails the run, so an ignored
 // return value cannot hide it.
-SubmitResult WorkerImpl::reject(int32_t code, const std::string& msg) {
+SubmitResult WorkerImpl::reject(RunState* run, int32_t code, const std::string& msg) {
   SubmitResult r;
   r.status = Status::Error(code, msg);
   std::lock_guard<std::mutex> g(lock_.mu);
-  graph_.fail_run(r.status);
+  graph_.fail_run(run, r.status);
   return r;
 }
 
 // --- submit ------------------------------------------------------------------------------
 
-SubmitResult WorkerImpl::submit_task(bool next_level, const CallableHandle& h, std::vector<TaskArgs> members,
-                                     const CallConfig& cfg, const std::vector<int>& pinned_in, bool group) {
-  if (life_.closed) return reject(kWorkerClosed, "submit after close()");
-  {
-    std::lock_guard<std::mutex> g(lock_.mu);
-    if (!graph_.in_run()) {
-      SubmitResult r;
-      r.status = Status::Error(kWorkerInvalidArgument, "submit outside run(): use the Orchestrator passed to run()");
-      return r;
-    }
-  }
+SubmitResult WorkerImpl::submit_task(RunState* run, bool next_level, const CallableHandle& h,
+                                     std::vector<TaskArgs> members, const CallConfig& cfg,
+                                     const std::vector<int>& pinned_in, bool group) {
+  if (life_.closed) return reject(run, kWorkerClosed, "submit after close()");
   const char* what = next_level ? (group ? "submit_next_level_group" : "submit_next_level")
                                 : (group ? "submit_sub_group" : "submit_sub");
   TaskGraph::NewTask t;
   if (Status s = check_call(next_level, h, static_cast<int>(members.size()), pinned_in, group, what, &t.pinned);
       !s.ok())
-    return reject(s.code, s.message);
+    return reject(run, s.code, s.message);
   if (Status s = place_on_remote_buffers(next_level, members, what, &t.pinned, &t.remote_pinned); !s.ok())
-    return reject(s.code, s.message);
-  if (Status s = check_arguments(members, what, &t.alloc_bytes); !s.ok()) return reject(s.code, s.message);
+    return reject(run, s.code, s.message);
+  if (Status s = check_arguments(members, what, &t.alloc_bytes); !s.ok()) return reject(run, s.code, s.message);
 
   SubmitResult r;
   std::unique_lock<std::mutex> lk(lock_.mu);
   auto refuse = [&](Status s) {
     r.status = std::move(s);
-    graph_.fail_run(r.status);
+    graph_.fail_run(run, r.status);
     return r;
   };
-  if (!graph_.cancelled().empty()) {
-    r.status = Status::Error(kWorkerCancelled, "submit after the run was cancelled: " + graph_.cancelled());
+  if (!run->cancelled.empty()) {
+    r.status = Status::Error(kWorkerCancelled, "submit after the run was cancelled: " + run->cancelled);
     return r;
   }
   const Registered* reg = callables_.lookup(h.id.digest);
@@ -274,7 +317,7 @@ SubmitResult WorkerImpl::submit_task(bool next_level, const CallableHandle& h, s
       const ContinuousTensor& x = members[m].tensor(i);
       if (x.data == 0) continue;
       TaskNode* o = nullptr;
-      if (Status st = graph_.buffer_owner(x.data, x.data + tensor_bytes(x), &o); !st.ok())
+      if (Status st = graph_.buffer_owner(run, x.data, x.data + tensor_bytes(x), &o); !st.ok())
         return refuse(Status::Error(st.code, fmt::format("{}: member {} tensor {}: {}", what, m, i, st.message)));
       if (o && std::find(t.owners.begin(), t.owners.end(), o) == t.owners.end()) t.owners.push_back(o);
     }
@@ -284,7 +327,7 @@ SubmitResult WorkerImpl::submit_task(bool next_level, const CallableHandle& h, s
   t.retries = reg->options.max_retries;
   t.with_directions = next_level && !pool_.links().empty();
   TaskNode* s = nullptr;
-  if (Status st = graph_.add_task(t, members, lk, &s); !st.ok())
+  if (Status st = graph_.add_task(run, t, members, lk, &s); !st.ok())
     return refuse(Status::Error(st.code, std::string(what) + ": " + st.message));
   r.task_id = s->id;
   for (TaskArgs& a : members) {  // allocated OUTPUTs now have their addresses

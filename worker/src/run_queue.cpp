@@ -1,29 +1,55 @@
 #include "run_queue.h"
 
+#include <algorithm>
+
 #include "futex.h"
 
 namespace pto {
 
-RunHandle RunQueue::push(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
-                         std::function<void(const RunResult&)> on_done) {
+void RunQueue::finish(const std::shared_ptr<RunHandle::State>& st, RunResult r) {
+  if (st->on_done) st->on_done(r);
+  {
+    std::lock_guard<std::mutex> g(st->mu);
+    st->result = std::move(r);
+    st->done = true;
+  }
+  st->cv.notify_all();
+}
+
+RunHandle RunQueue::push(std::shared_ptr<RunHandle::State> st) {
   RunHandle h;
-  h.state_ = std::make_shared<RunHandle::State>();
-  h.state_->on_done = std::move(on_done);
-  h.state_->fn = std::move(fn);
-  h.state_->args = std::move(args);
-  h.state_->cfg = cfg;
-  std::lock_guard<std::mutex> g(mu_);
+  h.state_ = st;
+  std::unique_lock<std::mutex> g(mu_);
   if (stop_) {
-    h.state_->result.status = Status::Error(kWorkerClosed, "submit after close()");
-    h.state_->done = true;
-    if (h.state_->on_done) h.state_->on_done(h.state_->result);
+    g.unlock();
+    RunResult r;
+    r.status = Status::Error(kWorkerClosed, "submit after close()");
+    finish(st, std::move(r));
     return h;
   }
-  if (!thread_.joinable()) thread_ = std::thread([this] { main(); });
-  q_.push_back(h.state_);
+  // After every queued run of the same or a higher priority.
+  auto at = std::find_if(q_.begin(), q_.end(),
+                         [&](const auto& other) { return other->options.priority < st->options.priority; });
+  q_.insert(at, std::move(st));
   queued_.fetch_add(1, std::memory_order_release);
+  if (idle_ == 0 && static_cast<int>(threads_.size()) < max_threads_) threads_.emplace_back([this] { main(); });
   cv_.notify_one();
   return h;
+}
+
+bool RunQueue::cancel_queued(const std::shared_ptr<RunHandle::State>& st, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = std::find(q_.begin(), q_.end(), st);
+    if (it == q_.end()) return false;
+    q_.erase(it);
+    queued_.fetch_sub(1, std::memory_order_release);
+  }
+  RunResult r;
+  r.status = Status::Error(kWorkerCancelled, "cancelled before it started: " + reason);
+  r.outcome = Outcome::STOPPED;
+  finish(st, std::move(r));
+  return true;
 }
 
 void RunQueue::main() {
@@ -37,20 +63,15 @@ void RunQueue::main() {
         spin_step(spins);
       lk.lock();
     }
+    ++idle_;
     cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
+    --idle_;
     if (q_.empty()) return;  // stopping and drained
     auto st = q_.front();
     q_.pop_front();
     queued_.fetch_sub(1, std::memory_order_release);
     lk.unlock();
-    RunResult r = execute_(st->fn, st->args, st->cfg);
-    if (st->on_done) st->on_done(r);
-    {
-      std::lock_guard<std::mutex> g2(st->mu);
-      st->result = std::move(r);
-      st->done = true;
-    }
-    st->cv.notify_all();
+    finish(st, execute_(st));
     lk.lock();
   }
 }
@@ -61,11 +82,13 @@ void RunQueue::stop() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();  // queued runs still execute; each is bounded
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();  // queued runs still execute; each is bounded
 }
 
 void RunQueue::detach() {
-  if (thread_.joinable()) thread_.detach();
+  for (auto& t : threads_)
+    if (t.joinable()) t.detach();
 }
 
 }  // namespace pto

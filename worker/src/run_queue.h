@@ -1,7 +1,9 @@
-// Asynchronous runs (Worker::submit): a queue of runs and the one thread that
-// executes them in order, calling each run's on_done before its handle
-// reports done. Runs that follow each other closely (a remote session's
-// tasks) find the thread awake: it spins spin_us before sleeping.
+// Asynchronous runs (Worker::submit): a queue of runs and up to
+// max_concurrent_runs threads that execute them, started by priority (HIGH
+// first) and then in submission order, each calling its run's on_done before
+// its handle reports done. Runs that follow each other closely (a remote
+// session's tasks) find a thread awake: an idle thread spins spin_us before
+// sleeping.
 #pragma once
 
 #include <atomic>
@@ -10,7 +12,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "pto/worker.h"
 
@@ -24,33 +28,46 @@ struct RunHandle::State {
   OrchestrationFunction fn;
   TaskArgs args;
   CallConfig cfg;
+  RunOptions options;
   std::function<void(const RunResult&)> on_done;
+  // Cancellation reaches the run through its owner once it has begun
+  // (run_id), or is remembered until it begins.
+  WorkerImpl* owner = nullptr;
+  uint64_t run_id = 0;
+  bool cancel_requested = false;
+  std::string cancel_reason;
 };
 
 class RunQueue {
  public:
-  using Execute = std::function<RunResult(const OrchestrationFunction&, const TaskArgs&, const CallConfig&)>;
-  RunQueue(uint32_t spin_us, Execute execute) : spin_us_(spin_us), execute_(std::move(execute)) {}
+  using Execute = std::function<RunResult(const std::shared_ptr<RunHandle::State>&)>;
+  RunQueue(uint32_t spin_us, int threads, Execute execute)
+      : spin_us_(spin_us), max_threads_(threads), execute_(std::move(execute)) {}
   ~RunQueue() { stop(); }
 
   // Queues a run; a handle that is already done when the queue is stopped.
-  RunHandle push(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
-                 std::function<void(const RunResult&)> on_done);
-  // Runs still queued execute first; then the thread ends. Idempotent.
+  RunHandle push(std::shared_ptr<RunHandle::State> st);
+  // A queued run that has not started leaves the queue (its handle reports
+  // it cancelled); false when it is not queued.
+  bool cancel_queued(const std::shared_ptr<RunHandle::State>& st, const std::string& reason);
+  // Runs still queued execute first; then the threads end. Idempotent.
   void stop();
-  // Forget the thread without joining it (a forked copy of the owner).
+  // Forget the threads without joining them (a forked copy of the owner).
   void detach();
 
  private:
   void main();
+  static void finish(const std::shared_ptr<RunHandle::State>& st, RunResult r);
 
   const uint32_t spin_us_;
+  const int max_threads_;
   Execute execute_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<RunHandle::State>> q_;
-  std::atomic<uint32_t> queued_{0};  // q_.size(), for the thread's spin
-  std::thread thread_;
+  std::deque<std::shared_ptr<RunHandle::State>> q_;  // by priority, then submission order
+  std::atomic<uint32_t> queued_{0};                  // q_.size(), for the threads' spin
+  std::vector<std::thread> threads_;
+  int idle_ = 0;  // threads waiting for a run
   bool stop_ = false;
 };
 

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "child_pool.h"
@@ -39,21 +40,38 @@ void Scheduler::enqueue(TaskNode* s) {
   else next_any_.push_back(s);
 }
 
-std::vector<TaskNode*> Scheduler::take_queued() {
+std::vector<TaskNode*> Scheduler::take_queued(const RunState* run) {
   std::vector<TaskNode*> out;
-  for (auto* q : {&next_any_, &sub_q_}) {
-    out.insert(out.end(), q->begin(), q->end());
-    q->clear();
-  }
-  for (auto& q : next_pinned_) {
-    out.insert(out.end(), q.begin(), q.end());
-    q.clear();
-  }
-  queued_.store(0, std::memory_order_release);
+  auto take = [&](FairQueue& q) {
+    std::vector<TaskNode*> t = q.take_run(run);
+    out.insert(out.end(), t.begin(), t.end());
+  };
+  take(next_any_);
+  take(sub_q_);
+  for (auto& q : next_pinned_) take(q);
+  queued_.fetch_sub(out.size(), std::memory_order_release);
   return out;
 }
 
-void Scheduler::clear_queues() { (void)take_queued(); }
+void Scheduler::stop_running(const RunState* run, const std::string& why) {
+  pool_.for_each([&](Endpoint& ep) {
+    if (ep.is_remote()) {  // a remote task cannot be killed from here: abandoned, its credit held until the peer answers
+      for (auto& f : ep.inflight)
+        if (f.s && f.s->run == run) {
+          TaskNode* s = f.s;
+          f.s = nullptr;
+          ep.link->abandon(f.seq);
+          complete_member(ep, s, Outcome::STOPPED, why);
+        }
+      return;
+    }
+    if (!ep.running || ep.running->run != run) return;
+    TaskNode* s = ep.running;
+    ep.running = nullptr;
+    endpoint_failed(ep, fmt::format("was stopped: its task {} was cancelled", s->id));
+    complete_member(ep, s, Outcome::STOPPED, why);
+  });
+}
 
 uint64_t Scheduler::queue_depth() const {
   uint64_t n = next_any_.size() + sub_q_.size();
@@ -121,8 +139,8 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
   uint64_t idle_since = 0;
   uint32_t spins = 0;
   while (!finished()) {
-    if (scheduler && helper_.load(std::memory_order_acquire)) {
-      futex_wait_shared(&helper_, 1, 1'000'000);
+    if (uint32_t helpers = scheduler ? helper_.load(std::memory_order_acquire) : 0; helpers != 0) {
+      futex_wait_shared(&helper_, helpers, 1'000'000);
       idle_since = 0;
       continue;
     }
@@ -167,11 +185,10 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
 // itself: the completion that ends the run then wakes (or is seen by) the
 // thread that waits for it, instead of passing through the scheduler thread
 // and a condition variable (two wake-ups).
-void Scheduler::help_drain() {
-  helper_.store(1, std::memory_order_seq_cst);
-  drive_until([this] { return graph_.pending() == 0; }, false);
-  helper_.store(0, std::memory_order_seq_cst);
-  futex_wake_shared(&helper_, 1);
+void Scheduler::help_drain(const RunState* run) {
+  helper_.fetch_add(1, std::memory_order_seq_cst);
+  drive_until([run] { return run->pending.load(std::memory_order_acquire) == 0; }, false);
+  if (helper_.fetch_sub(1, std::memory_order_seq_cst) == 1) futex_wake_shared(&helper_, 1);
 }
 
 // --- completions and liveness -------------------------------------------------------
@@ -198,13 +215,13 @@ void Scheduler::complete_member(Endpoint& ep, TaskNode* s, Outcome o, const std:
   // A retryable callable whose worker was lost runs again, on another worker
   // when there is one (dispatch_ready avoids this one).
   // (Not a task on remote buffers: they died with their session.)
-  if (o == Outcome::ENDPOINT_FAILURE && s->retries_left > 0 && s->blobs.size() == 1 && graph_.cancelled().empty() &&
+  if (o == Outcome::ENDPOINT_FAILURE && s->retries_left > 0 && s->blobs.size() == 1 && s->run->cancelled.empty() &&
       !s->uses_remote_buffer) {
     --s->retries_left;
     s->avoid = ep.index;
     s->pinned[0] = -1;
     s->state = TaskNode::State::kReady;
-    graph_.note_retry();
+    graph_.note_retry(s->run);
     ++task_retries_;
     (s->next_level ? next_any_ : sub_q_).push_front(s);
     queued_.fetch_add(1, std::memory_order_release);
@@ -217,9 +234,10 @@ void Scheduler::complete_member(Endpoint& ep, TaskNode* s, Outcome o, const std:
 
 void Scheduler::mark_dead(Endpoint& ep, const std::string& why, bool reaped) {
   if (ep.alive)  // once per death: an operator sees which child went, and why
-    engine_log()->warn("{}: {} (pid {}) {}{}", cfg_.name, ep.label(), ep.pid, why,
+    engine_log()->warn("{}: {} (pid {}) {}{}; replacing it", cfg_.name, ep.label(), ep.pid, why,
                        ep.running ? fmt::format(" while running task {}", ep.running->id) : std::string());
   ep.alive = false;
+  ep.restart_at_ns = 0;  // replaced at once (replace_children)
   ep.reaped = reaped;
   ep.death = why;
   ep.in_control = false;  // progress_controls sees !alive and fails the target
@@ -258,12 +276,62 @@ uint64_t Scheduler::task_timeout_ns(const TaskNode& s) const {
 
 void Scheduler::check_children(uint64_t now) {
   std::lock_guard<std::mutex> g(lock_.mu);
-  pool_.for_each([&](Endpoint& ep) { ep.transport->check(ep, now); });
+  const uint64_t liveness_ns = uint64_t(cfg_.liveness_timeout_ms) * 1'000'000;
+  pool_.for_each([&](Endpoint& ep) {
+    ep.transport->check(ep, now);
+    if (!ep.alive || ep.is_remote() || liveness_ns == 0) return;
+    // A heartbeat that stopped: the whole process is stopped or frozen (a
+    // busy task does not stop it). It gets no more work; it is replaced.
+    const uint64_t beat = ep.mb->heartbeat.load(std::memory_order_relaxed);
+    if (beat != ep.beat) {
+      ep.beat = beat;
+      ep.beat_ns = now;
+    } else if (now - ep.beat_ns > liveness_ns) {
+      endpoint_failed(ep, fmt::format("stopped making progress: no heartbeat for {} ms (stopped, or frozen); the "
+                                      "child was killed",
+                                      (now - ep.beat_ns) / 1'000'000));
+    }
+  });
+  for (RunState* run : std::vector<RunState*>(graph_.runs()))
+    if (run->deadline_ns && now > run->deadline_ns && run->cancelled.empty())
+      graph_.cancel(run, fmt::format("its deadline of {} ms passed", run->options.deadline_ms));
+  replace_children(now);
 }
+
+// Dead children are forked again at once (mu held, so each inherits a
+// consistent registry); one that fails to start is tried again after a
+// growing pause (0.1 s, doubling, at most 30 s).
+void Scheduler::replace_children(uint64_t now) {
+  if (!child_main_) return;
+  pool_.for_each([&](Endpoint& ep) {
+    if (ep.is_remote() || ep.alive) return;
+    if (ep.starting) {
+      if (pool_.poll_start(ep, now)) {
+        ep.failed_starts = 0;
+        engine_log()->info("{}: {} replaced (pid {})", cfg_.name, ep.label(), ep.pid);
+      } else if (!ep.starting) {
+        ++ep.failed_starts;
+        ep.restart_at_ns = now + std::min<uint64_t>(100'000'000ull << std::min<uint32_t>(ep.failed_starts, 9),
+                                                    30'000'000'000ull);
+        engine_log()->error("{}: replacing {} failed: {}", cfg_.name, ep.label(), ep.death);
+      }
+      return;
+    }
+    if (now < ep.restart_at_ns) return;
+    if (Status s = pool_.respawn(ep, child_main_); !s.ok()) {
+      ++ep.failed_starts;
+      ep.death = s.message;
+      ep.restart_at_ns = now + 1'000'000'000ull;
+    }
+  });
+}
+
+// A dead child comes back unless its last start failed.
+static bool coming_back(const Endpoint& ep) { return ep.alive || ep.starting || (!ep.is_remote() && ep.failed_starts == 0); }
 
 // --- dispatch (mu held unless noted) -------------------------------------------------
 
-void Scheduler::pop(std::deque<TaskNode*>& q) {
+void Scheduler::pop(FairQueue& q) {
   q.pop_front();
   queued_.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -294,8 +362,8 @@ static bool fits(const TaskNode* s, const Endpoint* ep, bool avoid) {
   return (!s->allowed || (*s->allowed)[ep->index]) && !(avoid && s->avoid == ep->index);
 }
 
-// Dead children are replaced at the start of the next run; a queued task
-// that no live child can take fails now instead of waiting for ever.
+// Dead children are replaced at once; a queued task that no live (or
+// restarting) child can take fails now instead of waiting for ever.
 bool Scheduler::fail_unlaunchable() {
   bool failed = false;
   auto never = [&](TaskNode* t, const std::string& why) {
@@ -306,26 +374,26 @@ bool Scheduler::fail_unlaunchable() {
   };
   auto& next_eps = pool_.next_level();
   for (size_t i = 0; i < next_eps.size(); ++i)
-    while (!next_pinned_[i].empty() && !next_eps[i]->alive) {
+    while (!next_pinned_[i].empty() && !coming_back(*next_eps[i])) {
       never(next_pinned_[i].front(), fmt::format("not launched: its worker {} {}", next_eps[i]->label(),
                                                  next_eps[i]->transport->down_reason(*next_eps[i])));
       pop(next_pinned_[i]);
     }
-  auto cull = [&](std::deque<TaskNode*>& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
+  auto cull = [&](FairQueue& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
     while (!q.empty()) {
       TaskNode* t = q.front();
       int live = 0;
       std::string dead;
       for (auto& ep : eps) {
         if (!fits(t, ep.get(), false)) continue;
-        if (ep->alive) ++live;
+        if (coming_back(*ep)) ++live;
         else if (dead.empty()) dead = ep->label() + " " + ep->transport->down_reason(*ep);
       }
       const int n = static_cast<int>(t->blobs.size());
       std::string why;
       if (n > 1 && t->pinned[0] >= 0) {
         for (int k = 0; k < n && why.empty(); ++k)
-          if (!eps[t->pinned[k]]->alive)
+          if (!coming_back(*eps[t->pinned[k]]))
             why = fmt::format("not launched: group member {}'s worker {} {}", k, eps[t->pinned[k]]->label(),
                               eps[t->pinned[k]]->death);
       } else if (n > live) {
@@ -343,7 +411,7 @@ bool Scheduler::fail_unlaunchable() {
 
 // A shared FIFO: the head task goes to as many idle workers as it has
 // members, or waits (a group waits for enough idle workers).
-void Scheduler::drain_queue(std::deque<TaskNode*>& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
+void Scheduler::drain_queue(FairQueue& q, std::vector<std::unique_ptr<Endpoint>>& eps) {
   while (!q.empty()) {
     TaskNode* s = q.front();
     const int n = static_cast<int>(s->blobs.size());
@@ -403,6 +471,13 @@ bool Scheduler::progress_controls() {
     Endpoint& ep = *c.targets[i];
     if (!c.sent[i]) {
       if (!ep.alive) {
+        // Being replaced: it gets the request once it is up (its fork did
+        // not inherit a callable that is not published yet).
+        const bool expired = now_ns() - c.created_ns > uint64_t(cfg_.control_timeout_ms) * 1'000'000;
+        if (coming_back(ep) && !expired) {
+          all_done = false;
+          continue;
+        }
         c.done[i] = 1;
         c.failure += fmt::format("{}{} is not running ({})", c.failure.empty() ? "" : "; ", ep.label(), ep.death);
         progressed = true;
@@ -419,12 +494,20 @@ bool Scheduler::progress_controls() {
       ep.in_control = true;
       c.sent[i] = 1;
       c.sent_ns[i] = now_ns();
+      c.incarnation[i] = ep.restarts;
       mb->state.store(MB_CONTROL_REQUEST, std::memory_order_seq_cst);
       if (mb->child_parked.load(std::memory_order_seq_cst)) futex_wake_shared(&mb->state);
       progressed = true;
       continue;
     }
     if (!ep.alive) {
+      // Sent, then it died: its replacement gets the request once it is up.
+      if (coming_back(ep) && now_ns() - c.created_ns <= uint64_t(cfg_.control_timeout_ms) * 1'000'000) {
+        c.sent[i] = 0;
+        all_done = false;
+        progressed = true;
+        continue;
+      }
       c.done[i] = 1;
       c.failure += fmt::format("{}{} died ({})", c.failure.empty() ? "" : "; ", ep.label(), ep.death);
       progressed = true;
@@ -453,6 +536,24 @@ bool Scheduler::progress_controls() {
     progressed = true;
   }
   if (!all_done) return progressed;
+  // A target replaced after it answered: its new process forked without the
+  // callable (not published yet), so it gets the request again — within the
+  // request's time limit.
+  if (c.op == CTRL_REGISTER && !c.rolling_back && c.failure.empty()) {
+    bool again = false;
+    for (size_t i = 0; i < c.targets.size(); ++i)
+      if (c.sent[i] && c.targets[i]->restarts != c.incarnation[i]) {
+        if (now_ns() - c.created_ns > uint64_t(cfg_.control_timeout_ms) * 1'000'000) {
+          c.failure += fmt::format("{}{} kept being replaced while the request was in flight",
+                                   c.failure.empty() ? "" : "; ", c.targets[i]->label());
+          continue;
+        }
+        c.installed.erase(std::remove(c.installed.begin(), c.installed.end(), c.targets[i]), c.installed.end());
+        c.sent[i] = c.done[i] = 0;
+        again = true;
+      }
+    if (again) return true;
+  }
   if (c.op == CTRL_REGISTER && (!c.failure.empty() || c.abandoned) && !c.installed.empty()) {
     // Roll back on the children that did install it.
     c.rolling_back = true;
@@ -461,7 +562,9 @@ bool Scheduler::progress_controls() {
     c.installed.clear();
     c.sent.assign(c.targets.size(), 0);
     c.sent_ns.assign(c.targets.size(), 0);
+    c.incarnation.assign(c.targets.size(), 0);
     c.done.assign(c.targets.size(), 0);
+    c.created_ns = now_ns();
     return true;
   }
   c.finished = true;

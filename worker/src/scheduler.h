@@ -1,14 +1,16 @@
 // The Scheduler (reference design: one progress thread per Worker): the ready
-// queues, the drive token, the dispatch policy and the progression of
-// control requests. One thread — the scheduler thread, or run()'s thread
-// while it drives its own drain — holds the drive token at a time and is the
-// only parent-side writer of every mailbox. A round collects completions,
-// advances control requests, dispatches ready tasks to endpoints with room
-// (per-worker FIFOs for pinned next-level tasks, shared FIFOs otherwise; a
-// group launches only when it has as many workers with room as members) and,
-// every millisecond, checks liveness and timeouts. With nothing to do the
-// driver spins, then parks on the doorbell that children and the
-// orchestrator ring; while tasks are in flight it parks at most 1 ms.
+// queues, the drive token, the dispatch policy, the progression of control
+// requests, and the children's liveness and replacement. One thread — the
+// scheduler thread, or a run's thread while it drives its own drain — holds
+// the drive token at a time and is the only parent-side writer of every
+// mailbox. A round collects completions, advances control requests,
+// dispatches ready tasks to endpoints with room (fair queues, fair_queue.h:
+// one per worker for pinned next-level tasks, shared ones otherwise; a group
+// launches only when it has as many workers with room as members) and, every
+// millisecond, checks liveness (exit, heartbeat), task timeouts and run
+// deadlines, and forks replacements for dead children at once. With nothing
+// to do the driver spins, then parks on the doorbell that children and the
+// orchestrators ring; while tasks are in flight it parks at most 1 ms.
 #pragma once
 
 #include <atomic>
@@ -23,6 +25,7 @@
 #include "control_request.h"
 #include "endpoint.h"
 #include "engine_lock.h"
+#include "fair_queue.h"
 #include "task_node.h"
 
 namespace pto {
@@ -35,8 +38,13 @@ class Scheduler {
   Scheduler(const WorkerConfig& cfg, EngineLock& lock, ChildPool& pool, TaskGraph& graph);
   ~Scheduler() { stop(); }
 
-  // Sizes the per-worker queues (after the pool made its endpoints).
-  void attach_endpoints(size_t next_level_workers) { next_pinned_.assign(next_level_workers, {}); }
+  using ChildMain = std::function<void(Endpoint& ep, bool forked_by_main_thread)>;
+  // Sizes the per-worker queues (after the pool made its endpoints); `main`
+  // is what a replacement child runs.
+  void attach_endpoints(size_t next_level_workers, ChildMain main) {
+    next_pinned_ = std::vector<FairQueue>(next_level_workers);
+    child_main_ = std::move(main);
+  }
   // The scheduler thread. stop() joins it; while it is stopped nothing else
   // of the engine runs a thread (children may be forked).
   void start();
@@ -48,9 +56,11 @@ class Scheduler {
   // --- the task graph's side (mu held) ---
   // A task whose producers are all final and that is not poisoned.
   void enqueue(TaskNode* s);
-  // Every queued task (a cancelled run's), the queues left empty.
-  std::vector<TaskNode*> take_queued();
-  void clear_queues();
+  // Every queued task of a (cancelled) run, out of the queues.
+  std::vector<TaskNode*> take_queued(const RunState* run);
+  // Stops the running tasks of a (cancelled) run: their children are killed
+  // (and replaced), remote ones abandoned; each ends STOPPED with `why`.
+  void stop_running(const RunState* run, const std::string& why);
   uint64_t queue_depth() const;
   uint64_t in_flight() const { return running_.load(std::memory_order_relaxed); }
 
@@ -60,9 +70,9 @@ class Scheduler {
   void fail_controls(const std::string& why);
   int controls_in_flight = 0;  // requests whose caller still waits (mu)
 
-  // run()'s thread drives the run to its end itself (no hand-off to the
-  // scheduler thread and back) until pending() is 0.
-  void help_drain();
+  // A run's thread drives the run to its end itself (no hand-off to the
+  // scheduler thread and back) until the run has no pending task.
+  void help_drain(const RunState* run);
 
   // --- called by the transports (mu held) ---
   void complete_member(Endpoint& ep, TaskNode* s, Outcome o, const std::string& message);
@@ -93,14 +103,15 @@ class Scheduler {
   bool has_work_in_flight() const;  // mu held
   bool poll_completions();
   bool progress_controls();
-  void check_children(uint64_t now);
+  void check_children(uint64_t now);  // mu held: exits, heartbeats, timeouts, deadlines
+  void replace_children(uint64_t now);  // mu held: forks replacements, watches their start
   // Dispatch (drive-token holder; takes mu for the planning, dispatches without it).
   bool dispatch_ready();
   bool fail_unlaunchable();                          // mu held
   void assign(Endpoint* ep, TaskNode* s, int member);  // mu held
-  void drain_queue(std::deque<TaskNode*>& q, std::vector<std::unique_ptr<Endpoint>>& eps);  // mu held
-  bool idle(const Endpoint* ep) const;                                                       // mu held
-  void pop(std::deque<TaskNode*>& q);                                                        // mu held
+  void drain_queue(FairQueue& q, std::vector<std::unique_ptr<Endpoint>>& eps);  // mu held
+  bool idle(const Endpoint* ep) const;                                          // mu held
+  void pop(FairQueue& q);                                                       // mu held
 
   const WorkerConfig& cfg_;
   EngineLock& lock_;
@@ -108,8 +119,9 @@ class Scheduler {
   TaskGraph& graph_;
 
   // Ready queues (mu); queued_ is written under mu and read without it by a spinning driver.
-  std::deque<TaskNode*> next_any_, sub_q_;
-  std::vector<std::deque<TaskNode*>> next_pinned_;
+  FairQueue next_any_, sub_q_;
+  std::vector<FairQueue> next_pinned_;
+  ChildMain child_main_;
   std::atomic<uint64_t> queued_{0};
   std::atomic<uint64_t> running_{0};       // members on endpoints
   std::atomic<uint64_t> running_subs_{0};  // of which on sub workers

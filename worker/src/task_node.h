@@ -1,6 +1,7 @@
-// A task of the run in flight as the engine tracks it: a node of the task
-// graph (TaskGraph), with its arguments encoded for the mailbox, its edges,
-// its references and its outcome. Nodes live until the run drains.
+// A task of a run as the engine tracks it: a node of the task graph
+// (TaskGraph), with its arguments encoded for the mailbox, its edges, its
+// references and its outcome. Nodes live in their run's state (run_state.h)
+// until the run has ended and every node of it is consumed.
 #pragma once
 
 #include <cstdint>
@@ -13,8 +14,11 @@
 
 namespace pto {
 
+struct RunState;
+
 struct TaskNode {
   uint64_t id = 0;
+  RunState* run = nullptr;
   bool next_level = false;  // else a sub task
   CallableIdentity callable;
   CallConfig config;
@@ -39,7 +43,8 @@ struct TaskNode {
   int ring = -1;
   uint64_t heap_start = 0, heap_end = 0;  // address of the allocation, ring position of its end
   bool consumed = false;
-  std::vector<uint64_t> map_keys;  // TensorMap entries this node wrote
+  // TensorMap entries this node is in: (lo, hi) regions it wrote, and read.
+  std::vector<std::pair<uint64_t, uint64_t>> written, read;
   int scope_depth = 0;
   uint64_t submit_ns = 0;
 };

@@ -12,6 +12,16 @@ const char* outcome_name(Outcome o) {
     case Outcome::TASK_FAILURE: return "TASK_FAILURE";
     case Outcome::ENDPOINT_FAILURE: return "ENDPOINT_FAILURE";
     case Outcome::SKIPPED: return "SKIPPED";
+    case Outcome::STOPPED: return "STOPPED";
+  }
+  return "?";
+}
+
+const char* priority_name(RunPriority p) {
+  switch (p) {
+    case RunPriority::LOW: return "low";
+    case RunPriority::NORMAL: return "normal";
+    case RunPriority::HIGH: return "high";
   }
   return "?";
 }
@@ -51,6 +61,12 @@ Status WorkerConfig::validate() const {
   if (spin_us > 100000) return bad(fmt::format("spin_us {} is above 100000", spin_us));
   if (init_timeout_ms == 0 || control_timeout_ms == 0 || shutdown_timeout_ms == 0)
     return bad("init_timeout_ms, control_timeout_ms and shutdown_timeout_ms must be > 0");
+  if (max_concurrent_runs < 1 || max_concurrent_runs > 64)
+    return bad(fmt::format("max_concurrent_runs {} is outside 1..64", max_concurrent_runs));
+  if (liveness_timeout_ms != 0 && liveness_timeout_ms < 200)
+    return bad(fmt::format("liveness_timeout_ms {} is below 200 (the heartbeat's period is 100 ms); 0 turns the "
+                           "check off",
+                           liveness_timeout_ms));
   return Status::Ok();
 }
 
@@ -74,15 +90,16 @@ Result<bool> Worker::child_has_callable(const CallableHandle& h, ChildKind kind,
   return impl_->child_has_callable(h, kind, index);
 }
 Status Worker::init() { return impl_->init(); }
-RunResult Worker::run_function(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg) {
-  return impl_->run(fn, args, cfg);
+RunResult Worker::run_function(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg,
+                               const RunOptions& options) {
+  return impl_->run(fn, args, cfg, options);
 }
 RunHandle Worker::submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg) {
-  return impl_->queue_run(std::move(fn), std::move(args), cfg, {});
+  return impl_->queue_run(std::move(fn), std::move(args), cfg, {}, {});
 }
 RunHandle Worker::submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
-                                  std::function<void(const RunResult&)> on_done) {
-  return impl_->queue_run(std::move(fn), std::move(args), cfg, std::move(on_done));
+                                  std::function<void(const RunResult&)> on_done, const RunOptions& options) {
+  return impl_->queue_run(std::move(fn), std::move(args), cfg, std::move(on_done), options);
 }
 Status Worker::close() { return impl_->close(); }
 Result<ContinuousTensor> Worker::alloc(const std::vector<uint32_t>& shape, int32_t dtype) {
@@ -117,6 +134,18 @@ const RunResult& RunHandle::result() const {
   std::unique_lock<std::mutex> lk(state_->mu);
   state_->cv.wait(lk, [&] { return state_->done; });
   return state_->result;
+}
+bool RunHandle::cancel(const std::string& reason) const {
+  return state_ && state_->owner && state_->owner->cancel(state_, reason);
+}
+RunProgress RunHandle::progress() const {
+  if (!state_ || !state_->owner) return {};
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> g(state_->mu);
+    id = state_->run_id;
+  }
+  return state_->owner->progress(id);
 }
 
 }  // namespace pto

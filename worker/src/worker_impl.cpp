@@ -3,6 +3,8 @@
 #include "worker_impl.h"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <unistd.h>
 
 #include "engine_log.h"
@@ -15,8 +17,8 @@ WorkerImpl::WorkerImpl(const WorkerConfig& cfg)
       graph_(cfg_, lock_),
       scheduler_(cfg_, lock_, pool_, graph_),
       callables_(cfg_, lock_, life_, pool_, scheduler_),
-      runs_(cfg_.spin_us, [this](const OrchestrationFunction& fn, const TaskArgs& a, const CallConfig& c) {
-        return run(fn, a, c);
+      runs_(cfg_.spin_us, std::max(cfg_.max_concurrent_runs, 1), [this](const std::shared_ptr<RunHandle::State>& st) {
+        return run(st->fn, st->args, st->cfg, st->options, st);
       }) {
   graph_.set_scheduler(&scheduler_);
 }
@@ -65,13 +67,17 @@ Status WorkerImpl::init() {
     return s;
   };
   if (Status s = graph_.map_rings(); !s.ok()) return fail(s);
+  for (int i = 0; i < cfg_.max_concurrent_runs; ++i) {
+    local_.push_back(std::make_unique<LocalOrchestration>(this));
+    orchs_.push_back(OrchestratorAccess::make(local_.back().get()));
+  }
   if (Status s = arena_map_.map(cfg_.buffer_arena_bytes, "the buffer arena"); !s.ok()) return fail(s);
   arena_.attach(arena_map_.data(), cfg_.buffer_arena_bytes);
   if (Status s = pool_.create(scheduler_, rbufs_); !s.ok()) return fail(s);
   // Remote buffers get placeholder addresses no real tensor can have.
   if (!pool_.links().empty())
     if (Status s = rbufs_.reserve(); !s.ok()) return fail(s);
-  scheduler_.attach_endpoints(pool_.next_level().size());
+  scheduler_.attach_endpoints(pool_.next_level().size(), [this](Endpoint& ep, bool main) { child_main(ep, main); });
   // Fork every child before any thread of ours exists.
   if (Status s = pool_.start_all([this](Endpoint& ep, bool main) { child_main(ep, main); }); !s.ok()) return fail(s);
   life_.initialized = true;
@@ -99,39 +105,25 @@ Status WorkerImpl::init() {
   return Status::Ok();
 }
 
-Status WorkerImpl::restart_dead_children() {
-  std::vector<Endpoint*> dead;
-  {
-    std::unique_lock<std::mutex> lk(lock_.mu);
-    // A registration in flight must finish first: its targets are fixed.
-    lock_.idle.wait_for(lk, std::chrono::milliseconds(cfg_.control_timeout_ms),
-                        [&] { return scheduler_.controls_in_flight == 0; });
-    dead = pool_.dead();
-  }
-  if (dead.empty()) return Status::Ok();
-  for (Endpoint* ep : dead) engine_log()->warn("{}: replacing {} ({})", cfg_.name, ep->label(), ep->death);
-  // Fork only while no thread of ours runs: the child must not inherit a
-  // half-held lock of the scheduler thread.
-  scheduler_.stop();
-  Status first = pool_.replace(dead, [this](Endpoint& ep, bool main) { child_main(ep, main); });
-  scheduler_.start();
-  return first;
+namespace {
+// The Workers whose orchestrations this thread is running (innermost last).
+thread_local std::vector<const WorkerImpl*> tl_running;
+}  // namespace
+
+bool WorkerImpl::inside_own_run() const {
+  return std::find(tl_running.begin(), tl_running.end(), this) != tl_running.end();
 }
 
-RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg) {
-  if (run_thread_.load() == std::this_thread::get_id()) {
-    RunResult bad;
+void WorkerImpl::bind_slot(int slot, RunState* run) { local_[slot]->run = run; }
+
+RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg,
+                          const RunOptions& options, const std::shared_ptr<RunHandle::State>& handle) {
+  RunResult bad;
+  if (inside_own_run()) {
     bad.status = Status::Error(kWorkerInvalidArgument, "run() from inside an orchestration of the same Worker");
     return bad;
   }
-  std::lock_guard<std::mutex> run_lock(run_mu_);
-  run_thread_.store(std::this_thread::get_id());
-  struct Clear {
-    std::atomic<std::thread::id>& t;
-    ~Clear() { t.store(std::thread::id()); }
-  } clear{run_thread_};
-  RunResult bad;
-  if (life_.closed) {
+  if (life_.closed || closing_) {
     bad.status = Status::Error(kWorkerClosed, "run after close()");
     return bad;
   }
@@ -143,44 +135,109 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
     bad.status = Status::Error(kWorkerInvalidArgument, "run with an empty orchestration function");
     return bad;
   }
-  if (Status s = restart_dead_children(); !s.ok()) {
-    bad.status = Status::Error(s.code, "replacing a dead child: " + s.message);
-    return bad;
-  }
   const uint64_t t0 = now_ns();
+  RunState* run = nullptr;
   {
-    std::lock_guard<std::mutex> g(lock_.mu);
-    graph_.begin_run();
+    // A slot frees when a run in flight ends; each ends (task timeouts,
+    // child liveness), so the wait is bounded by theirs.
+    std::unique_lock<std::mutex> lk(lock_.mu);
+    while (!(run = graph_.begin_run(options))) {
+      if (closing_) {
+        bad.status = Status::Error(kWorkerClosed, "run after close()");
+        return bad;
+      }
+      lock_.idle.wait_for(lk, std::chrono::milliseconds(100));
+    }
+    run->thread = std::this_thread::get_id();
+    bind_slot(run->slot, run);
   }
+  if (handle) {
+    std::lock_guard<std::mutex> g(handle->mu);
+    handle->run_id = run->id;
+    if (handle->cancel_requested) {
+      std::lock_guard<std::mutex> g2(lock_.mu);
+      graph_.cancel(run, handle->cancel_reason);
+    }
+  }
+  Orchestrator& orch = orchs_[run->slot];
+  tl_running.push_back(this);
   try {
-    const int rc = fn(orch_, args.view(), cfg);
+    const int rc = fn(orch, args.view(), cfg);
     if (rc != 0) {
       std::lock_guard<std::mutex> g(lock_.mu);
-      graph_.fail_run(Status::Error(kWorkerRunFailed, fmt::format("the orchestration function returned {}", rc)));
+      graph_.fail_run(run, Status::Error(kWorkerRunFailed, fmt::format("the orchestration function returned {}", rc)));
     }
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> g(lock_.mu);
-    graph_.fail_run(Status::Error(kWorkerRunFailed, fmt::format("the orchestration function threw: {}", e.what())));
+    graph_.fail_run(run, Status::Error(kWorkerRunFailed, fmt::format("the orchestration function threw: {}", e.what())));
   } catch (...) {
     std::lock_guard<std::mutex> g(lock_.mu);
-    graph_.fail_run(Status::Error(kWorkerRunFailed, "the orchestration function threw a non-std exception"));
+    graph_.fail_run(run, Status::Error(kWorkerRunFailed, "the orchestration function threw a non-std exception"));
   }
+  tl_running.pop_back();
   std::unique_lock<std::mutex> lk(lock_.mu);
-  graph_.close_scopes();
+  graph_.close_scopes(run);
   // Every pending task ends: children are watched and tasks time out. This
   // thread drives the end of the run itself while completions come quickly:
   // a condition-variable wake-up from the scheduler thread costs more than a
   // short run.
-  if (graph_.pending() > 0) {
+  if (run->pending > 0) {
     lk.unlock();
-    scheduler_.help_drain();
+    scheduler_.help_drain(run);
     lk.lock();
   }
-  while (graph_.pending() > 0) lock_.idle.wait_for(lk, std::chrono::milliseconds(100));
-  RunResult r = graph_.end_run();
-  scheduler_.clear_queues();
+  while (run->pending > 0) lock_.idle.wait_for(lk, std::chrono::milliseconds(100));
+  bind_slot(run->slot, nullptr);
+  RunResult r = graph_.end_run(run);
+  lk.unlock();
+  if (handle) {  // a cancel from here on finds the run ended
+    std::lock_guard<std::mutex> g(handle->mu);
+    handle->run_id = 0;
+  }
   r.wall_ns = now_ns() - t0;
   return r;
+}
+
+RunHandle WorkerImpl::queue_run(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
+                                std::function<void(const RunResult&)> on_done, const RunOptions& options) {
+  auto st = std::make_shared<RunHandle::State>();
+  st->fn = std::move(fn);
+  st->args = std::move(args);
+  st->cfg = cfg;
+  st->options = options;
+  st->on_done = std::move(on_done);
+  st->owner = this;
+  return runs_.push(std::move(st));
+}
+
+bool WorkerImpl::cancel(const std::shared_ptr<RunHandle::State>& h, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> g(h->mu);
+    if (h->done) return false;
+    if (h->run_id) {
+      std::lock_guard<std::mutex> g2(lock_.mu);
+      RunState* run = graph_.find_run(h->run_id);
+      return run && graph_.cancel(run, reason);
+    }
+  }
+  if (runs_.cancel_queued(h, reason)) return true;
+  // Between the queue and the start of the run: it starts cancelled.
+  std::lock_guard<std::mutex> g(h->mu);
+  if (h->done) return false;
+  if (h->run_id) {
+    std::lock_guard<std::mutex> g2(lock_.mu);
+    RunState* run = graph_.find_run(h->run_id);
+    return run && graph_.cancel(run, reason);
+  }
+  h->cancel_requested = true;
+  h->cancel_reason = reason;
+  return true;
+}
+
+RunProgress WorkerImpl::progress(uint64_t run_id) const {
+  std::lock_guard<std::mutex> g(lock_.mu);
+  const RunState* run = run_id ? graph_.find_run(run_id) : nullptr;
+  return run ? graph_.progress(run) : RunProgress{};
 }
 
 Status WorkerImpl::close() {
@@ -192,11 +249,16 @@ Status WorkerImpl::close() {
     runs_.detach();
     return Status::Ok();
   }
-  if (run_thread_.load() == std::this_thread::get_id())
+  if (inside_own_run())
     return Status::Error(kWorkerInvalidArgument, "close() from inside an orchestration: return from it first");
   std::lock_guard<std::mutex> close_lock(close_mu_);
-  runs_.stop();
-  std::lock_guard<std::mutex> run_lock(run_mu_);
+  runs_.stop();  // queued runs execute first
+  {
+    // Runs in flight on other threads end first; no new one starts.
+    std::unique_lock<std::mutex> lk(lock_.mu);
+    closing_ = true;
+    while (!graph_.runs().empty()) lock_.idle.wait_for(lk, std::chrono::milliseconds(100));
+  }
   if (life_.closed) return Status::Ok();
   {
     std::lock_guard<std::mutex> g(lock_.mu);
@@ -255,14 +317,16 @@ Status WorkerImpl::free_buffer(const ContinuousTensor& t) {
   return arena_.free(reinterpret_cast<const void*>(t.data));
 }
 
-Worker::RunProgress WorkerImpl::progress() const {
+RunProgress WorkerImpl::progress() const {
   std::lock_guard<std::mutex> g(lock_.mu);
   return graph_.progress();
 }
 
 bool WorkerImpl::cancel_run(const std::string& reason) {
   std::lock_guard<std::mutex> g(lock_.mu);
-  return graph_.cancel(reason);
+  bool any = false;
+  for (RunState* run : std::vector<RunState*>(graph_.runs())) any |= graph_.cancel(run, reason);
+  return any;
 }
 
 WorkerStats WorkerImpl::stats() const {
@@ -273,6 +337,7 @@ WorkerStats WorkerImpl::stats() const {
   s.tasks_succeeded = c.succeeded;
   s.tasks_failed = c.failed;
   s.tasks_skipped = c.skipped;
+  s.tasks_stopped = c.stopped;
   s.task_latency = c.task_latency;
   s.child_restarts = pool_.restarts();
   s.task_retries = scheduler_.task_retries();

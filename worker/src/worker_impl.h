@@ -1,11 +1,12 @@
 // The engine behind pto::Worker (docs/worker.md): a composition of
 //   ChildPool      the children, their mailboxes and the doorbell
-//   TaskGraph      the run's tasks, scopes, heap rings and result
-//   Scheduler      ready queues, the drive token, dispatch, control progression
+//   TaskGraph      the runs in flight: tasks, scopes, heap-ring slots, results
+//   Scheduler      fair ready queues, the drive token, dispatch, control
+//                  progression, liveness and replacement of children
 //   CallableTable  registration, names, tombstones
 //   RemoteBuffers  placeholders for buffers on remote workers
 //   RunQueue       asynchronous runs
-// under one engine lock (EngineLock: the orchestration thread takes it per
+// under one engine lock (EngineLock: an orchestration thread takes it per
 // submit, the driver per batch of completions and per dispatch round). This
 // class owns the life cycle (init, close), the runs, the buffer arena and
 // the statistics; orchestrator.cpp has the submit path.
@@ -21,6 +22,7 @@
 #include "callable_table.h"
 #include "child_pool.h"
 #include "engine_lock.h"
+#include "orchestrator_backend.h"
 #include "remote_buffers.h"
 #include "run_queue.h"
 #include "scheduler.h"
@@ -28,6 +30,8 @@
 #include "task_graph.h"
 
 namespace pto {
+
+class LocalOrchestration;
 
 class WorkerImpl {
  public:
@@ -48,17 +52,19 @@ class WorkerImpl {
   Status name_callable(const std::string& name, const CallableHandle& h) { return callables_.name(name, h); }
   CallableHandle find_callable(const std::string& name) const { return callables_.find(name); }
   Status init();
-  RunResult run(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg);
+  // `handle`: the asynchronous run this is (its cancellation reaches the run).
+  RunResult run(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg,
+                const RunOptions& options, const std::shared_ptr<RunHandle::State>& handle = nullptr);
   RunHandle queue_run(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
-                      std::function<void(const RunResult&)> on_done) {
-    return runs_.push(std::move(fn), std::move(args), cfg, std::move(on_done));
-  }
+                      std::function<void(const RunResult&)> on_done, const RunOptions& options);
+  bool cancel(const std::shared_ptr<RunHandle::State>& handle, const std::string& reason);
+  RunProgress progress(uint64_t run_id) const;
   Status close();
   Result<ContinuousTensor> alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype);
   Status free_buffer(const ContinuousTensor& t);
   std::vector<ChildInfo> children() const;
   WorkerStats stats() const;
-  Worker::RunProgress progress() const;
+  RunProgress progress() const;
   bool cancel_run(const std::string& reason);
   bool is_initialized() const { return life_.initialized; }
 
@@ -67,22 +73,25 @@ class WorkerImpl {
   Status free_remote(const ContinuousTensor& t);
   Status move_remote(const ContinuousTensor& t, void* host, bool write);
 
-  // orchestrator.cpp: the orchestration thread's calls (pto::Orchestrator).
-  SubmitResult submit_task(bool next_level, const CallableHandle& h, std::vector<TaskArgs> members,
+  // orchestrator.cpp: an orchestration's calls (pto::Orchestrator), for a run.
+  SubmitResult submit_task(RunState* run, bool next_level, const CallableHandle& h, std::vector<TaskArgs> members,
                            const CallConfig& cfg, const std::vector<int>& pinned, bool group);
-  Result<ContinuousTensor> alloc_in_scope(const std::vector<uint32_t>& shape, int32_t dtype);
-  void scope_begin();
-  Status scope_end();
-  int scope_depth() const;
+  Result<ContinuousTensor> alloc_in_scope(RunState* run, const std::vector<uint32_t>& shape, int32_t dtype);
+  void scope_begin(RunState* run);
+  Status scope_end(RunState* run);
+  int scope_depth(const RunState* run) const;
+  bool run_cancelled(const RunState* run) const;
+  void fail_run(RunState* run, const std::string& message);
   int num_next_level() const;
 
   const WorkerConfig cfg_;
 
  private:
-  friend class Orchestrator;
-  // Replaces dead children before a run (the scheduler thread is stopped
-  // meanwhile: a child must not inherit a half-held lock of it).
-  Status restart_dead_children();
+  // Whether this thread is running an orchestration of this Worker (a
+  // nested run() or close() from there could never finish).
+  bool inside_own_run() const;
+  // Binds a slot's in-process backend to its run (mu held); nullptr unbinds.
+  void bind_slot(int slot, RunState* run);
   // child.cpp: what a forked child runs.
   [[noreturn]] void child_main(Endpoint& ep, bool forked_by_main_thread);
   // orchestrator.cpp (no lock): the call's shape, placement and arguments.
@@ -92,7 +101,7 @@ class WorkerImpl {
                                  std::vector<int>* pinned, bool* remote_pinned) const;
   Status check_arguments(const std::vector<TaskArgs>& members, const char* what, uint64_t* alloc_bytes) const;
   Status validate_tensor(const ContinuousTensor& t, TensorArgType tag, int member, int index) const;
-  SubmitResult reject(int32_t code, const std::string& msg);
+  SubmitResult reject(RunState* run, int32_t code, const std::string& msg);
 
   Lifecycle life_;
   mutable EngineLock lock_;
@@ -103,13 +112,39 @@ class WorkerImpl {
   CallableTable callables_;
   RunQueue runs_;
 
-  std::mutex close_mu_;                         // one close() at a time
-  std::mutex run_mu_;                           // one run at a time
-  std::atomic<std::thread::id> run_thread_{};  // the thread inside run(), if any
+  std::mutex close_mu_;          // one close() at a time
+  std::atomic<bool> closing_{false};  // close() began: no new run starts
   SharedMapping arena_map_;
   Arena arena_;
+  // One in-process backend and Orchestrator per heap-ring slot, bound to the
+  // slot's run while it is in flight (stable addresses: an Orchestrator kept
+  // past its run finds its slot unbound, or another run, never freed memory).
+  std::vector<std::unique_ptr<LocalOrchestration>> local_;
+  std::vector<Orchestrator> orchs_;
+};
 
-  Orchestrator orch_{this};
+// An in-process run's Orchestrator calls, straight into the engine
+// (orchestrator.cpp). `run` is the run in flight on its slot (mu), or null.
+class LocalOrchestration final : public OrchestratorBackend {
+ public:
+  explicit LocalOrchestration(WorkerImpl* w) : w_(w) {}
+  SubmitResult submit(bool next_level, const CallableHandle& h, std::vector<TaskArgs> members, const CallConfig& cfg,
+                      const std::vector<int>& pinned, bool group) override;
+  Result<ContinuousTensor> alloc(const std::vector<uint32_t>& shape, int32_t dtype) override;
+  void scope_begin() override;
+  Status scope_end() override;
+  int scope_depth() const override;
+  CallableHandle find_callable(const std::string& name) const override { return w_->find_callable(name); }
+  bool cancelled() const override;
+  void fail(const std::string& message) override;
+  int level() const override { return w_->cfg_.level; }
+  int num_next_level() const override { return w_->num_next_level(); }
+  int num_sub_workers() const override { return w_->cfg_.num_sub_workers; }
+
+  RunState* run = nullptr;
+
+ private:
+  WorkerImpl* w_;
 };
 
 }  // namespace pto

@@ -7,8 +7,10 @@
 // through a shared-memory mailbox. run() executes an orchestration function on
 // the caller's thread; the Orchestrator it receives derives dependencies from
 // the tensors' address regions and one scheduler thread dispatches ready tasks
-// to idle children. docs/worker.md describes the layout, the mailbox protocol
-// and the failure model.
+// to idle children. Several runs may be in flight at once (from several
+// threads, or queued with submit()): their tasks share the children, fairly
+// between principals at each priority. docs/worker.md describes the layout,
+// the mailbox protocol, the run model and the failure model.
 //
 // Tensor data must be visible to the children: allocate it with
 // Worker::alloc (the buffer arena), Orchestrator::alloc / an OUTPUT without an
@@ -35,8 +37,12 @@
 namespace pto {
 
 class WorkerImpl;
+class OrchestratorBackend;
 
-enum class Outcome : uint8_t { SUCCESS = 0, TASK_FAILURE = 1, ENDPOINT_FAILURE = 2, SKIPPED = 3 };
+// SKIPPED: the task never started (an upstream task failed, or its run was
+// cancelled). STOPPED: it was running (or about to) when its run was
+// cancelled; its child was stopped.
+enum class Outcome : uint8_t { SUCCESS = 0, TASK_FAILURE = 1, ENDPOINT_FAILURE = 2, SKIPPED = 3, STOPPED = 4 };
 const char* outcome_name(Outcome o);
 
 // The engine's error codes (kWorkerInvalidConfig = 20 ... kWorkerCancelled = 28)
@@ -57,6 +63,13 @@ struct WorkerConfig {
   uint32_t remote_ready_timeout_ms = 5000;  // init() waits this long for remote workers' sessions
   std::string state_dir;                    // where uploaded libraries are stored; empty = a private temp dir
   std::string name = "worker";              // diagnostic label
+  // Runs in flight at once; each has heap rings of its own (4 x
+  // heap_ring_bytes of address space, lazily backed). Further runs wait.
+  int max_concurrent_runs = 4;
+  // A child whose heartbeat (a thread of its own, stopped only when the whole
+  // process is: SIGSTOP, a freeze) has not moved for this long is killed and
+  // replaced; a busy kernel keeps beating. 0 = no liveness check.
+  uint32_t liveness_timeout_ms = 2000;
 
   Status validate() const;
 };
@@ -71,11 +84,30 @@ struct TaskFailure {
   std::string describe() const;
 };
 
+// Who a run is for and how urgent it is. Ready tasks are served by priority
+// (HIGH before NORMAL before LOW), and within one priority round robin
+// between principals, then between the runs of a principal, then in
+// submission order within a run (docs/worker.md, "Runs").
+enum class RunPriority : uint8_t { LOW = 0, NORMAL = 1, HIGH = 2 };
+const char* priority_name(RunPriority p);
+struct RunOptions {
+  RunPriority priority = RunPriority::NORMAL;
+  std::string principal;     // empty: the anonymous principal
+  uint64_t deadline_ms = 0;  // > 0: the run is cancelled once it has run this long
+};
+
+// Progress of one run, or of every run in flight.
+struct RunProgress {
+  bool running = false;
+  uint64_t submitted = 0, finished = 0;
+};
+
 struct RunResult {
   Status status;  // ok, the first failure (kWorkerRunFailed) or an orchestration error
   Outcome outcome = Outcome::SUCCESS;
   uint64_t tasks_submitted = 0, tasks_succeeded = 0, tasks_failed = 0, tasks_skipped = 0;
-  uint64_t tasks_retried = 0;  // attempts repeated after ENDPOINT_FAILURE (retryable callables)
+  uint64_t tasks_stopped = 0;    // STOPPED: running (or about to run) when the run was cancelled
+  uint64_t tasks_retried = 0;    // attempts repeated after ENDPOINT_FAILURE (retryable callables)
   std::optional<TaskFailure> first_failure;
   std::vector<TaskFailure> failures;  // failed tasks (not the skipped ones), at most 64
   uint64_t wall_ns = 0;
@@ -102,6 +134,10 @@ class Orchestrator {
                                        const CallConfig& cfg = {}, const std::vector<int>& workers = {});
   SubmitResult submit_sub(const CallableHandle& h, const TaskArgs& args = {});
   SubmitResult submit_sub_group(const CallableHandle& h, const std::vector<TaskArgs>& args);
+  // With a configuration: cfg.timeout_ms bounds a sub task as it bounds a
+  // next-level one (the overloads above keep libraries built before it working).
+  SubmitResult submit_sub(const CallableHandle& h, const TaskArgs& args, const CallConfig& cfg);
+  SubmitResult submit_sub_group(const CallableHandle& h, const std::vector<TaskArgs>& args, const CallConfig& cfg);
   // A buffer in the current scope's heap ring, freed once the scope has ended
   // and every task using it has finished.
   Result<ContinuousTensor> alloc(const std::vector<uint32_t>& shape, int32_t dtype);
@@ -111,14 +147,21 @@ class Orchestrator {
   // A callable registered with this Worker under a name
   // (Worker::name_callable); the handle holds an error if there is none.
   CallableHandle find_callable(const std::string& name) const;
+  // True once the run was cancelled (or its deadline passed): submits are
+  // refused from then on, so a long orchestration may stop early.
+  bool cancelled() const;
+  // Fails the run with this message (the first failure is the run's
+  // verdict); the orchestration may go on, its later tasks still run.
+  void fail(const std::string& message);
   int level() const;
   int num_next_level() const;
   int num_sub_workers() const;
 
  private:
-  friend class WorkerImpl;
-  explicit Orchestrator(WorkerImpl* w) : w_(w) {}
-  WorkerImpl* w_;
+  friend struct OrchestratorAccess;
+  // The run it belongs to: in this process, or across a runner's channel.
+  explicit Orchestrator(OrchestratorBackend* b) : b_(b) {}
+  OrchestratorBackend* b_;
 };
 
 // RAII scope: scope_begin() now, scope_end() when it goes.
@@ -143,6 +186,12 @@ class RunHandle {
   bool wait(std::chrono::milliseconds timeout) const;
   // Waits for the run and returns its result.
   const RunResult& result() const;
+  // Cancels this run: queued, it never starts; in flight, its submits are
+  // refused, its tasks not yet started end SKIPPED and its running tasks are
+  // stopped (their children killed and replaced) and end STOPPED. False
+  // when it has already ended.
+  bool cancel(const std::string& reason) const;
+  RunProgress progress() const;
 
  private:
   friend class WorkerImpl;
@@ -168,7 +217,7 @@ struct LatencyHistogram {
 // Counters since init(), for benchmarks and the daemon's metrics.
 struct WorkerStats {
   uint64_t runs = 0;
-  uint64_t tasks_succeeded = 0, tasks_failed = 0, tasks_skipped = 0;
+  uint64_t tasks_succeeded = 0, tasks_failed = 0, tasks_skipped = 0, tasks_stopped = 0;
   uint64_t child_restarts = 0;
   uint64_t task_retries = 0;            // ENDPOINT_FAILUREs retried on another worker
   uint64_t ready_queue_depth = 0;       // ready tasks waiting for an idle child (now)
@@ -250,13 +299,16 @@ class Worker {
   Status init();
   // Runs fn(orchestrator, args view, cfg) on this thread, then waits until
   // every task it submitted has ended. fn returns int (non-zero fails the
-  // run) or void. One run at a time per Worker.
+  // run) or void. Up to max_concurrent_runs runs (from any threads) are in
+  // flight at once; a further one waits for one of them to end.
   template <class F>
   RunResult run(F&& fn, const TaskArgs& args = {}, const CallConfig& cfg = {}) {
     return run_function(as_orchestration(std::forward<F>(fn)), args, cfg);
   }
-  RunResult run_function(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg);
-  // Queues a run on the Worker's run thread; runs execute one at a time.
+  RunResult run_function(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg,
+                         const RunOptions& options = {});
+  // Queues a run on the Worker's run threads (up to max_concurrent_runs run
+  // at once, started by priority, then in submission order).
   template <class F>
   RunHandle submit(F&& fn, TaskArgs args = {}, CallConfig cfg = {}) {
     return submit_function(as_orchestration(std::forward<F>(fn)), std::move(args), cfg);
@@ -265,7 +317,7 @@ class Worker {
   // The same, calling on_done(result) on the run thread when the run ends
   // (before wait() returns). on_done must not call into this Worker's run().
   RunHandle submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
-                            std::function<void(const RunResult&)> on_done);
+                            std::function<void(const RunResult&)> on_done, const RunOptions& options = {});
   Status close();  // idempotent
 
   // A buffer in the shared arena that lives until free().
@@ -290,16 +342,12 @@ class Worker {
 
   // Gives a registered callable a name orchestrations can find it by.
   Status name_callable(const std::string& name, const CallableHandle& h);
-  // Progress of the run in flight (zeros when none): tasks submitted so far,
-  // and tasks that reached a final state.
-  struct RunProgress {
-    bool running = false;
-    uint64_t submitted = 0, finished = 0;
-  };
+  // Progress of every run in flight, summed (zeros when none): tasks
+  // submitted so far, and tasks that reached a final state.
+  using RunProgress = pto::RunProgress;
   RunProgress progress() const;
-  // Cancels the run in flight: further submits are refused, tasks not yet
-  // launched end SKIPPED ("cancelled: <reason>"), running tasks finish. The
-  // run returns kWorkerCancelled. False when no run is in flight.
+  // Cancels every run in flight as RunHandle::cancel does (the runs return
+  // kWorkerCancelled). False when no run is in flight.
   bool cancel_run(const std::string& reason);
   const WorkerConfig& config() const;
   bool initialized() const;

@@ -1,0 +1,169 @@
+// Orchestration libraries in runner processes (pto/runner.h): the library's
+// calls cross the runner channel with their usual meaning; whatever the
+// library does — crash, exit, abort, hang, stop — ends its runner and fails
+// its run with a message that names it, and the next run works.
+#include <dirent.h>
+#include <signal.h>
+
+#include <fstream>
+#include <set>
+
+#include "pto/base/clock.h"
+#include "pto/runner.h"
+#include "worker_support.h"
+
+using namespace pto;
+using namespace pto_test;
+
+namespace {
+
+// What a crash looks like from outside: a signal, or under AddressSanitizer
+// (whose handler reports a SEGV and exits) exit status 1.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr const char* kSegv = "exited with status 1";
+#else
+constexpr const char* kSegv = "killed by signal 11";
+#endif
+
+struct Fixture {
+  explicit Fixture(RunnerConfig rc = {}) : w({.level = 3, .num_sub_workers = 2}), pool(rc) {
+    auto noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
+    auto add = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
+    REQUIRE(w.init().ok());
+    REQUIRE(w.name_callable("noop", noop).ok());
+    REQUIRE(w.name_callable("add_one", add).ok());
+    x = alloc_f32(w, 4);
+    f32(x)[0] = 10.f;
+  }
+  RunResult run(const char* symbol, RunOptions o = {}) {
+    TaskArgs a;
+    a.add_tensor(x, INOUT).add_scalar(100);
+    return w.run_function(pool.orchestration(RUNNER_ORCHS, symbol, symbol), a, {}, o);
+  }
+  Worker w;
+  RunnerPool pool;
+  ContinuousTensor x;
+};
+
+// Processes whose parent is this test and that are not the Worker's children: runners.
+std::set<int> runner_pids(Worker& w) {
+  std::set<int> known;
+  for (const ChildInfo& c : w.children()) known.insert(c.pid);
+  std::set<int> out;
+  DIR* d = opendir("/proc");
+  while (dirent* e = readdir(d)) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0 || known.count(pid)) continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    std::getline(f, line);
+    const auto p = line.rfind(')');
+    if (p == std::string::npos) continue;
+    int ppid = 0;
+    char state = 0;
+    if (std::sscanf(line.c_str() + p + 2, "%c %d", &state, &ppid) == 2 && ppid == getpid() && state != 'Z')
+      out.insert(pid);
+  }
+  closedir(d);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("an orchestration in a runner submits, allocates and scopes as in-process; the result is exact") {
+  Fixture f;
+  RunResult r = f.run("pto_test_orch_subs");
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  CHECK(r.tasks_submitted == 102);  // 100 no-ops, the scoped buffer's task, x += 1
+  CHECK(r.tasks_succeeded == 102);
+  CHECK(f32(f.x)[0] == 11.f);
+  CHECK(f.pool.stats().started == 1);
+  CHECK(f.pool.stats().failed == 0);
+  CHECK(eventually([&] { return runner_pids(f.w).empty(); }));  // the runner served one job and is gone
+}
+
+TEST_CASE("a crash, exit() or abort() in the library fails its run naming the signal or status; the next run works") {
+  Fixture f;
+  struct Case {
+    const char* symbol;
+    const char* says;
+  };
+  for (const Case c : {Case{"pto_test_orch_segv", kSegv}, Case{"pto_test_orch_exit3", "exited with status 3"},
+                       Case{"pto_test_orch_abort", "killed by signal 6"}}) {
+    RunResult r = f.run(c.symbol);
+    INFO(c.symbol << ": " << r.status.message);
+    CHECK_FALSE(r.ok());
+    CHECK(r.status.message.find(c.says) != std::string::npos);
+    CHECK(r.status.message.find(c.symbol) != std::string::npos);  // the callable is named
+    RunResult ok = f.run("pto_test_orch_subs");
+    CHECK(ok.ok());
+  }
+  CHECK(f.pool.stats().failed == 3);
+  CHECK(eventually([&] { return runner_pids(f.w).empty(); }));
+}
+
+TEST_CASE("the library's own failure message reaches the run") {
+  Fixture f;
+  RunResult r = f.run("pto_test_orch_fail");
+  CHECK_FALSE(r.ok());
+  CHECK(r.status.message.find("the fixture says no") != std::string::npos);
+}
+
+TEST_CASE("a hung orchestration ends with its run: cancel and deadline kill the runner at once") {
+  Fixture f;
+  SECTION("cancel") {
+    TaskArgs a;
+    RunHandle h = f.w.submit_function(f.pool.orchestration(RUNNER_ORCHS, "pto_test_orch_hang", "hang"), a, {}, nullptr,
+                                      {});
+    REQUIRE(eventually([&] { return runner_pids(f.w).size() == 1; }));
+    const uint64_t t0 = now_ns();
+    REQUIRE(h.cancel("stop it"));
+    const RunResult& r = h.result();
+    CHECK(r.status.code == kWorkerCancelled);
+    CHECK(double(now_ns() - t0) / 1e6 < 100);
+  }
+  SECTION("deadline") {
+    const uint64_t t0 = now_ns();
+    RunResult r = f.run("pto_test_orch_hang", RunOptions{.deadline_ms = 300});
+    CHECK(r.status.code == kWorkerCancelled);
+    CHECK(double(now_ns() - t0) / 1e6 < 1000);
+  }
+  CHECK(eventually([&] { return runner_pids(f.w).empty(); }));
+}
+
+TEST_CASE("a stopped runner is noticed by its heartbeat and killed") {
+  RunnerConfig rc;
+  rc.liveness_timeout_ms = 500;
+  Fixture f(rc);
+  TaskArgs a;
+  RunHandle h =
+      f.w.submit_function(f.pool.orchestration(RUNNER_ORCHS, "pto_test_orch_hang", "hang"), a, {}, nullptr, {});
+  std::set<int> pids;
+  REQUIRE(eventually([&] { return (pids = runner_pids(f.w)).size() == 1; }));
+  REQUIRE(kill(*pids.begin(), SIGSTOP) == 0);
+  const RunResult& r = h.result();
+  INFO(r.status.message);
+  CHECK(r.status.message.find("no heartbeat") != std::string::npos);
+  CHECK(eventually([&] { return process_gone(*pids.begin()); }));
+}
+
+TEST_CASE("checking a library in a runner: constructors that crash or hang cost a runner, not this process") {
+  RunnerConfig rc;
+  rc.load_timeout_ms = 300;
+  RunnerPool pool(rc);
+  CHECK(pool.check_library(RUNNER_ORCHS, "pto_test_orch_subs").ok());
+  Status missing = pool.check_library(RUNNER_ORCHS, "no_such_symbol");
+  CHECK(missing.message.find("does not export 'no_such_symbol'") != std::string::npos);
+  Status segv = pool.check_library(SEGV_CTOR, "pto_test_never_reached_segv");
+  INFO(segv.message);
+  CHECK(segv.message.find(kSegv) != std::string::npos);
+  const uint64_t t0 = now_ns();
+  Status hang = pool.check_library(HANG_CTOR, "pto_test_never_reached");
+  INFO(hang.message);
+  CHECK(hang.message.find("did not finish loading within 300 ms") != std::string::npos);
+  CHECK(double(now_ns() - t0) / 1e6 < 1500);
+  Status nofile = pool.check_library("/nonexistent/lib.so", "x");
+  CHECK(nofile.message.find("cannot load '/nonexistent/lib.so'") != std::string::npos);
+  CHECK(pool.stats().failed == 2);
+}

@@ -1,0 +1,298 @@
+// Several runs in flight on one Worker (docs/worker.md, "Runs"): they
+// overlap when their tensors are disjoint and are ordered by submission when
+// they touch the same bytes; ready tasks are shared by priority and round
+// robin; cancellation, deadlines and task timeouts reach running work.
+//
+// Tasks record when they ran: the "stamp" sub callable sleeps scalars[0] ms
+// and writes its start and end (CLOCK_MONOTONIC, comparable across the
+// children) into int64 tensor 0 at pair scalars[1].
+#include <atomic>
+#include <thread>
+
+#include "pto/base/clock.h"
+#include "worker_support.h"
+
+using namespace pto;
+using namespace pto_test;
+
+namespace {
+
+int stamp(const TaskArgsView& a, std::string&) {
+  auto* t = reinterpret_cast<int64_t*>(a.tensors[0].data);
+  const uint64_t slot = a.scalar_count > 1 ? a.scalars[1] : 0;
+  t[2 * slot] = static_cast<int64_t>(now_ns());
+  std::this_thread::sleep_for(std::chrono::milliseconds(a.scalars[0]));
+  t[2 * slot + 1] = static_cast<int64_t>(now_ns());
+  return 0;
+}
+
+int pause_us(const TaskArgsView& a, std::string&) {
+  std::this_thread::sleep_for(std::chrono::microseconds(a.scalars[0]));
+  return 0;
+}
+
+int fail_now(const TaskArgsView&, std::string& err) {
+  err = "deliberate";
+  return 3;
+}
+
+struct Fixture {
+  explicit Fixture(int subs, int max_runs = 4) : w({.level = 3, .num_sub_workers = subs, .max_concurrent_runs = max_runs}) {
+    stamp_h = w.register_callable(NativeCallable::function("stamp", stamp));
+    fail_h = w.register_callable(NativeCallable::function("fail_now", fail_now));
+    pause_h = w.register_callable(NativeCallable::function("pause_us", pause_us));
+    REQUIRE(w.init().ok());
+    auto r = w.alloc({64}, PTO_INT64);
+    REQUIRE(r.ok());
+    times = r.value;
+    std::memset(reinterpret_cast<void*>(times.data), 0, 64 * 8);
+  }
+  int64_t start(int slot) const { return reinterpret_cast<int64_t*>(times.data)[2 * slot]; }
+  int64_t end(int slot) const { return reinterpret_cast<int64_t*>(times.data)[2 * slot + 1]; }
+  // A run with one stamp task on `data` (tag `tag`), recorded in `slot`.
+  RunHandle stamp_run(const ContinuousTensor& data, TensorArgType tag, int ms, int slot, RunOptions o = {}) {
+    return w.submit_function(
+        [=, this](Orchestrator& orch, const TaskArgsView&, const CallConfig&) {
+          TaskArgs a;
+          a.add_tensor(times, NO_DEP).add_tensor(data, tag).add_scalar(ms).add_scalar(slot);
+          return orch.submit_sub(stamp_h, a).ok() ? 0 : 1;
+        },
+        {}, {}, nullptr, o);
+  }
+  Worker w;
+  CallableHandle stamp_h, fail_h, pause_h;
+  ContinuousTensor times;
+};
+
+ContinuousTensor buffer(Worker& w) {
+  auto r = w.alloc({1024}, PTO_FLOAT32);
+  REQUIRE(r.ok());
+  return r.value;
+}
+
+}  // namespace
+
+TEST_CASE("two runs on disjoint tensors overlap in time") {
+  Fixture f(2);
+  ContinuousTensor x = buffer(f.w), y = buffer(f.w);
+  const uint64_t t0 = now_ns();
+  RunHandle a = f.stamp_run(x, INOUT, 300, 0), b = f.stamp_run(y, INOUT, 300, 1);
+  REQUIRE(a.result().ok());
+  REQUIRE(b.result().ok());
+  const double wall_ms = double(now_ns() - t0) / 1e6;
+  INFO("wall " << wall_ms << " ms");
+  CHECK(f.start(1) < f.end(0));  // both were running at once
+  CHECK(f.start(0) < f.end(1));
+  CHECK(wall_ms < 550);  // not 600+: they overlapped
+}
+
+TEST_CASE("runs that write one tensor run in submission order; runs that read it run together") {
+  Fixture f(2);
+  ContinuousTensor t = buffer(f.w);
+  RunHandle a = f.stamp_run(t, INOUT, 300, 0);
+  REQUIRE(eventually([&] { return a.progress().submitted == 1; }));
+  RunHandle b = f.stamp_run(t, OUTPUT_EXISTING, 100, 1);  // writes t after a
+  REQUIRE(eventually([&] { return b.progress().submitted == 1; }));
+  RunHandle c = f.stamp_run(t, INPUT, 300, 2), d = f.stamp_run(t, INPUT, 300, 3);  // read after b, together
+  for (RunHandle* h : {&a, &b, &c, &d}) REQUIRE(h->result().ok());
+  CHECK(f.start(1) >= f.end(0));
+  CHECK(f.start(2) >= f.end(1));
+  CHECK(f.start(3) >= f.end(1));
+  CHECK(f.start(3) < f.end(2));  // the two readers overlapped
+  CHECK(f.start(2) < f.end(3));
+}
+
+TEST_CASE("another run's failed writer orders a reader but does not skip it") {
+  Fixture f(2);
+  ContinuousTensor t = buffer(f.w);
+  std::atomic<bool> submitted{false};
+  RunHandle a = f.w.submit_function(
+      [&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+        // A slow task first, so the failing writer is still pending when b reads.
+        REQUIRE(o.submit_sub(f.stamp_h, TaskArgs().add_tensor(f.times, NO_DEP).add_tensor(t, INOUT).add_scalar(200))
+                    .ok());
+        REQUIRE(o.submit_sub(f.fail_h, TaskArgs().add_tensor(t, INOUT)).ok());
+        submitted = true;
+        return 0;
+      },
+      {}, {}, nullptr, {});
+  REQUIRE(eventually([&] { return submitted.load(); }));
+  RunHandle b = f.stamp_run(t, INPUT, 10, 5);
+  const RunResult& ra = a.result();
+  const RunResult& rb = b.result();
+  CHECK_FALSE(ra.ok());
+  CHECK(ra.tasks_failed == 1);
+  REQUIRE(rb.ok());  // in its own run, a reader of a failed writer still runs
+  CHECK(rb.tasks_succeeded == 1);
+  CHECK(f.start(5) >= f.end(0));
+}
+
+TEST_CASE("max_concurrent_runs bounds the runs in flight; a further run waits for a slot") {
+  Fixture f(2, /*max_runs=*/1);
+  ContinuousTensor x = buffer(f.w), y = buffer(f.w);
+  RunHandle a = f.stamp_run(x, INOUT, 200, 0), b = f.stamp_run(y, INOUT, 200, 1);
+  REQUIRE(a.result().ok());
+  REQUIRE(b.result().ok());
+  CHECK(f.start(1) >= f.end(0));
+}
+
+TEST_CASE("fair sharing: a one-task run is served while a 10,000-task run is in flight") {
+  for (const char* other : {"other-principal", ""}) {  // another principal, or the same one (round robin between runs)
+    DYNAMIC_SECTION("the short run's principal: '" << other << "'") {
+      Fixture f(1);
+      ContinuousTensor x = buffer(f.w), y = buffer(f.w);
+      std::atomic<bool> long_done{false};
+      RunHandle big = f.w.submit_function(
+          [&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+            for (int i = 0; i < 10000; ++i)  // ~0.1 ms each: a second or more of work
+              if (!o.submit_sub(f.pause_h, TaskArgs().add_tensor(x, NO_DEP).add_scalar(100)).ok()) return 1;
+            return 0;
+          },
+          {}, {}, [&](const RunResult&) { long_done = true; }, RunOptions{.principal = "bulk"});
+      REQUIRE(eventually([&] { return big.progress().finished > 500; }, 15000));
+      // One task of 0 ms on y: its latency is its wait for the one sub worker.
+      const uint64_t t0 = now_ns();
+      RunHandle one = f.stamp_run(y, INOUT, 0, 7, RunOptions{.principal = other});
+      REQUIRE(one.result().ok());
+      const double ms = double(now_ns() - t0) / 1e6;
+      const RunProgress p = big.progress();
+      INFO("one-task run took " << ms << " ms; the bulk run had " << p.finished << " of 10000 tasks done");
+      CHECK_FALSE(long_done.load());  // it was really in flight
+      CHECK(ms < 100);                // FIFO would have waited for ~9,000 tasks
+      REQUIRE(big.result().ok());
+    }
+  }
+}
+
+TEST_CASE("priorities: a HIGH run's task goes before the queued tasks of a LOW run") {
+  Fixture f(1);
+  ContinuousTensor x = buffer(f.w), y = buffer(f.w);
+  RunHandle low = f.w.submit_function(
+      [&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+        for (int i = 0; i < 100; ++i)
+          if (!o.submit_sub(f.stamp_h, TaskArgs().add_tensor(f.times, NO_DEP).add_tensor(x, NO_DEP).add_scalar(5))
+                   .ok())
+            return 1;
+        return 0;
+      },
+      {}, {}, nullptr, RunOptions{.priority = RunPriority::LOW});
+  REQUIRE(eventually([&] { return low.progress().finished >= 2; }));
+  const uint64_t t0 = now_ns();
+  RunHandle high = f.stamp_run(y, INOUT, 0, 9, RunOptions{.priority = RunPriority::HIGH});
+  REQUIRE(high.result().ok());
+  const double ms = double(now_ns() - t0) / 1e6;
+  INFO("HIGH task latency " << ms << " ms, " << low.progress().finished << " LOW tasks done");
+  CHECK(ms < 50);  // at most the LOW task in progress (5 ms) ahead of it
+  CHECK(low.progress().finished < 90);
+  REQUIRE(low.result().ok());
+}
+
+TEST_CASE("cancelling a running run stops its running task at once; the child is replaced; other runs go on") {
+  Fixture f(2);
+  ContinuousTensor x = buffer(f.w), y = buffer(f.w);
+  RunHandle slow = f.stamp_run(x, INOUT, 10000, 0);
+  RunHandle other = f.stamp_run(y, INOUT, 400, 1);
+  REQUIRE(eventually([&] { return f.start(0) != 0 && f.start(1) != 0; }));
+  const auto before = f.w.children();
+  const uint64_t t0 = now_ns();
+  REQUIRE(slow.cancel("the test cancels it"));
+  const RunResult& r = slow.result();
+  const double ms = double(now_ns() - t0) / 1e6;
+  INFO(r.status.message << " after " << ms << " ms");
+  CHECK(ms < 100);
+  CHECK(r.status.code == kWorkerCancelled);
+  CHECK(r.tasks_stopped == 1);
+  REQUIRE(r.failures.size() == 1);
+  CHECK(r.failures[0].outcome == Outcome::STOPPED);
+  CHECK(r.failures[0].message.find("the test cancels it") != std::string::npos);
+  CHECK_FALSE(slow.cancel("again"));  // it has ended
+  REQUIRE(other.result().ok());       // the other run's task was not touched
+  // The stopped child is replaced without waiting for a run.
+  CHECK(eventually([&] {
+    const auto now = f.w.children();
+    int replaced = 0;
+    for (size_t i = 0; i < now.size(); ++i)
+      replaced += now[i].pid != before[i].pid && now[i].state == ChildState::IDLE && now[i].restarts == 1;
+    return replaced == 1;
+  }));
+  CHECK(f.stamp_run(x, INOUT, 0, 2).result().ok());
+}
+
+TEST_CASE("a queued run that is cancelled never starts") {
+  Fixture f(1, /*max_runs=*/1);
+  ContinuousTensor x = buffer(f.w), y = buffer(f.w);
+  RunHandle first = f.stamp_run(x, INOUT, 300, 0);
+  RunHandle queued = f.stamp_run(y, INOUT, 0, 1);
+  REQUIRE(queued.cancel("not wanted"));
+  CHECK(queued.result().status.code == kWorkerCancelled);
+  CHECK(queued.result().tasks_submitted == 0);
+  REQUIRE(first.result().ok());
+  CHECK(f.start(1) == 0);
+}
+
+TEST_CASE("timeout_ms holds for sub tasks") {
+  Fixture f(1);
+  ContinuousTensor x = buffer(f.w);
+  const uint64_t t0 = now_ns();
+  RunResult r = f.w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    CallConfig c;
+    c.timeout_ms = 300;
+    return o.submit_sub(f.stamp_h, TaskArgs().add_tensor(f.times, NO_DEP).add_tensor(x, INOUT).add_scalar(20000), c)
+                   .ok()
+               ? 0
+               : 1;
+  });
+  const double ms = double(now_ns() - t0) / 1e6;
+  INFO(r.status.message);
+  CHECK_FALSE(r.ok());
+  REQUIRE(r.first_failure);
+  CHECK(r.first_failure->outcome == Outcome::ENDPOINT_FAILURE);
+  CHECK(r.first_failure->message.find("timed out") != std::string::npos);
+  CHECK(ms < 2000);
+}
+
+TEST_CASE("a run's deadline cancels it and stops what runs") {
+  Fixture f(1);
+  ContinuousTensor x = buffer(f.w);
+  const uint64_t t0 = now_ns();
+  RunResult r = f.w.run_function(
+      [&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+        return o.submit_sub(f.stamp_h, TaskArgs().add_tensor(f.times, NO_DEP).add_tensor(x, INOUT).add_scalar(20000))
+                       .ok()
+                   ? 0
+                   : 1;
+      },
+      {}, {}, RunOptions{.deadline_ms = 300});
+  const double ms = double(now_ns() - t0) / 1e6;
+  INFO(r.status.message);
+  CHECK(r.status.code == kWorkerCancelled);
+  CHECK(r.status.message.find("deadline of 300 ms") != std::string::npos);
+  CHECK(r.tasks_stopped == 1);
+  CHECK(ms < 1000);
+}
+
+TEST_CASE("an orchestration sees its run cancelled and can stop early") {
+  Fixture f(1);
+  std::atomic<int> loops{0};
+  RunHandle h = f.w.submit_function(
+      [&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+        while (!o.cancelled()) {
+          ++loops;
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        return 0;
+      },
+      {}, {}, nullptr, {});
+  REQUIRE(eventually([&] { return loops.load() > 5; }));
+  REQUIRE(h.cancel("enough"));
+  CHECK(h.result().status.code == kWorkerCancelled);
+}
+
+TEST_CASE("a run from inside an orchestration of the same Worker is refused, not a deadlock") {
+  Fixture f(1, 1);
+  RunResult r = f.w.run([&](Orchestrator&, const TaskArgsView&, const CallConfig&) {
+    RunResult inner = f.w.run([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; });
+    return inner.status.code == kWorkerInvalidArgument ? 0 : 1;
+  });
+  CHECK(r.ok());
+}

@@ -1,0 +1,60 @@
+// Orchestrations in runner processes (docs/worker.md, "Runners").
+//
+// Worker::run calls an orchestration function on the caller's thread: right
+// for a program's own code, wrong for a service that runs libraries its
+// clients bring. A RunnerPool runs such a library's orchestration in a
+// runner: a process forked from this one for that one job, so it maps the
+// Worker's arena and heap rings at the same addresses. Each Orchestrator
+// call the library makes crosses the runner's channel and is made here, on
+// the run's thread, with the same semantics (the library cannot tell). A
+// crash, exit(), abort or hang of the library's code ends its runner, never
+// this process: the run fails with a message naming the callable and the
+// signal or exit status. The runner also stops when the run is cancelled or
+// its deadline passes, and when its heartbeat stops (SIGSTOP).
+//
+// Loading a library to check it (registration) happens in a runner too, so
+// a constructor that crashes or never returns costs a runner, bounded by
+// load_timeout_ms.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "pto/worker.h"
+
+namespace pto {
+
+struct RunnerConfig {
+  uint32_t load_timeout_ms = 10000;     // dlopen + dlsym (the library's constructors) must finish within this
+  uint32_t liveness_timeout_ms = 2000;  // a runner whose heartbeat stops this long is killed (0 = off)
+  uint32_t spin_us = 50;                // either side spins this long before parking
+};
+
+class RunnerPool {
+ public:
+  explicit RunnerPool(RunnerConfig cfg = {}) : cfg_(cfg) {}
+
+  // Loads `path` and looks up `symbol` in a fresh runner; the error names
+  // the library and what went wrong (missing symbol, crash, timeout).
+  Status check_library(const std::string& path, const std::string& symbol) const;
+
+  // The orchestration path:symbol (the OrchestrationEntryFn ABI,
+  // pto/callable.h) as an orchestration function for Worker::run or
+  // Worker::submit: it runs the library in a fresh runner and serves its
+  // calls. `name` labels messages.
+  OrchestrationFunction orchestration(const std::string& path, const std::string& symbol,
+                                      const std::string& name) const;
+
+  struct Stats {
+    uint64_t started = 0;  // runners forked
+    uint64_t failed = 0;   // ended by a crash, exit, timeout, lost heartbeat or a malformed call
+  };
+  Stats stats() const { return {started_.load(), failed_.load()}; }
+
+ private:
+  const RunnerConfig cfg_;
+  mutable std::atomic<uint64_t> started_{0}, failed_{0};
+};
+
+}  // namespace pto

@@ -1,0 +1,54 @@
+// A ready queue that serves runs fairly (docs/worker.md, "Runs"): by
+// priority (HIGH, then NORMAL, then LOW: strict), and within a priority
+// round robin between principals, then between the runs of a principal, then
+// in submission order within a run. Taking a task moves its principal and
+// its run to the back of their turns, so a principal with one ready task
+// waits for at most one task of each other principal at its priority, however
+// many that other principal has queued. Used with the engine lock held.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "task_node.h"
+
+namespace pto {
+
+class FairQueue {
+ public:
+  void push_back(TaskNode* s) { push(s, false); }
+  // A task to serve before the rest of its run's (a retry).
+  void push_front(TaskNode* s) { push(s, true); }
+  // The next task in fair order; nullptr when empty.
+  TaskNode* front() const;
+  // Removes front(); its principal and run take their turn.
+  void pop_front();
+  // Every queued task of one run (a cancelled run), in order.
+  std::vector<TaskNode*> take_run(const RunState* run);
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  struct RunQ {
+    const RunState* run;
+    std::deque<TaskNode*> tasks;
+  };
+  struct Principal {
+    std::string key;
+    std::deque<RunQ*> turn;  // its runs with ready tasks, next first
+  };
+  void push(TaskNode* s, bool front);
+  void leave(Principal* p, int level);
+
+  std::array<std::deque<Principal*>, 3> levels_;  // per priority: principals with ready tasks, next first
+  std::unordered_map<const RunState*, std::unique_ptr<RunQ>> runs_;
+  std::unordered_map<std::string, std::unique_ptr<Principal>> principals_;  // key: priority + name
+  size_t size_ = 0;
+};
+
+}  // namespace pto

@@ -1,0 +1,38 @@
+// One run in flight (docs/worker.md, "Runs"): what the TaskGraph keeps per
+// run — its options, its heap-ring slot, its scopes and nodes, its result —
+// and the Orchestrator its orchestration function receives. Several runs
+// share the children, the TensorMap and the ready queues; everything here is
+// the run's own. Fields are under the engine lock. The state is freed when
+// the run ends (TaskGraph::end_run): no other run holds a node of it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pto/worker.h"
+#include "task_node.h"
+
+namespace pto {
+
+struct RunState {
+  uint64_t id = 0;
+  RunOptions options;
+  int slot = -1;  // its heap rings (TaskGraph); -1 once it ended
+  std::vector<std::vector<TaskNode*>> scopes{1};
+  int scope_depth = 0;
+  std::deque<std::unique_ptr<TaskNode>> nodes;
+  uint64_t unconsumed = 0;  // nodes not consumed yet
+  std::atomic<uint64_t> pending{0};  // tasks submitted and not final (read without the lock by its drainer)
+  RunResult result;
+  std::string cancelled;  // non-empty: cancelled, why
+  bool ended = false;
+  uint64_t start_ns = 0, deadline_ns = 0;
+  std::thread::id thread;  // the thread running its orchestration function
+};
+
+}  // namespace pto

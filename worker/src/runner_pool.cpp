@@ -1,0 +1,264 @@
+// The engine side of runners (pto/runner.h, runner_channel.h): fork a runner
+// for one LOAD or JOB, then serve it from the run's thread until it answers,
+// dies, stops beating, or the run is cancelled.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <memory>
+
+#include "futex.h"
+#include "pto/runner.h"
+#include "runner_channel.h"
+#include "shared_memory.h"
+
+namespace pto {
+namespace {
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status)) {
+    const char* name = sigdescr_np(WTERMSIG(status));
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), name ? name : "unknown");
+  }
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  return "ended";
+}
+
+// One runner process and its channel, for one request. The destructor makes
+// sure the process is gone and reaped.
+class Runner {
+ public:
+  Runner(const RunnerConfig& cfg, std::atomic<uint64_t>& started, std::atomic<uint64_t>& failed)
+      : cfg_(cfg), failed_(failed) {
+    if (Status s = map_.map(sizeof(RunnerChannel), "a runner channel"); !s.ok()) {
+      error_ = s;
+      return;
+    }
+    ch_ = reinterpret_cast<RunnerChannel*>(map_.data());
+    const pid_t parent = getpid();
+    std::fflush(nullptr);  // buffered output would otherwise be written twice
+    pid_t pid;
+    {
+      auto regions = lock_shared_regions();  // the runner must not inherit it locked
+      pid = fork();
+    }
+    if (pid < 0) {
+      error_ = Status::Error(kWorkerChildFailed, fmt::format("fork of a runner: {}", errno_text(errno)));
+      return;
+    }
+    if (pid == 0) runner_main(ch_, parent, cfg_.spin_us);
+    pid_ = pid;
+    ++started;
+    beat_ = ch_->heartbeat.load(std::memory_order_relaxed);
+    beat_ns_ = start_ns_ = now_ns();
+  }
+  ~Runner() { stop(); }
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+
+  const Status& error() const { return error_; }
+  RunnerChannel* channel() { return ch_; }
+  pid_t pid() const { return pid_; }
+
+  void send(uint32_t state, const std::vector<uint8_t>& payload) {
+    std::memcpy(ch_->payload, payload.data(), payload.size());
+    ch_->bytes = static_cast<uint32_t>(payload.size());
+    ch_->state.store(state, std::memory_order_seq_cst);
+    if (ch_->runner_parked.load(std::memory_order_seq_cst)) futex_wake_shared(&ch_->state);
+  }
+
+  // Waits for the runner's next message (CALL, DONE or LOADED). Returns that
+  // state; 0 with *why set when the runner is gone, stopped beating, did not
+  // load in time, or `stop_now()` said so (its reason in *why).
+  template <class StopNow>
+  uint32_t next(std::string* why, StopNow&& stop_now) {
+    const uint64_t spin_ns = uint64_t(cfg_.spin_us) * 1000;
+    const uint64_t load_ns = uint64_t(cfg_.load_timeout_ms) * 1'000'000;
+    const uint64_t t0 = now_ns();
+    uint32_t spins = 0;
+    uint64_t last_check = 0;
+    for (;;) {
+      const uint32_t s = ch_->state.load(std::memory_order_acquire);
+      if (s == RC_CALL || s == RC_DONE || s == RC_LOADED) return s;
+      const uint64_t now = now_ns();
+      if (now - t0 < spin_ns) {
+        for (int i = 0; i < 16; ++i) spin_step(spins);
+        continue;
+      }
+      if (now - last_check >= 1'000'000) {  // every millisecond: is it still worth waiting?
+        last_check = now;
+        if (std::string w = check(now, load_ns); !w.empty() || !(w = stop_now()).empty()) {
+          *why = w;
+          stop();
+          return 0;
+        }
+      }
+      ch_->engine_parked.store(1, std::memory_order_seq_cst);
+      const uint32_t again = ch_->state.load(std::memory_order_seq_cst);
+      if (again != RC_CALL && again != RC_DONE && again != RC_LOADED) futex_wait_shared(&ch_->state, again, 1'000'000);
+      ch_->engine_parked.store(0, std::memory_order_relaxed);
+    }
+  }
+
+  // Kills the runner (if alive) and reaps it; the exit status, if it ended by itself.
+  void stop() {
+    if (pid_ <= 0) return;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) != pid_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+    }
+    pid_ = -1;
+  }
+
+  void count_failure() { ++failed_; }
+
+ private:
+  // A reason to give up on the runner, or "".
+  std::string check(uint64_t now, uint64_t load_ns) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return describe_status(status);
+    }
+    if (load_ns && !ch_->loaded.load(std::memory_order_acquire) && now - start_ns_ > load_ns)
+      return fmt::format("did not finish loading within {} ms (load_timeout_ms) and was killed", cfg_.load_timeout_ms);
+    const uint64_t beat = ch_->heartbeat.load(std::memory_order_relaxed);
+    if (beat != beat_) {
+      beat_ = beat;
+      beat_ns_ = now;
+      return "";
+    }
+    if (cfg_.liveness_timeout_ms && ch_->loaded.load(std::memory_order_acquire) &&
+        now - beat_ns_ > uint64_t(cfg_.liveness_timeout_ms) * 1'000'000)
+      return fmt::format("stopped making progress: no heartbeat for {} ms (stopped, or frozen) and was killed",
+                         (now - beat_ns_) / 1'000'000);
+    return "";
+  }
+
+  const RunnerConfig& cfg_;
+  std::atomic<uint64_t>& failed_;
+  SharedMapping map_;
+  RunnerChannel* ch_ = nullptr;
+  pid_t pid_ = -1;
+  Status error_;
+  uint64_t beat_ = 0, beat_ns_ = 0, start_ns_ = 0;
+};
+
+// Serves one call of the orchestration; false when the call is malformed.
+bool serve(Runner& r, Orchestrator& o, std::string* why) {
+  RunnerChannel* ch = r.channel();
+  RunnerCall c;
+  if (Status s = decode_call(ch->payload, std::min<size_t>(ch->bytes, kRunnerPayloadBytes), &c); !s.ok()) {
+    *why = "sent a malformed call (" + s.message + ") and was killed";
+    return false;
+  }
+  switch (c.op) {
+    case RO_SUBMIT: {
+      SubmitResult res;
+      if (c.next_level)
+        res = c.group ? o.submit_next_level_group(c.handle, c.members, c.config, c.pinned)
+                      : o.submit_next_level(c.handle, c.members[0], c.config, c.pinned.empty() ? -1 : c.pinned[0]);
+      else
+        res = c.group ? o.submit_sub_group(c.handle, c.members, c.config) : o.submit_sub(c.handle, c.members[0], c.config);
+      r.send(RC_REPLY, encode_submit_reply(res));
+      return true;
+    }
+    case RO_ALLOC: r.send(RC_REPLY, encode_alloc_reply(o.alloc(c.shape, c.dtype))); return true;
+    case RO_SCOPE_BEGIN:
+      o.scope_begin();
+      r.send(RC_REPLY, encode_status_reply(Status::Ok(), o.scope_depth()));
+      return true;
+    case RO_SCOPE_END: {
+      const Status s = o.scope_end();
+      r.send(RC_REPLY, encode_status_reply(s, o.scope_depth()));
+      return true;
+    }
+    case RO_FIND_CALLABLE: r.send(RC_REPLY, encode_handle_reply(o.find_callable(c.text))); return true;
+    case RO_FAIL:
+      o.fail(c.text);
+      r.send(RC_REPLY, encode_status_reply(Status::Ok()));
+      return true;
+    case RO_CANCELLED: r.send(RC_REPLY, encode_status_reply(Status::Ok(), o.cancelled() ? 1 : 0)); return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status RunnerPool::check_library(const std::string& path, const std::string& symbol) const {
+  Runner r(cfg_, started_, failed_);
+  if (!r.error().ok()) return r.error();
+  r.send(RC_LOAD, encode_load(path, symbol));
+  std::string why;
+  const uint32_t s = r.next(&why, [] { return std::string(); });
+  if (s != RC_LOADED) {
+    r.count_failure();
+    return Status::Error(kWorkerChildFailed, fmt::format("loading '{}' in a runner: the runner {}", path, why));
+  }
+  int64_t code = 0;
+  std::string message;
+  if (Status st = decode_outcome(r.channel()->payload, std::min<size_t>(r.channel()->bytes, kRunnerPayloadBytes),
+                                 &code, &message);
+      !st.ok())
+    return st;
+  return code == 0 ? Status::Ok() : Status::Error(static_cast<int32_t>(code), message);
+}
+
+OrchestrationFunction RunnerPool::orchestration(const std::string& path, const std::string& symbol,
+                                                const std::string& name) const {
+  return [this, path, symbol, name](Orchestrator& o, const TaskArgsView& view, const CallConfig& cfg) -> int {
+    Runner r(cfg_, started_, failed_);
+    if (!r.error().ok()) {
+      o.fail(fmt::format("orchestration {}: {}", name, r.error().message));
+      return 1;
+    }
+    RunnerJob job;
+    job.path = path;
+    job.symbol = symbol;
+    job.name = name;
+    job.level = o.level();
+    job.num_next_level = o.num_next_level();
+    job.num_sub_workers = o.num_sub_workers();
+    job.config = cfg;
+    job.args = TaskArgs::from_view(view);
+    const std::vector<uint8_t> payload = encode_job(job);
+    if (payload.size() > kRunnerPayloadBytes) {
+      o.fail(fmt::format("orchestration {}: its arguments ({} bytes) exceed the runner channel", name, payload.size()));
+      return 1;
+    }
+    const pid_t pid = r.pid();
+    r.send(RC_JOB, payload);
+    auto cancelled = [&o]() { return o.cancelled() ? std::string("was stopped: the run was cancelled") : std::string(); };
+    for (;;) {
+      std::string why;
+      const uint32_t s = r.next(&why, cancelled);
+      if (s == RC_CALL) {
+        if (serve(r, o, &why)) continue;
+        r.stop();
+      }
+      if (s == RC_DONE) {
+        int64_t rc = 0;
+        std::string message;
+        if (Status st = decode_outcome(r.channel()->payload,
+                                       std::min<size_t>(r.channel()->bytes, kRunnerPayloadBytes), &rc, &message);
+            !st.ok()) {
+          r.count_failure();
+          o.fail(fmt::format("orchestration {} (runner pid {}): {}", name, pid, st.message));
+          return 1;
+        }
+        if (rc != 0 && !message.empty()) o.fail(fmt::format("orchestration {}: {}", name, message));
+        return static_cast<int>(rc);
+      }
+      if (o.cancelled()) return 0;  // the run's verdict is its cancellation
+      r.count_failure();
+      o.fail(fmt::format("orchestration {} (runner pid {}) {}", name, pid, why));
+      return 1;
+    }
+  };
+}
+
+}  // namespace pto
