@@ -448,7 +448,13 @@ TEST_CASE("a chip child keeps a bounded number of engines while jobs sweep the c
   CHECK(runs == 144);
   CHECK(f32(f)[5] == vector_f(f32(a)[5], f32(b)[5]));
   INFO("peak anonymous memory " << peak_kb / 1024 << " MiB, peak threads " << peak_threads);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // A sanitizer's shadow memory and quarantine multiply anonymous memory;
+  // the bound holds for what users run and is checked on the normal build.
+  WARN("memory bound not checked under a sanitizer (peak " << peak_kb / 1024 << " MiB)");
+#else
   CHECK(peak_kb < 300 * 1024);
+#endif
   // kMaxEngines engines of at most 3 scheduler + 2 executor threads, plus the child's own.
   CHECK(peak_threads <= 4 * 5 + 4);
 }
