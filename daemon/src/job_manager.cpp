@@ -222,11 +222,18 @@ void JobManager::fill_result_locked(const Job& j, pto::v1::JobResult* out) const
 }
 
 Status JobManager::result(uint64_t id, pto::v1::JobResult* out) const {
-  std::lock_guard<std::mutex> g(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end())
-    return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {} (unknown, or no longer retained)", id));
-  fill_result_locked(it->second, out);
+  pto::RunHandle running;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end())
+      return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {} (unknown, or no longer retained)", id));
+    fill_result_locked(it->second, out);
+    if (it->second.state == pto::v1::RUNNING) running = it->second.run;
+  }
+  // A running job shows the tasks its orchestration has submitted so far
+  // (asked without mu_: the Worker's lock is never taken under it).
+  if (running.valid()) out->set_tasks_submitted(running.progress().submitted);
   return Status::Ok();
 }
 

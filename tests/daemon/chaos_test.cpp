@@ -190,7 +190,7 @@ void client_loop(const DaemonProcess& d, int id, std::atomic<bool>& stop, Tally&
 
 }  // namespace
 
-TEST_CASE("chaos: mixed jobs while random children are killed and stopped; every job ends, outputs are right") {
+TEST_CASE("chaos: mixed jobs while random children are killed and stopped - every job ends, outputs are right") {
   const char* env = std::getenv("PTO_CHAOS_S");
   const int seconds = env ? std::atoi(env) : 60;
   const std::string dir = make_temp_dir("ptod-chaos");

@@ -317,22 +317,41 @@ TEST_CASE("malformed and wrong requests get a status with a message and the daem
   CHECK(d.stop() == 0);
 }
 
-TEST_CASE("cancel - a queued job never starts - a running one stops launching tasks") {
-  DaemonProcess d;
+TEST_CASE("cancel - a queued job never starts - a running one stops its running task") {
+  // One job at a time, so the second one queues.
+  const std::string dir = make_temp_dir("ptod-cancel");
+  std::ofstream(dir + "/ptod.toml") << "[jobs]\nmax_running = 1\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
   REQUIRE(d.up());
   auto c = connect(d);
   REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
-  auto running = c->submit(sleep_job("sleep", 1500));
+  auto running = c->submit(sleep_job("sleep", 20000));
   auto queued = c->submit(sleep_job("sleep", 1));
   REQUIRE(running.ok());
   REQUIRE(queued.ok());
-  CHECK(queued.value.queue_position() == 1);
+  CHECK(queued.value.queue_position() == 0);  // no job queued ahead of it; it waits for the running one
+  CHECK(c->result(queued.value.job_id()).value.state() == v1::QUEUED);
   auto cq = c->cancel(queued.value.job_id());
   REQUIRE(cq.ok());
   CHECK(cq.value == v1::CANCELLED);
+  REQUIRE(eventually([&] { return c->result(running.value.job_id()).value.tasks_submitted() == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its task is on the chip
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(c->cancel(running.value.job_id()).ok());
   auto r = c->result(running.value.job_id(), 10000);
-  CHECK(r.value.state() == v1::SUCCEEDED);  // its one task was already on the chip
+  const auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  INFO("the running job ended " << ms << " ms after Cancel: " << r.value.ShortDebugString());
+  CHECK(r.value.state() == v1::CANCELLED);
+  CHECK(r.value.tasks_stopped() == 1);  // the chip child running it was killed and replaced
+  CHECK(ms < 1000);
   CHECK(c->result(queued.value.job_id()).value.state() == v1::CANCELLED);
+  CHECK(c->result(queued.value.job_id()).value.tasks_submitted() == 0);  // never started
+  // The replaced chip serves the next job.
+  auto next = c->run(sleep_job("sleep", 1));
+  REQUIRE(next.ok());
+  CHECK(next.value.state() == v1::SUCCEEDED);
+  CHECK(d.stop() == 0);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("metrics are served in the Prometheus text format on loopback") {

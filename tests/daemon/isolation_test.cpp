@@ -80,7 +80,7 @@ std::string child_state(Client& c, const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("an orchestration that crashes, exits or aborts fails its job naming it; ptod and the next job are fine") {
+TEST_CASE("an orchestration that crashes, exits or aborts fails its job naming it - ptod and the next job are fine") {
   DaemonProcess d;
   REQUIRE(d.up());
   auto c = connect(d);
@@ -106,7 +106,7 @@ TEST_CASE("an orchestration that crashes, exits or aborts fails its job naming i
   CHECK(health.value == "SERVING");
 }
 
-TEST_CASE("a library whose constructor crashes or never returns is refused at Register; ptod goes on and stops") {
+TEST_CASE("a library whose constructor crashes or never returns is refused at Register - ptod goes on and stops") {
   const std::string dir = make_temp_dir("ptod-iso");
   std::ofstream(dir + "/ptod.toml") << "[worker]\nrunner_load_timeout_ms = 500\n";
   DaemonProcess d({"--config", dir + "/ptod.toml"});
@@ -130,7 +130,7 @@ TEST_CASE("a library whose constructor crashes or never returns is refused at Re
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("an orchestration that never returns is cancelled at once; jobs behind it run; the drain is bounded") {
+TEST_CASE("an orchestration that never returns is cancelled at once - jobs behind it run - the drain is bounded") {
   const std::string dir = make_temp_dir("ptod-iso");
   std::ofstream(dir + "/ptod.toml") << "[daemon]\ndrain_timeout_s = 1\n";
   DaemonProcess d({"--config", dir + "/ptod.toml"});
@@ -201,7 +201,7 @@ TEST_CASE("a sub job that loops honours timeout_ms, and Cancel stops it at once"
   CHECK(eventually([&] { return child_state(*c, "sub 0") == "idle" && child_state(*c, "sub 1") == "idle"; }));
 }
 
-TEST_CASE("a stopped chip child mid-job is noticed within the liveness bound; the daemon stays healthy") {
+TEST_CASE("a stopped chip child mid-job is noticed within the liveness bound - the daemon stays healthy") {
   DaemonProcess d;
   REQUIRE(d.up());
   auto c = connect(d);
@@ -296,10 +296,14 @@ TEST_CASE("a one-task job is served while a 2,000-task job of another client run
   REQUIRE(idle.ok());
   auto big = c->submit(job("pto_test_orch_sleeps", {2000, 1}));  // ~1 s of work on two sub workers
   REQUIRE(big.ok());
-  REQUIRE(eventually([&] {
+  std::string last;
+  const bool going = eventually([&] {
     auto r = c->result(big.value.job_id());
+    last = r.ok() ? r.value.ShortDebugString() : r.status.message;
     return r.ok() && r.value.state() == v1::RUNNING && r.value.tasks_submitted() > 200;
-  }));
+  });
+  INFO(last);
+  REQUIRE(going);
   const auto t0 = std::chrono::steady_clock::now();
   auto one = c->run(job("noop"));
   const double ms = ms_since(t0);

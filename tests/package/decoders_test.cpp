@@ -32,7 +32,7 @@ Status parse(const std::vector<uint8_t>& b, NpyArray* a) { return parse_npy(b.da
 
 }  // namespace
 
-TEST_CASE(".npy: a good file parses; bad shapes and descrs are errors, not exceptions", "[decoders]") {
+TEST_CASE(".npy: a good file parses - bad shapes and descrs are errors, not exceptions", "[decoders]") {
   NpyArray a;
   REQUIRE(parse(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24), &a).ok());
   CHECK(a.shape == std::vector<uint64_t>{2, 3});
@@ -77,7 +77,7 @@ TEST_CASE("TOML: the bytes that reached undefined behaviour in toml++ are refuse
   CHECK(t["name"].value_or(std::string()) == "caf\xC3\xA9");
 }
 
-TEST_CASE("kernel config: a shape whose size wraps 64 bits is refused; integer keys must be integers", "[decoders]") {
+TEST_CASE("kernel config: a shape whose size wraps 64 bits is refused - integer keys must be integers", "[decoders]") {
   const std::string head =
       "[orchestration]\nlibrary = \"o.so\"\n[[kernels]]\nfunc_id = 0\nlibrary = \"k.so\"\ncore_type = \"aiv\"\n";
   ChipConfig c;

@@ -7,7 +7,7 @@
 
 using namespace pto2;
 
-TEST_CASE("dep pool: entry 0 is never handed out; lists end at 0", "[dep_pool]") {
+TEST_CASE("dep pool: entry 0 is never handed out - lists end at 0", "[dep_pool]") {
   std::vector<DepListEntry> entries(17);
   entries[0] = {~0ull, 0, 0};
   std::atomic<uint64_t> top{0}, tail{0};

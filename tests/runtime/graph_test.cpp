@@ -137,7 +137,7 @@ TEST_CASE("diamond and fan-out/fan-in order readers after writers and writers af
   CHECK(X[0] == x1 * 31 + 5 + fan + 2);
 }
 
-TEST_CASE("overlapping views of one buffer order each other; disjoint views run in parallel", "[graph]") {
+TEST_CASE("overlapping views of one buffer order each other - disjoint views run in parallel", "[graph]") {
   const Shape s = any_shape();
   Chip chip(small_config(s.sched), s.exec);
   ExecLog log(6);

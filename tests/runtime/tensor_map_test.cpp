@@ -66,7 +66,7 @@ TEST_CASE("views with different raw shapes fall back to byte spans", "[tensor_ma
   CHECK(view_overlap(tensor_view(flat, off, sh), box(a, 0, 4, 1, 4)) == Overlap::kOther);
 }
 
-TEST_CASE("readers find writers; writers find writers and readers", "[tensor_map]") {
+TEST_CASE("readers find writers - writers find writers and readers", "[tensor_map]") {
   Map m;
   const Tensor t = grid(0x20000, 8, 8);
   m.put(box(t, 0, 0, 4, 8), 0, 1, TensorMap::kWriter);

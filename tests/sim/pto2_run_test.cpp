@@ -200,7 +200,7 @@ TEST_CASE("pto2-run: an output element no task wrote fails, whatever the golden"
   CHECK_THAT(r.output, Catch::Contains("f: FAIL (16384/16385 elements matched)"));
 }
 
-TEST_CASE("pto2-run: data settings on an output are refused; an accumulator is an inout", "[pto2-run]") {
+TEST_CASE("pto2-run: data settings on an output are refused - an accumulator is an inout", "[pto2-run]") {
   TempDir dir;
   const std::string cfg =
       variant(dir, "name = \"f\"\nrole = \"output\"", "name = \"f\"\nrole = \"output\"\ngenerate = \"zeros\"");
@@ -246,7 +246,7 @@ TEST_CASE("pto2-run: a run's error is printed once, with its advice", "[pto2-run
              Catch::Contains("PTO2_RING_TASK_WINDOW >= 8") && Catch::Contains("failed: SCOPE_EXCEEDS_WINDOW (10)"));
 }
 
-TEST_CASE("pto2-run: the summary counts tasks per kernel; --dump-tensors writes each task's tensors", "[pto2-run]") {
+TEST_CASE("pto2-run: the summary counts tasks per kernel - --dump-tensors writes each task's tensors", "[pto2-run]") {
   TempDir dir;
   const fs::path dump = dir.path / "dump";
   Result r = run(std::string(VECTOR_EXAMPLE_DIR) + "/kernels.toml --summary -o " + (dir.path / "o").string() +

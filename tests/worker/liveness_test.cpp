@@ -52,15 +52,15 @@ TEST_CASE("a child stopped mid-task is noticed by its heartbeat, its task fails 
   CHECK(ms < 1500);
   CHECK(eventually([&] { return process_gone(pid); }));  // killed and reaped
   CHECK(eventually([&] {
-    const ChildInfo* c = child(w.children(), ChildKind::SUB, 0);
-    return c->pid != pid && c->state == ChildState::IDLE;
+    const ChildInfo c = *child(w.children(), ChildKind::SUB, 0);
+    return c.pid != pid && c.state == ChildState::IDLE;
   }));
   CHECK(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
            return o.submit_sub(sleeper, TaskArgs().add_scalar(1)).ok() ? 0 : 1;
          }).ok());
 }
 
-TEST_CASE("a stopped idle child gets no more work once noticed; the other child takes it") {
+TEST_CASE("a stopped idle child gets no more work once noticed - the other child takes it") {
   Worker w({.level = 3, .num_sub_workers = 2, .liveness_timeout_ms = 500});
   auto sleeper = w.register_callable(NativeCallable::function("sleep_ms", sleep_ms));
   REQUIRE(w.init().ok());
@@ -98,8 +98,8 @@ TEST_CASE("a killed child is replaced at once, and a registration right after re
   const int pid = sub_pid(w, 1);
   REQUIRE(kill(pid, SIGKILL) == 0);
   REQUIRE(eventually([&] {
-    const ChildInfo* c = child(w.children(), ChildKind::SUB, 1);
-    return c->pid != pid && c->state == ChildState::IDLE && c->restarts == 1;
+    const ChildInfo c = *child(w.children(), ChildKind::SUB, 1);
+    return c.pid != pid && c.state == ChildState::IDLE && c.restarts == 1;
   }));
   auto add_one = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
   REQUIRE(add_one.ok());

@@ -70,7 +70,7 @@ std::set<int> runner_pids(Worker& w) {
 
 }  // namespace
 
-TEST_CASE("an orchestration in a runner submits, allocates and scopes as in-process; the result is exact") {
+TEST_CASE("an orchestration in a runner submits, allocates and scopes as in-process - the result is exact") {
   Fixture f;
   RunResult r = f.run("pto_test_orch_subs");
   INFO(r.status.message);
@@ -83,7 +83,7 @@ TEST_CASE("an orchestration in a runner submits, allocates and scopes as in-proc
   CHECK(eventually([&] { return runner_pids(f.w).empty(); }));  // the runner served one job and is gone
 }
 
-TEST_CASE("a crash, exit() or abort() in the library fails its run naming the signal or status; the next run works") {
+TEST_CASE("a crash, exit() or abort() in the library fails its run naming the signal or status - the next run works") {
   Fixture f;
   struct Case {
     const char* symbol;
@@ -157,6 +157,7 @@ TEST_CASE("checking a library in a runner: constructors that crash or hang cost 
   CHECK(missing.message.find("does not export 'no_such_symbol'") != std::string::npos);
   Status segv = pool.check_library(SEGV_CTOR, "pto_test_never_reached_segv");
   INFO(segv.message);
+  CAPTURE(segv.message);
   CHECK(segv.message.find(kSegv) != std::string::npos);
   const uint64_t t0 = now_ns();
   Status hang = pool.check_library(HANG_CTOR, "pto_test_never_reached");

@@ -7,6 +7,7 @@
 // and writes its start and end (CLOCK_MONOTONIC, comparable across the
 // children) into int64 tensor 0 at pair scalars[1].
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 #include "pto/base/clock.h"
@@ -86,14 +87,14 @@ TEST_CASE("two runs on disjoint tensors overlap in time") {
   CHECK(wall_ms < 550);  // not 600+: they overlapped
 }
 
-TEST_CASE("runs that write one tensor run in submission order; runs that read it run together") {
+TEST_CASE("runs that write one tensor run in submission order - runs that read it run together") {
   Fixture f(2);
   ContinuousTensor t = buffer(f.w);
   RunHandle a = f.stamp_run(t, INOUT, 300, 0);
   REQUIRE(eventually([&] { return a.progress().submitted == 1; }));
-  RunHandle b = f.stamp_run(t, OUTPUT_EXISTING, 100, 1);  // writes t after a
+  RunHandle b = f.stamp_run(t, OUT_EXISTING, 100, 1);  // writes t after a
   REQUIRE(eventually([&] { return b.progress().submitted == 1; }));
-  RunHandle c = f.stamp_run(t, INPUT, 300, 2), d = f.stamp_run(t, INPUT, 300, 3);  // read after b, together
+  RunHandle c = f.stamp_run(t, IN, 300, 2), d = f.stamp_run(t, IN, 300, 3);  // read after b, together
   for (RunHandle* h : {&a, &b, &c, &d}) REQUIRE(h->result().ok());
   CHECK(f.start(1) >= f.end(0));
   CHECK(f.start(2) >= f.end(1));
@@ -117,7 +118,7 @@ TEST_CASE("another run's failed writer orders a reader but does not skip it") {
       },
       {}, {}, nullptr, {});
   REQUIRE(eventually([&] { return submitted.load(); }));
-  RunHandle b = f.stamp_run(t, INPUT, 10, 5);
+  RunHandle b = f.stamp_run(t, IN, 10, 5);
   const RunResult& ra = a.result();
   const RunResult& rb = b.result();
   CHECK_FALSE(ra.ok());
@@ -127,7 +128,7 @@ TEST_CASE("another run's failed writer orders a reader but does not skip it") {
   CHECK(f.start(5) >= f.end(0));
 }
 
-TEST_CASE("max_concurrent_runs bounds the runs in flight; a further run waits for a slot") {
+TEST_CASE("max_concurrent_runs bounds the runs in flight - a further run waits for a slot") {
   Fixture f(2, /*max_runs=*/1);
   ContinuousTensor x = buffer(f.w), y = buffer(f.w);
   RunHandle a = f.stamp_run(x, INOUT, 200, 0), b = f.stamp_run(y, INOUT, 200, 1);
@@ -187,7 +188,7 @@ TEST_CASE("priorities: a HIGH run's task goes before the queued tasks of a LOW r
   REQUIRE(low.result().ok());
 }
 
-TEST_CASE("cancelling a running run stops its running task at once; the child is replaced; other runs go on") {
+TEST_CASE("cancelling a running run stops its running task at once - the child is replaced - other runs go on") {
   Fixture f(2);
   ContinuousTensor x = buffer(f.w), y = buffer(f.w);
   RunHandle slow = f.stamp_run(x, INOUT, 10000, 0);

@@ -95,7 +95,7 @@ TEST_CASE("a chip task with arguments that do not match its signature fails with
   CHECK(r.first_failure->worker == "chip 0");
 }
 
-TEST_CASE("SIGKILL of a chip child mid-task fails its lane promptly - the next run gets a replacement") {
+TEST_CASE("SIGKILL of a chip child mid-task fails its lane promptly - it is replaced at once") {
   Worker w({.level = 3, .num_chips = 1});
   auto sleep = w.register_callable(ChipCallable::from_config(SLEEP_CONFIG));
   REQUIRE(w.init().ok());
@@ -119,7 +119,8 @@ TEST_CASE("SIGKILL of a chip child mid-task fails its lane promptly - the next r
   CHECK_THAT(r.first_failure->message, Catch::Contains("signal 9"));
   CHECK(secs < 5.0);             // the sleep was 20 s
   CHECK(process_gone(old_pid));  // reaped: no zombie
-  CHECK(child(w.children(), ChildKind::CHIP, 0)->state == ChildState::DEAD);
+  const ChildState now = child(w.children(), ChildKind::CHIP, 0)->state;  // replaced without waiting for a run
+  CHECK((now == ChildState::STARTING || now == ChildState::IDLE));
   RunResult again = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
     return o.submit_next_level(sleep, TaskArgs().add_scalar(1)).ok() ? 0 : 1;
   });
@@ -163,12 +164,16 @@ TEST_CASE("SIGKILL of a sub child mid-task fails that task and poisons its consu
   CHECK(f32(x)[0] == 0.f);
   CHECK(process_gone(victim));
   REQUIRE(run_empty(w).ok());
-  int restarts = 0;
-  for (const auto& c : w.children()) {
-    restarts += c.restarts;
-    CHECK(c.state == ChildState::IDLE);
-  }
-  CHECK(restarts == 1);
+  // The victim is replaced at once (not at the next run).
+  CHECK(eventually([&] {
+    int restarts = 0;
+    bool idle = true;
+    for (const auto& c : w.children()) {
+      restarts += c.restarts;
+      idle = idle && c.state == ChildState::IDLE;
+    }
+    return idle && restarts == 1;
+  }));
 }
 
 TEST_CASE("a task over its timeout ends with ENDPOINT_FAILURE and its child is replaced") {
@@ -410,7 +415,7 @@ TEST_CASE("init removes mailbox segments left by a parent that no longer exists"
   boost::interprocess::shared_memory_object::remove(mine.c_str());
 }
 
-TEST_CASE("a child dying mid-run fails the queued tasks no live child can take and the run returns") {
+TEST_CASE("a child dying mid-run fails its own task - queued tasks wait for its replacement and run") {
   Worker w({.level = 3, .num_chips = 1, .num_sub_workers = 1});
   auto crash = w.register_callable(NativeCallable::function("crash", [](const TaskArgsView&, std::string&) {
     raise(SIGKILL);
@@ -427,7 +432,7 @@ TEST_CASE("a child dying mid-run fails the queued tasks no live child can take a
   });
   RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
     REQUIRE(o.submit_sub(crash).ok());
-    REQUIRE(o.submit_sub(noop).ok());  // independent, but its only worker dies first
+    REQUIRE(o.submit_sub(noop).ok());  // independent; its only worker dies first
     REQUIRE(o.submit_next_level(sleep, TaskArgs().add_scalar(20000), {}, 0).ok());
     REQUIRE(o.submit_next_level(sleep, TaskArgs().add_scalar(1), {}, 0).ok());  // pinned to the chip that dies
     return 0;
@@ -435,13 +440,10 @@ TEST_CASE("a child dying mid-run fails the queued tasks no live child can take a
   killer.join();
   REQUIRE(saw_busy);
   REQUIRE_FALSE(r.ok());
-  CHECK(r.tasks_failed == 4);
-  int not_launched = 0;
-  for (const auto& f : r.failures) {
-    CHECK(f.outcome == Outcome::ENDPOINT_FAILURE);
-    not_launched += f.message.find("not launched") != std::string::npos;
-  }
-  CHECK(not_launched == 2);
+  CHECK(r.tasks_failed == 2);  // the two tasks whose children died under them
+  for (const auto& f : r.failures) CHECK(f.outcome == Outcome::ENDPOINT_FAILURE);
+  CHECK(r.tasks_succeeded == 2);  // the other two ran on the replacements
+  for (const auto& c : w.children()) CHECK(c.restarts == 1);
   REQUIRE(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
              o.submit_sub(noop);
              o.submit_next_level(sleep, TaskArgs().add_scalar(1));
@@ -588,7 +590,7 @@ TEST_CASE("a child that breaks the mailbox protocol is killed and its task fails
     CHECK_THAT(r.first_failure->message, Catch::Contains("broke the mailbox protocol"));
     CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
   }
-  CHECK(child(w.children(), ChildKind::SUB, 0)->restarts == 1);
+  CHECK(eventually([&] { return child(w.children(), ChildKind::SUB, 0)->restarts == 2; }));  // once per failure
 }
 
 TEST_CASE("a shape whose size overflows is refused at submit") {

@@ -202,12 +202,12 @@ TEST_CASE("registration after init is broadcast - published - and usable - unreg
 }
 
 TEST_CASE("a registration that fails on one child is rolled back on the others") {
-  Worker w({.level = 3, .num_sub_workers = 2});
+  // Liveness is slower than the control timeout here, so the stopped child
+  // fails the request (instead of being replaced first and answering).
+  Worker w({.level = 3, .num_sub_workers = 2, .control_timeout_ms = 300, .liveness_timeout_ms = 5000});
   REQUIRE(w.init().ok());
-  // Sub 1 dies; a registration now reaches sub 0 only, so it must not stay there.
   const int victim = child(w.children(), ChildKind::SUB, 1)->pid;
-  kill(victim, SIGKILL);
-  REQUIRE(eventually([&] { return child(w.children(), ChildKind::SUB, 1)->state == ChildState::DEAD; }));
+  kill(victim, SIGSTOP);
   auto noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
   REQUIRE_FALSE(noop.ok());
   CHECK_THAT(noop.status.message, Catch::Contains("sub 1") && Catch::Contains("rolled back"));
@@ -216,165 +216,18 @@ TEST_CASE("a registration that fails on one child is rolled back on the others")
   auto has = w.child_has_callable(probe, ChildKind::SUB, 0);
   REQUIRE(has.ok());
   CHECK_FALSE(has.value);
-  // The next run replaces sub 1; registering again succeeds everywhere.
-  REQUIRE(w.run([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; }).ok());
-  CHECK(child(w.children(), ChildKind::SUB, 1)->restarts == 1);
+  // The stopped child was killed and is replaced at once, without a run.
+  REQUIRE(eventually([&] {
+    const ChildInfo c = *child(w.children(), ChildKind::SUB, 1);
+    return c.state == ChildState::IDLE && c.restarts == 1 && c.pid != victim;
+  }));
   noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
   INFO(noop.status.message);
   REQUIRE(noop.ok());
   CHECK(w.child_has_callable(noop, ChildKind::SUB, 1).value);
 }
 
-TEST_CASE("native blob callables are stored content-addressed and run") {
-  std::ifstream f(NATIVE_SUBS, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  Worker w({.level = 3, .num_sub_workers = 1});
-  REQUIRE(w.init().ok());
-  auto h = w.register_callable(NativeCallable::blob(bytes, "pto_test_add_one"));
-  INFO(h.status.message);
-  REQUIRE(h.ok());
-  CHECK(h.id.kind == CallableKind::NATIVE_BLOB);
-  ContinuousTensor x = alloc_f32(w, 4);
-  fill(x, 2.f, 0.f);
-  REQUIRE(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
-             return o.submit_sub(h, TaskArgs().add_tensor(x, INOUT)).ok() ? 0 : 1;
-           }).ok());
-  CHECK(f32(x)[3] == 3.f);
-}
-
-TEST_CASE("L4 -> L3 -> chips and subs - end to end") {
-  Worker w4({.level = 4});
-  CallableHandle chip, add_one;
-  for (int i = 0; i < 2; ++i) {
-    auto w3 = std::make_unique<Worker>(WorkerConfig{.level = 3, .num_chips = 1, .num_sub_workers = 1});
-    chip = w3->register_callable(ChipCallable::from_config(VECTOR_CONFIG));
-    add_one = w3->register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
-    REQUIRE(chip.ok());
-    REQUIRE(add_one.ok());
-    REQUIRE(w4.add_next_level_worker(std::move(w3)).ok());
-  }
-  // The L3 orchestration: f = vector(a, b) on its chip, then f += 1 on its sub.
-  auto l3 = w4.register_callable(OrchestrationCallable::function(
-      "l3_vector_then_add_one", [&](Orchestrator& o, const TaskArgsView& in, const CallConfig& cfg) {
-        TaskArgs t;
-        t.add_tensor(in.tensors[0], IN).add_tensor(in.tensors[1], IN).add_tensor(in.tensors[2], OUT).add_scalar(N);
-        if (!o.submit_next_level(chip, t, cfg).ok()) return 1;
-        return o.submit_sub(add_one, TaskArgs().add_tensor(in.tensors[2], INOUT)).ok() ? 0 : 1;
-      }));
-  REQUIRE(l3.ok());
-  REQUIRE(w4.init().ok());
-  CHECK(w4.children().size() == 2);
-  ContinuousTensor a[2], b[2], f[2];
-  for (int c = 0; c < 2; ++c) {
-    a[c] = alloc_f32(w4, N);
-    b[c] = alloc_f32(w4, N);
-    f[c] = alloc_f32(w4, N);
-    fill(a[c], 0.1f * c, 0.002f);
-    fill(b[c], -0.3f, 0.004f);
-  }
-  RunResult r = w4.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
-    for (int c = 0; c < 2; ++c) {
-      TaskArgs t;
-      t.add_tensor(a[c], IN).add_tensor(b[c], IN).add_tensor(f[c], OUT);
-      REQUIRE(o.submit_next_level(l3, t).ok());
-    }
-    return 0;
-  });
-  INFO(r.status.message);
-  REQUIRE(r.ok());
-  for (int c = 0; c < 2; ++c)
-    for (uint32_t i = 0; i < N; i += 7)
-      REQUIRE(f32(f[c])[i] == Approx(vector_f(f32(a[c])[i], f32(b[c])[i]) + 1.f).epsilon(1e-5));
-  for (const auto& ci : w4.children()) CHECK(ci.tasks_run == 1);
-}
-
-TEST_CASE("submit() runs asynchronously and its handle reports the result") {
-  Worker w({.level = 3, .num_sub_workers = 1});
-  auto sleep = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_sleep"));
-  REQUIRE(w.init().ok());
-  RunHandle h = w.submit([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
-    return o.submit_sub(sleep, TaskArgs().add_scalar(50)).ok() ? 0 : 1;
-  });
-  RunHandle h2 = w.submit([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 3; });
-  REQUIRE(h.wait(std::chrono::milliseconds(10000)));
-  CHECK(h.done());
-  CHECK(h.result().ok());
-  CHECK(h.result().tasks_succeeded == 1);
-  REQUIRE(h2.wait(std::chrono::milliseconds(10000)));
-  CHECK_FALSE(h2.result().ok());
-  CHECK_THAT(h2.result().status.message, Catch::Contains("returned 3"));
-}
-
-TEST_CASE("scoped heap buffers are reclaimed FIFO - so a long run fits a small ring") {
-  Worker w({.level = 3, .num_sub_workers = 2, .heap_ring_bytes = 1 << 20});
-  auto add_one = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
-  REQUIRE(w.init().ok());
-  ContinuousTensor sum = alloc_f32(w, 1);
-  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
-    for (int i = 0; i < 64; ++i) {  // 64 x 256 KiB through a 1 MiB ring at depth 1
-      Scope scope(o);
-      CHECK(o.scope_depth() == 1);
-      auto t = o.alloc({65536}, PTO_FLOAT32);
-      REQUIRE(t.ok());
-      std::fill(f32(t.value), f32(t.value) + 65536, 0.f);
-      REQUIRE(o.submit_sub(add_one, TaskArgs().add_tensor(t.value, INOUT)).ok());
-      // An intermediate OUTPUT with no address, also from the ring.
-      auto s = o.submit_sub(add_one, TaskArgs().add_tensor(t.value, INOUT));
-      REQUIRE(s.ok());
-    }
-    return 0;
-  });
-  INFO(r.status.message);
-  REQUIRE(r.ok());
-  CHECK(r.tasks_succeeded == 128);
-  (void)sum;
-}
-
-TEST_CASE("a void orchestration with nested scopes down to depth 5") {
-  pto::Worker w({.level = 3, .num_chips = 1, .num_sub_workers = 2, .platform = "a2a3sim"});
-  auto chip = w.register_callable(pto::ChipCallable::from_config(VECTOR_CONFIG));
-  auto post = w.register_callable(pto::NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
-  auto copy = w.register_callable(pto::NativeCallable::function("copy", [](const pto::TaskArgsView& a, std::string&) {
-    std::memcpy(pto_tensor_data(&a.tensors[1]), pto_tensor_data(&a.tensors[0]), pto_tensor_bytes(&a.tensors[0]));
-    return 0;
-  }));
-  REQUIRE(w.init().ok());
-  ContinuousTensor a = alloc_f32(w, N), b = alloc_f32(w, N), out = alloc_f32(w, N);
-  fill(a, 0.5f, 0.001f);
-  fill(b, 0.25f, 0.0f);
-  RunResult r = w.run(
-      [&](pto::Orchestrator& o, const pto::TaskArgsView& in, const pto::CallConfig& cfg) {
-        // x lives in heap ring 0; each nested scope adds 1 to it and owns a
-        // scratch buffer of its own ring (depth 1, 2, then 3 for depths 3..5).
-        ContinuousTensor x = make_tensor(nullptr, {N}, PTO_FLOAT32);
-        pto::TaskArgs first;
-        first.add_tensor(in.tensors[0], pto::IN)
-            .add_tensor(in.tensors[1], pto::IN)
-            .add_tensor(x, pto::OUT)
-            .add_scalar(N);
-        x = o.submit_next_level(chip, first, cfg).tensor(2);
-        std::function<void(int)> nest = [&](int depth) {
-          pto::Scope s(o);
-          REQUIRE(o.scope_depth() == depth);
-          auto scratch = o.alloc({N}, PTO_FLOAT32);
-          REQUIRE(scratch.ok());
-          o.submit_sub(copy, pto::TaskArgs().add_tensor(x, pto::IN).add_tensor(scratch.value, pto::OUT_EXISTING));
-          o.submit_sub(post, pto::TaskArgs().add_tensor(scratch.value, pto::INOUT));
-          o.submit_sub(copy, pto::TaskArgs().add_tensor(scratch.value, pto::IN).add_tensor(x, pto::OUT_EXISTING));
-          if (depth < 5) nest(depth + 1);
-        };
-        nest(1);
-        o.submit_sub(copy, pto::TaskArgs().add_tensor(x, pto::IN).add_tensor(out, pto::OUT_EXISTING));
-      },
-      pto::TaskArgs().add_tensor(a, pto::IN).add_tensor(b, pto::IN), pto::CallConfig{.block_dim = 8});
-  INFO(r.status.message);
-  REQUIRE(r.ok());
-  CHECK(r.tasks_succeeded == 1 + 5 * 3 + 1);
-  for (uint32_t i = 0; i < N; i += 5)
-    REQUIRE(f32(out)[i] == Approx(vector_f(f32(a)[i], f32(b)[i]) + 5.f).epsilon(1e-5));
-}
-
-TEST_CASE("cancel_run skips what has not launched and progress counts the run") {
+TEST_CASE("cancel_run stops the running task, skips what has not launched, and progress counts the run") {
   Worker w({.level = 3, .num_sub_workers = 1});
   auto sleep = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_sleep"));
   REQUIRE(w.init().ok());
@@ -394,9 +247,10 @@ TEST_CASE("cancel_run skips what has not launched and progress counts the run") 
   REQUIRE(h.wait(std::chrono::milliseconds(10000)));
   const RunResult& r = h.result();
   CHECK(r.status.code == kWorkerCancelled);
-  CHECK(r.tasks_succeeded >= 1);
-  CHECK(r.tasks_succeeded <= 2);
-  CHECK(r.tasks_skipped == 20 - r.tasks_succeeded);
+  INFO(r.tasks_succeeded << " succeeded, " << r.tasks_stopped << " stopped, " << r.tasks_skipped << " skipped");
+  CHECK(r.tasks_succeeded <= 1);
+  CHECK(r.tasks_stopped == 1);  // the task running at the cancel was stopped, its child replaced
+  CHECK(r.tasks_succeeded + r.tasks_stopped + r.tasks_skipped == 20);
   CHECK_FALSE(w.progress().running);
   // The next run is not cancelled.
   CHECK(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
@@ -459,7 +313,7 @@ TEST_CASE("a chip child keeps a bounded number of engines while jobs sweep the c
   CHECK(peak_threads <= 4 * 5 + 4);
 }
 
-TEST_CASE("enable_dump_tensor writes each chip task's tensors; enable_pmu is refused, not ignored") {
+TEST_CASE("enable_dump_tensor writes each chip task's tensors - enable_pmu is refused, not ignored") {
   Worker w({.level = 3, .num_chips = 1});
   auto chip = w.register_callable(ChipCallable::from_config(VECTOR_CONFIG));
   REQUIRE(w.init().ok());

@@ -282,10 +282,11 @@ std::vector<ChildInfo> ChildPool::children(bool closed) const {
       c.pid = ep->pid;
       c.tasks_run = ep->tasks_run;
       c.restarts = ep->restarts;
-      c.state = closed                                                         ? ChildState::STOPPED
-                : !ep->alive                                                   ? ChildState::DEAD
+      c.state = closed                                             ? ChildState::STOPPED
+                : ep->starting                                     ? ChildState::STARTING
+                : !ep->alive                                       ? ChildState::DEAD
                 : (ep->transport->held(*ep) > 0 || ep->in_control) ? ChildState::BUSY
-                                                                               : ChildState::IDLE;
+                                                                   : ChildState::IDLE;
       // A local L3 child's own children, as it last reported them.
       std::vector<ChildInfo> inner;
       if (ep->kind == ChildKind::L3 && !ep->is_remote() && ep->mb && ep->mb->inner.read(&inner))

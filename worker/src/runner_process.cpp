@@ -178,7 +178,10 @@ void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us) {
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
-  signal(SIGPIPE, SIG_DFL);
+  // The library's faults end this process with their own signal: a crash
+  // handler inherited from the parent (a test framework's, a daemon's) must
+  // not report, or survive, them here.
+  for (int sig : {SIGPIPE, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP, SIGSYS}) signal(sig, SIG_DFL);
   if (close_range(3, ~0u, 0) != 0)
     for (int fd = 3; fd < 4096; ++fd) ::close(fd);
   // The heartbeat, and the parent's end noticed within 100 ms (this process

@@ -33,6 +33,7 @@ const char* child_state_name(ChildState s) {
     case ChildState::BUSY: return "busy";
     case ChildState::DEAD: return "dead";
     case ChildState::STOPPED: return "stopped";
+    case ChildState::STARTING: return "starting";
   }
   return "?";
 }

@@ -231,7 +231,9 @@ struct WorkerStats {
 };
 
 enum class ChildKind : uint8_t { CHIP = 0, SUB = 1, L3 = 2 };
-enum class ChildState : uint8_t { NOT_STARTED, IDLE, BUSY, DEAD, STOPPED };
+// STARTING: a replacement forked and not yet ready (the dead child it
+// replaces was noticed; it takes work once ready).
+enum class ChildState : uint8_t { NOT_STARTED, IDLE, BUSY, DEAD, STOPPED, STARTING };
 struct ChildInfo {
   ChildKind kind = ChildKind::SUB;
   int index = 0;  // within its kind
