@@ -95,98 +95,109 @@ Status DaemonConfig::parse(const std::string& text, const std::string& path, Dae
   return from_table(doc, path, out);
 }
 
-Status DaemonConfig::from_table(const toml::table& doc, const std::string& path, DaemonConfig* out) {
-  DaemonConfig c = *out;
-  if (Status s =
-          only_keys(doc, path, {"server", "worker", "session", "peers", "jobs", "daemon", "metrics", "security"});
+namespace {
+
+// One reader per section of ptod.toml: each checks its keys and ranges and
+// fills its part of `c`.
+Status read_server(const toml::table* t, DaemonConfig& c) {
+  Status s;
+  if (s = only_keys(*t, "[server]",
+                    {"socket", "listen", "tls_cert", "tls_key", "tls_client_ca", "token_file", "max_message_bytes"});
       !s.ok())
     return s;
+  if (s = read_str(*t, "server", "socket", &c.socket); !s.ok()) return s;
+  if (const toml::node* n = t->get("listen")) {
+    const toml::array* a = n->as_array();
+    if (!a) return bad("[server] listen: must be an array of \"host:port\" strings");
+    c.listen.clear();
+    for (const auto& e : *a) {
+      auto v = e.value<std::string>();
+      if (!v) return bad("[server] listen: must be an array of \"host:port\" strings");
+      c.listen.push_back(*v);
+    }
+  }
+  if (s = read_str(*t, "server", "tls_cert", &c.tls_cert); !s.ok()) return s;
+  if (s = read_str(*t, "server", "tls_key", &c.tls_key); !s.ok()) return s;
+  if (s = read_str(*t, "server", "tls_client_ca", &c.tls_client_ca); !s.ok()) return s;
+  if (s = read_str(*t, "server", "token_file", &c.token_file); !s.ok()) return s;
+  if (s = read_int(*t, "server", "max_message_bytes", &c.max_message_bytes, 65536, (int64_t(1) << 31) - 1); !s.ok())
+    return s;
+  return Status::Ok();
+}
+
+Status read_worker(const toml::table* t, DaemonConfig& c) {
+  Status s;
+  if (s = only_keys(*t, "[worker]",
+                    {"level", "l3_children", "chips", "sub_workers", "heap_ring_bytes", "arena_bytes",
+                     "task_timeout_ms", "spin_us", "liveness_timeout_ms", "runner_load_timeout_ms"});
+      !s.ok())
+    return s;
+  if (s = read_int(*t, "worker", "level", &c.level, 3, 4); !s.ok()) return s;
+  if (s = read_int(*t, "worker", "l3_children", &c.l3_children, 0, 16); !s.ok()) return s;
+  if (s = read_int(*t, "worker", "chips", &c.chips, 0, 64); !s.ok()) return s;
+  if (s = read_int(*t, "worker", "sub_workers", &c.sub_workers, 0, 64); !s.ok()) return s;
+  if (s = read_int(*t, "worker", "heap_ring_bytes", &c.heap_ring_bytes, 4096, int64_t(1) << 40); !s.ok()) return s;
+  if (s = read_int(*t, "worker", "arena_bytes", &c.arena_bytes, 4096, int64_t(1) << 42); !s.ok()) return s;
+  if (s = read_int(*t, "worker", "task_timeout_ms", &c.task_timeout_ms, 0, int64_t(1) << 40); !s.ok()) return s;
+  if (s = read_int(*t, "worker", "spin_us", &c.spin_us, 0, 100000); !s.ok()) return s;
+  if (s = read_int(*t, "worker", "liveness_timeout_ms", &c.liveness_timeout_ms, 0, 600000); !s.ok()) return s;
+  if (c.liveness_timeout_ms != 0 && c.liveness_timeout_ms < 200)
+    return bad(fmt::format("[worker] liveness_timeout_ms = {}: at least 200 (children beat every 100 ms), or 0 "
+                           "for no check",
+                           c.liveness_timeout_ms));
+  if (s = read_int(*t, "worker", "runner_load_timeout_ms", &c.runner_load_timeout_ms, 1, 600000); !s.ok())
+    return s;
+  return Status::Ok();
+}
+
+Status read_session(const toml::table* t, DaemonConfig& c) {
+  Status s;
+  if (s = only_keys(*t, "[session]",
+                    {"credits", "heartbeat_ms", "dead_after_ms", "inline_limit_bytes", "peer_ready_timeout_ms"});
+      !s.ok())
+    return s;
+  if (s = read_int(*t, "session", "credits", &c.session_credits, 1, 65536); !s.ok()) return s;
+  if (s = read_int(*t, "session", "heartbeat_ms", &c.heartbeat_ms, 10, 60000); !s.ok()) return s;
+  if (s = read_int(*t, "session", "dead_after_ms", &c.dead_after_ms, 20, 600000); !s.ok()) return s;
+  if (s = read_int(*t, "session", "inline_limit_bytes", &c.inline_limit_bytes, 0, int64_t(1) << 30); !s.ok())
+    return s;
+  if (s = read_int(*t, "session", "peer_ready_timeout_ms", &c.peer_ready_timeout_ms, 1, 600000); !s.ok()) return s;
+  return Status::Ok();
+}
+
+Status read_peers(const toml::node* n, const std::string& path, DaemonConfig& c) {
+  Status s;
+  const toml::array* a = n->as_array();
+  if (!a) return bad(fmt::format("{}: peers must be an array of tables ([[peers]])", path));
+  c.peers.clear();
+  for (size_t i = 0; i < a->size(); ++i) {
+    const toml::table* t = (*a)[i].as_table();
+    const std::string where = fmt::format("[[peers]] #{}", i);
+    if (!t) return bad(where + ": must be a table");
+    if (s = only_keys(
+            *t, where,
+            {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name"});
+        !s.ok())
+      return s;
+    DaemonConfig::Peer p;
+    const std::string sec = "peers #" + std::to_string(i);
+    if (s = read_str(*t, sec.c_str(), "address", &p.address); !s.ok()) return s;
+    if (s = read_str(*t, sec.c_str(), "name", &p.name); !s.ok()) return s;
+    if (s = read_int(*t, sec.c_str(), "workers", &p.workers, 0, 64); !s.ok()) return s;
+    for (auto [key, dst] : {std::pair{"token_file", &p.token_file},
+                            {"tls_ca", &p.tls_ca},
+                            {"tls_cert", &p.tls_cert},
+                            {"tls_key", &p.tls_key},
+                            {"tls_server_name", &p.tls_server_name}})
+      if (s = read_str(*t, sec.c_str(), key, dst); !s.ok()) return s;
+    c.peers.push_back(p);
+  }
+  return Status::Ok();
+}
+
+Status read_jobs_daemon_metrics_security(const toml::table& doc, DaemonConfig& c) {
   auto section = [&](const char* name) -> const toml::table* { return doc[name].as_table(); };
   Status s;
-  if (const toml::table* t = section("server")) {
-    if (s = only_keys(*t, "[server]",
-                      {"socket", "listen", "tls_cert", "tls_key", "tls_client_ca", "token_file", "max_message_bytes"});
-        !s.ok())
-      return s;
-    if (s = read_str(*t, "server", "socket", &c.socket); !s.ok()) return s;
-    if (const toml::node* n = t->get("listen")) {
-      const toml::array* a = n->as_array();
-      if (!a) return bad("[server] listen: must be an array of \"host:port\" strings");
-      c.listen.clear();
-      for (const auto& e : *a) {
-        auto v = e.value<std::string>();
-        if (!v) return bad("[server] listen: must be an array of \"host:port\" strings");
-        c.listen.push_back(*v);
-      }
-    }
-    if (s = read_str(*t, "server", "tls_cert", &c.tls_cert); !s.ok()) return s;
-    if (s = read_str(*t, "server", "tls_key", &c.tls_key); !s.ok()) return s;
-    if (s = read_str(*t, "server", "tls_client_ca", &c.tls_client_ca); !s.ok()) return s;
-    if (s = read_str(*t, "server", "token_file", &c.token_file); !s.ok()) return s;
-    if (s = read_int(*t, "server", "max_message_bytes", &c.max_message_bytes, 65536, (int64_t(1) << 31) - 1); !s.ok())
-      return s;
-  }
-  if (const toml::table* t = section("worker")) {
-    if (s = only_keys(*t, "[worker]",
-                      {"level", "l3_children", "chips", "sub_workers", "heap_ring_bytes", "arena_bytes",
-                       "task_timeout_ms", "spin_us", "liveness_timeout_ms", "runner_load_timeout_ms"});
-        !s.ok())
-      return s;
-    if (s = read_int(*t, "worker", "level", &c.level, 3, 4); !s.ok()) return s;
-    if (s = read_int(*t, "worker", "l3_children", &c.l3_children, 0, 16); !s.ok()) return s;
-    if (s = read_int(*t, "worker", "chips", &c.chips, 0, 64); !s.ok()) return s;
-    if (s = read_int(*t, "worker", "sub_workers", &c.sub_workers, 0, 64); !s.ok()) return s;
-    if (s = read_int(*t, "worker", "heap_ring_bytes", &c.heap_ring_bytes, 4096, int64_t(1) << 40); !s.ok()) return s;
-    if (s = read_int(*t, "worker", "arena_bytes", &c.arena_bytes, 4096, int64_t(1) << 42); !s.ok()) return s;
-    if (s = read_int(*t, "worker", "task_timeout_ms", &c.task_timeout_ms, 0, int64_t(1) << 40); !s.ok()) return s;
-    if (s = read_int(*t, "worker", "spin_us", &c.spin_us, 0, 100000); !s.ok()) return s;
-    if (s = read_int(*t, "worker", "liveness_timeout_ms", &c.liveness_timeout_ms, 0, 600000); !s.ok()) return s;
-    if (c.liveness_timeout_ms != 0 && c.liveness_timeout_ms < 200)
-      return bad(fmt::format("[worker] liveness_timeout_ms = {}: at least 200 (children beat every 100 ms), or 0 "
-                             "for no check",
-                             c.liveness_timeout_ms));
-    if (s = read_int(*t, "worker", "runner_load_timeout_ms", &c.runner_load_timeout_ms, 1, 600000); !s.ok())
-      return s;
-  }
-  if (const toml::table* t = section("session")) {
-    if (s = only_keys(*t, "[session]",
-                      {"credits", "heartbeat_ms", "dead_after_ms", "inline_limit_bytes", "peer_ready_timeout_ms"});
-        !s.ok())
-      return s;
-    if (s = read_int(*t, "session", "credits", &c.session_credits, 1, 65536); !s.ok()) return s;
-    if (s = read_int(*t, "session", "heartbeat_ms", &c.heartbeat_ms, 10, 60000); !s.ok()) return s;
-    if (s = read_int(*t, "session", "dead_after_ms", &c.dead_after_ms, 20, 600000); !s.ok()) return s;
-    if (s = read_int(*t, "session", "inline_limit_bytes", &c.inline_limit_bytes, 0, int64_t(1) << 30); !s.ok())
-      return s;
-    if (s = read_int(*t, "session", "peer_ready_timeout_ms", &c.peer_ready_timeout_ms, 1, 600000); !s.ok()) return s;
-  }
-  if (const toml::node* n = doc.get("peers")) {
-    const toml::array* a = n->as_array();
-    if (!a) return bad(fmt::format("{}: peers must be an array of tables ([[peers]])", path));
-    c.peers.clear();
-    for (size_t i = 0; i < a->size(); ++i) {
-      const toml::table* t = (*a)[i].as_table();
-      const std::string where = fmt::format("[[peers]] #{}", i);
-      if (!t) return bad(where + ": must be a table");
-      if (s = only_keys(
-              *t, where,
-              {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name"});
-          !s.ok())
-        return s;
-      DaemonConfig::Peer p;
-      const std::string sec = "peers #" + std::to_string(i);
-      if (s = read_str(*t, sec.c_str(), "address", &p.address); !s.ok()) return s;
-      if (s = read_str(*t, sec.c_str(), "name", &p.name); !s.ok()) return s;
-      if (s = read_int(*t, sec.c_str(), "workers", &p.workers, 0, 64); !s.ok()) return s;
-      for (auto [key, dst] : {std::pair{"token_file", &p.token_file},
-                              {"tls_ca", &p.tls_ca},
-                              {"tls_cert", &p.tls_cert},
-                              {"tls_key", &p.tls_key},
-                              {"tls_server_name", &p.tls_server_name}})
-        if (s = read_str(*t, sec.c_str(), key, dst); !s.ok()) return s;
-      c.peers.push_back(p);
-    }
-  }
   if (const toml::table* t = section("jobs")) {
     if (s = only_keys(*t, "[jobs]", {"max_queued", "retain_finished", "max_running", "default_deadline_s"}); !s.ok())
       return s;
@@ -213,8 +224,25 @@ Status DaemonConfig::from_table(const toml::table& doc, const std::string& path,
     if (s = read_bool(*t, "security", "allow_native_import", &c.allow_native_import); !s.ok()) return s;
     if (s = read_bool(*t, "security", "allow_chip_bundles", &c.allow_chip_bundles); !s.ok()) return s;
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DaemonConfig::from_table(const toml::table& doc, const std::string& path, DaemonConfig* out) {
+  DaemonConfig c = *out;
+  if (Status s =
+          only_keys(doc, path, {"server", "worker", "session", "peers", "jobs", "daemon", "metrics", "security"});
+      !s.ok())
+    return s;
   for (const char* name : {"server", "worker", "session", "jobs", "daemon", "metrics", "security"})
     if (doc.get(name) && !doc[name].as_table()) return bad(fmt::format("{}: [{}] must be a table", path, name));
+  Status s;
+  if (const toml::table* t = doc["server"].as_table(); t && !(s = read_server(t, c)).ok()) return s;
+  if (const toml::table* t = doc["worker"].as_table(); t && !(s = read_worker(t, c)).ok()) return s;
+  if (const toml::table* t = doc["session"].as_table(); t && !(s = read_session(t, c)).ok()) return s;
+  if (const toml::node* n = doc.get("peers"); n && !(s = read_peers(n, path, c)).ok()) return s;
+  if (s = read_jobs_daemon_metrics_security(doc, c); !s.ok()) return s;
   *out = c;
   return Status::Ok();
 }
