@@ -18,6 +18,7 @@
 #include <random>
 #include <thread>
 
+#include "daemon_client.h"
 #include "daemon_process.h"
 #include "eventually.h"
 #include "pto/client.h"
@@ -29,13 +30,6 @@ namespace v1 = pto::v1;
 namespace {
 
 constexpr uint32_t N = 16384;
-
-std::unique_ptr<Client> connect(const DaemonProcess& d) {
-  pto::client::ClientOptions o;
-  o.address = d.address();
-  o.timeout = std::chrono::seconds(30);
-  return std::make_unique<Client>(o);
-}
 
 long proc_field(int pid, const char* key) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");

@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "daemon_client.h"
 #include "daemon_process.h"
 #include "eventually.h"
 #include "pto/client.h"
@@ -28,13 +29,6 @@ namespace {
 
 constexpr uint32_t N = 16384;
 grpc::Status grpc_status_holder;
-
-std::unique_ptr<Client> connect(const DaemonProcess& d) {
-  pto::client::ClientOptions o;
-  o.address = d.address();
-  o.timeout = std::chrono::seconds(30);
-  return std::make_unique<Client>(o);
-}
 
 v1::SubmitRequest sleep_job(const std::string& callable, uint64_t ms) {
   v1::SubmitRequest req;

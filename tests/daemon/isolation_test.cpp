@@ -11,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "daemon_client.h"
 #include "daemon_process.h"
 #include "eventually.h"
 #include "pto/client.h"
@@ -20,13 +21,6 @@ using pto::client::Client;
 namespace v1 = pto::v1;
 
 namespace {
-
-std::unique_ptr<Client> connect(const DaemonProcess& d) {
-  pto::client::ClientOptions o;
-  o.address = d.address();
-  o.timeout = std::chrono::seconds(30);
-  return std::make_unique<Client>(o);
-}
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

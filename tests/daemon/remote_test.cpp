@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "daemon_client.h"
 #include "daemon_process.h"
 #include "eventually.h"
 #include "pto/client.h"
@@ -24,13 +25,6 @@ namespace v1 = pto::v1;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::unique_ptr<Client> connect(const DaemonProcess& d) {
-  pto::client::ClientOptions o;
-  o.address = d.address();
-  o.timeout = std::chrono::seconds(30);
-  return std::make_unique<Client>(o);
-}
 
 // A level-4 coordinator over the given peers (and local L3 children).
 struct Coordinator {

@@ -211,24 +211,22 @@ RunHandle WorkerImpl::queue_run(OrchestrationFunction fn, TaskArgs args, CallCon
 }
 
 bool WorkerImpl::cancel(const std::shared_ptr<RunHandle::State>& h, const std::string& reason) {
+  // Started: its run is cancelled in the graph. h->mu held.
+  auto cancel_started = [&] {
+    std::lock_guard<std::mutex> g2(lock_.mu);
+    RunState* run = graph_.find_run(h->run_id);
+    return run && graph_.cancel(run, reason);
+  };
   {
     std::lock_guard<std::mutex> g(h->mu);
     if (h->done) return false;
-    if (h->run_id) {
-      std::lock_guard<std::mutex> g2(lock_.mu);
-      RunState* run = graph_.find_run(h->run_id);
-      return run && graph_.cancel(run, reason);
-    }
+    if (h->run_id) return cancel_started();
   }
   if (runs_.cancel_queued(h, reason)) return true;
   // Between the queue and the start of the run: it starts cancelled.
   std::lock_guard<std::mutex> g(h->mu);
   if (h->done) return false;
-  if (h->run_id) {
-    std::lock_guard<std::mutex> g2(lock_.mu);
-    RunState* run = graph_.find_run(h->run_id);
-    return run && graph_.cancel(run, reason);
-  }
+  if (h->run_id) return cancel_started();
   h->cancel_requested = true;
   h->cancel_reason = reason;
   return true;
