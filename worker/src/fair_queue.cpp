@@ -8,29 +8,33 @@ namespace pto {
 
 void FairQueue::push(TaskNode* s, bool front) {
   const RunState* run = s->run;
-  const int level = static_cast<int>(run->options.priority);
   auto& rq = runs_[run];
-  if (!rq) rq = std::make_unique<RunQ>(RunQ{run, {}});
-  const bool run_was_idle = rq->tasks.empty();
+  if (!rq) {
+    const int level = static_cast<int>(run->options.priority);
+    std::string key = std::to_string(level) + ":" + run->options.principal;
+    auto& p = principals_[key];
+    if (!p) p = std::make_unique<Principal>(Principal{std::move(key), level, {}, 0, false});
+    ++p->runs;
+    rq = std::make_unique<RunQ>(RunQ{run, p.get(), {}, false});
+  }
   if (front)
     rq->tasks.push_front(s);
   else
     rq->tasks.push_back(s);
   ++size_;
-  if (!run_was_idle) return;
-  std::string key = std::to_string(level) + ":" + run->options.principal;
-  auto& p = principals_[key];
-  if (!p) p = std::make_unique<Principal>(Principal{std::move(key), {}});
-  const bool principal_was_idle = p->turn.empty();
+  if (rq->queued) return;
+  rq->queued = true;
+  Principal* p = rq->owner;
   if (front)
     p->turn.push_front(rq.get());
   else
     p->turn.push_back(rq.get());
-  if (!principal_was_idle) return;
+  if (p->queued) return;
+  p->queued = true;
   if (front)
-    levels_[level].push_front(p.get());
+    levels_[p->level].push_front(p);
   else
-    levels_[level].push_back(p.get());
+    levels_[p->level].push_back(p);
 }
 
 TaskNode* FairQueue::front() const {
@@ -51,20 +55,14 @@ void FairQueue::pop_front() {
     if (!rq->tasks.empty())
       p->turn.push_back(rq);
     else
-      runs_.erase(rq->run);
+      rq->queued = false;
     turn.pop_front();
     if (!p->turn.empty())
       turn.push_back(p);
     else
-      principals_.erase(p->key);
+      p->queued = false;
     return;
   }
-}
-
-void FairQueue::leave(Principal* p, int level) {
-  auto& turn = levels_[level];
-  turn.erase(std::remove(turn.begin(), turn.end(), p), turn.end());
-  principals_.erase(p->key);
 }
 
 std::vector<TaskNode*> FairQueue::take_run(const RunState* run) {
@@ -73,14 +71,17 @@ std::vector<TaskNode*> FairQueue::take_run(const RunState* run) {
   RunQ* rq = it->second.get();
   std::vector<TaskNode*> out(rq->tasks.begin(), rq->tasks.end());
   size_ -= out.size();
-  const int level = static_cast<int>(run->options.priority);
-  auto pk = principals_.find(std::to_string(level) + ":" + run->options.principal);
-  if (pk != principals_.end()) {
-    Principal* p = pk->second.get();
+  Principal* p = rq->owner;
+  if (rq->queued) {
     p->turn.erase(std::remove(p->turn.begin(), p->turn.end(), rq), p->turn.end());
-    if (p->turn.empty()) leave(p, level);
+    if (p->turn.empty() && p->queued) {
+      auto& turn = levels_[p->level];
+      turn.erase(std::remove(turn.begin(), turn.end(), p), turn.end());
+      p->queued = false;
+    }
   }
   runs_.erase(it);
+  if (--p->runs == 0) principals_.erase(p->key);
   return out;
 }
 

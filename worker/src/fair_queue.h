@@ -28,22 +28,31 @@ class FairQueue {
   TaskNode* front() const;
   // Removes front(); its principal and run take their turn.
   void pop_front();
-  // Every queued task of one run (a cancelled run), in order.
+  // Every queued task of one run (a cancelled run), in order; the run's
+  // queue is forgotten (called for every run when it ends).
   std::vector<TaskNode*> take_run(const RunState* run);
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
 
  private:
+  struct Principal;
+  // A run's queue and its principal's turn: kept while the run lives (its
+  // queue empties and refills with every task of a short run: no allocation
+  // per task), dropped by take_run() when the run ends.
   struct RunQ {
     const RunState* run;
+    Principal* owner;
     std::deque<TaskNode*> tasks;
+    bool queued = false;  // in owner->turn
   };
   struct Principal {
     std::string key;
+    int level;
     std::deque<RunQ*> turn;  // its runs with ready tasks, next first
+    int runs = 0;            // RunQs that name it
+    bool queued = false;     // in levels_[level]
   };
   void push(TaskNode* s, bool front);
-  void leave(Principal* p, int level);
 
   std::array<std::deque<Principal*>, 3> levels_;  // per priority: principals with ready tasks, next first
   std::unordered_map<const RunState*, std::unique_ptr<RunQ>> runs_;

@@ -55,12 +55,15 @@ bool RunQueue::cancel_queued(const std::shared_ptr<RunHandle::State>& st, const 
 void RunQueue::main() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    if (q_.empty() && !stop_) {
+    // One idle thread at a time spins: more would only take the CPUs that
+    // the running runs and their children need.
+    if (q_.empty() && !stop_ && !spinning_.exchange(true, std::memory_order_acq_rel)) {
       lk.unlock();
       const uint64_t t0 = now_ns();
       uint32_t spins = 0;
       while (queued_.load(std::memory_order_acquire) == 0 && now_ns() - t0 < uint64_t(spin_us_) * 1000)
         spin_step(spins);
+      spinning_.store(false, std::memory_order_release);
       lk.lock();
     }
     ++idle_;

@@ -2,7 +2,7 @@
 // max_concurrent_runs threads that execute them, started by priority (HIGH
 // first) and then in submission order, each calling its run's on_done before
 // its handle reports done. Runs that follow each other closely (a remote
-// session's tasks) find a thread awake: an idle thread spins spin_us before
+// session's tasks) find a thread awake: one idle thread spins spin_us before
 // sleeping.
 #pragma once
 
@@ -66,6 +66,7 @@ class RunQueue {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<RunHandle::State>> q_;  // by priority, then submission order
   std::atomic<uint32_t> queued_{0};                  // q_.size(), for the threads' spin
+  std::atomic<bool> spinning_{false};                // an idle thread is spinning
   std::vector<std::thread> threads_;
   int idle_ = 0;  // threads waiting for a run
   bool stop_ = false;

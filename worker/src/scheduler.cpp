@@ -123,9 +123,12 @@ bool Scheduler::try_drive() {
 // longer than one cross-CPU wake-up, or every task would pay two); chip and
 // L3 children run threads of their own, and a spinning parent would take the
 // CPU they need (on 2 vCPUs an empty chip task costs ~4x more); with nothing
-// in flight a short spin catches the next submit.
+// in flight a short spin catches the next submit. With several runs in
+// flight the CPUs are wanted by their threads and children (every run thread
+// would otherwise pay for the spinner): no spin.
 uint64_t Scheduler::spin_budget_ns() const {
   const uint64_t spin_ns = uint64_t(cfg_.spin_us) * 1000;
+  if (graph_.live_runs() > 1) return 0;
   if (running_subs_.load(std::memory_order_relaxed) > 0) return 4 * spin_ns;
   if (running_.load(std::memory_order_relaxed) > 0) return 0;
   return spin_ns;
@@ -184,11 +187,17 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
 // run()'s thread, once the orchestration returned, drives the run to its end
 // itself: the completion that ends the run then wakes (or is seen by) the
 // thread that waits for it, instead of passing through the scheduler thread
-// and a condition variable (two wake-ups).
-void Scheduler::help_drain(const RunState* run) {
-  helper_.fetch_add(1, std::memory_order_seq_cst);
+// and a condition variable (two wake-ups). One helper at a time: with several
+// runs in flight, the others would only spin for the drive token and take
+// the CPUs the children need; they wait on `idle` instead (false returned),
+// woken by whoever drives their run's last completion.
+bool Scheduler::help_drain(const RunState* run) {
+  uint32_t none = 0;
+  if (!helper_.compare_exchange_strong(none, 1, std::memory_order_seq_cst)) return false;
   drive_until([run] { return run->pending.load(std::memory_order_acquire) == 0; }, false);
-  if (helper_.fetch_sub(1, std::memory_order_seq_cst) == 1) futex_wake_shared(&helper_, 1);
+  helper_.store(0, std::memory_order_seq_cst);
+  futex_wake_shared(&helper_, 1);
+  return true;
 }
 
 // --- completions and liveness -------------------------------------------------------

@@ -71,8 +71,9 @@ class Scheduler {
   int controls_in_flight = 0;  // requests whose caller still waits (mu)
 
   // A run's thread drives the run to its end itself (no hand-off to the
-  // scheduler thread and back) until the run has no pending task.
-  void help_drain(const RunState* run);
+  // scheduler thread and back) until the run has no pending task; false
+  // (at once) when another run's thread is already driving.
+  bool help_drain(const RunState* run);
 
   // --- called by the transports (mu held) ---
   void complete_member(Endpoint& ep, TaskNode* s, Outcome o, const std::string& message);
@@ -134,7 +135,7 @@ class Scheduler {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> driving_{false};  // the drive token
-  std::atomic<uint32_t> helper_{0};   // 1 while run() drives its own drain
+  std::atomic<uint32_t> helper_{0};   // 1 while a run's thread drives its own drain
   // Drive-token holder only.
   uint64_t last_check_ns_ = 0;
   std::vector<Plan> plan_;

@@ -49,6 +49,7 @@ RunState* TaskGraph::begin_run(const RunOptions& options) {
   slots_[free_slot]->run = run;
   states_[run->id] = std::move(state);
   live_.push_back(run);
+  live_count_.store(static_cast<uint32_t>(live_.size()), std::memory_order_relaxed);
   return run;
 }
 
@@ -66,7 +67,9 @@ void TaskGraph::close_scopes(RunState* run) {
 
 RunResult TaskGraph::end_run(RunState* run) {
   run->ended = true;
+  if (scheduler_) (void)scheduler_->take_queued(run);  // nothing is queued by now: its fair-queue turns are dropped
   live_.erase(std::remove(live_.begin(), live_.end(), run), live_.end());
+  live_count_.store(static_cast<uint32_t>(live_.size()), std::memory_order_relaxed);
   ++counters_.runs;
   RunResult r = std::move(run->result);
   if (r.status.ok() && r.first_failure) r.status = Status::Error(kWorkerRunFailed, r.first_failure->describe());

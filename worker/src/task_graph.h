@@ -68,6 +68,8 @@ class TaskGraph {
   }
   // Tasks of all runs submitted and not final (read without the lock by spinning waiters).
   uint64_t pending() const { return pending_.load(std::memory_order_acquire); }
+  // Runs in flight (read without the lock: how contended the CPUs are).
+  uint32_t live_runs() const { return live_count_.load(std::memory_order_relaxed); }
   RunProgress progress(const RunState* run) const;
   RunProgress progress() const;  // every run in flight
 
@@ -144,6 +146,7 @@ class TaskGraph {
   uint64_t next_run_id_ = 1;
   std::atomic<uint64_t> pending_{0};  // submitted and not final, every run
   std::vector<RunState*> live_;       // runs in flight
+  std::atomic<uint32_t> live_count_{0};  // live_.size(), for readers without the lock
   std::map<uint64_t, std::unique_ptr<RunState>> states_;  // the runs in flight, by id
 
   Counters counters_;
