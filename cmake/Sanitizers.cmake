@@ -4,6 +4,13 @@ if(PTO_TSAN AND PTO_ASAN)
   message(FATAL_ERROR "PTO_TSAN and PTO_ASAN cannot be combined")
 endif()
 if(PTO_TSAN)
+  # clang's: GCC 12's runtime cannot start a thread in a child forked from a
+  # multi-threaded process ("dup thread with used id"), and the engine does
+  # exactly that when it replaces a child or forks a runner while runs go on.
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "PTO_TSAN needs clang (CC=clang CXX=clang++): GCC's ThreadSanitizer runtime cannot start "
+                        "threads in a child forked from a multi-threaded process")
+  endif()
   add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
   add_link_options(-fsanitize=thread)
   add_compile_definitions(PTO_UNDER_TSAN=1)

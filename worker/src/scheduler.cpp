@@ -53,7 +53,20 @@ std::vector<TaskNode*> Scheduler::take_queued(const RunState* run) {
   return out;
 }
 
-void Scheduler::stop_running(const RunState* run, const std::string& why) {
+// The driver stops them (next round): only the driver writes an endpoint's
+// running task, which it reads without the lock.
+void Scheduler::stop_running(const RunState*) {
+  stops_requested_.store(true, std::memory_order_release);
+  if (SharedDoorbell* bell = pool_.bell()) bell->ring();
+}
+
+void Scheduler::stop_cancelled_runs() {
+  std::lock_guard<std::mutex> g(lock_.mu);
+  for (RunState* run : std::vector<RunState*>(graph_.runs()))
+    if (!run->cancelled.empty()) stop_running_now(run, "cancelled: " + run->cancelled);
+}
+
+void Scheduler::stop_running_now(const RunState* run, const std::string& why) {
   pool_.for_each([&](Endpoint& ep) {
     if (ep.is_remote()) {  // a remote task cannot be killed from here: abandoned, its credit held until the peer answers
       for (auto& f : ep.inflight)
@@ -102,6 +115,7 @@ bool Scheduler::has_work_in_flight() const { return running_ > 0 || !controls_.e
 // millisecond) child liveness and timeouts. Only the holder of the drive
 // token runs it, so each mailbox has one writer on the parent side.
 bool Scheduler::drive_round() {
+  if (stops_requested_.exchange(false, std::memory_order_acq_rel)) stop_cancelled_runs();
   bool progressed = poll_completions();
   progressed |= progress_controls();
   progressed |= dispatch_ready();

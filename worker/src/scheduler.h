@@ -58,9 +58,10 @@ class Scheduler {
   void enqueue(TaskNode* s);
   // Every queued task of a (cancelled) run, out of the queues.
   std::vector<TaskNode*> take_queued(const RunState* run);
-  // Stops the running tasks of a (cancelled) run: their children are killed
-  // (and replaced), remote ones abandoned; each ends STOPPED with `why`.
-  void stop_running(const RunState* run, const std::string& why);
+  // Stops the running tasks of a (cancelled) run: the driver, in its next
+  // round, kills their children (replaced at once) and abandons remote ones;
+  // each ends STOPPED with the run's cancellation.
+  void stop_running(const RunState* run);
   uint64_t queue_depth() const;
   uint64_t in_flight() const { return running_.load(std::memory_order_relaxed); }
 
@@ -135,6 +136,10 @@ class Scheduler {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> driving_{false};  // the drive token
+  // Driver side of stop_running(): what the driver does when asked (mu taken).
+  void stop_cancelled_runs();
+  void stop_running_now(const RunState* run, const std::string& why);  // mu held
+  std::atomic<bool> stops_requested_{false};
   std::atomic<uint32_t> helper_{0};   // 1 while a run's thread drives its own drain
   // Drive-token holder only.
   uint64_t last_check_ns_ = 0;

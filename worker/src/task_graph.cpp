@@ -106,7 +106,7 @@ bool TaskGraph::cancel(RunState* run, const std::string& reason) {
     s->members_left = 0;
     finalize(s, Outcome::SKIPPED);
   }
-  scheduler_->stop_running(run, "cancelled: " + run->cancelled);
+  scheduler_->stop_running(run);
   return true;
 }
 
