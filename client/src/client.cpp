@@ -1,5 +1,7 @@
 #include "pto/client.h"
 
+#include "pto/base/crc32c.h"
+
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 
@@ -178,10 +180,18 @@ Result<pto::v1::TensorInfo> Client::upload(const std::string& name, const std::v
   c.mutable_header()->set_dtype(static_cast<pto::v1::DataType>(dtype));
   bool ok = writer->Write(c);
   const uint8_t* p = static_cast<const uint8_t*>(data);
+  uint32_t crc = 0;
   for (uint64_t off = 0; ok && off < bytes; off += chunk_bytes) {
     pto::v1::UploadChunk d;
-    d.set_data(p + off, std::min<uint64_t>(chunk_bytes, bytes - off));
+    const uint64_t n = std::min<uint64_t>(chunk_bytes, bytes - off);
+    d.set_data(p + off, n);
+    crc = pto::crc32c(crc, p + off, n);
     ok = writer->Write(d);
+  }
+  if (ok) {  // the checksum of what was sent: the tensor exists only if it matches
+    pto::v1::UploadChunk t;
+    t.mutable_trailer()->set_crc32c(crc);
+    writer->Write(t);
   }
   writer->WritesDone();
   r.status = from_grpc(writer->Finish());
@@ -209,7 +219,8 @@ Result<pto::v1::TensorInfo> Client::download(const pto::v1::TensorHandle& t, std
   auto reader = tensors_->Download(&ctx, req);
   pto::v1::DownloadChunk c;
   out->clear();
-  bool first = true;
+  bool first = true, last = false;
+  uint32_t crc = 0, sent_crc = 0;
   while (reader->Read(&c)) {
     if (first) {
       r.value = c.info();
@@ -217,11 +228,22 @@ Result<pto::v1::TensorInfo> Client::download(const pto::v1::TensorHandle& t, std
       first = false;
     }
     out->insert(out->end(), c.data().begin(), c.data().end());
+    crc = pto::crc32c(crc, c.data().data(), c.data().size());
+    if (c.last()) {
+      last = true;
+      sent_crc = c.crc32c();
+    }
   }
   r.status = from_grpc(reader->Finish());
+  const auto data_loss = static_cast<int32_t>(grpc::StatusCode::DATA_LOSS);
   if (r.ok() && out->size() != r.value.bytes())
-    r.status = Status::Error(static_cast<int32_t>(grpc::StatusCode::DATA_LOSS),
-                             fmt::format("download: {} bytes received of {}", out->size(), r.value.bytes()));
+    r.status = Status::Error(data_loss, fmt::format("download: {} bytes received of {}", out->size(), r.value.bytes()));
+  else if (r.ok() && !last)
+    r.status = Status::Error(data_loss, "download: the stream ended without its last chunk (no checksum)");
+  else if (r.ok() && crc != sent_crc)
+    r.status = Status::Error(data_loss, fmt::format("download: the bytes received have CRC-32C {:08x}, the daemon "
+                                                    "sent {:08x}",
+                                                    crc, sent_crc));
   return r;
 }
 

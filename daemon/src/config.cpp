@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
 
 #include <fmt/format.h>
 
@@ -57,6 +58,32 @@ Status only_keys(const toml::table& t, const std::string& where, std::set<std::s
   return Status::Ok();
 }
 
+// A secret (a bearer token, a TLS private key) must be readable by its owner
+// only, as ssh insists for its keys: a file that group or others can read or
+// write is refused, naming the file and its mode.
+Status check_secret_mode(const std::string& what, const std::string& path) {
+  struct stat st{};
+  if (stat(path.c_str(), &st) != 0)
+    return bad(fmt::format("{} '{}' cannot be read: {}", what, path, pto::errno_text(errno)));
+  if ((st.st_mode & 077) != 0)
+    return bad(fmt::format("{} '{}' is open to group or others (mode {:04o}): a secret must be readable by its owner "
+                           "only (chmod 600 '{}')",
+                           what, path, st.st_mode & 07777, path));
+  return Status::Ok();
+}
+
+// The first line of a token file, trailing blanks removed; at least 16
+// characters.
+Status read_token(const std::string& what, const std::string& path, std::string* token) {
+  if (Status s = check_secret_mode(what, path); !s.ok()) return s;
+  std::ifstream f(path);
+  if (!f) return bad(fmt::format("{} '{}' cannot be read", what, path));
+  std::getline(f, *token);
+  while (!token->empty() && (token->back() == '\r' || token->back() == ' ')) token->pop_back();
+  if (token->size() < 16) return bad(fmt::format("{} '{}': the token must be at least 16 characters", what, path));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status split_host_port(const std::string& addr, std::string* host, int* port) {
@@ -102,7 +129,8 @@ namespace {
 Status read_server(const toml::table* t, DaemonConfig& c) {
   Status s;
   if (s = only_keys(*t, "[server]",
-                    {"socket", "listen", "tls_cert", "tls_key", "tls_client_ca", "token_file", "max_message_bytes"});
+                    {"socket", "listen", "tls_cert", "tls_key", "tls_client_ca", "token_file", "max_message_bytes",
+                       "upload_idle_timeout_s"});
       !s.ok())
     return s;
   if (s = read_str(*t, "server", "socket", &c.socket); !s.ok()) return s;
@@ -122,6 +150,7 @@ Status read_server(const toml::table* t, DaemonConfig& c) {
   if (s = read_str(*t, "server", "token_file", &c.token_file); !s.ok()) return s;
   if (s = read_int(*t, "server", "max_message_bytes", &c.max_message_bytes, 65536, (int64_t(1) << 31) - 1); !s.ok())
     return s;
+  if (s = read_int(*t, "server", "upload_idle_timeout_s", &c.upload_idle_timeout_s, 1, 3600); !s.ok()) return s;
   return Status::Ok();
 }
 
@@ -256,14 +285,10 @@ Status DaemonConfig::validate() {
   if ((tls_cert.empty()) != (tls_key.empty())) return bad("[server] tls_cert and tls_key go together");
   if (!tls_client_ca.empty() && tls_cert.empty()) return bad("[server] tls_client_ca needs tls_cert and tls_key");
   token.clear();
-  if (!token_file.empty()) {
-    std::ifstream f(token_file);
-    if (!f) return bad(fmt::format("[server] token_file '{}' cannot be read", token_file));
-    std::getline(f, token);
-    while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
-    if (token.size() < 16)
-      return bad(fmt::format("[server] token_file '{}': the token must be at least 16 characters", token_file));
-  }
+  if (!token_file.empty())
+    if (Status s = read_token("[server] token_file", token_file, &token); !s.ok()) return s;
+  if (!tls_key.empty())
+    if (Status s = check_secret_mode("[server] tls_key", tls_key); !s.ok()) return s;
   for (const std::string& a : listen) {
     std::string host;
     int port = 0;
@@ -289,14 +314,10 @@ Status DaemonConfig::validate() {
     if ((p.tls_cert.empty()) != (p.tls_key.empty())) return bad(where + ": tls_cert and tls_key go together");
     if (!p.tls_cert.empty() && p.tls_ca.empty()) return bad(where + ": a client certificate needs tls_ca");
     p.token.clear();
-    if (!p.token_file.empty()) {
-      std::ifstream f(p.token_file);
-      if (!f) return bad(fmt::format("{}: token_file '{}' cannot be read", where, p.token_file));
-      std::getline(f, p.token);
-      while (!p.token.empty() && (p.token.back() == '\r' || p.token.back() == ' ')) p.token.pop_back();
-      if (p.token.size() < 16)
-        return bad(fmt::format("{}: the token in '{}' must be at least 16 characters", where, p.token_file));
-    }
+    if (!p.token_file.empty())
+      if (Status s = read_token(where + ": token_file", p.token_file, &p.token); !s.ok()) return s;
+    if (!p.tls_key.empty())
+      if (Status s = check_secret_mode(where + ": tls_key", p.tls_key); !s.ok()) return s;
     if (p.address.rfind("unix:", 0) == 0) continue;
     std::string host;
     int port = 0;
@@ -329,14 +350,14 @@ std::string DaemonConfig::effective_toml() const {
   return tail.insert(
       0, fmt::format(
              "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
-             "max_message_bytes = {}\n\n[worker]\nlevel = {}\nl3_children = {}\nchips = {}\nsub_workers = "
+             "max_message_bytes = {}\nupload_idle_timeout_s = {}\n\n[worker]\nlevel = {}\nl3_children = {}\nchips = {}\nsub_workers = "
              "{}\nheap_ring_bytes = {}\narena_bytes = {}\n"
              "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n\n[jobs]\n"
              "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\n\n[daemon]\n"
              "state_dir = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\n\n[metrics]\nlisten = {}\n\n"
              "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
              q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"),
-             max_message_bytes, level, l3_children, chips, sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms,
+             max_message_bytes, upload_idle_timeout_s, level, l3_children, chips, sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms,
              spin_us, liveness_timeout_ms, runner_load_timeout_ms, max_queued, retain_finished, max_running,
              default_deadline_s, q(state_dir), drain_timeout_s, q(log_level), q(log_file),
              q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));

@@ -23,6 +23,7 @@ struct DaemonConfig {
   std::string tls_cert, tls_key, tls_client_ca;  // PEM files; client CA = verify client certificates
   std::string token_file;                        // bearer token for TCP listeners beyond loopback
   uint64_t max_message_bytes = 64ull << 20;
+  uint32_t upload_idle_timeout_s = 30;  // an upload that sends nothing this long is dropped
   // [worker]
   int level = 3;        // 3: chips and sub workers here; 4: L3 workers (local children and [[peers]])
   int l3_children = 0;  // level 4: local L3 children, each with `chips` chips and `sub_workers` sub workers

@@ -23,6 +23,7 @@
 #include "remote_link.h"
 #include "services.h"
 #include "session_service.h"
+#include "state_dir.h"
 #include "tensor_store.h"
 
 namespace ptod {
@@ -63,9 +64,11 @@ int fail(const std::string& m) {
   return 1;
 }
 
-// Before anything else: the config holds, the logs are open, and the state
-// directory exists. Uploaded code lives there, so only this user may read it.
-Status prepare(DaemonConfig& cfg) {
+// Before anything else: the config holds, the logs are open, the state
+// directory exists and is this daemon's alone (its lock), and the socket's
+// path is free or stale. Uploaded code lives in the state directory, so only
+// this user may read it.
+Status prepare(DaemonConfig& cfg, StateDirLock& lock, SocketPath& socket) {
   if (Status s = cfg.validate(); !s.ok()) return s;
   if (Status s = setup_logging(cfg.log_level, cfg.log_file); !s.ok()) return s;
   std::error_code ec;
@@ -76,10 +79,14 @@ Status prepare(DaemonConfig& cfg) {
   chmod(cfg.state_dir.c_str(), 0700);
   chmod((cfg.state_dir + "/callables").c_str(), 0700);
   chmod((cfg.state_dir + "/traces").c_str(), 0700);
+  if (Status s = lock.acquire(cfg.state_dir); !s.ok()) return s;
   if (!cfg.socket.empty()) {
     std::filesystem::create_directories(std::filesystem::path(cfg.socket).parent_path(), ec);
-    std::filesystem::remove(cfg.socket, ec);  // a stale socket of an earlier run
+    if (Status s = socket.claim(cfg.socket); !s.ok()) return s;
   }
+  // No registration survives a restart yet, so every stored bundle is debris.
+  if (size_t n = remove_unreferenced_bundles(cfg.state_dir + "/callables", {}); n > 0)
+    log("main")->info("removed {} stored callable file(s) that no registration names", n);
   return Status::Ok();
 }
 
@@ -314,15 +321,15 @@ void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Se
   server.Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   metrics.reset();
   if (Status s = parts.worker.close(); !s.ok()) main_log->warn("closing the Worker: {}", s.message);
-  std::error_code ec;
-  if (!cfg.socket.empty()) std::filesystem::remove(cfg.socket, ec);
   main_log->info("stopped");
 }
 
 }  // namespace
 
 int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
-  if (Status s = prepare(cfg); !s.ok()) return fail(s.message);
+  StateDirLock state_lock;
+  SocketPath socket;
+  if (Status s = prepare(cfg, state_lock, socket); !s.ok()) return fail(s.message);
 
   // The Worker forks its children now, before gRPC, Asio or the job runner
   // start any thread.
@@ -344,6 +351,7 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   std::unique_ptr<grpc::Server> server;
   std::vector<int> ports;
   if (Status s = start_server(cfg, services, &server, &ports); !s.ok()) return fail(s.message);
+  socket.bound();
   set_serving(*server, true);
   std::unique_ptr<MetricsServer> metrics;
   if (Status s = start_metrics(cfg, worker, jobs, runners, &metrics); !s.ok()) {
@@ -357,6 +365,7 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   announce(cfg, opts, ports, metrics.get());
   serve_until_signal(cfg, io, signals);
   drain_and_stop(parts, services.session, *server, metrics);
+  socket.release();
   return 0;
 }
 

@@ -1,5 +1,7 @@
 #include "services.h"
 
+#include "pto/base/crc32c.h"
+
 #include <fmt/format.h>
 
 #include <cstring>
@@ -73,41 +75,65 @@ grpc::Status RegistryService::List(grpc::ServerContext*, const pto::v1::ListCall
 
 // ----------------------------------------------------------------- Tensors
 
-grpc::Status TensorsService::Upload(grpc::ServerContext*, grpc::ServerReader<pto::v1::UploadChunk>* reader,
+grpc::Status TensorsService::Upload(grpc::ServerContext* ctx, grpc::ServerReader<pto::v1::UploadChunk>* reader,
                                     pto::v1::TensorInfo* reply) {
+  UploadWatch::Upload watched(uploads_, ctx);
   pto::v1::UploadChunk chunk;
   if (!reader->Read(&chunk) || !chunk.has_header())
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload: the first message must be the header");
+  watched.touch();
   const auto& h = chunk.header();
   TensorEntry e;
-  // Pinned while bytes arrive: nobody can free it (and reuse the memory) meanwhile.
+  // Invisible, and not freeable by anyone else, until committed below.
   if (Status s =
           p_.tensors.create(h.name(), std::vector<uint32_t>(h.shape().begin(), h.shape().end()), h.dtype(), &e, true);
       !s.ok())
     return to_grpc(Status::Error(s.code, "upload: " + s.message));
   auto fail = [&](grpc::StatusCode code, const std::string& m) {
-    p_.tensors.pin(e.id, -1);
-    (void)p_.tensors.free(e.id, "");
+    p_.tensors.abandon(e.id);
     return grpc::Status(code, m);
   };
   uint64_t got = 0;
+  uint32_t crc = 0;
+  bool trailer = false;
   uint8_t* dst = reinterpret_cast<uint8_t*>(e.tensor.data);
   while (reader->Read(&chunk)) {
-    if (!chunk.has_data() && chunk.has_header())
-      return fail(grpc::StatusCode::INVALID_ARGUMENT, "upload: a second header");
+    watched.touch();
+    if (trailer) return fail(grpc::StatusCode::INVALID_ARGUMENT, "upload: a message after the trailer");
+    if (chunk.has_header()) return fail(grpc::StatusCode::INVALID_ARGUMENT, "upload: a second header");
+    if (chunk.has_trailer()) {
+      trailer = true;
+      if (got != e.bytes)
+        return fail(grpc::StatusCode::INVALID_ARGUMENT,
+                    fmt::format("upload: {} bytes received, shape x dtype needs {}", got, e.bytes));
+      if (chunk.trailer().crc32c() != crc)
+        return fail(grpc::StatusCode::DATA_LOSS,
+                    fmt::format("upload: the bytes received have CRC-32C {:08x}, the trailer says {:08x}", crc,
+                                chunk.trailer().crc32c()));
+      continue;
+    }
     const std::string& d = chunk.data();
     if (d.size() > e.bytes - got)
       return fail(grpc::StatusCode::INVALID_ARGUMENT,
                   fmt::format("upload: more than the {} bytes of shape x dtype", e.bytes));
     std::memcpy(dst + got, d.data(), d.size());  // NOLINT(bugprone-not-null-terminated-result): bytes
+    crc = pto::crc32c(crc, d.data(), d.size());
     got += d.size();
   }
-  if (got != e.bytes)
+  if (watched.timed_out()) {
+    log("tensors")->warn("upload of tensor {} dropped: nothing received for {} s ({} of {} bytes)", e.id,
+                         uploads_.idle().count(), got, e.bytes);
+    return fail(grpc::StatusCode::CANCELLED,
+                fmt::format("upload: nothing received for {} s ([server] upload_idle_timeout_s); dropped",
+                            uploads_.idle().count()));
+  }
+  if (!trailer)
     return fail(grpc::StatusCode::INVALID_ARGUMENT,
-                fmt::format("upload: {} bytes received, shape x dtype needs {}", got, e.bytes));
-  p_.tensors.pin(e.id, -1);
+                got == e.bytes ? "upload: no trailer: the last message must carry the CRC-32C of the bytes"
+                               : fmt::format("upload: {} bytes received, shape x dtype needs {}", got, e.bytes));
+  p_.tensors.commit(e.id);
   to_proto(e, reply);
-  log("tensors")->debug("tensor {} uploaded ({} bytes)", e.id, e.bytes);
+  log("tensors")->debug("tensor {} uploaded ({} bytes, CRC-32C {:08x})", e.id, e.bytes, crc);
   return grpc::Status::OK;
 }
 
@@ -124,6 +150,7 @@ grpc::Status TensorsService::Download(grpc::ServerContext* ctx, const pto::v1::D
   chunk = std::max<uint64_t>(4096, std::min<uint64_t>(chunk, p_.cfg.max_message_bytes - 4096));
   const uint8_t* src = reinterpret_cast<const uint8_t*>(e.tensor.data);
   uint64_t off = 0;
+  uint32_t crc = 0;
   bool first = true;
   pto::v1::DownloadChunk c;
   do {
@@ -132,8 +159,13 @@ grpc::Status TensorsService::Download(grpc::ServerContext* ctx, const pto::v1::D
     if (first) to_proto(e, c.mutable_info());
     const uint64_t n = std::min(chunk, e.bytes - off);
     c.set_data(reinterpret_cast<const char*>(src + off), n);
+    crc = pto::crc32c(crc, src + off, n);
     off += n;
     first = false;
+    if (off == e.bytes) {
+      c.set_last(true);
+      c.set_crc32c(crc);
+    }
     // buffer_hint: gRPC may coalesce with the next write instead of flushing each.
     grpc::WriteOptions wo;
     if (off < e.bytes) wo.set_buffer_hint();

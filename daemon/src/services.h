@@ -10,6 +10,7 @@
 #include "job_manager.h"
 #include "pto/v1/ptod.grpc.pb.h"
 #include "tensor_store.h"
+#include "upload_watch.h"
 
 namespace ptod {
 
@@ -38,7 +39,7 @@ class RegistryService final : public pto::v1::Registry::Service {
 
 class TensorsService final : public pto::v1::Tensors::Service {
  public:
-  explicit TensorsService(DaemonParts p) : p_(p) {}
+  explicit TensorsService(DaemonParts p) : p_(p), uploads_(std::chrono::seconds(p.cfg.upload_idle_timeout_s)) {}
   grpc::Status Upload(grpc::ServerContext*, grpc::ServerReader<pto::v1::UploadChunk>*, pto::v1::TensorInfo*) override;
   grpc::Status Download(grpc::ServerContext*, const pto::v1::DownloadRequest*,
                         grpc::ServerWriter<pto::v1::DownloadChunk>*) override;
@@ -48,6 +49,7 @@ class TensorsService final : public pto::v1::Tensors::Service {
 
  private:
   DaemonParts p_;
+  UploadWatch uploads_;
 };
 
 class JobsService final : public pto::v1::Jobs::Service {

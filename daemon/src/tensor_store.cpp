@@ -14,7 +14,7 @@ Status not_found(std::string m) { return Status::Error(pto::kWorkerNotRegistered
 }  // namespace
 
 Status TensorStore::create(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype, TensorEntry* out,
-                           bool pinned) {
+                           bool uploading) {
   if (Status s = check_name("tensor name", name); !s.ok()) return s;
   if (shape.empty() || shape.size() > PTO_TENSOR_MAX_DIMS)
     return bad(fmt::format("shape has {} dims; a tensor has 1..{}", shape.size(), PTO_TENSOR_MAX_DIMS));
@@ -44,9 +44,24 @@ Status TensorStore::create(const std::string& name, const std::vector<uint32_t>&
   e.bytes = pto::tensor_bytes(r.value);
   by_id_[e.id] = e;
   if (!name.empty()) by_name_[name] = e.id;
-  if (pinned) by_id_[e.id].pins = 1;
-  *out = e;
+  by_id_[e.id].committed = !uploading;
+  *out = by_id_[e.id];
   return Status::Ok();
+}
+
+void TensorStore::commit(uint64_t id) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = by_id_.find(id);
+  if (it != by_id_.end()) it->second.committed = true;
+}
+
+void TensorStore::abandon(uint64_t id) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end() || it->second.committed) return;
+  (void)w_.free(it->second.tensor);
+  if (!it->second.name.empty()) by_name_.erase(it->second.name);
+  by_id_.erase(it);
 }
 
 Status TensorStore::find_and_pin(uint64_t id, const std::string& name, TensorEntry* out) {
@@ -67,6 +82,9 @@ Status TensorStore::find_locked(uint64_t id, const std::string& name, const Tens
   }
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return not_found(fmt::format("no tensor with id {}", id));
+  if (!it->second.committed)
+    return not_found(fmt::format("tensor {} is still being uploaded: it exists once its upload completes and is checked",
+                                 it->second.name.empty() ? std::to_string(id) : "'" + it->second.name + "'"));
   *out = &it->second;
   return Status::Ok();
 }
@@ -87,7 +105,8 @@ Status TensorStore::free(uint64_t id, const std::string& name) {
 std::vector<TensorEntry> TensorStore::list() const {
   std::lock_guard<std::mutex> g(mu_);
   std::vector<TensorEntry> out;
-  for (const auto& [id, e] : by_id_) out.push_back(e);
+  for (const auto& [id, e] : by_id_)
+    if (e.committed) out.push_back(e);
   return out;
 }
 

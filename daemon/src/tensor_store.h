@@ -1,7 +1,9 @@
 // Tensors the daemon holds for clients: buffers in the Worker's shared
 // arena (so chip and sub children read and write them in place), by id and
 // optional name. A tensor a queued or running job uses is pinned: it cannot
-// be freed until the job ends.
+// be freed until the job ends. A tensor being uploaded holds its space and
+// its name but exists for nobody (list, jobs, downloads) until its upload
+// is committed: complete and checked.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@ struct TensorEntry {
   pto::ContinuousTensor tensor{};  // the whole buffer
   uint64_t bytes = 0;
   int64_t pins = 0;  // jobs and transfers using it
+  bool committed = true;  // false while its upload is in progress
 };
 
 class TensorStore {
@@ -29,10 +32,11 @@ class TensorStore {
   explicit TensorStore(pto::Worker& w) : w_(w) {}
 
   // A zero-filled buffer; the error names the shape, dtype or name. With
-  // pinned, it starts with one pin (an upload in progress) that the caller
-  // releases with pin(id, -1).
+  // `uploading`, it is invisible until commit(id), or dropped by abandon(id).
   Status create(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype, TensorEntry* out,
-                bool pinned = false);
+                bool uploading = false);
+  void commit(uint64_t id);
+  void abandon(uint64_t id);
   // find() and one pin in one step (a download in progress).
   Status find_and_pin(uint64_t id, const std::string& name, TensorEntry* out);
   Status free(uint64_t id, const std::string& name);

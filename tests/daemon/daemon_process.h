@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -116,6 +117,15 @@ inline bool make_test_pki(const std::string& dir) {
       return false;
   }
   return true;
+}
+
+// A secret file (a token) as ptod accepts it: readable by its owner only.
+inline void write_secret(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return;
+  fchmod(fd, 0600);
+  (void)!::write(fd, text.data(), text.size());
+  ::close(fd);
 }
 
 class DaemonProcess {

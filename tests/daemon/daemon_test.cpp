@@ -404,7 +404,7 @@ TEST_CASE("a listener beyond loopback needs TLS and a token - requests without t
                             "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"},
                            60);
   REQUIRE(gen.code == 0);
-  std::ofstream(dir + "/token") << "0123456789abcdef-test-token\n";
+  write_secret(dir + "/token", "0123456789abcdef-test-token\n");
   DaemonProcess tls({"--listen", "0.0.0.0:0", "--tls-cert", dir + "/cert.pem", "--tls-key", dir + "/key.pem",
                      "--token-file", dir + "/token"});
   REQUIRE(tls.up());
@@ -555,7 +555,7 @@ TEST_CASE("server reflection lists the pto.v1 services (what grpcurl uses)") {
 TEST_CASE("mutual TLS - a client without a certificate the daemon's CA signed is refused") {
   const std::string dir = make_temp_dir("ptod-mtls");
   REQUIRE(make_test_pki(dir));  // a CA, a server certificate and a client certificate signed by it
-  std::ofstream(dir + "/token") << "0123456789abcdef-mtls-token\n";
+  write_secret(dir + "/token", "0123456789abcdef-mtls-token\n");
   std::ofstream(dir + "/ptod.toml") << "[server]\nlisten = [\"0.0.0.0:0\"]\ntls_cert = \"" << dir
                                     << "/server.pem\"\ntls_key = \"" << dir << "/server.key\"\ntls_client_ca = \""
                                     << dir << "/ca.pem\"\ntoken_file = \"" << dir << "/token\"\n";

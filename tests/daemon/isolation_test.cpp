@@ -289,7 +289,7 @@ TEST_CASE("jobs run at once: disjoint tensors overlap, writers of one tensor go 
   CHECK(same >= 1000);
 }
 
-TEST_CASE("a one-task job is served while a 2,000-task job of another client runs") {
+TEST_CASE("a one-task job is served while a 2,000-task job runs (round robin between jobs)") {
   DaemonProcess d;
   REQUIRE(d.up());
   auto c = connect(d);

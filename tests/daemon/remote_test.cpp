@@ -465,8 +465,8 @@ TEST_CASE("malformed - out-of-order - wrong-version frames and late tasks are re
 TEST_CASE("sessions between daemons need the token - TLS and mutual TLS between daemons") {
   const std::string dir = make_temp_dir("ptod-peer-auth");
   REQUIRE(make_test_pki(dir));
-  std::ofstream(dir + "/token") << "0123456789abcdef-peer-token\n";
-  std::ofstream(dir + "/wrong") << "0123456789abcdef-wrong-token\n";
+  write_secret(dir + "/token", "0123456789abcdef-peer-token\n");
+  write_secret(dir + "/wrong", "0123456789abcdef-wrong-token\n");
   std::ofstream(dir + "/peer.toml") << "[server]\nlisten = [\"127.0.0.1:0\"]\ntls_cert = \"" << dir
                                     << "/server.pem\"\ntls_key = \"" << dir << "/server.key\"\ntls_client_ca = \""
                                     << dir << "/ca.pem\"\ntoken_file = \"" << dir << "/token\"\n";

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "config.h"
+#include "pto/base/crc32c.h"
 #include "names.h"
 #include "session_frames.h"
 #include "submit_args.h"
@@ -125,4 +126,23 @@ TEST_CASE("the wire's enums are the engine's: same values, same names") {
           pto::tag_name(from_wire(static_cast<pto::v1::TensorTag>(t))));
   CHECK(pto::v1::CallableKind_Name(to_wire(pto::CallableKind::NATIVE_BLOB)) ==
         pto::kind_name(pto::CallableKind::NATIVE_BLOB));
+}
+
+TEST_CASE("crc32c: the standard check values - in pieces as whole") {
+  const char* digits = "123456789";
+  CHECK(pto::crc32c(0, digits, 9) == 0xE3069283u);
+  std::vector<uint8_t> zeros(32, 0), ones(32, 0xFF), rising(32);
+  for (int i = 0; i < 32; ++i) rising[i] = static_cast<uint8_t>(i);
+  CHECK(pto::crc32c(0, zeros.data(), 32) == 0x8A9136AAu);  // RFC 3720, B.4
+  CHECK(pto::crc32c(0, ones.data(), 32) == 0x62A8AB43u);
+  CHECK(pto::crc32c(0, rising.data(), 32) == 0x46DD794Eu);
+  // Any split gives the same checksum (uploads arrive in chunks of any size).
+  std::vector<uint8_t> big(100003);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  const uint32_t whole = pto::crc32c(0, big.data(), big.size());
+  for (size_t cut : {size_t(1), size_t(7), size_t(4096), size_t(65537)}) {
+    uint32_t c = 0;
+    for (size_t off = 0; off < big.size(); off += cut) c = pto::crc32c(c, big.data() + off, std::min(cut, big.size() - off));
+    CHECK(c == whole);
+  }
 }

@@ -1,0 +1,174 @@
+// Tensor integrity (docs/daemon.md, "Tensors"; docs/proto.md, Upload): a
+// tensor exists for list, jobs and download only once its upload completed
+// and its CRC-32C matched; a mismatch, a missing trailer or a short upload
+// leaves nothing behind; an upload that stalls is dropped and its space
+// released; a download carries the checksum of its bytes.
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "daemon_client.h"
+#include "daemon_process.h"
+#include "eventually.h"
+#include "pto/base/crc32c.h"
+#include "pto/client.h"
+#include "pto/v1/ptod.grpc.pb.h"
+
+using namespace pto_test;
+namespace v1 = pto::v1;
+using SC = grpc::StatusCode;
+
+namespace {
+
+// An upload driven by hand: header, chunks and trailer when the test says.
+struct RawUpload {
+  std::unique_ptr<v1::Tensors::Stub> stub;
+  grpc::ClientContext ctx;
+  v1::TensorInfo reply;
+  std::unique_ptr<grpc::ClientWriter<v1::UploadChunk>> w;
+  RawUpload(const DaemonProcess& d, const std::string& name, uint32_t elements) {
+    stub = v1::Tensors::NewStub(grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    w = stub->Upload(&ctx, &reply);
+    v1::UploadChunk h;
+    h.mutable_header()->set_name(name);
+    h.mutable_header()->add_shape(elements);
+    h.mutable_header()->set_dtype(v1::FLOAT32);
+    REQUIRE(w->Write(h));
+  }
+  bool data(const void* p, size_t n) {
+    v1::UploadChunk c;
+    c.set_data(p, n);
+    return w->Write(c);
+  }
+  bool trailer(uint32_t crc) {
+    v1::UploadChunk c;
+    c.mutable_trailer()->set_crc32c(crc);
+    return w->Write(c);
+  }
+  grpc::Status finish() {
+    w->WritesDone();
+    return w->Finish();
+  }
+  // The status without half-closing: what a client that stalls sees.
+  grpc::Status wait() { return w->Finish(); }
+};
+
+v1::TensorHandle named(const std::string& n) {
+  v1::TensorHandle h;
+  h.set_name(n);
+  return h;
+}
+
+bool listed(pto::client::Client& c, const std::string& name) {
+  auto l = c.tensors();
+  if (!l.ok()) return false;
+  for (const auto& t : l.value.tensors())
+    if (t.handle().name() == name) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a tensor exists only once its upload completed and its checksum matched") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_add_one", "add_one").ok());
+  std::vector<float> x(4096);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i) * 0.25f;
+  RawUpload up(d, "half", 4096);
+  REQUIRE(up.data(x.data(), 8192));  // half of it
+  // Meanwhile it exists for nobody: not listed, not downloadable, not usable, its name taken.
+  REQUIRE(eventually([&] {
+    std::vector<uint8_t> got;
+    auto r = c->download(named("half"), &got);
+    return !r.ok() && r.status.message.find("still being uploaded") != std::string::npos;
+  }));
+  CHECK_FALSE(listed(*c, "half"));
+  v1::SubmitRequest job;
+  job.mutable_callable()->set_name("add_one");
+  job.mutable_args()->add_tensors()->mutable_tensor()->set_name("half");
+  job.mutable_args()->add_tags(v1::INOUT);
+  auto sub = c->submit(job);
+  CHECK_FALSE(sub.ok());
+  CHECK(sub.status.code == int(SC::NOT_FOUND));
+  auto again = c->upload("half", {4}, PTO_FLOAT32, x.data(), 16);
+  CHECK_FALSE(again.ok());
+  CHECK_THAT(again.status.message, Catch::Contains("'half' exists"));
+  // The rest and the trailer: now it exists, byte-identical.
+  REQUIRE(up.data(x.data() + 2048, 8192));
+  REQUIRE(up.trailer(pto::crc32c(0, x.data(), 16384)));
+  grpc::Status s = up.finish();
+  INFO(s.error_message());
+  REQUIRE(s.ok());
+  CHECK(listed(*c, "half"));
+  std::vector<uint8_t> got;
+  REQUIRE(c->download(named("half"), &got).ok());
+  REQUIRE(got.size() == 16384);
+  CHECK(std::memcmp(got.data(), x.data(), 16384) == 0);
+}
+
+TEST_CASE("a wrong checksum, a missing trailer or a short upload leaves no tensor") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  std::vector<float> x(1024, 1.5f);
+  {
+    RawUpload up(d, "bad", 1024);
+    REQUIRE(up.data(x.data(), 4096));
+    REQUIRE(up.trailer(pto::crc32c(0, x.data(), 4096) ^ 1));
+    grpc::Status s = up.finish();
+    CHECK(s.error_code() == SC::DATA_LOSS);
+    CHECK_THAT(s.error_message(), Catch::Contains("CRC-32C"));
+  }
+  {
+    RawUpload up(d, "bad", 1024);  // the name is free again
+    REQUIRE(up.data(x.data(), 4096));
+    grpc::Status s = up.finish();
+    CHECK(s.error_code() == SC::INVALID_ARGUMENT);
+    CHECK_THAT(s.error_message(), Catch::Contains("no trailer"));
+  }
+  {
+    RawUpload up(d, "bad", 1024);
+    REQUIRE(up.data(x.data(), 100));
+    REQUIRE(up.trailer(pto::crc32c(0, x.data(), 100)));
+    grpc::Status s = up.finish();
+    CHECK(s.error_code() == SC::INVALID_ARGUMENT);
+    CHECK_THAT(s.error_message(), Catch::Contains("100 bytes received"));
+  }
+  CHECK_FALSE(listed(*c, "bad"));
+  // The client library sends the trailer itself.
+  REQUIRE(c->upload("bad", {1024}, PTO_FLOAT32, x.data(), 4096).ok());
+  CHECK(listed(*c, "bad"));
+}
+
+TEST_CASE("an upload that stalls is dropped after upload_idle_timeout_s and its space released") {
+  const std::string dir = make_temp_dir("ptod-stall");
+  std::ofstream(dir + "/ptod.toml") << "[server]\nupload_idle_timeout_s = 1\n[worker]\narena_bytes = 67108864\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
+  REQUIRE(d.up());
+  auto c = connect(d);
+  // Two uploads of 24 MiB that send only their header hold 48 of the 64 MiB.
+  RawUpload a(d, "a", 6 << 20), b(d, "b", 6 << 20);
+  REQUIRE(eventually([&] {  // once both hold their space, 24 MiB more does not fit
+    if (!c->alloc("probe", {6 << 20}, PTO_FLOAT32).ok()) return true;
+    (void)c->free(named("probe"));
+    return false;
+  }));
+  const auto t0 = std::chrono::steady_clock::now();
+  grpc::Status sa = a.wait(), sb = b.wait();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(sa.error_message() << " after " << s << " s");
+  CHECK(sa.error_code() == SC::CANCELLED);
+  CHECK(sb.error_code() == SC::CANCELLED);
+  CHECK(s < 5);
+  CHECK_THAT(d.log(), Catch::Contains("upload of tensor") && Catch::Contains("nothing received for 1 s"));
+  // Their space is back.
+  CHECK(c->alloc("probe", {6 << 20}, PTO_FLOAT32).ok());
+  CHECK(c->alloc("probe2", {6 << 20}, PTO_FLOAT32).ok());
+  std::filesystem::remove_all(dir);
+}
