@@ -103,7 +103,10 @@ struct Tally {
 
 // One client: its own tensors, a random mix of jobs until `stop`.
 void client_loop(const DaemonProcess& d, int id, std::atomic<bool>& stop, Tally& tally) {
-  auto c = connect(d);
+  pto::client::ClientOptions o;  // calls may wait for a job up to 60 s
+  o.address = d.address();
+  o.timeout = std::chrono::seconds(90);
+  auto c = std::make_unique<pto::client::Client>(o);
   std::mt19937 rng(1234 + id);
   std::vector<float> a(N), b(N), nan(N, std::nanf(""));
   for (uint32_t i = 0; i < N; ++i) a[i] = 0.001f * float((i + id) % 101), b[i] = 0.5f - 0.002f * float(i % 67);
@@ -175,7 +178,15 @@ void client_loop(const DaemonProcess& d, int id, std::atomic<bool>& stop, Tally&
     auto r = c->result(sub.value.job_id(), 60000);
     if (!r.ok() || (r.value.state() != v1::SUCCEEDED && r.value.state() != v1::FAILED &&
                     r.value.state() != v1::CANCELLED)) {
-      tally.problem(kind + ": job " + std::to_string(sub.value.job_id()) + " did not end within 60 s");
+      // What the daemon said meanwhile (its log lines of the last 60 s are the
+      // tail of its log: the warnings about children, the job's own lines).
+      const std::string log = d.log();
+      const size_t from = log.size() > 6000 ? log.size() - 6000 : 0;
+      tally.problem(kind + ": job " + std::to_string(sub.value.job_id()) + " did not end within 60 s (" +
+                    (r.ok() ? v1::JobState_Name(r.value.state()) + ", " + std::to_string(r.value.tasks_submitted()) +
+                                  " tasks submitted"
+                            : r.status.message) +
+                    "); the daemon's log ends:\n" + log.substr(from));
       continue;
     }
     tally.add(kind, r.value);
@@ -211,7 +222,7 @@ TEST_CASE("chaos: mixed jobs while random children are killed and stopped - ever
   const char* env = std::getenv("PTO_CHAOS_S");
   const int seconds = env ? std::atoi(env) : 60;
   const std::string dir = make_temp_dir("ptod-chaos");
-  std::ofstream(dir + "/ptod.toml") << "[worker]\nliveness_timeout_ms = 1000\n";
+  std::ofstream(dir + "/ptod.toml") << "[worker]\nliveness_timeout_ms = 1000\n[daemon]\ndrain_timeout_s = 5\n";
   DaemonProcess d({"--config", dir + "/ptod.toml"}, /*chips=*/2, /*subs=*/2);
   REQUIRE(d.up());
   auto c = connect(d);
@@ -279,7 +290,9 @@ TEST_CASE("chaos: mixed jobs while random children are killed and stopped - ever
   CHECK(threads_end <= threads_warm + 8);
   CHECK(fds_end <= fds_warm + 8);
   const int daemon_pid = d.pid();
+  const auto s0 = std::chrono::steady_clock::now();
   CHECK(d.stop(SIGTERM, 30) == 0);
+  CHECK(std::chrono::steady_clock::now() - s0 < std::chrono::seconds(5 + 2));  // the drain's bound
   CHECK(shm_segments_of(daemon_pid) == 0);
   std::filesystem::remove_all(dir);
 }

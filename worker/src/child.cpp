@@ -301,6 +301,27 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
   if (close_range(3, ~0u, 0) != 0)
     for (int fd = 3; fd < 4096; ++fd) ::close(fd);
   Worker* inner = ep.kind == ChildKind::L3 ? pool_.inner()[ep.index].get() : nullptr;
+  // The heartbeat: a thread of its own bumps the mailbox's counter every
+  // 100 ms whatever the task thread does, so the parent tells a stopped or
+  // frozen process (no beats) from a busy kernel (beats) — also while the
+  // child starts (a replacement stopped before INIT_READY is found by it). It
+  // also notices the parent's end within 100 ms: a child forked from a thread
+  // other than the main one has no parent-death signal (see fork_child). An
+  // L3 child starts it once its inner Worker has forked its own children
+  // (no thread may exist before that).
+  auto start_heartbeat = [&] {
+    const pid_t parent = pool_.owner_pid();
+    const bool watch_parent = !forked_by_main_thread;
+    Mailbox* mb = ep.mb;
+    std::thread([parent, watch_parent, mb] {
+      for (;;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        mb->heartbeat.fetch_add(1, std::memory_order_relaxed);
+        if (watch_parent && getppid() != parent) _exit(3);
+      }
+    }).detach();
+  };
+  if (!inner) start_heartbeat();
   // A chip child's L2 runtime keeps its own scheduler thread spinning after a
   // run; if the child's main thread spun as long too, the two would hold both
   // CPUs of a small machine and delay the parent's next dispatch. L3 children
@@ -324,25 +345,10 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
     if (inner) (void)inner->close();
     _exit(2);
   }
-  // The heartbeat: a thread of its own bumps the mailbox's counter every
-  // 100 ms whatever the task thread does, so the parent tells a stopped or
-  // frozen process (no beats) from a busy kernel (beats). It also notices the
-  // parent's end within 100 ms: a child forked from a thread other than the
-  // main one has no parent-death signal (see fork_child). Started after the
-  // inner Worker forked its own children, before INIT_READY.
-  {
-    const pid_t parent = pool_.owner_pid();
-    const bool watch_parent = !forked_by_main_thread;
-    Mailbox* mb = ep.mb;
-    std::thread([parent, watch_parent, mb] {
-      for (;;) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        mb->heartbeat.fetch_add(1, std::memory_order_relaxed);
-        if (watch_parent && getppid() != parent) _exit(3);
-      }
-    }).detach();
+  if (inner) {
+    start_heartbeat();
+    runner.report_inner();
   }
-  if (inner) runner.report_inner();
   ep.mb->state.store(MB_INIT_READY, std::memory_order_seq_cst);
   futex_wake_shared(&ep.mb->state);
   const int code = runner.serve();

@@ -196,6 +196,8 @@ Status ChildPool::respawn(Endpoint& ep, const ChildMain& main) {
   if (Status s = fork_child(ep, true, main); !s.ok()) return s;
   ep.starting = true;
   ep.start_deadline_ns = now_ns() + uint64_t(cfg_.init_timeout_ms) * 1'000'000;
+  ep.beat = ep.mb->heartbeat.load(std::memory_order_relaxed);
+  ep.beat_ns = now_ns();
   return Status::Ok();
 }
 
@@ -231,6 +233,21 @@ bool ChildPool::poll_start(Endpoint& ep, uint64_t now) {
     kill(ep.pid, SIGKILL);
     waitpid(ep.pid, &status, 0);
     return failed(fmt::format("did not report INIT_READY within {} ms (init_timeout_ms)", cfg_.init_timeout_ms));
+  }
+  // A sub or chip child beats from its first moment: one that stopped while
+  // starting (SIGSTOP) is not waited for until init_timeout_ms.
+  const uint64_t live_ns = uint64_t(cfg_.liveness_timeout_ms) * 1'000'000;
+  if (live_ns != 0 && ep.kind != ChildKind::L3) {
+    const uint64_t beat = mb->heartbeat.load(std::memory_order_relaxed);
+    if (beat != ep.beat) {
+      ep.beat = beat;
+      ep.beat_ns = now;
+    } else if (now - ep.beat_ns > live_ns) {
+      kill(ep.pid, SIGKILL);
+      waitpid(ep.pid, &status, 0);
+      return failed(fmt::format("stopped making progress while starting: no heartbeat for {} ms",
+                                (now - ep.beat_ns) / 1'000'000));
+    }
   }
   return false;
 }
