@@ -147,8 +147,10 @@ TEST_CASE("a wrong checksum, a missing trailer or a short upload leaves no tenso
 }
 
 TEST_CASE("an upload that stalls is dropped after upload_idle_timeout_s and its space released") {
+  // 3 s: the two stalled uploads hold their space long enough for the probe
+  // below to see it held, also on a loaded machine.
   const std::string dir = make_temp_dir("ptod-stall");
-  std::ofstream(dir + "/ptod.toml") << "[server]\nupload_idle_timeout_s = 1\n[worker]\narena_bytes = 67108864\n";
+  std::ofstream(dir + "/ptod.toml") << "[server]\nupload_idle_timeout_s = 3\n[worker]\narena_bytes = 67108864\n";
   DaemonProcess d({"--config", dir + "/ptod.toml"});
   REQUIRE(d.up());
   auto c = connect(d);
@@ -165,10 +167,11 @@ TEST_CASE("an upload that stalls is dropped after upload_idle_timeout_s and its 
   INFO(sa.error_message() << " after " << s << " s");
   CHECK(sa.error_code() == SC::CANCELLED);
   CHECK(sb.error_code() == SC::CANCELLED);
-  CHECK(s < 5);
-  CHECK_THAT(d.log(), Catch::Contains("upload of tensor") && Catch::Contains("nothing received for 1 s"));
-  // Their space is back.
-  CHECK(c->alloc("probe", {6 << 20}, PTO_FLOAT32).ok());
-  CHECK(c->alloc("probe2", {6 << 20}, PTO_FLOAT32).ok());
+  CHECK(s < 5);  // at most 1.25 bounds after the header
+  // The client hears CANCELLED when the watch cancels; the handler then
+  // logs and releases the space (moments later).
+  CHECK(eventually([&] { return d.log().find("nothing received for 3 s") != std::string::npos; }));
+  CHECK(eventually([&] { return c->alloc("probe", {6 << 20}, PTO_FLOAT32).ok(); }));
+  CHECK(eventually([&] { return c->alloc("probe2", {6 << 20}, PTO_FLOAT32).ok(); }));
   std::filesystem::remove_all(dir);
 }
