@@ -148,6 +148,27 @@ TEST_CASE("a stopped runner is noticed by its heartbeat and killed") {
   CHECK(eventually([&] { return process_gone(*pids.begin()); }));
 }
 
+TEST_CASE("a runner stopped while its library loads is noticed by its heartbeat, not at the load timeout") {
+  RunnerConfig rc;
+  rc.liveness_timeout_ms = 500;
+  rc.load_timeout_ms = 20000;
+  Fixture f(rc);
+  TaskArgs a;
+  // Its constructor never returns: the runner is loading until it is stopped.
+  RunHandle h = f.w.submit_function(f.pool.orchestration(HANG_CTOR, "pto_test_never_reached", "hang_ctor"), a, {},
+                                    nullptr, {});
+  std::set<int> pids;
+  REQUIRE(eventually([&] { return (pids = runner_pids(f.w)).size() == 1; }));
+  const uint64_t t0 = now_ns();
+  REQUIRE(kill(*pids.begin(), SIGSTOP) == 0);
+  const RunResult& r = h.result();
+  const double ms = double(now_ns() - t0) / 1e6;
+  INFO(r.status.message << " after " << ms << " ms");
+  CHECK(r.status.message.find("no heartbeat") != std::string::npos);
+  CHECK(ms < 5000);
+  CHECK(eventually([&] { return process_gone(*pids.begin()); }));
+}
+
 TEST_CASE("checking a library in a runner: constructors that crash or hang cost a runner, not this process") {
   RunnerConfig rc;
   rc.load_timeout_ms = 300;

@@ -132,8 +132,10 @@ class Runner {
       beat_ns_ = now;
       return "";
     }
-    if (cfg_.liveness_timeout_ms && ch_->loaded.load(std::memory_order_acquire) &&
-        now - beat_ns_ > uint64_t(cfg_.liveness_timeout_ms) * 1'000'000)
+    // Beats come from the runner's first moment (a thread of its own), also
+    // while the library loads: a runner stopped then is found here, a
+    // constructor that never returns by the load timeout above.
+    if (cfg_.liveness_timeout_ms && now - beat_ns_ > uint64_t(cfg_.liveness_timeout_ms) * 1'000'000)
       return fmt::format("stopped making progress: no heartbeat for {} ms (stopped, or frozen) and was killed",
                          (now - beat_ns_) / 1'000'000);
     return "";
