@@ -16,6 +16,7 @@ PACKAGES=(
   libtomlplusplus-dev
   libssl-dev openssl
   libsystemd-dev
+  libsqlite3-dev
   iproute2
   libstarpu-dev
   clang clang-tidy libfuzzer-14-dev libclang-rt-14-dev

@@ -23,6 +23,7 @@
 #include "remote_link.h"
 #include "services.h"
 #include "session_service.h"
+#include "state_db.h"
 #include "state_dir.h"
 #include "tensor_store.h"
 
@@ -68,7 +69,7 @@ int fail(const std::string& m) {
 // directory exists and is this daemon's alone (its lock), and the socket's
 // path is free or stale. Uploaded code lives in the state directory, so only
 // this user may read it.
-Status prepare(DaemonConfig& cfg, StateDirLock& lock, SocketPath& socket) {
+Status prepare(DaemonConfig& cfg, StateDirLock& lock, SocketPath& socket, StateDb& db) {
   if (Status s = cfg.validate(); !s.ok()) return s;
   if (Status s = setup_logging(cfg.log_level, cfg.log_file); !s.ok()) return s;
   std::error_code ec;
@@ -80,6 +81,7 @@ Status prepare(DaemonConfig& cfg, StateDirLock& lock, SocketPath& socket) {
   chmod((cfg.state_dir + "/callables").c_str(), 0700);
   chmod((cfg.state_dir + "/traces").c_str(), 0700);
   if (Status s = lock.acquire(cfg.state_dir); !s.ok()) return s;
+  if (Status s = db.open(cfg.state_dir); !s.ok()) return s;
   if (!cfg.socket.empty()) {
     std::filesystem::create_directories(std::filesystem::path(cfg.socket).parent_path(), ec);
     if (Status s = socket.claim(cfg.socket); !s.ok()) return s;
@@ -329,7 +331,8 @@ void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Se
 int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   StateDirLock state_lock;
   SocketPath socket;
-  if (Status s = prepare(cfg, state_lock, socket); !s.ok()) return fail(s.message);
+  StateDb db;
+  if (Status s = prepare(cfg, state_lock, socket, db); !s.ok()) return fail(s.message);
 
   // The Worker forks its children now, before gRPC, Asio or the job runner
   // start any thread.
@@ -344,7 +347,7 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   rcfg.spin_us = std::min<uint32_t>(cfg.spin_us, 50);
   pto::RunnerPool runners(rcfg);
   CallableRegistry registry(worker, runners, cfg);
-  JobManager jobs(worker, tensors, runners, cfg);
+  JobManager jobs(worker, tensors, runners, cfg, db);
   std::atomic<bool> draining{false};
   DaemonParts parts{cfg, worker, tensors, registry, jobs, draining, runners};
   Services services(parts);

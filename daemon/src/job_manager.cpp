@@ -61,8 +61,8 @@ pto::v1::JobResult to_proto(const pto::RunResult& r) {
 }
 
 JobManager::JobManager(pto::Worker& w, TensorStore& tensors, const pto::RunnerPool& runners,
-                       const DaemonConfig& cfg)
-    : w_(w), tensors_(tensors), runners_(runners), cfg_(cfg) {}
+                       const DaemonConfig& cfg, StateDb& db)
+    : w_(w), tensors_(tensors), runners_(runners), cfg_(cfg), db_(db) {}
 
 JobManager::~JobManager() { stop(); }
 
@@ -90,6 +90,14 @@ Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position) {
   if (counts_.queued >= cfg_.max_queued)
     return Status::Error(pto::kQueueFull,
                          fmt::format("the job queue is full ({} jobs; [jobs] max_queued)", counts_.queued));
+  if (next_id_ == id_limit_) {  // a new block of ids, durable before any is used
+    constexpr uint64_t kBlock = 1000;
+    uint64_t first = 0;
+    if (Status s = db_.reserve("job", kBlock, &first); !s.ok())
+      return Status::Error(s.code, "cannot give the job an id: " + s.message);
+    next_id_ = first;
+    id_limit_ = first + kBlock;
+  }
   Job j;
   j.id = next_id_++;
   j.spec = std::move(spec);

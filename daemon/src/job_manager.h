@@ -27,6 +27,7 @@
 #include "pto/runner.h"
 #include "pto/v1/ptod.pb.h"
 #include "pto/worker.h"
+#include "state_db.h"
 #include "tensor_store.h"
 
 namespace ptod {
@@ -48,7 +49,10 @@ struct JobCounts {
 
 class JobManager {
  public:
-  JobManager(pto::Worker& w, TensorStore& tensors, const pto::RunnerPool& runners, const DaemonConfig& cfg);
+  // Job ids come from `db`'s "job" sequence in blocks: never one a client has
+  // seen before, also across restarts.
+  JobManager(pto::Worker& w, TensorStore& tensors, const pto::RunnerPool& runners, const DaemonConfig& cfg,
+             StateDb& db);
   ~JobManager();
 
   // spec.pinned: tensors the caller pinned; the job unpins them when it ends
@@ -99,7 +103,8 @@ class JobManager {
   std::condition_variable cv_;  // any job changed
   std::map<uint64_t, Job> jobs_;
   std::deque<uint64_t> finished_order_;
-  uint64_t next_id_ = 1;
+  StateDb& db_;
+  uint64_t next_id_ = 0, id_limit_ = 0;  // ids [next_id_, id_limit_) are reserved in db_
   JobCounts counts_;  // queued and running are live counts
   std::atomic<bool> draining_{false};
   bool stop_ = false;

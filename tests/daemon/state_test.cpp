@@ -14,6 +14,7 @@
 #include "pto/client.h"
 
 using namespace pto_test;
+namespace v1 = pto::v1;
 
 namespace {
 
@@ -124,4 +125,47 @@ TEST_CASE("startup removes stored callable files that no registration names") {
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(callables)) ++left;
   CHECK(left == 0);
   CHECK_THAT(d.log(), Catch::Contains("removed " + std::to_string(stored) + " stored callable file(s)"));
+}
+
+TEST_CASE("job ids are never reused across a restart - a job's trace is never overwritten") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto job = [](const std::string& name) {
+    v1::SubmitRequest r;
+    r.mutable_callable()->set_name(name);
+    r.mutable_args()->add_scalars(1);  // ms
+    r.mutable_config()->set_enable_profiling(true);
+    return r;
+  };
+  uint64_t last = 0;
+  std::string trace;
+  {
+    auto c = connect(d);
+    REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+    for (int i = 0; i < 3; ++i) {
+      auto r = c->run(job("sleep"));
+      REQUIRE(r.ok());
+      REQUIRE(r.value.state() == v1::SUCCEEDED);
+      CHECK(r.value.job_id() > last);
+      last = r.value.job_id();
+      trace = r.value.trace_path();
+    }
+  }
+  REQUIRE(std::filesystem::exists(trace));
+  const auto size = std::filesystem::file_size(trace);
+  CHECK(std::filesystem::exists(d.dir() + "/state/ptod.db"));
+  d.restart();  // SIGKILL, then the same state directory
+  REQUIRE(d.up());
+  REQUIRE(eventually([&] { return connect(d)->health().value == "SERVING"; }));
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  auto r = c->run(job("sleep"));
+  REQUIRE(r.ok());
+  INFO("before the restart the last id was " << last << "; after it " << r.value.job_id());
+  CHECK(r.value.job_id() > last);
+  CHECK(r.value.trace_path() != trace);
+  CHECK(std::filesystem::file_size(trace) == size);  // the old job's trace is as it was
+  // A result for an old id is not another job's.
+  auto old = c->result(last);
+  CHECK_FALSE(old.ok());
 }
