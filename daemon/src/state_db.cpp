@@ -54,11 +54,13 @@ Status StateDb::reserve(const std::string& name, uint64_t count, uint64_t* first
   if (rc == SQLITE_ROW) next = static_cast<uint64_t>(sqlite3_column_int64(st, 0));
   sqlite3_finalize(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return rollback(db_error(path_, "reading a sequence", db_));
-  if (sqlite3_prepare_v2(db_, "INSERT INTO sequences (name, next) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET next = ?2",
+  if (sqlite3_prepare_v2(db_,
+                         "INSERT INTO sequences (name, next) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET next = ?2",
                          -1, &st, nullptr) != SQLITE_OK)
     return rollback(db_error(path_, "writing a sequence", db_));
   sqlite3_bind_text(st, 1, name.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(st, 2, static_cast<sqlite3_int64>(next + count));
+  const uint64_t after = next + count;
+  sqlite3_bind_int64(st, 2, static_cast<sqlite3_int64>(after));
   const int w = sqlite3_step(st);
   sqlite3_finalize(st);
   if (w != SQLITE_DONE) return rollback(db_error(path_, "writing a sequence", db_));

@@ -30,8 +30,8 @@ Status StateDirLock::acquire(const std::string& dir) {
     const ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
     ::close(fd);
     if (err != EWOULDBLOCK)
-      return Status::Error(pto::kStorageError, fmt::format("state directory {}: cannot lock {}: {}", dir, path,
-                                                           pto::errno_text(err)));
+      return Status::Error(pto::kStorageError,
+                           fmt::format("state directory {}: cannot lock {}: {}", dir, path, pto::errno_text(err)));
     std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "?";
     while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
     return Status::Error(pto::kInUse, fmt::format("state directory {} is in use by pid {}", dir, pid));
@@ -40,8 +40,8 @@ Status StateDirLock::acquire(const std::string& dir) {
   if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
     const int err = errno;
     ::close(fd);
-    return Status::Error(pto::kStorageError, fmt::format("state directory {}: cannot write {}: {}", dir, path,
-                                                         pto::errno_text(err)));
+    return Status::Error(pto::kStorageError,
+                         fmt::format("state directory {}: cannot write {}: {}", dir, path, pto::errno_text(err)));
   }
   fd_ = fd;
   return Status::Ok();
@@ -49,11 +49,10 @@ Status StateDirLock::acquire(const std::string& dir) {
 
 Status SocketPath::claim(const std::string& path) {
   path_ = path;
-  struct stat st{};
+  struct stat st {};
   if (lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return Status::Ok();
-    return Status::Error(pto::kInvalidConfig,
-                         fmt::format("[server] socket '{}': {}", path, pto::errno_text(errno)));
+    return Status::Error(pto::kInvalidConfig, fmt::format("[server] socket '{}': {}", path, pto::errno_text(errno)));
   }
   if (!S_ISSOCK(st.st_mode))
     return Status::Error(pto::kInvalidConfig,
@@ -72,8 +71,7 @@ Status SocketPath::claim(const std::string& path) {
   const int err = errno;
   ::close(fd);
   if (rc == 0)
-    return Status::Error(pto::kInUse,
-                         fmt::format("[server] socket '{}' is in use: a daemon answers on it", path));
+    return Status::Error(pto::kInUse, fmt::format("[server] socket '{}' is in use: a daemon answers on it", path));
   if (err != ECONNREFUSED)
     return Status::Error(pto::kInvalidConfig,
                          fmt::format("[server] socket '{}': cannot tell whether a daemon uses it ({}); it is left "
@@ -87,7 +85,7 @@ Status SocketPath::claim(const std::string& path) {
 }
 
 void SocketPath::bound() {
-  struct stat st{};
+  struct stat st {};
   if (path_.empty() || lstat(path_.c_str(), &st) != 0) return;
   dev_ = st.st_dev;
   ino_ = st.st_ino;
@@ -95,7 +93,7 @@ void SocketPath::bound() {
 }
 
 void SocketPath::release() {
-  struct stat st{};
+  struct stat st {};
   if (!have_ || lstat(path_.c_str(), &st) != 0) return;
   if (st.st_dev == dev_ && st.st_ino == ino_) ::unlink(path_.c_str());
   have_ = false;

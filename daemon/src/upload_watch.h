@@ -29,8 +29,8 @@ class UploadWatch {
     ~Upload();
     Upload(const Upload&) = delete;
     Upload& operator=(const Upload&) = delete;
-    void touch();             // bytes arrived
-    bool timed_out() const;   // the watch cancelled it for idleness
+    void touch();            // bytes arrived
+    bool timed_out() const;  // the watch cancelled it for idleness
    private:
     UploadWatch& w_;
     uint64_t id_;

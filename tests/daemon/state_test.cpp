@@ -39,8 +39,8 @@ TEST_CASE("a second ptod on the same state directory exits 1 naming the holder -
   Output second = start(d.dir() + "/state", other_socket);
   INFO(second.text);
   CHECK(second.code == 1);
-  CHECK_THAT(second.text, Catch::Contains("state directory " + d.dir() + "/state is in use by pid " +
-                                          std::to_string(d.pid())));
+  CHECK_THAT(second.text,
+             Catch::Contains("state directory " + d.dir() + "/state is in use by pid " + std::to_string(d.pid())));
   CHECK_FALSE(std::filesystem::exists(other_socket));
   auto c = connect(d);
   CHECK(c->health().value == "SERVING");
@@ -95,8 +95,8 @@ TEST_CASE("a token or key file open to group or others is refused at start, nami
   // A peer's token file is held to the same rule.
   chmod((dir + "/token").c_str(), 0640);
   write_file(dir + "/l4.toml",
-             "[worker]\nlevel = 4\nl3_children = 0\n[[peers]]\naddress = \"unix:" + dir + "/peer.sock\"\ntoken_file = \"" +
-                 dir + "/token\"\n",
+             "[worker]\nlevel = 4\nl3_children = 0\n[[peers]]\naddress = \"unix:" + dir +
+                 "/peer.sock\"\ntoken_file = \"" + dir + "/token\"\n",
              0644);
   Output p = start(dir + "/state", dir + "/s.sock", {"--config", dir + "/l4.toml"});
   INFO(p.text);
