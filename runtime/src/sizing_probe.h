@@ -25,8 +25,12 @@
 #include <vector>
 
 #include "pto2/config.h"
+#include "pto2/errors.h"
 
 namespace pto2 {
+
+// The failures this sizing answers (codes 10..15).
+inline bool is_sizing_failure(int32_t code) { return code >= kScopeExceedsWindow && code <= kHeapRequestTooLarge; }
 
 class SizingProbe {
  public:
