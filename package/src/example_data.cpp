@@ -11,35 +11,28 @@
 namespace pto::package {
 namespace {
 
+// An element of type T at p (unaligned), and back.
+template <class T>
+double load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return double(v);
+}
+template <class T>
+void store(uint8_t* p, double x) {
+  const T v = T(x);
+  std::memcpy(p, &v, sizeof v);
+}
+
 double element_as_double(const uint8_t* p, int32_t dtype) {
   switch (dtype) {
-    case PTO2_FLOAT32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case PTO2_FLOAT64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case PTO2_INT32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case PTO2_INT64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return double(v);
-    }
-    case PTO2_INT16: {
-      int16_t v;
-      std::memcpy(&v, p, 2);
-      return v;
-    }
-    case PTO2_INT8: return double(int8_t(*p));
-    case PTO2_UINT8: return double(*p);
+    case PTO2_FLOAT32: return load<float>(p);
+    case PTO2_FLOAT64: return load<double>(p);
+    case PTO2_INT32: return load<int32_t>(p);
+    case PTO2_INT64: return load<int64_t>(p);
+    case PTO2_INT16: return load<int16_t>(p);
+    case PTO2_INT8: return load<int8_t>(p);
+    case PTO2_UINT8: return load<uint8_t>(p);
     default: return std::nan("");
   }
 }
@@ -58,29 +51,13 @@ void store_double(uint8_t* p, int32_t dtype, double x) {
     default: break;
   }
   switch (dtype) {
-    case PTO2_FLOAT32: {
-      float v = float(x);
-      std::memcpy(p, &v, 4);
-      break;
-    }
-    case PTO2_FLOAT64: std::memcpy(p, &x, 8); break;
-    case PTO2_INT32: {
-      int32_t v = int32_t(x);
-      std::memcpy(p, &v, 4);
-      break;
-    }
-    case PTO2_INT64: {
-      int64_t v = int64_t(x);
-      std::memcpy(p, &v, 8);
-      break;
-    }
-    case PTO2_INT16: {
-      int16_t v = int16_t(x);
-      std::memcpy(p, &v, 2);
-      break;
-    }
-    case PTO2_INT8: *p = uint8_t(int8_t(x)); break;
-    case PTO2_UINT8: *p = uint8_t(x); break;
+    case PTO2_FLOAT32: store<float>(p, x); break;
+    case PTO2_FLOAT64: store<double>(p, x); break;
+    case PTO2_INT32: store<int32_t>(p, x); break;
+    case PTO2_INT64: store<int64_t>(p, x); break;
+    case PTO2_INT16: store<int16_t>(p, x); break;
+    case PTO2_INT8: store<int8_t>(p, x); break;
+    case PTO2_UINT8: store<uint8_t>(p, x); break;
     default: break;
   }
 }

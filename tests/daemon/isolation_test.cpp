@@ -11,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "crash_text.h"
 #include "daemon_client.h"
 #include "daemon_process.h"
 #include "eventually.h"
@@ -21,14 +22,6 @@ using pto::client::Client;
 namespace v1 = pto::v1;
 
 namespace {
-
-// What a crash looks like from outside: a signal, or under AddressSanitizer
-// (whose handler reports a SEGV and exits) exit status 1.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr const char* kSegv = "exited with status 1";
-#else
-constexpr const char* kSegv = "killed by signal 11";
-#endif
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

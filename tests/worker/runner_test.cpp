@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "crash_text.h"
 #include "pto/base/clock.h"
 #include "pto/runner.h"
 #include "worker_support.h"
@@ -16,14 +17,6 @@ using namespace pto;
 using namespace pto_test;
 
 namespace {
-
-// What a crash looks like from outside: a signal, or under AddressSanitizer
-// (whose handler reports a SEGV and exits) exit status 1.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr const char* kSegv = "exited with status 1";
-#else
-constexpr const char* kSegv = "killed by signal 11";
-#endif
 
 struct Fixture {
   explicit Fixture(RunnerConfig rc = {}) : w({.level = 3, .num_sub_workers = 2}), pool(rc) {

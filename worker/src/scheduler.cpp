@@ -315,9 +315,14 @@ void Scheduler::check_children(uint64_t now) {
                                       (now - ep.beat_ns) / 1'000'000));
     }
   });
-  for (RunState* run : std::vector<RunState*>(graph_.runs()))
-    if (run->deadline_ns && now > run->deadline_ns && run->cancelled.empty())
-      graph_.cancel(run, fmt::format("its deadline of {} ms passed", run->options.deadline_ms));
+  // Every millisecond: look without copying; copy only when one is due (a
+  // cancel works on the graph while the list is walked).
+  auto due = [now](const RunState* run) {
+    return run->deadline_ns && now > run->deadline_ns && run->cancelled.empty();
+  };
+  if (std::any_of(graph_.runs().begin(), graph_.runs().end(), due))
+    for (RunState* run : std::vector<RunState*>(graph_.runs()))
+      if (due(run)) graph_.cancel(run, fmt::format("its deadline of {} ms passed", run->options.deadline_ms));
   replace_children(now);
 }
 
