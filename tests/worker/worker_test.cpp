@@ -348,3 +348,50 @@ TEST_CASE("enable_dump_tensor writes each chip task's tensors - enable_pmu is re
   REQUIRE(pmu.first_failure);
   CHECK_THAT(pmu.first_failure->message, Catch::Contains("enable_pmu") && Catch::Contains("no performance counters"));
 }
+
+TEST_CASE("a file-backed arena keeps its bytes for the next Worker - alloc_at re-attaches them in place") {
+  char tmpl[] = "/tmp/pto-arena-XXXXXX";
+  REQUIRE(mkdtemp(tmpl));
+  const std::string file = std::string(tmpl) + "/arena";
+  uint64_t off = 0;
+  {
+    Worker w({.level = 3, .num_chips = 0, .num_sub_workers = 1, .buffer_arena_bytes = 1 << 20, .arena_file = file});
+    auto add_one = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
+    REQUIRE(w.init().ok());
+    ContinuousTensor pad = alloc_f32(w, 100);  // the kept buffer is not at offset 0
+    ContinuousTensor x = alloc_f32(w, 1000);
+    fill(x, 1.f, 1.f);
+    // A child writes it through the same shared file mapping.
+    RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig& cfg) {
+      TaskArgs t;
+      t.add_tensor(x, INOUT);
+      return o.submit_sub(add_one, t, cfg).ok() ? 0 : 1;
+    });
+    REQUIRE(r.ok());
+    off = w.arena_offset(x);
+    CHECK(off != 0);
+    CHECK(w.arena_offset(pad) == 0);
+    REQUIRE(w.sync(x).ok());
+    REQUIRE(w.close().ok());
+  }
+  Worker w({.level = 3, .num_chips = 0, .num_sub_workers = 0, .buffer_arena_bytes = 1 << 20, .arena_file = file});
+  REQUIRE(w.init().ok());
+  auto x = w.alloc_at(off, {1000}, PTO_FLOAT32);
+  INFO(x.status.message);
+  REQUIRE(x.ok());
+  for (int i = 0; i < 1000; ++i) REQUIRE(f32(x.value)[i] == float(i % 97 + 2));
+  // The range is taken now: neither it nor an overlapping one can be had again.
+  CHECK_FALSE(w.alloc_at(off, {10}, PTO_FLOAT32).ok());
+  CHECK(w.alloc_at(off + 64, {10}, PTO_FLOAT32).status.message.find("not free") != std::string::npos);
+  // A first-fit buffer never lands on it.
+  auto y = w.alloc({100}, PTO_FLOAT32);
+  REQUIRE(y.ok());
+  CHECK((y.value.data + 400 <= x.value.data || y.value.data >= x.value.data + 4000));
+  // Freed: its blocks go back and the range reads as zeros when taken again.
+  REQUIRE(w.free(x.value).ok());
+  auto z = w.alloc_at(off, {1000}, PTO_FLOAT32);
+  REQUIRE(z.ok());
+  CHECK(f32(z.value)[5] == 0.f);
+  REQUIRE(w.close().ok());
+  std::filesystem::remove_all(tmpl);
+}

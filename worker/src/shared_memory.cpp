@@ -1,6 +1,9 @@
 #include "shared_memory.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -22,12 +25,62 @@ Status SharedMapping::map(uint64_t bytes, const char* what) {
   return Status::Ok();
 }
 
+Status SharedMapping::map_file(const std::string& path, uint64_t bytes, const char* what) {
+  reset();
+  auto fail = [&](const char* step) {
+    const int err = errno;
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    return Status::Error(kStorageError,
+                         std::string(what) + ": " + step + " '" + path + "': " + errno_text(err));
+  };
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd_ < 0) return fail("cannot open");
+  struct stat st {};
+  if (fstat(fd_, &st) != 0) return fail("cannot stat");
+  if (static_cast<uint64_t>(st.st_size) != bytes && ftruncate(fd_, static_cast<off_t>(bytes)) != 0)
+    return fail("cannot size");
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd_, 0);
+  if (p == MAP_FAILED) return fail("cannot map");
+  base_ = static_cast<uint8_t*>(p);
+  bytes_ = bytes;
+  path_ = path;
+  add_shared_region(base_, bytes_);
+  return Status::Ok();
+}
+
+Status SharedMapping::reserve(uint64_t offset, uint64_t bytes) {
+  if (fd_ < 0 || bytes == 0) return Status::Ok();
+  const int rc = posix_fallocate(fd_, static_cast<off_t>(offset), static_cast<off_t>(bytes));
+  if (rc == 0 || rc == EOPNOTSUPP) return Status::Ok();  // a file system without it backs pages on write
+  return Status::Error(kWorkerHeapExhausted, "the arena file '" + path_ + "' cannot hold " + std::to_string(bytes) +
+                                                 " more bytes: " + errno_text(rc));
+}
+
+void SharedMapping::release(uint64_t offset, uint64_t bytes) {
+  // The blocks go back to the file system; the range reads as zeros.
+  if (fd_ >= 0 && bytes)
+    (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                    static_cast<off_t>(bytes));
+}
+
+Status SharedMapping::sync(uint64_t offset, uint64_t bytes) {
+  if (fd_ < 0 || bytes == 0) return Status::Ok();
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t start = offset / page * page;
+  if (msync(base_ + start, offset + bytes - start, MS_SYNC) != 0)
+    return Status::Error(kStorageError, "syncing the arena file '" + path_ + "': " + errno_text(errno));
+  return Status::Ok();
+}
+
 void SharedMapping::reset() {
   if (!base_) return;
   remove_shared_region(base_);
   munmap(base_, bytes_);
   base_ = nullptr;
   bytes_ = 0;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 namespace {
@@ -105,6 +158,33 @@ Status Arena::alloc(uint64_t bytes, uint8_t** ptr) {
   }
   return Status::Error(kWorkerHeapExhausted, "buffer arena has no free block of " + std::to_string(need) + " bytes (" +
                                                  std::to_string(in_use_) + " bytes in use)");
+}
+
+Status Arena::alloc_at(uint64_t offset, uint64_t bytes, uint8_t** ptr) {
+  const uint64_t need = (bytes + kHeapAlign - 1) / kHeapAlign * kHeapAlign;
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = free_.upper_bound(offset);
+  if (offset % kHeapAlign == 0 && it != free_.begin()) {
+    --it;
+    const uint64_t off = it->first, len = it->second;
+    if (offset + need >= offset && offset + need <= off + len) {
+      free_.erase(it);
+      if (offset > off) free_[off] = offset - off;
+      if (off + len > offset + need) free_[offset + need] = off + len - (offset + need);
+      used_[offset] = need;
+      in_use_ += need;
+      *ptr = base_ + offset;
+      return Status::Ok();
+    }
+  }
+  return Status::Error(kWorkerInvalidArgument, "buffer arena: " + std::to_string(need) + " bytes at offset " +
+                                                   std::to_string(offset) + " are not free");
+}
+
+uint64_t Arena::length_of(const void* ptr) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = used_.find(static_cast<uint64_t>(static_cast<const uint8_t*>(ptr) - base_));
+  return it == used_.end() ? 0 : it->second;
 }
 
 Status Arena::free(const void* ptr) {

@@ -1,8 +1,9 @@
 // Memory that parent and children share (docs/worker.md, "Scopes and the shared heap").
 //
-//  * SharedMapping: an anonymous MAP_SHARED | MAP_NORESERVE mapping, made
-//    before fork so every child sees it at the same address; pages are
-//    backed lazily.
+//  * SharedMapping: a MAP_SHARED | MAP_NORESERVE mapping, made before fork
+//    so every child sees it at the same address; pages are backed lazily.
+//    Anonymous, or a file (whose bytes then outlive the process: the
+//    daemon's arena, re-attached after a restart).
 //  * The process-wide list of shared regions that tensors may live in. Fork
 //    copies it, so a grandchild knows its grandparent's regions.
 //  * L3HeapRing: the L3 heap ring of one scope depth. Virtual positions grow
@@ -30,6 +31,15 @@ class SharedMapping {
   SharedMapping(const SharedMapping&) = delete;
   SharedMapping& operator=(const SharedMapping&) = delete;
   Status map(uint64_t bytes, const char* what);
+  // The file (created 0600 if absent) sized to `bytes` and mapped. Its
+  // blocks are reserved per range with reserve() (so a full disk is an
+  // error, never a SIGBUS on a write fault) and returned with release().
+  Status map_file(const std::string& path, uint64_t bytes, const char* what);
+  Status reserve(uint64_t offset, uint64_t bytes);
+  void release(uint64_t offset, uint64_t bytes);
+  // Writes the range's dirty pages to the file and waits (msync).
+  Status sync(uint64_t offset, uint64_t bytes);
+  bool file_backed() const { return fd_ >= 0; }
   void reset();
   uint8_t* data() const { return base_; }
   uint64_t size() const { return bytes_; }
@@ -37,6 +47,8 @@ class SharedMapping {
  private:
   uint8_t* base_ = nullptr;
   uint64_t bytes_ = 0;
+  int fd_ = -1;
+  std::string path_;
 };
 
 void add_shared_region(const void* base, uint64_t bytes);
@@ -74,6 +86,11 @@ class Arena {
  public:
   void attach(uint8_t* base, uint64_t size);
   Status alloc(uint64_t bytes, uint8_t** ptr);
+  // Exactly [offset, offset + bytes) (rounded up to kHeapAlign), which must
+  // be free: a buffer re-attached at the place it had before a restart.
+  Status alloc_at(uint64_t offset, uint64_t bytes, uint8_t** ptr);
+  // The length a live buffer holds (0 if ptr is not one).
+  uint64_t length_of(const void* ptr) const;
   Status free(const void* ptr);
   uint64_t bytes_in_use() const;
 

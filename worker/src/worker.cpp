@@ -107,6 +107,11 @@ Result<ContinuousTensor> Worker::alloc(const std::vector<uint32_t>& shape, int32
   return impl_->alloc_buffer(shape, dtype);
 }
 Status Worker::free(const ContinuousTensor& t) { return impl_->free_buffer(t); }
+Result<ContinuousTensor> Worker::alloc_at(uint64_t arena_offset, const std::vector<uint32_t>& shape, int32_t dtype) {
+  return impl_->alloc_buffer(shape, dtype, &arena_offset);
+}
+uint64_t Worker::arena_offset(const ContinuousTensor& t) const { return impl_->arena_offset(t); }
+Status Worker::sync(const ContinuousTensor& t) { return impl_->sync_buffer(t); }
 Result<ContinuousTensor> Worker::alloc_remote(int worker, const std::vector<uint32_t>& shape, int32_t dtype) {
   return impl_->alloc_remote(worker, shape, dtype);
 }

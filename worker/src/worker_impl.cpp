@@ -71,7 +71,11 @@ Status WorkerImpl::init() {
     local_.push_back(std::make_unique<LocalOrchestration>(this));
     orchs_.push_back(OrchestratorAccess::make(local_.back().get()));
   }
-  if (Status s = arena_map_.map(cfg_.buffer_arena_bytes, "the buffer arena"); !s.ok()) return fail(s);
+  if (Status s = cfg_.arena_file.empty() ? arena_map_.map(cfg_.buffer_arena_bytes, "the buffer arena")
+                                         : arena_map_.map_file(cfg_.arena_file, cfg_.buffer_arena_bytes,
+                                                               "the buffer arena");
+      !s.ok())
+    return fail(s);
   arena_.attach(arena_map_.data(), cfg_.buffer_arena_bytes);
   if (Status s = pool_.create(scheduler_, rbufs_); !s.ok()) return fail(s);
   // Remote buffers get placeholder addresses no real tensor can have.
@@ -285,7 +289,8 @@ Status WorkerImpl::close() {
   return Status::Ok();
 }
 
-Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype) {
+Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype,
+                                                  const uint64_t* at) {
   Result<ContinuousTensor> r;
   if (!life_.initialized || life_.closed) {
     r.status = Status::Error(life_.closed ? kWorkerClosed : kWorkerInvalidArgument,
@@ -300,7 +305,16 @@ Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& s
   }
   ContinuousTensor t = make_tensor(nullptr, shape, dtype);
   uint8_t* p = nullptr;
-  if (Status s = arena_.alloc(std::max<uint64_t>(tensor_bytes(t), 1), &p); !s.ok()) {
+  const uint64_t bytes = std::max<uint64_t>(tensor_bytes(t), 1);
+  if (Status s = at ? arena_.alloc_at(*at, bytes, &p) : arena_.alloc(bytes, &p); !s.ok()) {
+    r.status = s;
+    return r;
+  }
+  // A file-backed arena gets its blocks now: a full disk fails this call
+  // instead of a later write into the mapping.
+  const uint64_t off = static_cast<uint64_t>(p - arena_map_.data());
+  if (Status s = arena_map_.reserve(off, arena_.length_of(p)); !s.ok()) {
+    (void)arena_.free(p);
     r.status = s;
     return r;
   }
@@ -312,7 +326,23 @@ Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& s
 Status WorkerImpl::free_buffer(const ContinuousTensor& t) {
   if (!life_.initialized || life_.closed)
     return Status::Error(kWorkerClosed, "Worker::free on a closed or uninitialised Worker");
-  return arena_.free(reinterpret_cast<const void*>(t.data));
+  const void* p = reinterpret_cast<const void*>(t.data);
+  // The blocks go back first: once free, the range may be another buffer's.
+  if (const uint64_t len = arena_.length_of(p))
+    arena_map_.release(static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_map_.data()), len);
+  return arena_.free(p);
+}
+
+uint64_t WorkerImpl::arena_offset(const ContinuousTensor& t) const {
+  const uint64_t base = reinterpret_cast<uint64_t>(arena_map_.data());
+  if (!base || t.data < base || t.data >= base + arena_map_.size()) return UINT64_MAX;
+  return t.data - base;
+}
+
+Status WorkerImpl::sync_buffer(const ContinuousTensor& t) {
+  const uint64_t off = arena_offset(t);
+  if (off == UINT64_MAX) return Status::Error(kWorkerInvalidArgument, "sync: the tensor is not in this Worker's arena");
+  return arena_map_.sync(off, std::min<uint64_t>(tensor_bytes(t), arena_map_.size() - off));
 }
 
 RunProgress WorkerImpl::progress() const {

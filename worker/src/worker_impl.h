@@ -60,8 +60,12 @@ class WorkerImpl {
   bool cancel(const std::shared_ptr<RunHandle::State>& handle, const std::string& reason);
   RunProgress progress(uint64_t run_id) const;
   Status close();
-  Result<ContinuousTensor> alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype);
+  // at: the arena offset to re-attach (Worker::alloc_at); null: first fit.
+  Result<ContinuousTensor> alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype,
+                                        const uint64_t* at = nullptr);
   Status free_buffer(const ContinuousTensor& t);
+  uint64_t arena_offset(const ContinuousTensor& t) const;
+  Status sync_buffer(const ContinuousTensor& t);
   std::vector<ChildInfo> children() const;
   WorkerStats stats() const;
   RunProgress progress() const;

@@ -55,6 +55,9 @@ struct WorkerConfig {
   std::string platform = "a2a3sim";
   uint64_t heap_ring_bytes = 64ull << 20;      // each of the 4 heap rings (lazily backed)
   uint64_t buffer_arena_bytes = 256ull << 20;  // Worker::alloc buffers (lazily backed)
+  // "": the arena is anonymous memory. A path: the arena is that file, mapped
+  // shared, so its bytes outlive the process (alloc_at re-attaches them).
+  std::string arena_file;
   uint32_t spin_us = 50;                       // spin before parking, parent and children
   uint32_t init_timeout_ms = 30000;            // children must report INIT_READY within this
   uint32_t control_timeout_ms = 10000;
@@ -325,6 +328,13 @@ class Worker {
   // A buffer in the shared arena that lives until free().
   Result<ContinuousTensor> alloc(const std::vector<uint32_t>& shape, int32_t dtype);
   Status free(const ContinuousTensor& t);
+  // A file-backed arena (WorkerConfig::arena_file): the buffer at
+  // `arena_offset` as it was left by an earlier process; the range must be
+  // free. arena_offset(t) is where a buffer lies (UINT64_MAX: not in the
+  // arena); sync(t) writes its bytes to the file and waits.
+  Result<ContinuousTensor> alloc_at(uint64_t arena_offset, const std::vector<uint32_t>& shape, int32_t dtype);
+  uint64_t arena_offset(const ContinuousTensor& t) const;
+  Status sync(const ContinuousTensor& t);
 
   // Level >= 4: a buffer on a remote next-level worker (its worker id), for
   // tensors too large to travel with each task or that stay on the peer
