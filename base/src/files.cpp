@@ -28,11 +28,37 @@ Status write_file_once(const std::string& path, const std::string& bytes) {
     }
     off += static_cast<size_t>(n);
   }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Status::Error(kStorageError, fmt::format("cannot write {}: {}", path, errno_text(err)));
+  }
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
     return Status::Error(kStorageError, fmt::format("cannot write {}: {}", path, errno_text(errno)));
   }
+  return Status::Ok();
+}
+
+Status read_file(const std::string& path, std::string* bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Error(kStorageError, fmt::format("cannot read {}: {}", path, errno_text(errno)));
+  bytes->clear();
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return Status::Error(kStorageError, fmt::format("cannot read {}: {}", path, errno_text(err)));
+    }
+    bytes->append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
   return Status::Ok();
 }
 

@@ -35,6 +35,8 @@ const char* error_name(int32_t code) {
     case kQueueFull: return "QUEUE_FULL";
     case kInUse: return "IN_USE";
     case kStorageError: return "STORAGE_ERROR";
+    case kUnauthenticated: return "UNAUTHENTICATED";
+    case kQuotaExceeded: return "QUOTA_EXCEEDED";
     default: return "UNKNOWN_ERROR";
   }
 }

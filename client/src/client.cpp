@@ -100,6 +100,7 @@ void place(const Placement& where, pto::v1::RegisterRequest* req) {
   req->set_max_retries(where.max_retries);
   req->set_next_level(where.next_level);
   for (uint32_t p : where.peers) req->add_peers(p);
+  req->set_publish(where.publish);
 }
 }  // namespace
 
@@ -156,6 +157,13 @@ Status Client::unregister(const pto::v1::CallableRef& ref) {
   *req.mutable_callable() = ref;
   return unary<pto::v1::UnregisterReply>([&](auto* ctx, auto* out) { return registry_->Unregister(ctx, req, out); })
       .status;
+}
+
+Status Client::publish(const pto::v1::CallableRef& ref, bool published) {
+  pto::v1::PublishRequest req;
+  *req.mutable_callable() = ref;
+  req.set_published(published);
+  return unary<pto::v1::PublishReply>([&](auto* ctx, auto* out) { return registry_->Publish(ctx, req, out); }).status;
 }
 
 Result<pto::v1::ListCallablesReply> Client::callables() {

@@ -35,7 +35,8 @@ struct GlobalOptions {
 // live as long as main's app.
 struct Options {
   RegisterOptions reg;
-  std::string unregister_callable;
+  std::string unregister_callable, publish_callable;
+  bool publish_withdraw = false;
   UploadOptions upload;
   AllocOptions alloc;
   DownloadOptions download;
@@ -59,7 +60,9 @@ void add_global_options(CLI::App& app, GlobalOptions& g) {
   app.add_option("-a,--address", g.client.address, "daemon address: unix:/path or host:port (env PTOD_ADDRESS)")
       ->capture_default_str();
   app.add_flag("--json", g.json, "print replies as JSON (one object per line)");
-  app.add_option("--token-file", g.token_file, "file with the bearer token for TLS listeners");
+  app.add_option("--token-file", g.token_file,
+                 "file with a bearer token: required by TLS listeners; on any listener it names the principal (the "
+                 "daemon's tokens_file)");
   app.add_flag("--tls", g.client.tls, "connect with TLS");
   app.add_option("--tls-ca", g.client.tls_ca, "PEM of the CA that signed the daemon's certificate");
   app.add_option("--tls-cert", g.client.tls_cert, "client certificate (PEM), for daemons that verify clients");
@@ -78,7 +81,10 @@ void add_callable_commands(CLI::App& app, Options& o, Commands& cmds) {
   auto* reg_blob = reg->add_subcommand("blob", "a native library uploaded with the request");
   reg_blob->add_option("library", o.reg.path)->required()->check(CLI::ExistingFile);
   reg_blob->add_option("symbol", o.reg.symbol)->required();
-  for (auto* s : {reg_chip, reg_import, reg_blob}) s->add_option("-n,--name", o.reg.name, "a name to find it by");
+  for (auto* s : {reg_chip, reg_import, reg_blob}) {
+    s->add_option("-n,--name", o.reg.name, "a name to find it by");
+    s->add_flag("--publish", o.reg.where.publish, "every principal may find and run it, not only its owners");
+  }
   for (auto* s : {reg_import, reg_blob})
     s->add_flag("--orchestration", o.reg.orchestration, "an L3 orchestration entry");
   for (auto* s : {reg_chip, reg_import, reg_blob}) {
@@ -96,6 +102,10 @@ void add_callable_commands(CLI::App& app, Options& o, Commands& cmds) {
   auto* unreg = app.add_subcommand("unregister", "remove a callable (name or digest)");
   unreg->add_option("callable", o.unregister_callable)->required();
   cmds.push_back({unreg, [&o](Client& c, bool) { return cmd_unregister(c, o.unregister_callable); }});
+  auto* publish = app.add_subcommand("publish", "let every principal find and run a callable you own");
+  publish->add_option("callable", o.publish_callable)->required();
+  publish->add_flag("--withdraw", o.publish_withdraw, "only its owners (and admins) again");
+  cmds.push_back({publish, [&o](Client& c, bool) { return cmd_publish(c, o.publish_callable, !o.publish_withdraw); }});
   cmds.push_back({app.add_subcommand("callables", "list registered callables"), cmd_callables});
 }
 

@@ -130,13 +130,12 @@ int print_result(const v1::JobResult& r, bool json) {
   if (json) {
     print_json(r);
   } else {
-    std::printf(
-        "job %llu %s: %llu tasks, %llu succeeded, %llu failed, %llu skipped%s; queued %.3f ms, ran %.3f ms\n",
-        (unsigned long long)r.job_id(), v1::JobState_Name(r.state()).c_str(), (unsigned long long)r.tasks_submitted(),
-        (unsigned long long)r.tasks_succeeded(), (unsigned long long)r.tasks_failed(),
-        (unsigned long long)r.tasks_skipped(),
-        r.tasks_stopped() ? fmt::format(", {} stopped", r.tasks_stopped()).c_str() : "", r.queued_ns() / 1e6,
-        r.run_ns() / 1e6);
+    std::printf("job %llu %s: %llu tasks, %llu succeeded, %llu failed, %llu skipped%s; queued %.3f ms, ran %.3f ms\n",
+                (unsigned long long)r.job_id(), v1::JobState_Name(r.state()).c_str(),
+                (unsigned long long)r.tasks_submitted(), (unsigned long long)r.tasks_succeeded(),
+                (unsigned long long)r.tasks_failed(), (unsigned long long)r.tasks_skipped(),
+                r.tasks_stopped() ? fmt::format(", {} stopped", r.tasks_stopped()).c_str() : "", r.queued_ns() / 1e6,
+                r.run_ns() / 1e6);
     if (!r.message().empty()) std::printf("  %s\n", r.message().c_str());
     if (!r.trace_path().empty()) std::printf("  trace: %s\n", r.trace_path().c_str());
     if (r.has_first_failure() && r.tasks_failed())
@@ -154,8 +153,8 @@ void print_tensor_info(const v1::TensorInfo& t, bool json) {
   if (json)
     print_json(t);
   else
-    std::printf("#%llu %s %llu bytes\n", (unsigned long long)t.handle().id(), t.handle().name().c_str(),
-                (unsigned long long)t.bytes());
+    std::printf("#%llu %s %llu bytes (owner %s)\n", (unsigned long long)t.handle().id(), t.handle().name().c_str(),
+                (unsigned long long)t.bytes(), t.owner().c_str());
 }
 
 void print_node(const v1::WorkerNode& n, int depth) {
@@ -184,14 +183,28 @@ int cmd_unregister(Client& c, const std::string& callable) {
   return s.ok() ? kExitOk : report(s, "unregister");
 }
 
+int cmd_publish(Client& c, const std::string& callable, bool published) {
+  Status s = c.publish(callable_ref(callable), published);
+  return s.ok() ? kExitOk : report(s, "publish");
+}
+
+namespace {
+std::string owners_of(const v1::CallableInfo& ci) {
+  std::string o;
+  for (const auto& p : ci.owners()) o += (o.empty() ? "" : ",") + p;
+  return o + (ci.published() ? " (published)" : "");
+}
+}  // namespace
+
 int cmd_callables(Client& c, bool json) {
   auto r = c.callables();
   if (!r.ok()) return report(r.status, "callables");
   if (json) return print_json(r.value), kExitOk;
+  std::printf("%-16s  %-14s %-17s %-16s %-24s %s\n", "DIGEST", "KIND", "ABI", "NAME", "OWNERS", "SOURCE");
   for (const auto& ci : r.value.callables())
-    std::printf("%s  %-14s %-13s %-16s %s\n", hex(ci.identity().digest()).substr(0, 16).c_str(),
+    std::printf("%s  %-14s %-17s %-16s %-24s %s\n", hex(ci.identity().digest()).substr(0, 16).c_str(),
                 v1::CallableKind_Name(ci.identity().kind()).c_str(), v1::EntryAbi_Name(ci.abi()).c_str(),
-                ci.name().c_str(), ci.source().c_str());
+                ci.name().c_str(), owners_of(ci).c_str(), ci.source().c_str());
   return kExitOk;
 }
 
@@ -265,9 +278,10 @@ int cmd_tensors(Client& c, bool json) {
   auto r = c.tensors();
   if (!r.ok()) return report(r.status, "tensors");
   if (json) return print_json(r.value), kExitOk;
+  std::printf("%-6s %-16s %-9s %-16s %s\n", "ID", "NAME", "DTYPE", "OWNER", "BYTES");
   for (const auto& t : r.value.tensors())
-    std::printf("#%-5llu %-16s %-9s %llu bytes\n", (unsigned long long)t.handle().id(), t.handle().name().c_str(),
-                v1::DataType_Name(t.dtype()).c_str(), (unsigned long long)t.bytes());
+    std::printf("#%-5llu %-16s %-9s %-16s %llu\n", (unsigned long long)t.handle().id(), t.handle().name().c_str(),
+                v1::DataType_Name(t.dtype()).c_str(), t.owner().c_str(), (unsigned long long)t.bytes());
   std::printf("arena: %llu of %llu bytes in use\n", (unsigned long long)r.value.arena_in_use(),
               (unsigned long long)r.value.arena_bytes());
   return kExitOk;
@@ -334,9 +348,11 @@ int cmd_jobs(Client& c, int limit, bool json) {
   auto r = c.jobs(static_cast<uint32_t>(limit));
   if (!r.ok()) return report(r.status, "jobs");
   if (json) return print_json(r.value), kExitOk;
+  std::printf("%-6s %-10s %-12s %-16s %-6s %-6s %-6s %11s  %s\n", "ID", "STATE", "OWNER", "CALLABLE", "PRIO", "TASKS",
+              "FAILED", "RUN", "LABEL");
   for (const auto& j : r.value.jobs())
-    std::printf("%-6llu %-10s %-6s tasks %-6llu failed %-4llu %8.3f ms  %s\n", (unsigned long long)j.job_id(),
-                v1::JobState_Name(j.state()).c_str(),
+    std::printf("%-6llu %-10s %-12s %-16s %-6s %-6llu %-6llu %8.3f ms  %s\n", (unsigned long long)j.job_id(),
+                v1::JobState_Name(j.state()).c_str(), j.owner().c_str(), j.callable().substr(0, 16).c_str(),
                 j.priority() == v1::PRIORITY_HIGH  ? "high"
                 : j.priority() == v1::PRIORITY_LOW ? "low"
                                                    : "normal",
@@ -446,8 +462,8 @@ int cmd_run_example(Client& c, const ExampleOptions& o, bool json) {
       auto* ref = req.mutable_args()->add_tensors();
       *ref->mutable_tensor() = t.value.handle();
       req.mutable_args()->add_tags(a.role == pto::package::ArgSpec::Role::kInout ? v1::INOUT
-                                   : a.reads()                                ? v1::INPUT
-                                                                              : v1::OUTPUT);
+                                   : a.reads()                                   ? v1::INPUT
+                                                                                 : v1::OUTPUT);
     }
   if (!o.spread.empty()) {  // pto_spread's scalars: digest, group size, output mask, the example's scalars
     const std::string& d = reg.value.identity().digest();

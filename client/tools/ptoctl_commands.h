@@ -66,6 +66,7 @@ struct ExampleOptions {
 int cmd_register(pto::client::Client& c, RegisterKind kind, const RegisterOptions& o, bool json);
 int cmd_unregister(pto::client::Client& c, const std::string& callable);
 int cmd_callables(pto::client::Client& c, bool json);
+int cmd_publish(pto::client::Client& c, const std::string& callable, bool published);
 
 int cmd_upload(pto::client::Client& c, const UploadOptions& o, bool json);
 int cmd_alloc(pto::client::Client& c, const AllocOptions& o, bool json);

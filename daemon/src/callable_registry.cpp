@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
+#include "log.h"
 #include "names.h"
 #include "pto/base/files.h"
 #include "pto/package/chip_package.h"
@@ -26,7 +28,31 @@ pto::v1::CallableIdentity to_proto(const pto::CallableIdentity& id) {
   return p;
 }
 
+// What the state database keeps of a request: everything but the payload
+// bytes, which are in the stored files.
+std::string without_payload(const pto::v1::RegisterRequest& req) {
+  pto::v1::RegisterRequest r = req;
+  if (r.has_chip()) r.mutable_chip()->Clear();
+  if (r.has_native_blob()) r.mutable_native_blob()->clear_library();
+  return r.SerializeAsString();
+}
+
 }  // namespace
+
+bool RegisteredCallable::visible_to(const Principal& p) const { return published || owned_by(p); }
+bool RegisteredCallable::owned_by(const Principal& p) const {
+  return p.admin || std::find(owners.begin(), owners.end(), p.name) != owners.end();
+}
+
+Status CallableRegistry::persist_locked(const RegisteredCallable& rc) {
+  CallableRow row;
+  row.digest = pto::to_hex(rc.handle.id.digest);
+  row.request = rc.request;
+  row.stored = rc.stored;
+  row.owners = rc.owners;
+  row.published = rc.published;
+  return db_.put_callable(row);
+}
 
 // Holds a registration's claim on the files it stored; on destruction the
 // files go unless the registration published its callable (keep()) or
@@ -87,12 +113,13 @@ Status CallableRegistry::store_bundle(const pto::v1::ChipBundle& b, StoredClaim*
   return Status::Ok();
 }
 
-Status CallableRegistry::add(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply) {
-  return add_impl(req, reply, false);
+Status CallableRegistry::add(const Principal& who, const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply) {
+  return add_impl(who, req, reply, false);
 }
 
-Status CallableRegistry::prepare(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply) {
-  return add_impl(req, reply, true);
+Status CallableRegistry::prepare(const Principal& who, const pto::v1::RegisterRequest& req,
+                                 pto::v1::RegisterReply* reply) {
+  return add_impl(who, req, reply, true);
 }
 
 // The callable a request describes, its files stored under `claim`.
@@ -196,7 +223,8 @@ Status CallableRegistry::install(const pto::v1::RegisterRequest& req, const pto:
   return Status::Ok();
 }
 
-Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply, bool pending) {
+Status CallableRegistry::add_impl(const Principal& who, const pto::v1::RegisterRequest& req,
+                                  pto::v1::RegisterReply* reply, bool pending) {
   // At level 4, orchestrations marked next_level and every chip bundle go to
   // the L3 workers; other orchestrations run in this daemon.
   const bool level4 = w_.config().level >= 4;
@@ -222,6 +250,7 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
     if (it != by_digest_.end()) {
       if (!req.name().empty() && req.name() != it->second.name)
         return bad(fmt::format("callable {} is already registered as '{}'", id.short_hex(), it->second.name));
+      if (Status s = join_locked(who, req, it->second); !s.ok()) return s;
       *reply->mutable_identity() = to_proto(id);
       reply->set_name(it->second.name);
       reply->set_existed(true);
@@ -235,6 +264,9 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
   rc.name = req.name();
   rc.source = source;
   rc.stored = stored;
+  rc.owners = {who.name};
+  rc.published = req.publish();
+  rc.request = without_payload(req);
   if (Status s = install(req, c, orchestration, pending, &rc); !s.ok()) return s;
   std::lock_guard<std::mutex> g(mu_);
   if (pending) {
@@ -252,6 +284,7 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
   // Another request may have registered the same content or taken the name
   // while this one was loading: decide again under the lock.
   if (auto it = by_digest_.find(id.digest); it != by_digest_.end()) {
+    if (Status s = join_locked(who, req, it->second); !s.ok()) return s;
     *reply->mutable_identity() = to_proto(id);
     reply->set_name(it->second.name);
     reply->set_existed(true);
@@ -260,6 +293,11 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
   if (!rc.name.empty() && by_name_.count(rc.name)) {
     if (!rc.runs_here) (void)w_.unregister_callable(rc.handle);
     return bad(fmt::format("the name '{}' is taken by another callable", rc.name));
+  }
+  // Recorded before it is published: what a client was told exists survives a restart.
+  if (Status s = persist_locked(rc); !s.ok()) {
+    if (!rc.runs_here) (void)w_.unregister_callable(rc.handle);
+    return s;
   }
   by_digest_[id.digest] = rc;
   claim.keep();
@@ -270,7 +308,10 @@ Status CallableRegistry::add_impl(const pto::v1::RegisterRequest& req, pto::v1::
   return Status::Ok();
 }
 
-Status CallableRegistry::find_locked(const pto::v1::CallableRef& ref, const RegisteredCallable** out) const {
+// `who` null: any owner's. Another principal's unpublished callable is "not
+// registered", word for word as a missing one.
+Status CallableRegistry::find_locked(const Principal* who, const pto::v1::CallableRef& ref,
+                                     const RegisteredCallable** out) const {
   pto::Digest d{};
   if (!ref.digest().empty()) {
     if (ref.digest().size() != 32) return bad(fmt::format("a digest has 32 bytes, not {}", ref.digest().size()));
@@ -284,27 +325,86 @@ Status CallableRegistry::find_locked(const pto::v1::CallableRef& ref, const Regi
     return bad("a callable reference needs a digest or a name");
   }
   auto it = by_digest_.find(d);
-  if (it == by_digest_.end())
+  if (it == by_digest_.end() || (who && !it->second.visible_to(*who))) {
+    if (!ref.name().empty() && ref.digest().empty())
+      return Status::Error(pto::kWorkerNotRegistered, fmt::format("no callable is registered as '{}'", ref.name()));
     return Status::Error(pto::kWorkerNotRegistered, fmt::format("callable {} is not registered", pto::to_hex(d)));
+  }
   *out = &it->second;
   return Status::Ok();
 }
 
-Status CallableRegistry::find(const pto::v1::CallableRef& ref, RegisteredCallable* out) const {
+Status CallableRegistry::find(const Principal& who, const pto::v1::CallableRef& ref, RegisteredCallable* out) const {
   std::lock_guard<std::mutex> g(mu_);
   const RegisteredCallable* rc = nullptr;
-  if (Status s = find_locked(ref, &rc); !s.ok()) return s;
+  if (Status s = find_locked(&who, ref, &rc); !s.ok()) return s;
   *out = *rc;
   return Status::Ok();
 }
 
-Status CallableRegistry::remove(const pto::v1::CallableRef& ref) {
+Status CallableRegistry::find_any(const pto::v1::CallableRef& ref, RegisteredCallable* out) const {
+  std::lock_guard<std::mutex> g(mu_);
+  const RegisteredCallable* rc = nullptr;
+  if (Status s = find_locked(nullptr, ref, &rc); !s.ok()) return s;
+  *out = *rc;
+  return Status::Ok();
+}
+
+// One more owner of content that is registered (and its publish wish); mu_ held.
+Status CallableRegistry::join_locked(const Principal& who, const pto::v1::RegisterRequest& req,
+                                     RegisteredCallable& rc) {
+  const bool owner = std::find(rc.owners.begin(), rc.owners.end(), who.name) != rc.owners.end();
+  if (owner && (!req.publish() || rc.published)) return Status::Ok();
+  RegisteredCallable next = rc;
+  if (!owner) next.owners.push_back(who.name);
+  if (req.publish()) next.published = true;
+  if (Status s = persist_locked(next); !s.ok()) return s;
+  rc = std::move(next);
+  return Status::Ok();
+}
+
+Status CallableRegistry::publish(const Principal& who, const pto::v1::CallableRef& ref, bool published) {
+  std::lock_guard<std::mutex> g(mu_);
+  const RegisteredCallable* p = nullptr;
+  if (Status s = find_locked(&who, ref, &p); !s.ok()) return s;
+  if (!p->owned_by(who))
+    return Status::Error(pto::kRefused, fmt::format("callable {} is published by {}: only its owners or an admin may "
+                                                    "change that",
+                                                    p->name.empty() ? p->handle.id.short_hex() : "'" + p->name + "'",
+                                                    fmt::join(p->owners, ", ")));
+  RegisteredCallable next = *p;
+  next.published = published;
+  if (Status s = persist_locked(next); !s.ok()) return s;
+  by_digest_[next.handle.id.digest] = next;
+  return Status::Ok();
+}
+
+Status CallableRegistry::remove(const Principal& who, const pto::v1::CallableRef& ref) {
+  return remove_impl(&who, ref);
+}
+Status CallableRegistry::remove_any(const pto::v1::CallableRef& ref) { return remove_impl(nullptr, ref); }
+
+Status CallableRegistry::remove_impl(const Principal* who, const pto::v1::CallableRef& ref) {
   RegisteredCallable rc;
   {
     std::lock_guard<std::mutex> g(mu_);
     const RegisteredCallable* p = nullptr;
-    if (Status s = find_locked(ref, &p); !s.ok()) return s;
+    if (Status s = find_locked(who, ref, &p); !s.ok()) return s;
+    if (who && !p->owned_by(*who))
+      return Status::Error(
+          pto::kRefused,
+          fmt::format("callable {} is published by {}: only its owners or an admin may unregister it",
+                      p->name.empty() ? p->handle.id.short_hex() : "'" + p->name + "'", fmt::join(p->owners, ", ")));
+    // An owner among several lets go; the callable stays for the others.
+    if (who && !who->admin && p->owners.size() > 1) {
+      RegisteredCallable next = *p;
+      next.owners.erase(std::find(next.owners.begin(), next.owners.end(), who->name));
+      if (Status s = persist_locked(next); !s.ok()) return s;
+      by_digest_[next.handle.id.digest] = next;
+      return Status::Ok();
+    }
     rc = *p;
+    if (Status s = db_.delete_callable(pto::to_hex(rc.handle.id.digest)); !s.ok()) return s;
     by_digest_.erase(rc.handle.id.digest);
     if (!rc.name.empty()) by_name_.erase(rc.name);
   }
@@ -334,6 +434,7 @@ Status CallableRegistry::commit(const pto::Digest& d) {
   RegisteredCallable rc = it->second;
   if (!rc.name.empty() && by_name_.count(rc.name))
     return bad(fmt::format("commit: the name '{}' was taken meanwhile", rc.name));
+  if (Status s = persist_locked(rc); !s.ok()) return s;
   pending_.erase(it);
   by_digest_[d] = rc;
   if (!rc.name.empty()) {
@@ -376,11 +477,77 @@ std::string CallableRegistry::tombstone(const pto::Digest& d) const {
   return it == tombstones_.end() ? std::string() : it->second;
 }
 
-std::vector<RegisteredCallable> CallableRegistry::list() const {
+std::vector<RegisteredCallable> CallableRegistry::list(const Principal& who) const {
   std::lock_guard<std::mutex> g(mu_);
   std::vector<RegisteredCallable> out;
-  for (const auto& [d, rc] : by_digest_) out.push_back(rc);
+  for (const auto& [d, rc] : by_digest_)
+    if (rc.visible_to(who)) out.push_back(rc);
   return out;
+}
+
+// The request a row describes, its payload read back from the stored files.
+static Status refill(const CallableRow& row, pto::v1::RegisterRequest* req) {
+  if (!req->ParseFromString(row.request)) return bad("the stored request does not parse");
+  if (req->has_chip()) {
+    pto::package::ChipBundle b;
+    if (Status s = pto::package::bundle_package(row.stored + "/kernels.toml", &b); !s.ok()) return s;
+    req->mutable_chip()->set_config_toml(b.config_toml);
+    for (const auto& [name, bytes] : b.libraries) (*req->mutable_chip()->mutable_libraries())[name] = bytes;
+  } else if (req->has_native_blob()) {
+    std::string bytes;
+    if (Status s = pto::read_file(row.stored, &bytes); !s.ok()) return s;
+    req->mutable_native_blob()->set_library(bytes);
+  }
+  return Status::Ok();
+}
+
+std::set<std::string> CallableRegistry::restore() {
+  std::set<std::string> in_use;
+  std::vector<CallableRow> rows;
+  if (Status s = db_.callables(&rows); !s.ok()) {
+    log("registry")->error("registrations are not restored: {}", s.message);
+    return in_use;
+  }
+  const bool level4 = w_.config().level >= 4;
+  size_t kept = 0;
+  for (const CallableRow& row : rows) {
+    pto::v1::RegisterRequest req;
+    pto::Callable c;
+    std::string source, stored;
+    StoredClaim claim(*this);
+    Status s = refill(row, &req);
+    if (s.ok()) s = from_request(req, &claim, &c, &source, &stored);
+    // The content must be what was registered: a library changed on disk
+    // since then is refused, never run under the old digest.
+    if (s.ok() && pto::to_hex(c.identity().digest) != row.digest)
+      s = bad(fmt::format("its files changed since it was registered (their digest is now {})",
+                          pto::to_hex(c.identity().digest).substr(0, 16)));
+    RegisteredCallable rc;
+    rc.abi = c.abi;
+    rc.name = req.name();
+    rc.source = source;
+    rc.stored = stored;
+    rc.owners = row.owners;
+    rc.published = row.published;
+    rc.request = row.request;
+    const bool orchestration = req.abi() == pto::v1::ABI_ORCHESTRATION && !(level4 && req.next_level());
+    if (s.ok()) s = install(req, c, orchestration, false, &rc);
+    if (!s.ok()) {
+      log("registry")
+          ->error("callable {}{} of {} is not restored: {}", row.digest.substr(0, 16),
+                  req.name().empty() ? "" : " ('" + req.name() + "')", fmt::join(row.owners, ", "), s.message);
+      (void)db_.delete_callable(row.digest);
+      continue;
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    by_digest_[c.identity().digest] = rc;
+    if (!rc.name.empty()) by_name_[rc.name] = c.identity().digest;
+    claim.keep();
+    if (!stored.empty()) in_use.insert(std::filesystem::path(stored).filename().string());
+    ++kept;
+  }
+  if (!rows.empty()) log("registry")->info("restored {} of {} registration(s)", kept, rows.size());
+  return in_use;
 }
 
 }  // namespace ptod

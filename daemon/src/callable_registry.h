@@ -10,13 +10,16 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "config.h"
+#include "principal.h"
 #include "pto/runner.h"
 #include "pto/v1/ptod.pb.h"
 #include "pto/worker.h"
+#include "state_db.h"
 
 namespace ptod {
 
@@ -30,31 +33,54 @@ struct RegisteredCallable {
   bool runs_here = false;
   std::string path, symbol;
   bool remote = false;  // level 4: registered on the L3 workers (peers), not run here
+  // The principals that registered it (the same content registered by two
+  // principals is one callable with two owners), and whether everyone may
+  // find and run it.
+  std::vector<std::string> owners;
+  bool published = false;
+  std::string request;  // the RegisterRequest without its payload bytes (the state database's copy)
+  bool visible_to(const Principal& p) const;
+  bool owned_by(const Principal& p) const;
 };
 
 class CallableRegistry {
  public:
-  CallableRegistry(pto::Worker& w, const pto::RunnerPool& runners, const DaemonConfig& cfg)
-      : w_(w), runners_(runners), cfg_(cfg) {}
+  CallableRegistry(pto::Worker& w, const pto::RunnerPool& runners, const DaemonConfig& cfg, StateDb& db)
+      : w_(w), runners_(runners), cfg_(cfg), db_(db) {}
+
+  // Registers again what the state database holds, each from its stored
+  // files, checking that the content still has its digest: a callable whose
+  // files changed is refused (and forgotten), the log says why. Returns the
+  // stored entries in use (for the debris sweep).
+  std::set<std::string> restore();
 
   // The error's code maps to a gRPC status: kWorkerInvalidArgument ->
   // INVALID_ARGUMENT, kWorkerChildFailed -> FAILED_PRECONDITION, 403-like
-  // refusals -> PERMISSION_DENIED (code kRefused).
-  Status add(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply);
-  Status remove(const pto::v1::CallableRef& ref);
+  // refusals -> PERMISSION_DENIED (code kRefused). Registering content that
+  // exists makes `who` one more owner of it.
+  Status add(const Principal& who, const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply);
+  // An owner lets go of it (the callable goes with its last owner); an admin
+  // removes it. Others: NOT_FOUND, or PERMISSION_DENIED for a published one.
+  Status remove(const Principal& who, const pto::v1::CallableRef& ref);
+  Status publish(const Principal& who, const pto::v1::CallableRef& ref, bool published);
 
   // Two-phase registration from a remote session (docs/remote.md): prepare
   // stores, loads and installs the callable but keeps it invisible (find,
   // list and names ignore it) until commit; abort undoes prepare. A prepare
   // of content already registered changes nothing (reply.existed()).
-  Status prepare(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply);
+  Status prepare(const Principal& who, const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply);
   Status commit(const pto::Digest& d);
   Status abort(const pto::Digest& d);
   bool has(const pto::Digest& d) const;
   // Why a digest is not registered any more ("'name' was unregistered"), or "".
   std::string tombstone(const pto::Digest& d) const;
-  Status find(const pto::v1::CallableRef& ref, RegisteredCallable* out) const;
-  std::vector<RegisteredCallable> list() const;
+  // What `who` may see: its own, published ones, or (admin) any.
+  Status find(const Principal& who, const pto::v1::CallableRef& ref, RegisteredCallable* out) const;
+  std::vector<RegisteredCallable> list(const Principal& who) const;
+  // A session from a coordinator: by digest, whoever owns it.
+  Status find_any(const pto::v1::CallableRef& ref, RegisteredCallable* out) const;
+  // Unregisters everything of a coordinator's UNREGISTER (level 4), any owner.
+  Status remove_any(const pto::v1::CallableRef& ref);
 
  private:
   // Files a registration stores are claimed while it is in flight; a
@@ -65,8 +91,12 @@ class CallableRegistry {
   void release_stored(const std::string& path, bool kept);
 
   Status store_bundle(const pto::v1::ChipBundle& b, StoredClaim* claim, std::string* config_path);
-  Status find_locked(const pto::v1::CallableRef& ref, const RegisteredCallable** out) const;
-  Status add_impl(const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply, bool pending);
+  Status find_locked(const Principal* who, const pto::v1::CallableRef& ref, const RegisteredCallable** out) const;
+  Status add_impl(const Principal& who, const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply,
+                  bool pending);
+  Status remove_impl(const Principal* who, const pto::v1::CallableRef& ref);
+  Status join_locked(const Principal& who, const pto::v1::RegisterRequest& req, RegisteredCallable& rc);
+  Status persist_locked(const RegisteredCallable& rc);
   Status from_request(const pto::v1::RegisterRequest& req, StoredClaim* claim, pto::Callable* out, std::string* source,
                       std::string* stored);
   Status install(const pto::v1::RegisterRequest& req, const pto::Callable& c, bool orchestration, bool pending,
@@ -76,6 +106,7 @@ class CallableRegistry {
   pto::Worker& w_;
   const pto::RunnerPool& runners_;
   const DaemonConfig& cfg_;
+  StateDb& db_;
   mutable std::mutex mu_;
   std::map<pto::Digest, RegisteredCallable> by_digest_;
   std::map<std::string, pto::Digest> by_name_;

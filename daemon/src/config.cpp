@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <toml++/toml.h>
+#include <cctype>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -62,13 +63,14 @@ Status only_keys(const toml::table& t, const std::string& where, std::set<std::s
 // only, as ssh insists for its keys: a file that group or others can read or
 // write is refused, naming the file and its mode.
 Status check_secret_mode(const std::string& what, const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (stat(path.c_str(), &st) != 0)
     return bad(fmt::format("{} '{}' cannot be read: {}", what, path, pto::errno_text(errno)));
   if ((st.st_mode & 077) != 0)
-    return bad(fmt::format("{} '{}' is open to group or others (mode {:04o}): a secret must be readable by its owner "
-                           "only (chmod 600 '{}')",
-                           what, path, st.st_mode & 07777, path));
+    return bad(
+        fmt::format("{} '{}' is open to group or others (mode {:04o}): a secret must be readable by its owner "
+                    "only (chmod 600 '{}')",
+                    what, path, st.st_mode & 07777, path));
   return Status::Ok();
 }
 
@@ -84,7 +86,93 @@ Status read_token(const std::string& what, const std::string& path, std::string*
   return Status::Ok();
 }
 
+// "name role token" lines ('#' starts a comment): the principals that
+// present a token. A name is a principal name (check_principal_name), a role
+// "user" or "admin", a token at least 16 characters; names and tokens are
+// unique.
+Status read_named_tokens(const std::string& path, std::vector<DaemonConfig::NamedToken>* out) {
+  if (Status s = check_secret_mode("[server] tokens_file", path); !s.ok()) return s;
+  std::ifstream f(path);
+  if (!f) return bad(fmt::format("[server] tokens_file '{}' cannot be read", path));
+  out->clear();
+  std::set<std::string> names, tokens;
+  std::string line;
+  for (int n = 1; std::getline(f, line); ++n) {
+    if (auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+    std::istringstream in(line);
+    DaemonConfig::NamedToken t;
+    std::string role, extra;
+    if (!(in >> t.name)) continue;  // blank
+    const std::string where = fmt::format("[server] tokens_file '{}' line {}", path, n);
+    if (!(in >> role >> t.token) || (in >> extra)) return bad(where + ": expected three fields: name role token");
+    if (Status s = check_principal_name(t.name); !s.ok()) return bad(where + ": " + s.message);
+    if (role != "user" && role != "admin") return bad(fmt::format("{}: role '{}' is not user or admin", where, role));
+    t.admin = role == "admin";
+    if (t.token.size() < 16) return bad(where + ": the token must be at least 16 characters");
+    if (!names.insert(t.name).second) return bad(fmt::format("{}: the name '{}' appears twice", where, t.name));
+    if (!tokens.insert(t.token).second) return bad(where + ": this token is also another name's");
+    out->push_back(std::move(t));
+  }
+  return Status::Ok();
+}
+
+Status read_string_array(const toml::table& t, const char* section, const char* key, std::vector<std::string>* out) {
+  const toml::node* n = t.get(key);
+  if (!n) return Status::Ok();
+  const toml::array* a = n->as_array();
+  const std::string err = fmt::format("[{}] {}: must be an array of strings", section, key);
+  if (!a) return bad(err);
+  out->clear();
+  for (const auto& e : *a) {
+    auto v = e.value<std::string>();
+    if (!v) return bad(err);
+    out->push_back(*v);
+  }
+  return Status::Ok();
+}
+
+Status read_quota(const toml::table& t, const std::string& section, DaemonConfig::Quota* q) {
+  Status s;
+  if (s = read_int(t, section.c_str(), "arena_bytes", &q->arena_bytes, 0, int64_t(1) << 42); !s.ok()) return s;
+  return read_int(t, section.c_str(), "queued_jobs", &q->queued_jobs, 0, 1 << 20);
+}
+
+// [quotas]: arena_bytes and queued_jobs for everyone; [quotas.NAME] for one
+// principal (its unset keys take the section's).
+Status read_quotas(const toml::table& t, DaemonConfig& c) {
+  Status s;
+  for (const auto& [k, v] : t) {
+    const std::string key(k.str());
+    if (key == "arena_bytes" || key == "queued_jobs") continue;
+    if (!v.as_table())
+      return bad(
+          fmt::format("[quotas]: unknown key '{}' (known: arena_bytes, queued_jobs, and [quotas.NAME] "
+                      "tables for one principal)",
+                      key));
+    if (s = check_principal_name(key); !s.ok()) return bad("[quotas." + key + "]: " + s.message);
+    if (s = only_keys(*v.as_table(), "[quotas." + key + "]", {"arena_bytes", "queued_jobs"}); !s.ok()) return s;
+  }
+  if (s = read_quota(t, "quotas", &c.default_quota); !s.ok()) return s;
+  c.quotas.clear();
+  for (const auto& [k, v] : t)
+    if (const toml::table* sub = v.as_table()) {
+      DaemonConfig::Quota q = c.default_quota;
+      if (s = read_quota(*sub, "quotas." + std::string(k.str()), &q); !s.ok()) return s;
+      c.quotas[std::string(k.str())] = q;
+    }
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status check_principal_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return bad(fmt::format("principal name '{}' must have 1..64 characters", name));
+  for (char ch : name)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-' || ch == '@' ||
+          ch == ':'))
+      return bad(fmt::format("principal name '{}': only letters, digits and . _ - @ : are allowed", name));
+  return Status::Ok();
+}
 
 Status split_host_port(const std::string& addr, std::string* host, int* port) {
   const auto colon = addr.rfind(':');
@@ -129,8 +217,8 @@ namespace {
 Status read_server(const toml::table* t, DaemonConfig& c) {
   Status s;
   if (s = only_keys(*t, "[server]",
-                    {"socket", "listen", "tls_cert", "tls_key", "tls_client_ca", "token_file", "max_message_bytes",
-                       "upload_idle_timeout_s"});
+                    {"socket", "listen", "tls_cert", "tls_key", "tls_client_ca", "token_file", "tokens_file", "admins",
+                     "max_message_bytes", "upload_idle_timeout_s"});
       !s.ok())
     return s;
   if (s = read_str(*t, "server", "socket", &c.socket); !s.ok()) return s;
@@ -148,6 +236,10 @@ Status read_server(const toml::table* t, DaemonConfig& c) {
   if (s = read_str(*t, "server", "tls_key", &c.tls_key); !s.ok()) return s;
   if (s = read_str(*t, "server", "tls_client_ca", &c.tls_client_ca); !s.ok()) return s;
   if (s = read_str(*t, "server", "token_file", &c.token_file); !s.ok()) return s;
+  if (s = read_str(*t, "server", "tokens_file", &c.tokens_file); !s.ok()) return s;
+  if (s = read_string_array(*t, "server", "admins", &c.admins); !s.ok()) return s;
+  for (const std::string& a : c.admins)
+    if (s = check_principal_name(a); !s.ok()) return bad("[server] admins: " + s.message);
   if (s = read_int(*t, "server", "max_message_bytes", &c.max_message_bytes, 65536, (int64_t(1) << 31) - 1); !s.ok())
     return s;
   if (s = read_int(*t, "server", "upload_idle_timeout_s", &c.upload_idle_timeout_s, 1, 3600); !s.ok()) return s;
@@ -171,11 +263,11 @@ Status read_worker(const toml::table* t, DaemonConfig& c) {
   if (s = read_int(*t, "worker", "spin_us", &c.spin_us, 0, 100000); !s.ok()) return s;
   if (s = read_int(*t, "worker", "liveness_timeout_ms", &c.liveness_timeout_ms, 0, 600000); !s.ok()) return s;
   if (c.liveness_timeout_ms != 0 && c.liveness_timeout_ms < 200)
-    return bad(fmt::format("[worker] liveness_timeout_ms = {}: at least 200 (children beat every 100 ms), or 0 "
-                           "for no check",
-                           c.liveness_timeout_ms));
-  if (s = read_int(*t, "worker", "runner_load_timeout_ms", &c.runner_load_timeout_ms, 1, 600000); !s.ok())
-    return s;
+    return bad(
+        fmt::format("[worker] liveness_timeout_ms = {}: at least 200 (children beat every 100 ms), or 0 "
+                    "for no check",
+                    c.liveness_timeout_ms));
+  if (s = read_int(*t, "worker", "runner_load_timeout_ms", &c.runner_load_timeout_ms, 1, 600000); !s.ok()) return s;
   return Status::Ok();
 }
 
@@ -188,8 +280,7 @@ Status read_session(const toml::table* t, DaemonConfig& c) {
   if (s = read_int(*t, "session", "credits", &c.session_credits, 1, 65536); !s.ok()) return s;
   if (s = read_int(*t, "session", "heartbeat_ms", &c.heartbeat_ms, 10, 60000); !s.ok()) return s;
   if (s = read_int(*t, "session", "dead_after_ms", &c.dead_after_ms, 20, 600000); !s.ok()) return s;
-  if (s = read_int(*t, "session", "inline_limit_bytes", &c.inline_limit_bytes, 0, int64_t(1) << 30); !s.ok())
-    return s;
+  if (s = read_int(*t, "session", "inline_limit_bytes", &c.inline_limit_bytes, 0, int64_t(1) << 30); !s.ok()) return s;
   if (s = read_int(*t, "session", "peer_ready_timeout_ms", &c.peer_ready_timeout_ms, 1, 600000); !s.ok()) return s;
   return Status::Ok();
 }
@@ -203,9 +294,8 @@ Status read_peers(const toml::node* n, const std::string& path, DaemonConfig& c)
     const toml::table* t = (*a)[i].as_table();
     const std::string where = fmt::format("[[peers]] #{}", i);
     if (!t) return bad(where + ": must be a table");
-    if (s = only_keys(
-            *t, where,
-            {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name"});
+    if (s = only_keys(*t, where,
+                      {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name"});
         !s.ok())
       return s;
     DaemonConfig::Peer p;
@@ -236,8 +326,10 @@ Status read_jobs_daemon_metrics_security(const toml::table& doc, DaemonConfig& c
     if (s = read_int(*t, "jobs", "default_deadline_s", &c.default_deadline_s, 0, 30 * 86400); !s.ok()) return s;
   }
   if (const toml::table* t = section("daemon")) {
-    if (s = only_keys(*t, "[daemon]", {"state_dir", "drain_timeout_s", "log_level", "log_file"}); !s.ok()) return s;
+    if (s = only_keys(*t, "[daemon]", {"state_dir", "durable", "drain_timeout_s", "log_level", "log_file"}); !s.ok())
+      return s;
     if (s = read_str(*t, "daemon", "state_dir", &c.state_dir); !s.ok()) return s;
+    if (s = read_bool(*t, "daemon", "durable", &c.durable); !s.ok()) return s;
     if (s = read_int(*t, "daemon", "drain_timeout_s", &c.drain_timeout_s, 0, 86400); !s.ok()) return s;
     if (s = read_str(*t, "daemon", "log_level", &c.log_level); !s.ok()) return s;
     if (s = read_str(*t, "daemon", "log_file", &c.log_file); !s.ok()) return s;
@@ -246,6 +338,7 @@ Status read_jobs_daemon_metrics_security(const toml::table& doc, DaemonConfig& c
     if (s = only_keys(*t, "[metrics]", {"listen"}); !s.ok()) return s;
     if (s = read_str(*t, "metrics", "listen", &c.metrics_listen); !s.ok()) return s;
   }
+  if (const toml::table* t = section("quotas"); t && !(s = read_quotas(*t, c)).ok()) return s;
   if (const toml::table* t = section("security")) {
     if (s = only_keys(*t, "[security]", {"allow_native_blob", "allow_native_import", "allow_chip_bundles"}); !s.ok())
       return s;
@@ -260,11 +353,11 @@ Status read_jobs_daemon_metrics_security(const toml::table& doc, DaemonConfig& c
 
 Status DaemonConfig::from_table(const toml::table& doc, const std::string& path, DaemonConfig* out) {
   DaemonConfig c = *out;
-  if (Status s =
-          only_keys(doc, path, {"server", "worker", "session", "peers", "jobs", "daemon", "metrics", "security"});
+  if (Status s = only_keys(doc, path,
+                           {"server", "worker", "session", "peers", "jobs", "daemon", "metrics", "quotas", "security"});
       !s.ok())
     return s;
-  for (const char* name : {"server", "worker", "session", "jobs", "daemon", "metrics", "security"})
+  for (const char* name : {"server", "worker", "session", "jobs", "daemon", "metrics", "quotas", "security"})
     if (doc.get(name) && !doc[name].as_table()) return bad(fmt::format("{}: [{}] must be a table", path, name));
   Status s;
   if (const toml::table* t = doc["server"].as_table(); t && !(s = read_server(t, c)).ok()) return s;
@@ -289,14 +382,20 @@ Status DaemonConfig::validate() {
     if (Status s = read_token("[server] token_file", token_file, &token); !s.ok()) return s;
   if (!tls_key.empty())
     if (Status s = check_secret_mode("[server] tls_key", tls_key); !s.ok()) return s;
+  named_tokens.clear();
+  if (!tokens_file.empty())
+    if (Status s = read_named_tokens(tokens_file, &named_tokens); !s.ok()) return s;
+  for (const NamedToken& t : named_tokens)
+    if (!token.empty() && t.token == token)
+      return bad(fmt::format("[server] tokens_file: the token of '{}' is also [server] token_file's", t.name));
   for (const std::string& a : listen) {
     std::string host;
     int port = 0;
     if (Status s = split_host_port(a, &host, &port); !s.ok()) return s;
-    if (!is_loopback_host(host) && (tls_cert.empty() || token.empty()))
+    if (!is_loopback_host(host) && (tls_cert.empty() || (token.empty() && named_tokens.empty())))
       return bad(
-          fmt::format("listen address '{}' is not loopback: it needs TLS ([server] tls_cert, tls_key) and a "
-                      "bearer token ([server] token_file)",
+          fmt::format("listen address '{}' is not loopback: it needs TLS ([server] tls_cert, tls_key) and "
+                      "bearer tokens ([server] token_file or tokens_file)",
                       a));
   }
   if (level != 3 && level != 4) return bad(fmt::format("[worker] level {} is not 3 or 4", level));
@@ -340,27 +439,36 @@ std::string DaemonConfig::effective_toml() const {
   auto q = [](const std::string& s) { return "\"" + s + "\""; };
   std::string l;
   for (size_t i = 0; i < listen.size(); ++i) l += (i ? ", " : "") + q(listen[i]);
+  std::string admin_list;
+  for (size_t i = 0; i < admins.size(); ++i) admin_list += (i ? ", " : "") + q(admins[i]);
   std::string tail = fmt::format(
       "\n[session]\ncredits = {}\nheartbeat_ms = {}\ndead_after_ms = {}\ninline_limit_bytes = {}\n"
       "peer_ready_timeout_ms = {}\n",
       session_credits, heartbeat_ms, dead_after_ms, inline_limit_bytes, peer_ready_timeout_ms);
+  tail += fmt::format("\n[quotas]\narena_bytes = {}\nqueued_jobs = {}\n", default_quota.arena_bytes,
+                      default_quota.queued_jobs);
+  for (const auto& [name, qt] : quotas)
+    tail += fmt::format("\n[quotas.{}]\narena_bytes = {}\nqueued_jobs = {}\n", q(name), qt.arena_bytes, qt.queued_jobs);
   for (const Peer& p : peers)
     tail += fmt::format("\n[[peers]]\naddress = {}\nname = {}\nworkers = {}\ntoken_file = {}\ntls_ca = {}\n",
                         q(p.address), q(p.name), p.workers, q(p.token_file.empty() ? "" : "(set)"), q(p.tls_ca));
   return tail.insert(
-      0, fmt::format(
-             "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
-             "max_message_bytes = {}\nupload_idle_timeout_s = {}\n\n[worker]\nlevel = {}\nl3_children = {}\nchips = {}\nsub_workers = "
-             "{}\nheap_ring_bytes = {}\narena_bytes = {}\n"
-             "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n\n[jobs]\n"
-             "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\n\n[daemon]\n"
-             "state_dir = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\n\n[metrics]\nlisten = {}\n\n"
-             "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
-             q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"),
-             max_message_bytes, upload_idle_timeout_s, level, l3_children, chips, sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms,
-             spin_us, liveness_timeout_ms, runner_load_timeout_ms, max_queued, retain_finished, max_running,
-             default_deadline_s, q(state_dir), drain_timeout_s, q(log_level), q(log_file),
-             q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));
+      0,
+      fmt::format(
+          "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
+          "tokens_file = {}\nadmins = [{}]\nmax_message_bytes = {}\nupload_idle_timeout_s = {}\n\n[worker]\nlevel = "
+          "{}\nl3_children = {}\nchips = {}\nsub_workers = "
+          "{}\nheap_ring_bytes = {}\narena_bytes = {}\n"
+          "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n\n[jobs]\n"
+          "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\n\n[daemon]\n"
+          "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\n\n[metrics]\nlisten = "
+          "{}\n\n"
+          "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
+          q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"), q(tokens_file),
+          admin_list, max_message_bytes, upload_idle_timeout_s, level, l3_children, chips, sub_workers, heap_ring_bytes,
+          arena_bytes, task_timeout_ms, spin_us, liveness_timeout_ms, runner_load_timeout_ms, max_queued,
+          retain_finished, max_running, default_deadline_s, q(state_dir), durable, drain_timeout_s, q(log_level),
+          q(log_file), q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));
 }
 
 }  // namespace ptod

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include <toml++/toml.h>
@@ -22,6 +23,8 @@ struct DaemonConfig {
   std::vector<std::string> listen;               // TCP host:port; loopback unless TLS + token
   std::string tls_cert, tls_key, tls_client_ca;  // PEM files; client CA = verify client certificates
   std::string token_file;                        // bearer token for TCP listeners beyond loopback
+  std::string tokens_file;                       // named tokens: "name role token" lines (docs/daemon.md, Principals)
+  std::vector<std::string> admins;               // principals with the admin role (besides root and admin tokens)
   uint64_t max_message_bytes = 64ull << 20;
   uint32_t upload_idle_timeout_s = 30;  // an upload that sends nothing this long is dropped
   // [worker]
@@ -32,9 +35,9 @@ struct DaemonConfig {
   uint64_t heap_ring_bytes = 64ull << 20;
   uint64_t arena_bytes = 1ull << 30;
   uint64_t task_timeout_ms = 600000;
-  uint32_t spin_us = 500;  // keeps children warm between jobs that follow each other (docs/daemon.md)
-  uint32_t liveness_timeout_ms = 2000;     // a child or runner whose heartbeat stops this long is replaced
-  uint32_t runner_load_timeout_ms = 10000; // an orchestration library must load (in its runner) within this
+  uint32_t spin_us = 500;                   // keeps children warm between jobs that follow each other (docs/daemon.md)
+  uint32_t liveness_timeout_ms = 2000;      // a child or runner whose heartbeat stops this long is replaced
+  uint32_t runner_load_timeout_ms = 10000;  // an orchestration library must load (in its runner) within this
   // [session] (docs/remote.md): both ends of a remote L3 session
   uint32_t session_credits = 256;             // peer: tasks a coordinator may keep in flight
   uint32_t heartbeat_ms = 100;                // HEALTH period, both directions
@@ -53,10 +56,11 @@ struct DaemonConfig {
   // [jobs]
   uint32_t max_queued = 1024;
   uint32_t retain_finished = 1000;
-  uint32_t max_running = 4;          // jobs in flight at once on the Worker (its max_concurrent_runs)
-  uint32_t default_deadline_s = 0;   // a job without its own deadline_ms gets this one (0 = none)
+  uint32_t max_running = 4;         // jobs in flight at once on the Worker (its max_concurrent_runs)
+  uint32_t default_deadline_s = 0;  // a job without its own deadline_ms gets this one (0 = none)
   // [daemon]
   std::string state_dir = "/var/lib/ptod";
+  bool durable = false;  // fsync every acknowledged change: survives a power loss, not only a crash of ptod
   uint32_t drain_timeout_s = 30;
   std::string log_level = "info";
   std::string log_file;  // "" = stderr (journald under systemd)
@@ -67,8 +71,28 @@ struct DaemonConfig {
   bool allow_native_import = true;
   bool allow_chip_bundles = true;
 
+  // [quotas]: per principal; 0 = no limit. The section's keys are the
+  // default, [quotas.NAME] tables override them for one principal.
+  struct Quota {
+    uint64_t arena_bytes = 0;  // bytes of tensors held (uploaded, allocated, being uploaded)
+    uint32_t queued_jobs = 0;  // jobs waiting to run
+  };
+  Quota default_quota;
+  std::map<std::string, Quota> quotas;
+  const Quota& quota_for(const std::string& principal) const {
+    auto it = quotas.find(principal);
+    return it == quotas.end() ? default_quota : it->second;
+  }
+
   // The token's text (from token_file), read by load()/validate().
   std::string token;
+  // The named tokens (from tokens_file), read by validate().
+  struct NamedToken {
+    std::string name;
+    bool admin = false;
+    std::string token;
+  };
+  std::vector<NamedToken> named_tokens;
 
   // Settings from the file (or text) over what *out holds; an unknown key or
   // a bad value is an error naming it.
@@ -84,5 +108,8 @@ struct DaemonConfig {
 // "host:port" split; the error names the value.
 Status split_host_port(const std::string& addr, std::string* host, int* port);
 bool is_loopback_host(const std::string& host);
+// A principal's name (a user, a token's name, a certificate's subject): 1..64
+// of letters, digits and . _ - @ :.
+Status check_principal_name(const std::string& name);
 
 }  // namespace ptod

@@ -13,6 +13,7 @@
 #include <asio.hpp>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -26,6 +27,7 @@
 #include "state_db.h"
 #include "state_dir.h"
 #include "tensor_store.h"
+#include "unix_listener.h"
 
 namespace ptod {
 namespace {
@@ -41,23 +43,32 @@ std::string read_file(const std::string& path, Status* st) {
   return ss.str();
 }
 
-// Bearer-token check for the TLS listeners (not for the unix socket or
-// loopback, which are protected by file permissions and the host).
+// The TLS listeners admit a call only with a bearer token the daemon knows
+// ([server] token_file or one of tokens_file); which principal it names is
+// decided per call (Principals). The unix socket and loopback are protected
+// by file permissions and the host.
 class TokenAuth : public grpc::AuthMetadataProcessor {
  public:
-  explicit TokenAuth(std::string token) : expected_("Bearer " + std::move(token)) {}
+  explicit TokenAuth(const DaemonConfig& cfg) {
+    if (!cfg.token.empty()) expected_.push_back("Bearer " + cfg.token);
+    for (const auto& t : cfg.named_tokens) expected_.push_back("Bearer " + t.token);
+  }
   bool IsBlocking() const override { return false; }
   grpc::Status Process(const InputMetadata& md, grpc::AuthContext*, OutputMetadata*, OutputMetadata*) override {
     auto it = md.find("authorization");
-    if (it == md.end() || it->second.size() != expected_.size() ||
-        CRYPTO_memcmp(it->second.data(), expected_.data(), expected_.size()) != 0)  // constant time
+    bool known = false;
+    if (it != md.end())
+      for (const std::string& e : expected_)  // every one compared, each in constant time
+        known |= it->second.size() == e.size() && CRYPTO_memcmp(it->second.data(), e.data(), e.size()) == 0;
+    if (!known)
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "this listener needs 'authorization: Bearer <token>' (the daemon's [server] token_file)");
+                          "this listener needs 'authorization: Bearer <token>' (a token of the daemon's [server] "
+                          "token_file or tokens_file)");
     return grpc::Status::OK;
   }
 
  private:
-  std::string expected_;
+  std::vector<std::string> expected_;
 };
 
 int fail(const std::string& m) {
@@ -65,11 +76,13 @@ int fail(const std::string& m) {
   return 1;
 }
 
+Status check_last_stop(StateDb& db, bool* drop_unsynced);
+
 // Before anything else: the config holds, the logs are open, the state
 // directory exists and is this daemon's alone (its lock), and the socket's
 // path is free or stale. Uploaded code lives in the state directory, so only
 // this user may read it.
-Status prepare(DaemonConfig& cfg, StateDirLock& lock, SocketPath& socket, StateDb& db) {
+Status prepare(DaemonConfig& cfg, StateDirLock& lock, SocketPath& socket, StateDb& db, bool* drop_unsynced) {
   if (Status s = cfg.validate(); !s.ok()) return s;
   if (Status s = setup_logging(cfg.log_level, cfg.log_file); !s.ok()) return s;
   std::error_code ec;
@@ -81,15 +94,47 @@ Status prepare(DaemonConfig& cfg, StateDirLock& lock, SocketPath& socket, StateD
   chmod((cfg.state_dir + "/callables").c_str(), 0700);
   chmod((cfg.state_dir + "/traces").c_str(), 0700);
   if (Status s = lock.acquire(cfg.state_dir); !s.ok()) return s;
-  if (Status s = db.open(cfg.state_dir); !s.ok()) return s;
+  if (Status s = db.open(cfg.state_dir, cfg.durable); !s.ok()) return s;
   if (!cfg.socket.empty()) {
     std::filesystem::create_directories(std::filesystem::path(cfg.socket).parent_path(), ec);
     if (Status s = socket.claim(cfg.socket); !s.ok()) return s;
   }
-  // No registration survives a restart yet, so every stored bundle is debris.
-  if (size_t n = remove_unreferenced_bundles(cfg.state_dir + "/callables", {}); n > 0)
+  return check_last_stop(db, drop_unsynced);
+}
+
+// Did the host restart since the last daemon ran, without that daemon
+// stopping cleanly (which writes every tensor to disk)? Then tensor bytes
+// that were never fsynced may be lost, and those tensors are dropped rather
+// than served wrong. A crash of ptod alone loses nothing: the page cache
+// holds the arena file's bytes.
+Status check_last_stop(StateDb& db, bool* drop_unsynced) {
+  std::string boot, last_boot, clean;
+  {
+    std::ifstream f("/proc/sys/kernel/random/boot_id");
+    std::getline(f, boot);
+  }
+  if (Status s = db.get_meta("boot_id", &last_boot); !s.ok()) return s;
+  if (Status s = db.get_meta("clean_stop", &clean); !s.ok()) return s;
+  *drop_unsynced = !last_boot.empty() && last_boot != boot && clean != "1";
+  if (*drop_unsynced)
+    log("main")->warn(
+        "the host restarted since the last daemon ran, which did not stop cleanly: tensors whose bytes "
+        "were not fsynced are dropped ([daemon] durable = true keeps them)");
+  if (Status s = db.set_meta("boot_id", boot); !s.ok()) return s;
+  return db.set_meta("clean_stop", "0");
+}
+
+// The state the last daemon left, in dependency order: tensors (at their
+// places in the arena file), registrations (each checked against its
+// digest), then stored files no registration names are removed, then the job
+// records.
+Status restore_state(const DaemonConfig& cfg, bool drop_unsynced, TensorStore& tensors, CallableRegistry& registry,
+                     JobManager& jobs) {
+  if (Status s = tensors.restore(drop_unsynced); !s.ok()) return s;
+  const std::set<std::string> in_use = registry.restore();
+  if (size_t n = remove_unreferenced_bundles(cfg.state_dir + "/callables", in_use); n > 0)
     log("main")->info("removed {} stored callable file(s) that no registration names", n);
-  return Status::Ok();
+  return jobs.restore();
 }
 
 pto::WorkerConfig worker_config(const DaemonConfig& cfg) {
@@ -102,6 +147,7 @@ pto::WorkerConfig worker_config(const DaemonConfig& cfg) {
   wc.task_timeout_ms = cfg.task_timeout_ms;
   wc.spin_us = cfg.spin_us;
   wc.state_dir = cfg.state_dir + "/worker";
+  wc.arena_file = cfg.state_dir + "/arena";  // tensors outlive the process (docs/daemon.md, "State")
   wc.name = "ptod";
   wc.remote_ready_timeout_ms = cfg.peer_ready_timeout_ms;
   wc.max_concurrent_runs = static_cast<int>(cfg.max_running);
@@ -161,7 +207,8 @@ std::shared_ptr<grpc::ServerCredentials> listener_credentials(const DaemonConfig
   if (!st->ok()) return nullptr;
   o.pem_key_cert_pairs.push_back(kp);
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(o);
-  if (!cfg.token.empty()) creds->SetAuthMetadataProcessor(std::make_shared<TokenAuth>(cfg.token));
+  if (!cfg.token.empty() || !cfg.named_tokens.empty())
+    creds->SetAuthMetadataProcessor(std::make_shared<TokenAuth>(cfg));
   return creds;
 }
 
@@ -181,7 +228,6 @@ Status start_server(const DaemonConfig& cfg, Services& svc, std::unique_ptr<grpc
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.SetMaxReceiveMessageSize(static_cast<int>(cfg.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(cfg.max_message_bytes));
-  if (!cfg.socket.empty()) builder.AddListeningPort("unix:" + cfg.socket, grpc::InsecureServerCredentials());
   ports->assign(cfg.listen.size(), 0);
   for (size_t i = 0; i < cfg.listen.size(); ++i) {
     Status st;
@@ -201,7 +247,6 @@ Status start_server(const DaemonConfig& cfg, Services& svc, std::unique_ptr<grpc
                          "permitted?)");
   for (size_t i = 0; i < cfg.listen.size(); ++i)
     if ((*ports)[i] == 0) return Status::Error(pto::kInvalidConfig, fmt::format("cannot listen on {}", cfg.listen[i]));
-  if (!cfg.socket.empty()) chmod(cfg.socket.c_str(), 0660);
   return Status::Ok();
 }
 
@@ -294,12 +339,12 @@ void serve_until_signal(const DaemonConfig& cfg, asio::io_context& io, asio::sig
 // user code runs in children and runners, which are killed; every later
 // step has its own short bound; and a backstop ends the process if a step
 // still overran.
-void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Server& server,
-                    std::unique_ptr<MetricsServer>& metrics) {
+void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Server& server, UnixListener& unix,
+                    std::unique_ptr<MetricsServer>& metrics, TensorStore& tensors, StateDb& db) {
   auto main_log = log("main");
   const DaemonConfig& cfg = parts.cfg;
-  const auto hard_end = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.drain_timeout_s) +
-                        std::chrono::milliseconds(1900);
+  const auto hard_end =
+      std::chrono::steady_clock::now() + std::chrono::seconds(cfg.drain_timeout_s) + std::chrono::milliseconds(1900);
   std::thread([hard_end] {
     std::this_thread::sleep_until(hard_end);
     log("main")->error("the drain overran its bound (drain_timeout_s + 2 s): exiting now");
@@ -320,9 +365,14 @@ void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Se
   // not wait for their deadlines.
   parts.jobs.stop(std::chrono::milliseconds(300));
   sessions.shutdown_all("the peer is shutting down");
+  unix.stop();
   server.Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   metrics.reset();
+  // A clean stop: every tensor's bytes are on disk, so a power loss from
+  // here on loses none of them.
+  const bool synced = tensors.sync_all();
   if (Status s = parts.worker.close(); !s.ok()) main_log->warn("closing the Worker: {}", s.message);
+  if (synced) (void)db.set_meta("clean_stop", "1");
   main_log->info("stopped");
 }
 
@@ -332,7 +382,8 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   StateDirLock state_lock;
   SocketPath socket;
   StateDb db;
-  if (Status s = prepare(cfg, state_lock, socket, db); !s.ok()) return fail(s.message);
+  bool drop_unsynced = false;
+  if (Status s = prepare(cfg, state_lock, socket, db, &drop_unsynced); !s.ok()) return fail(s.message);
 
   // The Worker forks its children now, before gRPC, Asio or the job runner
   // start any thread.
@@ -340,24 +391,33 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   pto::Worker worker(wc);
   if (Status s = start_worker(cfg, wc, worker); !s.ok()) return fail(s.message);
 
-  TensorStore tensors(worker);
+  TensorStore tensors(worker, cfg, db);
   pto::RunnerConfig rcfg;
   rcfg.load_timeout_ms = cfg.runner_load_timeout_ms;
   rcfg.liveness_timeout_ms = cfg.liveness_timeout_ms;
   rcfg.spin_us = std::min<uint32_t>(cfg.spin_us, 50);
   pto::RunnerPool runners(rcfg);
-  CallableRegistry registry(worker, runners, cfg);
+  CallableRegistry registry(worker, runners, cfg, db);
   JobManager jobs(worker, tensors, runners, cfg, db);
+  if (Status s = restore_state(cfg, drop_unsynced, tensors, registry, jobs); !s.ok()) return fail(s.message);
   std::atomic<bool> draining{false};
-  DaemonParts parts{cfg, worker, tensors, registry, jobs, draining, runners};
+  UnixPeers unix_peers;
+  Principals principals(cfg, unix_peers);
+  DaemonParts parts{cfg, worker, tensors, registry, jobs, draining, runners, principals};
   Services services(parts);
+  UnixListener unix;
+  if (!cfg.socket.empty()) {
+    if (Status s = unix.bind(cfg.socket); !s.ok()) return fail(s.message);
+    socket.bound();
+  }
   std::unique_ptr<grpc::Server> server;
   std::vector<int> ports;
   if (Status s = start_server(cfg, services, &server, &ports); !s.ok()) return fail(s.message);
-  socket.bound();
+  unix.start(server.get(), &unix_peers);
   set_serving(*server, true);
   std::unique_ptr<MetricsServer> metrics;
   if (Status s = start_metrics(cfg, worker, jobs, runners, &metrics); !s.ok()) {
+    unix.stop();
     server->Shutdown();
     return fail(s.message);
   }
@@ -367,7 +427,7 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
   announce(cfg, opts, ports, metrics.get());
   serve_until_signal(cfg, io, signals);
-  drain_and_stop(parts, services.session, *server, metrics);
+  drain_and_stop(parts, services.session, *server, unix, metrics, tensors, db);
   socket.release();
   return 0;
 }

@@ -45,6 +45,7 @@ void to_proto(const TensorEntry& e, pto::v1::TensorInfo* ti) {
   for (int i = 0; i < e.tensor.ndims; ++i) ti->add_shape(e.tensor.shape[i]);
   ti->set_dtype(to_wire_dtype(e.tensor.dtype));
   ti->set_bytes(e.bytes);
+  ti->set_owner(e.owner);
 }
 
 pto::v1::JobResult to_proto(const pto::RunResult& r) {
@@ -60,9 +61,68 @@ pto::v1::JobResult to_proto(const pto::RunResult& r) {
   return p;
 }
 
-JobManager::JobManager(pto::Worker& w, TensorStore& tensors, const pto::RunnerPool& runners,
-                       const DaemonConfig& cfg, StateDb& db)
-    : w_(w), tensors_(tensors), runners_(runners), cfg_(cfg), db_(db) {}
+JobManager::JobManager(pto::Worker& w, TensorStore& tensors, const pto::RunnerPool& runners, const DaemonConfig& cfg,
+                       StateDb& db)
+    : w_(w), tensors_(tensors), runners_(runners), cfg_(cfg), db_(db), ids_(db, "job") {}
+
+namespace {
+uint64_t wall_ms() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+}  // namespace
+
+Status JobManager::restore() {
+  std::vector<JobRow> rows;
+  if (Status s = db_.jobs(cfg_.retain_finished, &rows); !s.ok()) return s;
+  size_t interrupted = 0;
+  std::lock_guard<std::mutex> g(mu_);
+  for (const JobRow& row : rows) {
+    Job j;
+    j.id = row.id;
+    j.restored = true;
+    if (!j.result.ParseFromString(row.record)) {
+      log("jobs")->warn("job {}: its record does not parse; it is dropped", row.id);
+      (void)db_.delete_job(row.id);
+      continue;
+    }
+    j.spec.options.principal = row.owner;
+    if (!final_state(j.result.state())) {
+      j.result.set_state(pto::v1::FAILED);
+      j.result.set_message("interrupted: the daemon stopped");
+      j.result.set_end_time_ms(wall_ms());
+      ++interrupted;
+    }
+    j.state = j.result.state();
+    persist_locked(j);
+    finished_order_.push_back(j.id);
+    jobs_.emplace(j.id, std::move(j));
+  }
+  trim_locked();
+  if (!rows.empty())
+    log("jobs")->info("restored {} job record(s); {} were queued or running when the daemon stopped: FAILED",
+                      rows.size(), interrupted);
+  return Status::Ok();
+}
+
+void JobManager::persist_locked(const Job& j) {
+  JobRow row;
+  row.id = j.id;
+  row.owner = j.spec.options.principal;
+  row.state = j.state;
+  pto::v1::JobResult r;
+  fill_result_locked(j, &r);
+  row.record = r.SerializeAsString();
+  if (Status s = db_.put_job(row); !s.ok())
+    log("jobs")->error("job {}: its record is not written: {}", j.id, s.message);
+}
+
+const JobManager::Job* JobManager::visible_locked(const Principal& who, uint64_t id) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !who.may_use(it->second.spec.options.principal)) return nullptr;
+  return &it->second;
+}
 
 JobManager::~JobManager() { stop(); }
 
@@ -90,23 +150,22 @@ Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position) {
   if (counts_.queued >= cfg_.max_queued)
     return Status::Error(pto::kQueueFull,
                          fmt::format("the job queue is full ({} jobs; [jobs] max_queued)", counts_.queued));
-  if (next_id_ == id_limit_) {  // a new block of ids, durable before any is used
-    constexpr uint64_t kBlock = 1000;
-    uint64_t first = 0;
-    if (Status s = db_.reserve("job", kBlock, &first); !s.ok())
-      return Status::Error(s.code, "cannot give the job an id: " + s.message);
-    next_id_ = first;
-    id_limit_ = first + kBlock;
-  }
+  const std::string& owner = spec.options.principal;
+  if (const uint32_t q = cfg_.quota_for(owner).queued_jobs; q && queued_by_owner_[owner] >= q)
+    return Status::Error(pto::kQuotaExceeded, fmt::format("{} has {} queued job(s): its quota is {} ([quotas] "
+                                                          "queued_jobs)",
+                                                          owner, queued_by_owner_[owner], q));
   Job j;
-  j.id = next_id_++;
+  if (Status s = ids_.next(&j.id); !s.ok()) return Status::Error(s.code, "cannot give the job an id: " + s.message);
   j.spec = std::move(spec);
   j.submit_ns = now_ns();
+  j.submit_ms = wall_ms();
   if (!j.spec.options.deadline_ms && cfg_.default_deadline_s)
     j.spec.options.deadline_ms = uint64_t(cfg_.default_deadline_s) * 1000;
   *id = j.id;
   *position = static_cast<uint32_t>(counts_.queued);
   ++counts_.queued;
+  ++queued_by_owner_[j.spec.options.principal];
   ++counts_.submitted_total;
   pto::CallConfig cfg = j.spec.config;
   // A trace goes under the state directory, never where a client says.
@@ -126,14 +185,14 @@ Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position) {
   const pto::TaskArgs run_args = c.abi == pto::EntryAbi::ORCHESTRATION && c.runs_here ? j.spec.args : pto::TaskArgs();
   const pto::RunOptions options = j.spec.options;
   const uint64_t jid = j.id;
+  persist_locked(j);  // acknowledged below: its record is written first
   jobs_.emplace(jid, std::move(j));
   cv_.notify_all();
   lk.unlock();
-  pto::RunHandle h = w_.submit_function(
-      [this, jid](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc) {
-        return execute(jid, o, view, cc);
-      },
-      run_args, cfg, [this, jid](const pto::RunResult& r) { run_ended(jid, r); }, options);
+  pto::RunHandle h =
+      w_.submit_function([this, jid](pto::Orchestrator& o, const pto::TaskArgsView& view,
+                                     const pto::CallConfig& cc) { return execute(jid, o, view, cc); },
+                         run_args, cfg, [this, jid](const pto::RunResult& r) { run_ended(jid, r); }, options);
   std::string pending;
   lk.lock();
   if (auto it = jobs_.find(jid); it != jobs_.end()) {
@@ -155,9 +214,12 @@ int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsVi
     Job& j = it->second;
     j.state = pto::v1::RUNNING;
     j.start_ns = now_ns();
+    j.start_ms = wall_ms();
     ++j.version;
     --counts_.queued;
+    --queued_by_owner_[j.spec.options.principal];
     ++counts_.running;
+    persist_locked(j);
     c = j.spec.callable;
     args = j.spec.args;
   }
@@ -166,14 +228,24 @@ int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsVi
 }
 
 void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
+  if (cfg_.durable) {  // what the job wrote is on disk before it is SUCCEEDED
+    std::vector<TensorEntry> outputs;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (auto it = jobs_.find(id); it != jobs_.end()) outputs = it->second.spec.outputs;
+    }
+    tensors_.sync(outputs);
+  }
   std::lock_guard<std::mutex> g(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   Job& done = it->second;
-  if (done.start_ns)
+  if (done.start_ns) {
     --counts_.running;
-  else
+  } else {
     --counts_.queued;
+    --queued_by_owner_[done.spec.options.principal];
+  }
   const std::string trace = done.result.trace_path();
   done.result = to_proto(r);
   if (!trace.empty() && r.ok()) done.result.set_trace_path(trace);
@@ -190,8 +262,10 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
 void JobManager::finish_locked(Job& j, pto::v1::JobState state, const std::string& message) {
   j.state = state;
   j.end_ns = now_ns();
+  j.end_ms = wall_ms();
   j.result.set_message(message);
   ++j.version;
+  persist_locked(j);
   for (uint64_t t : j.spec.pinned) tensors_.pin(t, -1);
   j.spec.pinned.clear();
   if (state == pto::v1::SUCCEEDED)
@@ -210,6 +284,7 @@ void JobManager::trim_locked() {
     if (it != jobs_.end()) {
       // A job's trace lives as long as the job is retained.
       if (!it->second.result.trace_path().empty()) std::remove(it->second.result.trace_path().c_str());
+      (void)db_.delete_job(it->first);
       jobs_.erase(it);
     }
     finished_order_.pop_front();
@@ -218,6 +293,13 @@ void JobManager::trim_locked() {
 
 void JobManager::fill_result_locked(const Job& j, pto::v1::JobResult* out) const {
   *out = j.result;
+  if (j.restored) return;  // the record as the last daemon left it
+  const RegisteredCallable& c = j.spec.callable;
+  out->set_owner(j.spec.options.principal);
+  out->set_callable(c.name.empty() ? pto::to_hex(c.handle.id.digest) : c.name);
+  out->set_submit_time_ms(j.submit_ms);
+  out->set_start_time_ms(j.start_ms);
+  out->set_end_time_ms(j.end_ms);
   out->set_job_id(j.id);
   out->set_state(j.state);
   out->set_label(j.spec.label);
@@ -229,15 +311,15 @@ void JobManager::fill_result_locked(const Job& j, pto::v1::JobResult* out) const
   for (const TensorEntry& e : j.spec.outputs) to_proto(e, out->add_outputs());
 }
 
-Status JobManager::result(uint64_t id, pto::v1::JobResult* out) const {
+Status JobManager::result(const Principal& who, uint64_t id, pto::v1::JobResult* out) const {
   pto::RunHandle running;
   {
     std::lock_guard<std::mutex> g(mu_);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end())
+    const Job* j = visible_locked(who, id);
+    if (!j)
       return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {} (unknown, or no longer retained)", id));
-    fill_result_locked(it->second, out);
-    if (it->second.state == pto::v1::RUNNING) running = it->second.run;
+    fill_result_locked(*j, out);
+    if (j->state == pto::v1::RUNNING) running = j->run;
   }
   // A running job shows the tasks its orchestration has submitted so far
   // (asked without mu_: the Worker's lock is never taken under it).
@@ -245,12 +327,12 @@ Status JobManager::result(uint64_t id, pto::v1::JobResult* out) const {
   return Status::Ok();
 }
 
-Status JobManager::cancel(uint64_t id, pto::v1::JobState* state) {
+Status JobManager::cancel(const Principal& who, uint64_t id, pto::v1::JobState* state) {
   pto::RunHandle h;
   {
     std::lock_guard<std::mutex> g(mu_);
+    if (!visible_locked(who, id)) return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {}", id));
     auto it = jobs_.find(id);
-    if (it == jobs_.end()) return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {}", id));
     *state = it->second.state;
     if (final_state(it->second.state)) return Status::Ok();
     h = it->second.run;
@@ -264,13 +346,13 @@ Status JobManager::cancel(uint64_t id, pto::v1::JobState* state) {
   return Status::Ok();
 }
 
-Status JobManager::wait_event(uint64_t id, uint64_t* version, std::chrono::milliseconds timeout,
+Status JobManager::wait_event(const Principal& who, uint64_t id, uint64_t* version, std::chrono::milliseconds timeout,
                               pto::v1::JobEvent* ev) {
   pto::RunHandle h;
   {
     std::unique_lock<std::mutex> lk(mu_);
+    if (!visible_locked(who, id)) return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {}", id));
     auto it = jobs_.find(id);
-    if (it == jobs_.end()) return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {}", id));
     cv_.wait_for(lk, timeout, [&] {
       auto j = jobs_.find(id);
       return j == jobs_.end() || j->second.version != *version || stop_;
@@ -299,10 +381,11 @@ Status JobManager::wait_event(uint64_t id, uint64_t* version, std::chrono::milli
   return Status::Ok();
 }
 
-std::vector<pto::v1::JobResult> JobManager::list(uint32_t limit) const {
+std::vector<pto::v1::JobResult> JobManager::list(const Principal& who, uint32_t limit) const {
   std::lock_guard<std::mutex> g(mu_);
   std::vector<pto::v1::JobResult> out;
   for (auto it = jobs_.rbegin(); it != jobs_.rend() && out.size() < limit; ++it) {
+    if (!who.may_use(it->second.spec.options.principal)) continue;
     out.emplace_back();
     fill_result_locked(it->second, &out.back());
   }

@@ -8,6 +8,11 @@
 //   QUEUED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED;  QUEUED -> CANCELLED.
 // Every change bumps the job's version, so watchers wait for "newer than
 // what I saw". Finished jobs are kept (retain_finished) for Result / List.
+// A job belongs to the principal that submitted it (RunOptions::principal):
+// others are told it does not exist, unless they are admin. Each change of
+// state is written to the state database before it is visible, so after a
+// restart a job's record is there; one that was queued or running when the
+// daemon died is FAILED "interrupted: the daemon stopped".
 #pragma once
 
 #include <atomic>
@@ -55,15 +60,20 @@ class JobManager {
              StateDb& db);
   ~JobManager();
 
+  // The records of the state database (the newest retain_finished); a job
+  // that had not ended becomes FAILED "interrupted: the daemon stopped".
+  Status restore();
   // spec.pinned: tensors the caller pinned; the job unpins them when it ends
-  // (on error they stay the caller's to unpin).
+  // (on error they stay the caller's to unpin). spec.options.principal owns it.
   Status submit(JobSpec spec, uint64_t* id, uint32_t* queue_position);
-  Status cancel(uint64_t id, pto::v1::JobState* state);
-  Status result(uint64_t id, pto::v1::JobResult* out) const;
+  Status cancel(const Principal& who, uint64_t id, pto::v1::JobState* state);
+  Status result(const Principal& who, uint64_t id, pto::v1::JobResult* out) const;
   // Waits until the job changed after *version (or timeout), then fills ev
   // (with live task progress while it runs) and updates *version.
-  Status wait_event(uint64_t id, uint64_t* version, std::chrono::milliseconds timeout, pto::v1::JobEvent* ev);
-  std::vector<pto::v1::JobResult> list(uint32_t limit) const;
+  Status wait_event(const Principal& who, uint64_t id, uint64_t* version, std::chrono::milliseconds timeout,
+                    pto::v1::JobEvent* ev);
+  // The newest `limit` jobs `who` may see.
+  std::vector<pto::v1::JobResult> list(const Principal& who, uint32_t limit) const;
   JobCounts counts() const;
 
   // Drain: refuse new jobs, cancel the queued ones; running ones go on.
@@ -83,9 +93,11 @@ class JobManager {
     pto::v1::JobState state = pto::v1::QUEUED;
     pto::v1::JobResult result;
     uint64_t version = 1;
-    uint64_t submit_ns = 0, start_ns = 0, end_ns = 0;
-    pto::RunHandle run;          // set once the run is queued with the Worker
-    std::string cancel_pending;  // a cancel that came before `run` was set
+    uint64_t submit_ns = 0, start_ns = 0, end_ns = 0;  // steady clock
+    uint64_t submit_ms = 0, start_ms = 0, end_ms = 0;  // wall clock, for the record
+    bool restored = false;                             // from the state database: `result` is the whole record
+    pto::RunHandle run;                                // set once the run is queued with the Worker
+    std::string cancel_pending;                        // a cancel that came before `run` was set
   };
   // The orchestration function of a job's run (on a Worker run thread).
   int execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc);
@@ -93,6 +105,10 @@ class JobManager {
   void finish_locked(Job& j, pto::v1::JobState state, const std::string& message);
   void fill_result_locked(const Job& j, pto::v1::JobResult* out) const;
   void trim_locked();
+  // Writes the job's record; a failure is logged (the job goes on).
+  void persist_locked(const Job& j);
+  // The job, if `who` may see it.
+  const Job* visible_locked(const Principal& who, uint64_t id) const;
   uint64_t live_locked() const { return counts_.queued + counts_.running; }
 
   pto::Worker& w_;
@@ -104,8 +120,9 @@ class JobManager {
   std::map<uint64_t, Job> jobs_;
   std::deque<uint64_t> finished_order_;
   StateDb& db_;
-  uint64_t next_id_ = 0, id_limit_ = 0;  // ids [next_id_, id_limit_) are reserved in db_
-  JobCounts counts_;  // queued and running are live counts
+  IdSequence ids_;
+  std::map<std::string, uint64_t> queued_by_owner_;  // the queued_jobs quota's measure
+  JobCounts counts_;                                 // queued and running are live counts
   std::atomic<bool> draining_{false};
   bool stop_ = false;
 };

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "pto/base/clock.h"
 #include "log.h"
+#include "pto/base/clock.h"
 #include "session_service.h"
 #include "wire_enums.h"
 
@@ -331,6 +331,7 @@ bool GrpcRemoteLink::write_tasks(std::vector<pto::RemoteTask>& tasks) {
     pto::v1::RemoteTask w;
     w.set_id(t.seq);
     w.set_task_id(t.task_id);
+    w.set_principal(t.principal);
     w.set_digest(std::string(reinterpret_cast<const char*>(t.callable.digest.data()), 32));
     w.mutable_config()->set_block_dim(t.config.block_dim);
     w.mutable_config()->set_aicpu_thread_num(t.config.aicpu_thread_num);

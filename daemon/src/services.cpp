@@ -34,34 +34,58 @@ grpc::Status to_grpc(const Status& s) {
     case pto::kWorkerChildFailed: c = grpc::StatusCode::FAILED_PRECONDITION; break;
     case pto::kRefused: c = grpc::StatusCode::PERMISSION_DENIED; break;
     case pto::kInUse: c = grpc::StatusCode::FAILED_PRECONDITION; break;
+    case pto::kUnauthenticated: c = grpc::StatusCode::UNAUTHENTICATED; break;
+    case pto::kQuotaExceeded: c = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
     default: break;
   }
   return grpc::Status(c, s.message);
 }
 
+grpc::Status identify(const DaemonParts& p, const grpc::ServerContext* ctx, Principal* who) {
+  if (Status s = p.principals.of(*ctx, who); !s.ok()) {
+    log("main")->warn("request from {} refused: {}", ctx->peer(), s.message);
+    return to_grpc(s);
+  }
+  return grpc::Status::OK;
+}
+
 // ---------------------------------------------------------------- Registry
 
-grpc::Status RegistryService::Register(grpc::ServerContext*, const pto::v1::RegisterRequest* req,
+grpc::Status RegistryService::Register(grpc::ServerContext* ctx, const pto::v1::RegisterRequest* req,
                                        pto::v1::RegisterReply* reply) {
-  Status s = p_.registry.add(*req, reply);
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
+  Status s = p_.registry.add(who, *req, reply);
   if (s.ok())
     log("registry")
-        ->info("callable {} registered{}{}",
+        ->info("callable {} registered by {}{}{}",
                pto::to_hex(*reinterpret_cast<const pto::Digest*>(reply->identity().digest().data())).substr(0, 16),
-               reply->name().empty() ? "" : " as '" + reply->name() + "'", reply->existed() ? " (existed)" : "");
+               who.name, reply->name().empty() ? "" : " as '" + reply->name() + "'",
+               reply->existed() ? " (existed)" : "");
   else
-    log("registry")->warn("register refused: {}", s.message);
+    log("registry")->warn("register by {} refused: {}", who.name, s.message);
   return to_grpc(s);
 }
 
-grpc::Status RegistryService::Unregister(grpc::ServerContext*, const pto::v1::UnregisterRequest* req,
+grpc::Status RegistryService::Unregister(grpc::ServerContext* ctx, const pto::v1::UnregisterRequest* req,
                                          pto::v1::UnregisterReply*) {
-  return to_grpc(p_.registry.remove(req->callable()));
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
+  return to_grpc(p_.registry.remove(who, req->callable()));
 }
 
-grpc::Status RegistryService::List(grpc::ServerContext*, const pto::v1::ListCallablesRequest*,
+grpc::Status RegistryService::Publish(grpc::ServerContext* ctx, const pto::v1::PublishRequest* req,
+                                      pto::v1::PublishReply*) {
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
+  return to_grpc(p_.registry.publish(who, req->callable(), req->published()));
+}
+
+grpc::Status RegistryService::List(grpc::ServerContext* ctx, const pto::v1::ListCallablesRequest*,
                                    pto::v1::ListCallablesReply* reply) {
-  for (const RegisteredCallable& rc : p_.registry.list()) {
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
+  for (const RegisteredCallable& rc : p_.registry.list(who)) {
     pto::v1::CallableInfo* ci = reply->add_callables();
     ci->mutable_identity()->set_digest(std::string(reinterpret_cast<const char*>(rc.handle.id.digest.data()), 32));
     ci->mutable_identity()->set_kind(to_wire(rc.handle.id.kind));
@@ -69,6 +93,8 @@ grpc::Status RegistryService::List(grpc::ServerContext*, const pto::v1::ListCall
     ci->set_name(rc.name);
     ci->set_abi(to_wire(rc.abi));
     ci->set_source(rc.source);
+    for (const std::string& o : rc.owners) ci->add_owners(o);
+    ci->set_published(rc.published);
   }
   return grpc::Status::OK;
 }
@@ -77,6 +103,8 @@ grpc::Status RegistryService::List(grpc::ServerContext*, const pto::v1::ListCall
 
 grpc::Status TensorsService::Upload(grpc::ServerContext* ctx, grpc::ServerReader<pto::v1::UploadChunk>* reader,
                                     pto::v1::TensorInfo* reply) {
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
   UploadWatch::Upload watched(uploads_, ctx);
   pto::v1::UploadChunk chunk;
   if (!reader->Read(&chunk) || !chunk.has_header())
@@ -85,8 +113,8 @@ grpc::Status TensorsService::Upload(grpc::ServerContext* ctx, grpc::ServerReader
   const auto& h = chunk.header();
   TensorEntry e;
   // Invisible, and not freeable by anyone else, until committed below.
-  if (Status s =
-          p_.tensors.create(h.name(), std::vector<uint32_t>(h.shape().begin(), h.shape().end()), h.dtype(), &e, true);
+  if (Status s = p_.tensors.create(who, h.name(), std::vector<uint32_t>(h.shape().begin(), h.shape().end()), h.dtype(),
+                                   &e, true);
       !s.ok())
     return to_grpc(Status::Error(s.code, "upload: " + s.message));
   auto fail = [&](grpc::StatusCode code, const std::string& m) {
@@ -131,7 +159,7 @@ grpc::Status TensorsService::Upload(grpc::ServerContext* ctx, grpc::ServerReader
     return fail(grpc::StatusCode::INVALID_ARGUMENT,
                 got == e.bytes ? "upload: no trailer: the last message must carry the CRC-32C of the bytes"
                                : fmt::format("upload: {} bytes received, shape x dtype needs {}", got, e.bytes));
-  p_.tensors.commit(e.id);
+  if (Status s = p_.tensors.commit(e.id); !s.ok()) return fail(grpc::StatusCode::INTERNAL, "upload: " + s.message);
   to_proto(e, reply);
   log("tensors")->debug("tensor {} uploaded ({} bytes, CRC-32C {:08x})", e.id, e.bytes, crc);
   return grpc::Status::OK;
@@ -139,8 +167,10 @@ grpc::Status TensorsService::Upload(grpc::ServerContext* ctx, grpc::ServerReader
 
 grpc::Status TensorsService::Download(grpc::ServerContext* ctx, const pto::v1::DownloadRequest* req,
                                       grpc::ServerWriter<pto::v1::DownloadChunk>* writer) {
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
   TensorEntry e;
-  if (Status s = p_.tensors.find_and_pin(req->tensor().id(), req->tensor().name(), &e); !s.ok()) return to_grpc(s);
+  if (Status s = p_.tensors.find_and_pin(who, req->tensor().id(), req->tensor().name(), &e); !s.ok()) return to_grpc(s);
   struct Unpin {
     TensorStore& t;
     uint64_t id;
@@ -174,9 +204,12 @@ grpc::Status TensorsService::Download(grpc::ServerContext* ctx, const pto::v1::D
   return grpc::Status::OK;
 }
 
-grpc::Status TensorsService::Alloc(grpc::ServerContext*, const pto::v1::AllocRequest* req, pto::v1::TensorInfo* reply) {
+grpc::Status TensorsService::Alloc(grpc::ServerContext* ctx, const pto::v1::AllocRequest* req,
+                                   pto::v1::TensorInfo* reply) {
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
   TensorEntry e;
-  if (Status s = p_.tensors.create(req->name(), std::vector<uint32_t>(req->shape().begin(), req->shape().end()),
+  if (Status s = p_.tensors.create(who, req->name(), std::vector<uint32_t>(req->shape().begin(), req->shape().end()),
                                    req->dtype(), &e);
       !s.ok())
     return to_grpc(s);
@@ -184,14 +217,18 @@ grpc::Status TensorsService::Alloc(grpc::ServerContext*, const pto::v1::AllocReq
   return grpc::Status::OK;
 }
 
-grpc::Status TensorsService::Free(grpc::ServerContext*, const pto::v1::FreeTensorRequest* req,
+grpc::Status TensorsService::Free(grpc::ServerContext* ctx, const pto::v1::FreeTensorRequest* req,
                                   pto::v1::FreeTensorReply*) {
-  return to_grpc(p_.tensors.free(req->tensor().id(), req->tensor().name()));
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
+  return to_grpc(p_.tensors.free(who, req->tensor().id(), req->tensor().name()));
 }
 
-grpc::Status TensorsService::List(grpc::ServerContext*, const pto::v1::ListTensorsRequest*,
+grpc::Status TensorsService::List(grpc::ServerContext* ctx, const pto::v1::ListTensorsRequest*,
                                   pto::v1::ListTensorsReply* reply) {
-  for (const TensorEntry& e : p_.tensors.list()) to_proto(e, reply->add_tensors());
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
+  for (const TensorEntry& e : p_.tensors.list(who)) to_proto(e, reply->add_tensors());
   const pto::WorkerStats st = p_.worker.stats();
   reply->set_arena_bytes(st.arena_bytes);
   reply->set_arena_in_use(st.arena_in_use);
@@ -200,31 +237,20 @@ grpc::Status TensorsService::List(grpc::ServerContext*, const pto::v1::ListTenso
 
 // -------------------------------------------------------------------- Jobs
 
-// Who a request is from, for fair sharing between clients: a client
-// certificate's identity when the listener verified one, otherwise the
-// peer's host (every local client on the unix socket is one principal until
-// the daemon knows its users; docs/daemon.md, "Jobs").
-static std::string principal_of(const grpc::ServerContext& ctx) {
-  if (auto auth = ctx.auth_context(); auth && auth->IsPeerAuthenticated())
-    for (const auto& id : auth->GetPeerIdentity()) return "cert:" + std::string(id.data(), id.size());
-  const std::string peer = ctx.peer();
-  const size_t colon = peer.rfind(':');
-  if (peer.rfind("ipv4:", 0) == 0 || peer.rfind("ipv6:", 0) == 0) return peer.substr(0, colon);
-  return peer.rfind("unix:", 0) == 0 ? "unix" : peer;
-}
-
 grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::SubmitRequest* req,
                                  pto::v1::SubmitReply* reply) {
   if (p_.draining) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is draining: it accepts no new jobs");
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
   JobSpec spec;
-  if (Status s = p_.registry.find(req->callable(), &spec.callable); !s.ok()) return to_grpc(s);
+  if (Status s = p_.registry.find(who, req->callable(), &spec.callable); !s.ok()) return to_grpc(s);
   if (Status s = check_name("label", req->label()); !s.ok()) return to_grpc(s);
   JobArgs job;
   auto unpin = [&] {
     for (uint64_t id : job.pinned) p_.tensors.pin(id, -1);
   };
   const auto resolve = [&](const pto::v1::TensorRef& ref, pto::ContinuousTensor* t, TensorEntry* e) {
-    return p_.tensors.view_and_pin(ref.tensor().id(), ref.tensor().name(), ref.offset_bytes(),
+    return p_.tensors.view_and_pin(who, ref.tensor().id(), ref.tensor().name(), ref.offset_bytes(),
                                    std::vector<uint32_t>(ref.shape().begin(), ref.shape().end()), ref.dtype(),
                                    ref.has_dtype(), t, e);
   };
@@ -249,7 +275,7 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   spec.label = req->label();
   spec.options.priority = from_wire(req->priority());
   spec.options.deadline_ms = req->deadline_ms();
-  spec.options.principal = principal_of(*ctx);
+  spec.options.principal = who.name;  // fair sharing and ownership
   uint64_t id = 0;
   uint32_t pos = 0;
   // The job manager takes over the pins (and releases them when the job ends).
@@ -263,7 +289,7 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   reply->set_state(pto::v1::QUEUED);
   if (req->wait_ms() > 0) {
     pto::v1::JobResult r;
-    if (Status s = wait_final(ctx, id, req->wait_ms(), &r); s.ok()) {
+    if (Status s = wait_final(ctx, who, id, req->wait_ms(), &r); s.ok()) {
       reply->set_state(r.state());
       if (final_state(r.state())) *reply->mutable_result() = r;
     }
@@ -271,32 +297,35 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   return grpc::Status::OK;
 }
 
-Status JobsService::wait_final(grpc::ServerContext* ctx, uint64_t id, uint32_t wait_ms, pto::v1::JobResult* out) {
+Status JobsService::wait_final(grpc::ServerContext* ctx, const Principal& who, uint64_t id, uint32_t wait_ms,
+                               pto::v1::JobResult* out) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   uint64_t version = 0;
   for (;;) {
     pto::v1::JobEvent ev;
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (Status s = p_.jobs.wait_event(id, &version, std::max(left, std::chrono::milliseconds(0)), &ev); !s.ok())
+    if (Status s = p_.jobs.wait_event(who, id, &version, std::max(left, std::chrono::milliseconds(0)), &ev); !s.ok())
       return s;
     if (final_state(ev.state())) {
       *out = ev.result();
       return Status::Ok();
     }
-    if (std::chrono::steady_clock::now() >= deadline || ctx->IsCancelled()) return p_.jobs.result(id, out);
+    if (std::chrono::steady_clock::now() >= deadline || ctx->IsCancelled()) return p_.jobs.result(who, id, out);
   }
 }
 
 grpc::Status JobsService::Watch(grpc::ServerContext* ctx, const pto::v1::WatchRequest* req,
                                 grpc::ServerWriter<pto::v1::JobEvent>* writer) {
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
   uint64_t version = 0;
   uint64_t last_done = ~0ull, last_total = ~0ull;
   pto::v1::JobState last_state = pto::v1::JOB_STATE_UNSPECIFIED;
   for (;;) {
     if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
     pto::v1::JobEvent ev;
-    if (Status s = p_.jobs.wait_event(req->job_id(), &version, std::chrono::milliseconds(20), &ev); !s.ok())
+    if (Status s = p_.jobs.wait_event(who, req->job_id(), &version, std::chrono::milliseconds(20), &ev); !s.ok())
       return to_grpc(s);
     if (ev.state() != last_state || ev.tasks_done() != last_done || ev.tasks_total() != last_total) {
       if (!writer->Write(ev)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
@@ -308,22 +337,29 @@ grpc::Status JobsService::Watch(grpc::ServerContext* ctx, const pto::v1::WatchRe
   }
 }
 
-grpc::Status JobsService::Cancel(grpc::ServerContext*, const pto::v1::CancelRequest* req, pto::v1::CancelReply* reply) {
+grpc::Status JobsService::Cancel(grpc::ServerContext* ctx, const pto::v1::CancelRequest* req,
+                                 pto::v1::CancelReply* reply) {
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
   pto::v1::JobState st;
-  if (Status s = p_.jobs.cancel(req->job_id(), &st); !s.ok()) return to_grpc(s);
+  if (Status s = p_.jobs.cancel(who, req->job_id(), &st); !s.ok()) return to_grpc(s);
   reply->set_state(st);
   return grpc::Status::OK;
 }
 
 grpc::Status JobsService::Result(grpc::ServerContext* ctx, const pto::v1::ResultRequest* req,
                                  pto::v1::JobResult* reply) {
-  if (req->wait_ms() == 0) return to_grpc(p_.jobs.result(req->job_id(), reply));
-  return to_grpc(wait_final(ctx, req->job_id(), req->wait_ms(), reply));
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
+  if (req->wait_ms() == 0) return to_grpc(p_.jobs.result(who, req->job_id(), reply));
+  return to_grpc(wait_final(ctx, who, req->job_id(), req->wait_ms(), reply));
 }
 
-grpc::Status JobsService::List(grpc::ServerContext*, const pto::v1::ListJobsRequest* req,
+grpc::Status JobsService::List(grpc::ServerContext* ctx, const pto::v1::ListJobsRequest* req,
                                pto::v1::ListJobsReply* reply) {
-  for (auto& j : p_.jobs.list(req->limit() ? req->limit() : 50)) *reply->add_jobs() = std::move(j);
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
+  for (auto& j : p_.jobs.list(who, req->limit() ? req->limit() : 50)) *reply->add_jobs() = std::move(j);
   return grpc::Status::OK;
 }
 

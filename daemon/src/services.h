@@ -8,6 +8,7 @@
 #include "callable_registry.h"
 #include "config.h"
 #include "job_manager.h"
+#include "principal.h"
 #include "pto/v1/ptod.grpc.pb.h"
 #include "tensor_store.h"
 #include "upload_watch.h"
@@ -24,7 +25,11 @@ struct DaemonParts {
   JobManager& jobs;
   std::atomic<bool>& draining;
   const pto::RunnerPool& runners;
+  const Principals& principals;
 };
+
+// The request's principal; a refused token is the call's status.
+grpc::Status identify(const DaemonParts& p, const grpc::ServerContext* ctx, Principal* who);
 
 class RegistryService final : public pto::v1::Registry::Service {
  public:
@@ -32,6 +37,7 @@ class RegistryService final : public pto::v1::Registry::Service {
   grpc::Status Register(grpc::ServerContext*, const pto::v1::RegisterRequest*, pto::v1::RegisterReply*) override;
   grpc::Status Unregister(grpc::ServerContext*, const pto::v1::UnregisterRequest*, pto::v1::UnregisterReply*) override;
   grpc::Status List(grpc::ServerContext*, const pto::v1::ListCallablesRequest*, pto::v1::ListCallablesReply*) override;
+  grpc::Status Publish(grpc::ServerContext*, const pto::v1::PublishRequest*, pto::v1::PublishReply*) override;
 
  private:
   DaemonParts p_;
@@ -64,7 +70,8 @@ class JobsService final : public pto::v1::Jobs::Service {
 
  private:
   // Waits (bounded by wait_ms and the client's deadline) for a final state.
-  Status wait_final(grpc::ServerContext* ctx, uint64_t id, uint32_t wait_ms, pto::v1::JobResult* out);
+  Status wait_final(grpc::ServerContext* ctx, const Principal& who, uint64_t id, uint32_t wait_ms,
+                    pto::v1::JobResult* out);
   DaemonParts p_;
 };
 

@@ -37,6 +37,7 @@ struct SessionConn {
                                         // served: the coordinator's frames wait meanwhile
   std::set<pto::Digest> prepared;       // prepared here and not committed: aborted at the end
   std::string peer;
+  Principal who;  // who opened the session (the coordinator's token, certificate or user)
   // Remote buffers of this session (generation = the session id), in the
   // Worker's arena. Freed when the coordinator frees them and no task uses
   // them, or when the last reference to the session goes.
@@ -206,6 +207,7 @@ void fill_worker_tree(const DaemonParts& p, pto::v1::WorkerNode* root) {
 grpc::Status SessionService::Open(grpc::ServerContext* ctx, Stream* stream) {
   if (grpc::Status s = check_token(ctx); !s.ok()) return s;
   auto c = std::make_shared<SessionConn>();
+  if (grpc::Status s = identify(p_, ctx, &c->who); !s.ok()) return s;
   c->ctx = ctx;
   c->engine = &p_.worker;
   c->peer = ctx->peer();
@@ -223,7 +225,8 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx, Stream* stream) {
     std::lock_guard<std::mutex> g(mu_);
     live_.insert(c);
   }
-  log("session")->info("session {:016x} from {} (worker {}) READY with {} credits", c->session, c->peer, c->worker,
+  log("session")->info("session {:016x} from {} ({}{}, worker {}) READY with {} credits", c->session, c->peer,
+                       c->who.name, c->who.admin ? ", admin: runs tasks as their jobs' principals" : "", c->worker,
                        p_.cfg.session_credits);
   c->last_recv_ns = now_ns();
 
@@ -497,7 +500,7 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
   pto::v1::CallableRef ref;
   ref.set_digest(t.digest());
   auto rc = std::make_shared<RegisteredCallable>();
-  if (Status s = p_.registry.find(ref, rc.get()); !s.ok()) {
+  if (Status s = p_.registry.find_any(ref, rc.get()); !s.ok()) {
     const std::string tomb = p_.registry.tombstone(d);
     return failed(tomb.empty() ? fmt::format("callable {} is not registered on this peer", pto::to_hex(d))
                                : fmt::format("callable {} is not registered any more: {}", pto::to_hex(d), tomb));
@@ -552,32 +555,41 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
     return run_registered(*rc, runners, o, args, view, cfg);
   };
   const pto::TaskArgs run_args = rc->runs_here ? args : pto::TaskArgs();
-  p_.worker.submit_function(fn, run_args, cc, [c, held, id, release](const pto::RunResult& r) {
-    pto::v1::Completion done;
-    done.set_id(id);
-    if (r.ok()) {
-      done.set_outcome(pto::v1::SUCCESS);
-      for (size_t i = 0; i < held->tensors.size(); ++i) {
-        const bool out = held->dirs[i] == pto::v1::DIR_OUT || held->dirs[i] == pto::v1::DIR_INOUT;
-        done.add_outputs(
-            out ? std::string(reinterpret_cast<const char*>(held->tensors[i].data), pto::tensor_bytes(held->tensors[i]))
-                : std::string());
-      }
-    } else {
-      done.set_outcome(pto::v1::TASK_FAILURE);
-      auto* fr = done.mutable_failure();
-      fr->set_outcome(pto::v1::TASK_FAILURE);
-      fr->set_message(pto::clip_message(r.status.message));
-      if (r.first_failure) {
-        fr->set_task_id(r.first_failure->task_id);
-        fr->set_callable(r.first_failure->callable);
-        fr->set_worker(r.first_failure->worker);
-        fr->set_message(pto::clip_message(r.first_failure->message));
-      }
-    }
-    release();
-    c->complete(std::move(done));
-  });
+  // The coordinator acts for the principal that submitted the job, if this
+  // daemon trusts it to (its session's principal is admin here).
+  pto::RunOptions options;
+  options.principal = c->who.admin && !t.principal().empty() ? t.principal() : c->who.name;
+  log("session")->debug("session {:016x}: task {} (coordinator task {}) runs as {}", c->session, id, t.task_id(),
+                        options.principal);
+  p_.worker.submit_function(
+      fn, run_args, cc,
+      [c, held, id, release](const pto::RunResult& r) {
+        pto::v1::Completion done;
+        done.set_id(id);
+        if (r.ok()) {
+          done.set_outcome(pto::v1::SUCCESS);
+          for (size_t i = 0; i < held->tensors.size(); ++i) {
+            const bool out = held->dirs[i] == pto::v1::DIR_OUT || held->dirs[i] == pto::v1::DIR_INOUT;
+            done.add_outputs(out ? std::string(reinterpret_cast<const char*>(held->tensors[i].data),
+                                               pto::tensor_bytes(held->tensors[i]))
+                                 : std::string());
+          }
+        } else {
+          done.set_outcome(pto::v1::TASK_FAILURE);
+          auto* fr = done.mutable_failure();
+          fr->set_outcome(pto::v1::TASK_FAILURE);
+          fr->set_message(pto::clip_message(r.status.message));
+          if (r.first_failure) {
+            fr->set_task_id(r.first_failure->task_id);
+            fr->set_callable(r.first_failure->callable);
+            fr->set_worker(r.first_failure->worker);
+            fr->set_message(pto::clip_message(r.first_failure->message));
+          }
+        }
+        release();
+        c->complete(std::move(done));
+      },
+      options);
 }
 
 void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v1::ControlReply* reply) {
@@ -604,7 +616,7 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
         return;
       }
       pto::v1::RegisterReply rr;
-      if (Status s = p_.registry.prepare(req.request(), &rr); !s.ok()) return no(s.message);
+      if (Status s = p_.registry.prepare(c.who, req.request(), &rr); !s.ok()) return no(s.message);
       reply->set_digest(rr.identity().digest());
       if (rr.identity().digest() != req.digest()) {
         pto::Digest got{};
@@ -633,7 +645,7 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
       if (!has_digest) return no("UNREGISTER needs a 32-byte digest");
       pto::v1::CallableRef ref;
       ref.set_digest(req.digest());
-      if (Status s = p_.registry.remove(ref); !s.ok() && s.code != pto::kWorkerNotRegistered) return no(s.message);
+      if (Status s = p_.registry.remove_any(ref); !s.ok() && s.code != pto::kWorkerNotRegistered) return no(s.message);
       lg->info("session {:016x}: unregistered {} (tombstone kept)", c.session, pto::to_hex(d).substr(0, 16));
       return;
     }

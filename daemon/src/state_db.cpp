@@ -3,17 +3,56 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
+#include <cstdlib>
+#include <sstream>
+
 namespace ptod {
 
 namespace {
-Status db_error(const std::string& path, const std::string& what, sqlite3* db) {
-  return Status::Error(pto::kStorageError,
-                       fmt::format("state database {}: {}: {}", path, what, db ? sqlite3_errmsg(db) : "out of memory"));
+constexpr const char* kSchema = R"(
+CREATE TABLE IF NOT EXISTS sequences (name TEXT PRIMARY KEY, next INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tensors (
+  id INTEGER PRIMARY KEY, owner TEXT NOT NULL, name TEXT NOT NULL, dtype INTEGER NOT NULL,
+  shape TEXT NOT NULL, arena_offset INTEGER NOT NULL, bytes INTEGER NOT NULL, synced INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS callables (
+  digest TEXT PRIMARY KEY, request BLOB NOT NULL, stored TEXT NOT NULL, owners TEXT NOT NULL,
+  published INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+  id INTEGER PRIMARY KEY, owner TEXT NOT NULL, state INTEGER NOT NULL, record BLOB NOT NULL);
+)";
+
+std::string join(const std::vector<std::string>& v, char sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? std::string(1, sep) : "") + v[i];
+  return out;
 }
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string x; std::getline(in, x, sep);)
+    if (!x.empty()) out.push_back(x);
+  return out;
+}
+std::string text(sqlite3_stmt* s, int col) {
+  const auto* p = sqlite3_column_text(s, col);
+  return p ? std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s, col))) : "";
+}
+std::string blob(sqlite3_stmt* s, int col) {
+  const void* p = sqlite3_column_blob(s, col);
+  return p ? std::string(static_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s, col))) : "";
+}
+int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
 }  // namespace
 
 StateDb::~StateDb() {
+  for (auto& [sql, s] : stmts_) sqlite3_finalize(s);
   if (db_) sqlite3_close(db_);
+}
+
+Status StateDb::error(const std::string& what) {
+  return Status::Error(pto::kStorageError,
+                       fmt::format("state database {}: {}: {}", path_, what, db_ ? sqlite3_errmsg(db_) : "not open"));
 }
 
 Status StateDb::exec(const char* sql) {
@@ -26,46 +65,255 @@ Status StateDb::exec(const char* sql) {
   return Status::Ok();
 }
 
-Status StateDb::open(const std::string& dir) {
+sqlite3_stmt* StateDb::stmt(const char* sql, Status* st) {
+  if (!db_) {
+    *st = Status::Error(pto::kStorageError, "state database: not open");
+    return nullptr;
+  }
+  auto it = stmts_.find(sql);
+  if (it == stmts_.end()) {
+    sqlite3_stmt* s = nullptr;
+    if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr) != SQLITE_OK) {
+      *st = error("preparing a statement");
+      return nullptr;
+    }
+    it = stmts_.emplace(sql, s).first;
+  }
+  sqlite3_reset(it->second);
+  sqlite3_clear_bindings(it->second);
+  return it->second;
+}
+
+Status StateDb::step_done(sqlite3_stmt* s, const char* what) {
+  const int rc = sqlite3_step(s);
+  Status st = rc == SQLITE_DONE ? Status::Ok() : error(what);
+  sqlite3_reset(s);
+  return st;
+}
+
+Status StateDb::open(const std::string& dir, bool durable) {
+  std::lock_guard<std::mutex> g(mu_);
   path_ = dir + "/ptod.db";
+  durable_ = durable;
   if (sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                       nullptr) != SQLITE_OK)
-    return db_error(path_, "cannot open", db_);
+    return error("cannot open");
   sqlite3_busy_timeout(db_, 5000);  // bounded: another process holding it is an error, not a hang
-  // WAL: readers never block the writer; FULL: a committed reservation is on
-  // disk before it is used.
-  if (Status s = exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"); !s.ok()) return s;
-  return exec("CREATE TABLE IF NOT EXISTS sequences (name TEXT PRIMARY KEY, next INTEGER NOT NULL)");
+  // WAL: readers never block the writer, and a commit is one append.
+  if (Status s = exec(durable ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                              : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
+      !s.ok())
+    return s;
+  return exec(kSchema);
 }
 
 Status StateDb::reserve(const std::string& name, uint64_t count, uint64_t* first) {
+  std::lock_guard<std::mutex> g(mu_);
   if (!db_) return Status::Error(pto::kStorageError, "state database: not open");
-  if (Status s = exec("BEGIN IMMEDIATE"); !s.ok()) return s;
-  auto rollback = [&](Status s) {
-    (void)exec("ROLLBACK");
+  // Always fsynced, whatever [daemon] durable says: the one write that must
+  // survive a power loss for ids never to go back.
+  if (!durable_)
+    if (Status s = exec("PRAGMA synchronous=FULL"); !s.ok()) return s;
+  auto done = [&](Status s) {
+    if (!s.ok()) (void)exec("ROLLBACK");
+    if (!durable_) (void)exec("PRAGMA synchronous=NORMAL");
     return s;
   };
-  sqlite3_stmt* st = nullptr;
+  if (Status s = exec("BEGIN IMMEDIATE"); !s.ok()) return done(s);
+  Status st;
+  sqlite3_stmt* q = stmt("SELECT next FROM sequences WHERE name = ?1", &st);
+  if (!q) return done(st);
+  sqlite3_bind_text(q, 1, name.c_str(), -1, SQLITE_TRANSIENT);
   uint64_t next = 1;
-  if (sqlite3_prepare_v2(db_, "SELECT next FROM sequences WHERE name = ?1", -1, &st, nullptr) != SQLITE_OK)
-    return rollback(db_error(path_, "reading a sequence", db_));
-  sqlite3_bind_text(st, 1, name.c_str(), -1, SQLITE_TRANSIENT);
-  const int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) next = static_cast<uint64_t>(sqlite3_column_int64(st, 0));
-  sqlite3_finalize(st);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return rollback(db_error(path_, "reading a sequence", db_));
-  if (sqlite3_prepare_v2(db_,
-                         "INSERT INTO sequences (name, next) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET next = ?2",
-                         -1, &st, nullptr) != SQLITE_OK)
-    return rollback(db_error(path_, "writing a sequence", db_));
-  sqlite3_bind_text(st, 1, name.c_str(), -1, SQLITE_TRANSIENT);
-  const uint64_t after = next + count;
-  sqlite3_bind_int64(st, 2, static_cast<sqlite3_int64>(after));
-  const int w = sqlite3_step(st);
-  sqlite3_finalize(st);
-  if (w != SQLITE_DONE) return rollback(db_error(path_, "writing a sequence", db_));
-  if (Status s = exec("COMMIT"); !s.ok()) return rollback(s);
+  const int rc = sqlite3_step(q);
+  if (rc == SQLITE_ROW) next = static_cast<uint64_t>(sqlite3_column_int64(q, 0));
+  sqlite3_reset(q);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return done(error("reading a sequence"));
+  sqlite3_stmt* w =
+      stmt("INSERT INTO sequences (name, next) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET next = ?2", &st);
+  if (!w) return done(st);
+  sqlite3_bind_text(w, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(w, 2, i64(next + count));
+  if (Status s = step_done(w, "writing a sequence"); !s.ok()) return done(s);
+  if (Status s = exec("COMMIT"); !s.ok()) return done(s);
   *first = next;
+  return done(Status::Ok());
+}
+
+Status StateDb::get_meta(const std::string& key, std::string* value) {
+  std::lock_guard<std::mutex> g(mu_);
+  Status st;
+  sqlite3_stmt* q = stmt("SELECT value FROM meta WHERE key = ?1", &st);
+  if (!q) return st;
+  sqlite3_bind_text(q, 1, key.c_str(), -1, SQLITE_TRANSIENT);
+  value->clear();
+  const int rc = sqlite3_step(q);
+  if (rc == SQLITE_ROW) *value = text(q, 0);
+  sqlite3_reset(q);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? Status::Ok() : error("reading meta");
+}
+
+Status StateDb::set_meta(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> g(mu_);
+  Status st;
+  sqlite3_stmt* q =
+      stmt("INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = ?2", &st);
+  if (!q) return st;
+  sqlite3_bind_text(q, 1, key.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 2, value.c_str(), -1, SQLITE_TRANSIENT);
+  return step_done(q, "writing meta");
+}
+
+Status StateDb::put_tensor(const TensorRow& r) {
+  std::lock_guard<std::mutex> g(mu_);
+  Status st;
+  sqlite3_stmt* q = stmt(
+      "INSERT OR REPLACE INTO tensors (id, owner, name, dtype, shape, arena_offset, bytes, synced) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+      &st);
+  if (!q) return st;
+  std::vector<std::string> dims;
+  for (uint32_t d : r.shape) dims.push_back(std::to_string(d));
+  const std::string shape = join(dims, ',');
+  sqlite3_bind_int64(q, 1, i64(r.id));
+  sqlite3_bind_text(q, 2, r.owner.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 3, r.name.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(q, 4, r.dtype);
+  sqlite3_bind_text(q, 5, shape.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(q, 6, i64(r.arena_offset));
+  sqlite3_bind_int64(q, 7, i64(r.bytes));
+  sqlite3_bind_int(q, 8, r.synced ? 1 : 0);
+  return step_done(q, "writing a tensor");
+}
+
+Status StateDb::delete_row(const char* sql, uint64_t id, const char* what) {
+  std::lock_guard<std::mutex> g(mu_);
+  Status st;
+  sqlite3_stmt* q = stmt(sql, &st);
+  if (!q) return st;
+  sqlite3_bind_int64(q, 1, i64(id));
+  return step_done(q, what);
+}
+
+Status StateDb::delete_tensor(uint64_t id) {
+  return delete_row("DELETE FROM tensors WHERE id = ?1", id, "deleting a tensor");
+}
+
+Status StateDb::tensors(std::vector<TensorRow>* out) {
+  std::lock_guard<std::mutex> g(mu_);
+  Status st;
+  sqlite3_stmt* q =
+      stmt("SELECT id, owner, name, dtype, shape, arena_offset, bytes, synced FROM tensors ORDER BY id", &st);
+  if (!q) return st;
+  out->clear();
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    TensorRow r;
+    r.id = static_cast<uint64_t>(sqlite3_column_int64(q, 0));
+    r.owner = text(q, 1);
+    r.name = text(q, 2);
+    r.dtype = sqlite3_column_int(q, 3);
+    for (const std::string& d : split(text(q, 4), ','))
+      r.shape.push_back(static_cast<uint32_t>(std::strtoul(d.c_str(), nullptr, 10)));
+    r.arena_offset = static_cast<uint64_t>(sqlite3_column_int64(q, 5));
+    r.bytes = static_cast<uint64_t>(sqlite3_column_int64(q, 6));
+    r.synced = sqlite3_column_int(q, 7) != 0;
+    out->push_back(std::move(r));
+  }
+  sqlite3_reset(q);
+  return rc == SQLITE_DONE ? Status::Ok() : error("reading tensors");
+}
+
+Status StateDb::put_callable(const CallableRow& r) {
+  std::lock_guard<std::mutex> g(mu_);
+  Status st;
+  sqlite3_stmt* q = stmt(
+      "INSERT OR REPLACE INTO callables (digest, request, stored, owners, published) VALUES (?1, ?2, ?3, ?4, ?5)", &st);
+  if (!q) return st;
+  const std::string owners = join(r.owners, ' ');
+  sqlite3_bind_text(q, 1, r.digest.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_blob(q, 2, r.request.data(), static_cast<int>(r.request.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 3, r.stored.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 4, owners.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(q, 5, r.published ? 1 : 0);
+  return step_done(q, "writing a registration");
+}
+
+Status StateDb::delete_callable(const std::string& digest) {
+  std::lock_guard<std::mutex> g(mu_);
+  Status st;
+  sqlite3_stmt* q = stmt("DELETE FROM callables WHERE digest = ?1", &st);
+  if (!q) return st;
+  sqlite3_bind_text(q, 1, digest.c_str(), -1, SQLITE_TRANSIENT);
+  return step_done(q, "deleting a registration");
+}
+
+Status StateDb::callables(std::vector<CallableRow>* out) {
+  std::lock_guard<std::mutex> g(mu_);
+  Status st;
+  sqlite3_stmt* q = stmt("SELECT digest, request, stored, owners, published FROM callables ORDER BY rowid", &st);
+  if (!q) return st;
+  out->clear();
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    CallableRow r;
+    r.digest = text(q, 0);
+    r.request = blob(q, 1);
+    r.stored = text(q, 2);
+    r.owners = split(text(q, 3), ' ');
+    r.published = sqlite3_column_int(q, 4) != 0;
+    out->push_back(std::move(r));
+  }
+  sqlite3_reset(q);
+  return rc == SQLITE_DONE ? Status::Ok() : error("reading registrations");
+}
+
+Status StateDb::put_job(const JobRow& r) {
+  std::lock_guard<std::mutex> g(mu_);
+  Status st;
+  sqlite3_stmt* q = stmt("INSERT OR REPLACE INTO jobs (id, owner, state, record) VALUES (?1, ?2, ?3, ?4)", &st);
+  if (!q) return st;
+  sqlite3_bind_int64(q, 1, i64(r.id));
+  sqlite3_bind_text(q, 2, r.owner.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(q, 3, r.state);
+  sqlite3_bind_blob(q, 4, r.record.data(), static_cast<int>(r.record.size()), SQLITE_TRANSIENT);
+  return step_done(q, "writing a job record");
+}
+
+Status StateDb::delete_job(uint64_t id) {
+  return delete_row("DELETE FROM jobs WHERE id = ?1", id, "deleting a job record");
+}
+
+Status StateDb::jobs(uint32_t limit, std::vector<JobRow>* out) {
+  std::lock_guard<std::mutex> g(mu_);
+  Status st;
+  sqlite3_stmt* q =
+      stmt("SELECT id, owner, state, record FROM (SELECT * FROM jobs ORDER BY id DESC LIMIT ?1) ORDER BY id", &st);
+  if (!q) return st;
+  sqlite3_bind_int64(q, 1, limit);
+  out->clear();
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    JobRow r;
+    r.id = static_cast<uint64_t>(sqlite3_column_int64(q, 0));
+    r.owner = text(q, 1);
+    r.state = sqlite3_column_int(q, 2);
+    r.record = blob(q, 3);
+    out->push_back(std::move(r));
+  }
+  sqlite3_reset(q);
+  return rc == SQLITE_DONE ? Status::Ok() : error("reading job records");
+}
+
+Status IdSequence::next(uint64_t* id) {
+  if (next_ == limit_) {  // a new block, on disk before any of it is used
+    constexpr uint64_t kBlock = 1000;
+    uint64_t first = 0;
+    if (Status s = db_.reserve(name_, kBlock, &first); !s.ok()) return s;
+    next_ = first;
+    limit_ = first + kBlock;
+  }
+  *id = next_++;
   return Status::Ok();
 }
 

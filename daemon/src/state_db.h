@@ -1,19 +1,54 @@
 // The daemon's durable state (docs/daemon.md, "State"): an SQLite database,
-// <state_dir>/ptod.db, in WAL mode. Today it holds the sequences that must
-// never go back — job ids — so that a restarted daemon never gives an id a
-// client has seen to another job (and never overwrites its trace).
+// <state_dir>/ptod.db, in WAL mode. It holds the sequences that must never
+// go back (job and tensor ids), the registrations, the tensor index (where
+// each tensor lies in the arena file) and the job records, so that a daemon
+// restarted on the same state directory carries on where the last one
+// stopped.
+//
+// A write returns once SQLite has committed it: with [daemon] durable the
+// commit is fsynced (synchronous = FULL), otherwise it is in the OS's hands
+// (NORMAL: it survives a crash of ptod, not a power loss). Id reservations
+// are always fsynced: an id a client saw is never handed out again.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "pto/base/status.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace ptod {
 
 using pto::Status;
+
+struct TensorRow {
+  uint64_t id = 0;
+  std::string owner, name;
+  int32_t dtype = 0;
+  std::vector<uint32_t> shape;
+  uint64_t arena_offset = 0, bytes = 0;
+  bool synced = false;  // its bytes were fsynced before it was acknowledged
+};
+
+struct CallableRow {
+  std::string digest;   // hex
+  std::string request;  // the RegisterRequest, its payload bytes left out (they are in the stored files)
+  std::string stored;   // the stored bundle directory or blob file, "" for an import
+  std::vector<std::string> owners;
+  bool published = false;
+};
+
+struct JobRow {
+  uint64_t id = 0;
+  std::string owner;
+  int state = 0;       // pto.v1.JobState
+  std::string record;  // the pto.v1.JobResult as clients see it
+};
 
 class StateDb {
  public:
@@ -23,17 +58,54 @@ class StateDb {
   StateDb& operator=(const StateDb&) = delete;
 
   // Opens (creating) <dir>/ptod.db and its schema.
-  Status open(const std::string& dir);
+  Status open(const std::string& dir, bool durable);
   // Reserves `count` consecutive values of sequence `name` (starting at 1)
-  // and returns the first; the reservation is durable before it returns, so
-  // values handed out are never handed out again, even after a crash (a
-  // crash leaves a gap instead).
+  // and returns the first; the reservation is on disk before it returns, so
+  // values handed out are never handed out again, even after a crash or a
+  // power loss (either leaves a gap instead).
   Status reserve(const std::string& name, uint64_t count, uint64_t* first);
+
+  Status get_meta(const std::string& key, std::string* value);  // "" when absent
+  Status set_meta(const std::string& key, const std::string& value);
+
+  Status put_tensor(const TensorRow& r);
+  Status delete_tensor(uint64_t id);
+  Status tensors(std::vector<TensorRow>* out);
+
+  Status put_callable(const CallableRow& r);
+  Status delete_callable(const std::string& digest);
+  Status callables(std::vector<CallableRow>* out);
+
+  Status put_job(const JobRow& r);
+  Status delete_job(uint64_t id);
+  // The newest `limit` records, oldest first.
+  Status jobs(uint32_t limit, std::vector<JobRow>* out);
 
  private:
   Status exec(const char* sql);
+  // A cached prepared statement (reset, bindings cleared); mu_ held.
+  sqlite3_stmt* stmt(const char* sql, Status* st);
+  Status step_done(sqlite3_stmt* s, const char* what);
+  Status delete_row(const char* sql, uint64_t id, const char* what);
+  Status error(const std::string& what);
+  std::mutex mu_;
   sqlite3* db_ = nullptr;
   std::string path_;
+  bool durable_ = false;
+  std::map<const char*, sqlite3_stmt*> stmts_;
+};
+
+// Ids from a StateDb sequence, reserved in blocks: never one handed out
+// before, also across restarts. Not thread-safe (its owner's lock).
+class IdSequence {
+ public:
+  IdSequence(StateDb& db, std::string name) : db_(db), name_(std::move(name)) {}
+  Status next(uint64_t* id);
+
+ private:
+  StateDb& db_;
+  std::string name_;
+  uint64_t next_ = 0, limit_ = 0;  // [next_, limit_) are reserved
 };
 
 }  // namespace ptod

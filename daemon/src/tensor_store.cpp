@@ -1,5 +1,6 @@
 #include "tensor_store.h"
 
+#include "log.h"
 #include "names.h"
 
 #include <fmt/format.h>
@@ -11,10 +12,48 @@ namespace ptod {
 namespace {
 Status bad(std::string m) { return Status::Error(pto::kWorkerInvalidArgument, std::move(m)); }
 Status not_found(std::string m) { return Status::Error(pto::kWorkerNotRegistered, std::move(m)); }
+std::string label(const TensorEntry& e) { return e.name.empty() ? std::to_string(e.id) : "'" + e.name + "'"; }
 }  // namespace
 
-Status TensorStore::create(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype, TensorEntry* out,
-                           bool uploading) {
+Status TensorStore::restore(bool drop_unsynced) {
+  std::vector<TensorRow> rows;
+  if (Status s = db_.tensors(&rows); !s.ok()) return s;
+  size_t kept = 0;
+  for (const TensorRow& r : rows) {
+    std::string why;
+    if (drop_unsynced && !r.synced) why = "the host restarted without a clean stop and its bytes were not fsynced";
+    pto::Result<pto::ContinuousTensor> t;
+    if (why.empty()) {
+      t = w_.alloc_at(r.arena_offset, r.shape, r.dtype);
+      if (!t.ok())
+        why = t.status.message;
+      else if (pto::tensor_bytes(t.value) != r.bytes)
+        why = "its shape and dtype do not give its size";
+    }
+    if (!why.empty()) {
+      if (t.ok()) (void)w_.free(t.value);
+      log("tensors")->warn("tensor {} ('{}' of {}) is dropped: {}", r.id, r.name, r.owner, why);
+      (void)db_.delete_tensor(r.id);
+      continue;
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    TensorEntry e;
+    e.id = r.id;
+    e.owner = r.owner;
+    e.name = r.name;
+    e.tensor = t.value;
+    e.bytes = r.bytes;
+    by_id_[e.id] = e;
+    if (!e.name.empty()) by_name_[name_key(e.owner, e.name)] = e.id;
+    bytes_by_owner_[e.owner] += e.bytes;
+    ++kept;
+  }
+  if (!rows.empty()) log("tensors")->info("restored {} of {} tensor(s) from the state directory", kept, rows.size());
+  return Status::Ok();
+}
+
+Status TensorStore::create(const Principal& who, const std::string& name, const std::vector<uint32_t>& shape,
+                           int32_t dtype, TensorEntry* out, bool uploading) {
   if (Status s = check_name("tensor name", name); !s.ok()) return s;
   if (shape.empty() || shape.size() > PTO_TENSOR_MAX_DIMS)
     return bad(fmt::format("shape has {} dims; a tensor has 1..{}", shape.size(), PTO_TENSOR_MAX_DIMS));
@@ -25,124 +64,171 @@ Status TensorStore::create(const std::string& name, const std::vector<uint32_t>&
       return bad(fmt::format("shape [{}] is too large", fmt::join(shape, ", ")));
   }
   if (pto_dtype_size(dtype) == 0) return bad(fmt::format("unknown dtype {}", dtype));
+  const uint64_t bytes = n * pto_dtype_size(dtype);
+  const uint64_t quota = cfg_.quota_for(who.name).arena_bytes;
+  // Checked (and the space counted) under the lock, before the allocation:
+  // two uploads at once cannot both pass the quota.
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (!name.empty() && by_name_.count(name)) return bad(fmt::format("a tensor named '{}' exists", name));
+    if (!name.empty() && by_name_.count(name_key(who.name, name)))
+      return bad(fmt::format("a tensor named '{}' exists", name));
+    const uint64_t held = bytes_by_owner_[who.name];
+    if (quota && held + bytes > quota)
+      return Status::Error(pto::kQuotaExceeded,
+                           fmt::format("{} holds {} bytes of tensors; {} more would pass its quota of {} bytes "
+                                       "([quotas] arena_bytes)",
+                                       who.name, held, bytes, quota));
+    bytes_by_owner_[who.name] = held + bytes;
   }
+  auto unreserve = [&] {
+    std::lock_guard<std::mutex> g(mu_);
+    bytes_by_owner_[who.name] -= bytes;
+  };
   auto r = w_.alloc(shape, dtype);
-  if (!r.ok()) return r.status;
-  std::memset(reinterpret_cast<void*>(r.value.data), 0, pto::tensor_bytes(r.value));
-  std::lock_guard<std::mutex> g(mu_);
-  if (!name.empty() && by_name_.count(name)) {
-    (void)w_.free(r.value);
-    return bad(fmt::format("a tensor named '{}' exists", name));
+  if (!r.ok()) {
+    unreserve();
+    return r.status;
   }
+  if (!uploading) std::memset(reinterpret_cast<void*>(r.value.data), 0, bytes);
   TensorEntry e;
-  e.id = next_id_++;
+  e.owner = who.name;
   e.name = name;
   e.tensor = r.value;
-  e.bytes = pto::tensor_bytes(r.value);
-  by_id_[e.id] = e;
-  if (!name.empty()) by_name_[name] = e.id;
-  by_id_[e.id].committed = !uploading;
-  *out = by_id_[e.id];
+  e.bytes = bytes;
+  e.committed = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    Status s = !name.empty() && by_name_.count(name_key(who.name, name))
+                   ? bad(fmt::format("a tensor named '{}' exists", name))
+                   : ids_.next(&e.id);
+    if (!s.ok()) {
+      bytes_by_owner_[who.name] -= bytes;
+      (void)w_.free(r.value);
+      return s;
+    }
+    by_id_[e.id] = e;
+    if (!name.empty()) by_name_[name_key(who.name, name)] = e.id;
+  }
+  if (!uploading)
+    if (Status s = commit(e.id); !s.ok()) {
+      abandon(e.id);
+      return s;
+    }
+  *out = e;
+  out->committed = !uploading;
   return Status::Ok();
 }
 
-void TensorStore::commit(uint64_t id) {
+Status TensorStore::commit(uint64_t id) {
+  TensorRow row;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = by_id_.find(id);
+    if (it == by_id_.end()) return not_found(fmt::format("no tensor with id {}", id));
+    const TensorEntry& e = it->second;
+    row.id = e.id;
+    row.owner = e.owner;
+    row.name = e.name;
+    row.dtype = e.tensor.dtype;
+    row.shape.assign(e.tensor.shape, e.tensor.shape + e.tensor.ndims);
+    row.arena_offset = w_.arena_offset(e.tensor);
+    row.bytes = e.bytes;
+  }
+  // [daemon] durable: the bytes are on disk before the record says they exist.
+  if (cfg_.durable) {
+    pto::ContinuousTensor t{};
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      t = by_id_[id].tensor;
+    }
+    if (Status s = w_.sync(t); !s.ok()) return s;
+    row.synced = true;
+  }
+  if (Status s = db_.put_tensor(row); !s.ok()) return s;
   std::lock_guard<std::mutex> g(mu_);
-  auto it = by_id_.find(id);
-  if (it != by_id_.end()) it->second.committed = true;
+  if (auto it = by_id_.find(id); it != by_id_.end()) it->second.committed = true;
+  return Status::Ok();
+}
+
+void TensorStore::erase_locked(std::map<uint64_t, TensorEntry>::iterator it) {
+  (void)w_.free(it->second.tensor);
+  if (!it->second.name.empty()) by_name_.erase(name_key(it->second.owner, it->second.name));
+  bytes_by_owner_[it->second.owner] -= it->second.bytes;
+  by_id_.erase(it);
 }
 
 void TensorStore::abandon(uint64_t id) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = by_id_.find(id);
   if (it == by_id_.end() || it->second.committed) return;
-  (void)w_.free(it->second.tensor);
-  if (!it->second.name.empty()) by_name_.erase(it->second.name);
-  by_id_.erase(it);
+  erase_locked(it);
 }
 
-Status TensorStore::find_and_pin(uint64_t id, const std::string& name, TensorEntry* out) {
+Status TensorStore::find_and_pin(const Principal& who, uint64_t id, const std::string& name, TensorEntry* out) {
   std::lock_guard<std::mutex> g(mu_);
   const TensorEntry* e = nullptr;
-  if (Status s = find_locked(id, name, &e); !s.ok()) return s;
+  if (Status s = find_locked(who, id, name, &e); !s.ok()) return s;
   ++by_id_[e->id].pins;
   *out = *e;
   return Status::Ok();
 }
 
-Status TensorStore::find_locked(uint64_t id, const std::string& name, const TensorEntry** out) const {
+// Another principal's tensor is "not found", word for word as a missing one:
+// its existence is not told.
+Status TensorStore::find_locked(const Principal& who, uint64_t id, const std::string& name,
+                                const TensorEntry** out) const {
   if (id == 0 && name.empty()) return bad("a tensor handle needs an id or a name");
   if (id == 0) {
-    auto n = by_name_.find(name);
+    auto n = by_name_.find(name_key(who.name, name));
     if (n == by_name_.end()) return not_found(fmt::format("no tensor named '{}'", name));
     id = n->second;
   }
   auto it = by_id_.find(id);
-  if (it == by_id_.end()) return not_found(fmt::format("no tensor with id {}", id));
+  if (it == by_id_.end() || !who.may_use(it->second.owner)) return not_found(fmt::format("no tensor with id {}", id));
   if (!it->second.committed)
-    return not_found(fmt::format("tensor {} is still being uploaded: it exists once its upload completes and is checked",
-                                 it->second.name.empty() ? std::to_string(id) : "'" + it->second.name + "'"));
+    return not_found(fmt::format(
+        "tensor {} is still being uploaded: it exists once its upload completes and is checked", label(it->second)));
   *out = &it->second;
   return Status::Ok();
 }
 
-Status TensorStore::free(uint64_t id, const std::string& name) {
+Status TensorStore::free(const Principal& who, uint64_t id, const std::string& name) {
   std::lock_guard<std::mutex> g(mu_);
   const TensorEntry* e = nullptr;
-  if (Status s = find_locked(id, name, &e); !s.ok()) return s;
+  if (Status s = find_locked(who, id, name, &e); !s.ok()) return s;
   if (e->pins > 0)
     return Status::Error(
         pto::kInUse, fmt::format("tensor {} is used by {} queued or running job(s) or transfer(s)", e->id, e->pins));
-  if (Status s = w_.free(e->tensor); !s.ok()) return s;
-  if (!e->name.empty()) by_name_.erase(e->name);
-  by_id_.erase(e->id);
+  // The record goes first: a crash between the two leaves space unused
+  // until the restart, never a record of a tensor whose space was reused.
+  if (Status s = db_.delete_tensor(e->id); !s.ok()) return s;
+  erase_locked(by_id_.find(e->id));
   return Status::Ok();
 }
 
-std::vector<TensorEntry> TensorStore::list() const {
+std::vector<TensorEntry> TensorStore::list(const Principal& who) const {
   std::lock_guard<std::mutex> g(mu_);
   std::vector<TensorEntry> out;
   for (const auto& [id, e] : by_id_)
-    if (e.committed) out.push_back(e);
+    if (e.committed && who.may_use(e.owner)) out.push_back(e);
   return out;
 }
 
-Status TensorStore::view_and_pin(uint64_t id, const std::string& name, uint64_t offset_bytes,
+uint64_t TensorStore::bytes_of(const std::string& owner) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = bytes_by_owner_.find(owner);
+  return it == bytes_by_owner_.end() ? 0 : it->second;
+}
+
+Status TensorStore::view_and_pin(const Principal& who, uint64_t id, const std::string& name, uint64_t offset_bytes,
                                  const std::vector<uint32_t>& shape, int32_t dtype, bool has_dtype,
                                  pto::ContinuousTensor* out, TensorEntry* entry) {
   std::lock_guard<std::mutex> g(mu_);
   const TensorEntry* e = nullptr;
-  if (Status s = find_locked(id, name, &e); !s.ok()) return s;
+  if (Status s = find_locked(who, id, name, &e); !s.ok()) return s;
   if (Status s = view_of(*e, offset_bytes, shape, dtype, has_dtype, out); !s.ok()) return s;
   ++by_id_[e->id].pins;
   if (entry) *entry = *e;
-  return Status::Ok();
-}
-
-Status TensorStore::view_of(const TensorEntry& e, uint64_t offset_bytes, const std::vector<uint32_t>& shape,
-                            int32_t dtype, bool has_dtype, pto::ContinuousTensor* out) {
-  pto::ContinuousTensor t = e.tensor;
-  if (has_dtype) t.dtype = dtype;
-  if (pto_dtype_size(t.dtype) == 0) return bad(fmt::format("unknown dtype {}", t.dtype));
-  if (!shape.empty()) {
-    if (shape.size() > PTO_TENSOR_MAX_DIMS) return bad(fmt::format("a view has at most {} dims", PTO_TENSOR_MAX_DIMS));
-    t.ndims = static_cast<int32_t>(shape.size());
-    for (int i = 0; i < PTO_TENSOR_MAX_DIMS; ++i) t.shape[i] = i < t.ndims ? shape[i] : 0;
-  } else if (has_dtype && offset_bytes == 0 && pto_dtype_size(t.dtype) != pto_dtype_size(e.tensor.dtype)) {
-    return bad("a dtype of another size needs an explicit shape");
-  }
-  uint64_t bytes = pto_dtype_size(t.dtype);
-  for (int i = 0; i < t.ndims; ++i)
-    if (__builtin_mul_overflow(bytes, uint64_t(t.shape[i]), &bytes))
-      return bad(fmt::format("view shape [{}] overflows", fmt::join(shape, ", ")));
-  if (offset_bytes > e.bytes || bytes > e.bytes - offset_bytes)
-    return bad(fmt::format("view of {} bytes at offset {} exceeds tensor {} ({} bytes)", bytes, offset_bytes,
-                           e.name.empty() ? std::to_string(e.id) : "'" + e.name + "'", e.bytes));
-  t.data += offset_bytes;
-  *out = t;
   return Status::Ok();
 }
 
@@ -150,6 +236,28 @@ void TensorStore::pin(uint64_t id, int delta) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = by_id_.find(id);
   if (it != by_id_.end()) it->second.pins += delta;
+}
+
+bool TensorStore::sync_all() {
+  std::vector<TensorEntry> all;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const auto& [id, e] : by_id_)
+      if (e.committed) all.push_back(e);
+  }
+  bool ok = true;
+  for (const TensorEntry& e : all)
+    if (Status s = w_.sync(e.tensor); !s.ok()) {
+      log("tensors")->warn("tensor {}: {}", e.id, s.message);
+      ok = false;
+    }
+  return ok;
+}
+
+void TensorStore::sync(const std::vector<TensorEntry>& written) {
+  if (!cfg_.durable) return;
+  for (const TensorEntry& e : written)
+    if (Status s = w_.sync(e.tensor); !s.ok()) log("tensors")->warn("tensor {}: {}", e.id, s.message);
 }
 
 }  // namespace ptod

@@ -1,9 +1,12 @@
 // Tensors the daemon holds for clients: buffers in the Worker's shared
 // arena (so chip and sub children read and write them in place), by id and
-// optional name. A tensor a queued or running job uses is pinned: it cannot
-// be freed until the job ends. A tensor being uploaded holds its space and
-// its name but exists for nobody (list, jobs, downloads) until its upload
-// is committed: complete and checked.
+// optional name. Each belongs to the principal that made it: names are per
+// owner, and another principal is told it does not exist unless it is admin.
+// A tensor a queued or running job uses is pinned: it cannot be freed until
+// the job ends. A tensor being uploaded holds its space and its name but
+// exists for nobody (list, jobs, downloads) until its upload is committed:
+// complete and checked. Committed tensors are in the state database (their
+// place in the arena file), so a restarted daemon takes them back.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "config.h"
+#include "principal.h"
 #include "pto/worker.h"
+#include "state_db.h"
 
 namespace ptod {
 
@@ -20,43 +26,65 @@ using pto::Status;
 
 struct TensorEntry {
   uint64_t id = 0;
+  std::string owner;
   std::string name;
   pto::ContinuousTensor tensor{};  // the whole buffer
   uint64_t bytes = 0;
-  int64_t pins = 0;  // jobs and transfers using it
+  int64_t pins = 0;       // jobs and transfers using it
   bool committed = true;  // false while its upload is in progress
 };
 
 class TensorStore {
  public:
-  explicit TensorStore(pto::Worker& w) : w_(w) {}
+  TensorStore(pto::Worker& w, const DaemonConfig& cfg, StateDb& db) : w_(w), cfg_(cfg), db_(db), ids_(db, "tensor") {}
 
-  // A zero-filled buffer; the error names the shape, dtype or name. With
-  // `uploading`, it is invisible until commit(id), or dropped by abandon(id).
-  Status create(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype, TensorEntry* out,
-                bool uploading = false);
-  void commit(uint64_t id);
+  // Takes back the tensors of the state database at their places in the
+  // arena file. Those whose bytes may be lost (`drop_unsynced`: the host
+  // restarted without a clean stop, and they were not fsynced) and those
+  // that no longer fit the arena are dropped; the log says which.
+  Status restore(bool drop_unsynced);
+
+  // A zero-filled buffer owned by `who`; the error names the shape, dtype,
+  // name or quota. With `uploading`, it is invisible until commit(id) (and
+  // not zeroed: the upload writes every byte), or dropped by abandon(id).
+  Status create(const Principal& who, const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype,
+                TensorEntry* out, bool uploading = false);
+  // Visible from now on, and recorded (fsynced first with [daemon] durable).
+  Status commit(uint64_t id);
   void abandon(uint64_t id);
   // find() and one pin in one step (a download in progress).
-  Status find_and_pin(uint64_t id, const std::string& name, TensorEntry* out);
-  Status free(uint64_t id, const std::string& name);
-  std::vector<TensorEntry> list() const;
+  Status find_and_pin(const Principal& who, uint64_t id, const std::string& name, TensorEntry* out);
+  Status free(const Principal& who, uint64_t id, const std::string& name);
+  // Its own tensors (an admin: everyone's).
+  std::vector<TensorEntry> list(const Principal& who) const;
   // A view of a stored tensor, offset and shape checked against the buffer,
   // and the tensor pinned in the same step (a job will use it).
-  Status view_and_pin(uint64_t id, const std::string& name, uint64_t offset_bytes, const std::vector<uint32_t>& shape,
-                      int32_t dtype, bool has_dtype, pto::ContinuousTensor* out, TensorEntry* entry);
+  Status view_and_pin(const Principal& who, uint64_t id, const std::string& name, uint64_t offset_bytes,
+                      const std::vector<uint32_t>& shape, int32_t dtype, bool has_dtype, pto::ContinuousTensor* out,
+                      TensorEntry* entry);
   void pin(uint64_t id, int delta);
-  // The checks of view_and_pin alone: a view of e's buffer (a pure function).
+  // [daemon] durable: a job wrote these tensors; their bytes go to disk.
+  void sync(const std::vector<TensorEntry>& written);
+  // A clean stop: every tensor's bytes to disk; false if one failed.
+  bool sync_all();
+  // The bytes `owner` holds (its arena quota's measure).
+  uint64_t bytes_of(const std::string& owner) const;
+  // A view of e's buffer (a pure function: the checks of view_and_pin).
   static Status view_of(const TensorEntry& e, uint64_t offset_bytes, const std::vector<uint32_t>& shape, int32_t dtype,
                         bool has_dtype, pto::ContinuousTensor* out);
 
  private:
-  Status find_locked(uint64_t id, const std::string& name, const TensorEntry** out) const;
+  Status find_locked(const Principal& who, uint64_t id, const std::string& name, const TensorEntry** out) const;
+  void erase_locked(std::map<uint64_t, TensorEntry>::iterator it);
+  static std::string name_key(const std::string& owner, const std::string& name) { return owner + '\n' + name; }
   pto::Worker& w_;
+  const DaemonConfig& cfg_;
+  StateDb& db_;
   mutable std::mutex mu_;
   std::map<uint64_t, TensorEntry> by_id_;
-  std::map<std::string, uint64_t> by_name_;
-  uint64_t next_id_ = 1;
+  std::map<std::string, uint64_t> by_name_;  // name_key(owner, name) -> id
+  std::map<std::string, uint64_t> bytes_by_owner_;
+  IdSequence ids_;
 };
 
 }  // namespace ptod

@@ -513,3 +513,43 @@ TEST_CASE("sessions between daemons need the token - TLS and mutual TLS between 
   }
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("between daemons the coordinator acts for the job's principal - where the peer trusts it") {
+  const std::string dir = make_temp_dir("ptod-l4-principal");
+  write_secret(dir + "/coord-token", "coordinator-token-0123456789\n");
+  write_secret(dir + "/peer-tokens", "coord user coordinator-token-0123456789\n");
+  write_secret(dir + "/coord-tokens", "alice user alice-token-0123456789\n");
+  std::ofstream(dir + "/peer.toml") << "[server]\ntokens_file = \"" << dir << "/peer-tokens\"\n";
+  const std::string coord_toml = "[server]\ntokens_file = \"" + dir + "/coord-tokens\"\n";
+  pto::client::ClientOptions as_alice;
+  as_alice.token = "alice-token-0123456789";
+  auto run_as_alice = [&](const Coordinator& c) {
+    as_alice.address = c.d->address();
+    Client cl(as_alice);
+    REQUIRE(eventually([&] { return all_peers_ready(cl, 1); }, 15000));
+    REQUIRE(cl.register_chip(SLEEP_CONFIG, "sleep").ok());
+    auto r = cl.run(sleep_job(1));
+    REQUIRE(r.ok());
+    INFO(r.value.message());
+    CHECK(r.value.state() == v1::SUCCEEDED);
+    CHECK(r.value.owner() == "alice");
+  };
+  {  // The coordinator reaches this peer as root (its unix socket): admin there, so alice's task runs as alice.
+    DaemonProcess trusting({"--log-level", "debug"}, 1, 0);
+    REQUIRE(trusting.up());
+    Coordinator c({&trusting}, 0, "", {}, coord_toml);
+    REQUIRE(c.d->up());
+    run_as_alice(c);
+    CHECK(eventually([&] { return trusting.log().find("runs as alice") != std::string::npos; }));
+  }
+  {  // Here the coordinator is the user "coord": the peer does not let it speak for others.
+    DaemonProcess wary({"--config", dir + "/peer.toml", "--log-level", "debug"}, 1, 0);
+    REQUIRE(wary.up());
+    Coordinator c({&wary}, 0, "token_file = \"" + dir + "/coord-token\"\n", {}, coord_toml);
+    REQUIRE(c.d->up());
+    run_as_alice(c);
+    CHECK(eventually([&] { return wary.log().find("runs as coord") != std::string::npos; }));
+    CHECK(wary.log().find("runs as alice") == std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+}

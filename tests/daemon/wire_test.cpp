@@ -3,11 +3,15 @@
 // the value and the rule.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "config.h"
-#include "pto/base/crc32c.h"
 #include "names.h"
+#include "pto/base/crc32c.h"
 #include "session_frames.h"
 #include "submit_args.h"
 #include "wire_enums.h"
@@ -26,6 +30,60 @@ TEST_CASE("daemon config: integer keys take only integers (a huge float is an er
   c = DaemonConfig{};
   REQUIRE(DaemonConfig::parse("[worker]\nchips = 3\n", "ptod.toml", &c).ok());
   CHECK(c.chips == 3);
+}
+
+namespace {
+std::string tokens_error(const std::string& text, mode_t mode = 0600) {
+  char dir[] = "/tmp/ptod-tokens-XXXXXX";
+  if (!mkdtemp(dir)) return "no temp dir";
+  const std::string path = std::string(dir) + "/tokens";
+  std::ofstream(path) << text;
+  chmod(path.c_str(), mode);
+  DaemonConfig c;
+  c.tokens_file = path;
+  Status s = c.validate();
+  std::filesystem::remove_all(dir);
+  return s.ok() ? "ok" : s.message;
+}
+}  // namespace
+
+TEST_CASE("daemon config: the tokens file - name role token lines, owner-only, each rule named") {
+  CHECK(tokens_error("# comment\nalice user 0123456789abcdef\n\nops admin fedcba9876543210 # trailing\n") == "ok");
+  CHECK_THAT(tokens_error("alice user 0123456789abcdef\n", 0644), Catch::Contains("mode 0644"));
+  CHECK_THAT(tokens_error("alice root 0123456789abcdef\n"),
+             Catch::Contains("line 1: role 'root' is not user or admin"));
+  CHECK_THAT(tokens_error("alice user short\n"), Catch::Contains("at least 16 characters"));
+  CHECK_THAT(tokens_error("alice user 0123456789abcdef extra\n"), Catch::Contains("expected three fields"));
+  CHECK_THAT(tokens_error("a b\n"), Catch::Contains("expected three fields"));
+  CHECK_THAT(tokens_error("al ice user 0123456789abcdef\n"), Catch::Contains("expected three fields"));
+  CHECK_THAT(tokens_error("al/ice user 0123456789abcdef\n"), Catch::Contains("principal name 'al/ice'"));
+  CHECK_THAT(tokens_error("alice user 0123456789abcdef\nalice admin 0123456789abcdeg\n"),
+             Catch::Contains("line 2: the name 'alice' appears twice"));
+  CHECK_THAT(tokens_error("alice user 0123456789abcdef\nbob user 0123456789abcdef\n"),
+             Catch::Contains("also another name's"));
+}
+
+TEST_CASE("daemon config: quotas - defaults and per principal, unknown keys named") {
+  DaemonConfig c;
+  REQUIRE(DaemonConfig::parse("[quotas]\narena_bytes = 1024\nqueued_jobs = 2\n[quotas.bob]\nqueued_jobs = 5\n",
+                              "ptod.toml", &c)
+              .ok());
+  CHECK(c.quota_for("alice").arena_bytes == 1024);
+  CHECK(c.quota_for("alice").queued_jobs == 2);
+  CHECK(c.quota_for("bob").arena_bytes == 1024);  // unset keys take the section's
+  CHECK(c.quota_for("bob").queued_jobs == 5);
+  c = DaemonConfig{};
+  CHECK_THAT(DaemonConfig::parse("[quotas]\nbytes = 1\n", "ptod.toml", &c).message,
+             Catch::Contains("[quotas]: unknown key 'bytes'"));
+  c = DaemonConfig{};
+  CHECK_THAT(DaemonConfig::parse("[quotas.bob]\njobs = 1\n", "ptod.toml", &c).message,
+             Catch::Contains("[quotas.bob]: unknown key 'jobs'"));
+  c = DaemonConfig{};
+  CHECK_THAT(DaemonConfig::parse("[quotas]\nqueued_jobs = -1\n", "ptod.toml", &c).message,
+             Catch::Contains("[quotas] queued_jobs: must be an integer in 0.."));
+  c = DaemonConfig{};
+  CHECK_THAT(DaemonConfig::parse("[server]\nadmins = [\"a b\"]\n", "ptod.toml", &c).message,
+             Catch::Contains("[server] admins: principal name 'a b'"));
 }
 
 TEST_CASE("names: at most 256 bytes of UTF-8 without control characters") {
@@ -142,7 +200,8 @@ TEST_CASE("crc32c: the standard check values - in pieces as whole") {
   const uint32_t whole = pto::crc32c(0, big.data(), big.size());
   for (size_t cut : {size_t(1), size_t(7), size_t(4096), size_t(65537)}) {
     uint32_t c = 0;
-    for (size_t off = 0; off < big.size(); off += cut) c = pto::crc32c(c, big.data() + off, std::min(cut, big.size() - off));
+    for (size_t off = 0; off < big.size(); off += cut)
+      c = pto::crc32c(c, big.data() + off, std::min(cut, big.size() - off));
     CHECK(c == whole);
   }
 }

@@ -10,6 +10,7 @@
 
 #include "endpoint.h"
 #include "remote_buffers.h"
+#include "run_state.h"
 #include "scheduler.h"
 
 namespace pto {
@@ -125,6 +126,7 @@ class RemoteTransport final : public EndpointTransport {
     t.task_id = s->id;
     t.callable = s->callable;
     t.config = s->config;
+    if (s->run) t.principal = s->run->options.principal;
     TaskArgsView view{};
     (void)decode_args(s->blobs[member].data(), s->blobs[member].size(), &view);  // encoded by submit: valid
     t.tensors.assign(view.tensors, view.tensors + view.tensor_count);

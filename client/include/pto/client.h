@@ -51,6 +51,7 @@ struct Placement {
   uint32_t max_retries = 0;     // retries on another L3 worker after ENDPOINT_FAILURE
   bool next_level = false;      // an orchestration runs on the L3 workers, not in the daemon
   std::vector<uint32_t> peers;  // the [[peers]] to register on (empty = all)
+  bool publish = false;         // every principal may find and run it (not only its owners)
 };
 
 class Client {
@@ -68,6 +69,8 @@ class Client {
                                                const Placement& where = {});
   Result<pto::v1::RegisterReply> register_callable(const pto::v1::RegisterRequest& req);
   Status unregister(const pto::v1::CallableRef& ref);
+  // An owner (or an admin) publishes a callable for every principal, or withdraws it.
+  Status publish(const pto::v1::CallableRef& ref, bool published = true);
   Result<pto::v1::ListCallablesReply> callables();
 
   // Tensors

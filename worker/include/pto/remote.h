@@ -45,6 +45,7 @@ struct RemoteTask {
   std::vector<RemoteBufferRef> buffers;     // one per tensor
   std::string refuse;                       // non-empty: fail the task with this message instead of sending it
   std::vector<uint64_t> scalars;
+  std::string principal;  // the run's (RunOptions::principal): whose job it is
 };
 
 struct RemoteCompletion {

@@ -39,11 +39,13 @@ enum ErrorCode : int32_t {
   kWorkerRunFailed = 27,        // a run ended with a failed task
   kWorkerCancelled = 28,        // the run was cancelled (cancel_run)
   // The daemon (ptod, docs/daemon.md).
-  kRefused = 40,       // the daemon's configuration refuses it (-> PERMISSION_DENIED)
-  kUnavailable = 41,   // the daemon is draining (-> UNAVAILABLE)
-  kQueueFull = 42,     // the job queue is full (-> RESOURCE_EXHAUSTED)
-  kInUse = 43,         // a tensor a job or transfer uses (-> FAILED_PRECONDITION)
-  kStorageError = 44,  // the state directory could not be written (-> INTERNAL)
+  kRefused = 40,          // the daemon's configuration refuses it (-> PERMISSION_DENIED)
+  kUnavailable = 41,      // the daemon is draining (-> UNAVAILABLE)
+  kQueueFull = 42,        // the job queue is full (-> RESOURCE_EXHAUSTED)
+  kInUse = 43,            // a tensor a job or transfer uses (-> FAILED_PRECONDITION)
+  kStorageError = 44,     // the state directory could not be written (-> INTERNAL)
+  kUnauthenticated = 45,  // a token that names no principal (-> UNAUTHENTICATED)
+  kQuotaExceeded = 46,    // a principal's quota would be passed (-> RESOURCE_EXHAUSTED)
 };
 
 // "INVALID_ARGUMENT", "WORKER_TIMEOUT", ...; "UNKNOWN_ERROR" for other codes.

@@ -1,0 +1,82 @@
+#include "unix_listener.h"
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/server_posix.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "log.h"
+#include "principal.h"
+
+namespace ptod {
+
+pto::Status UnixListener::bind(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof a.sun_path)
+    return pto::Status::Error(pto::kInvalidConfig, fmt::format("[server] socket '{}': the path is longer than {} bytes",
+                                                               path, sizeof a.sun_path - 1));
+  std::memcpy(a.sun_path, path.data(), path.size());
+  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (fd_ < 0 || wake_ < 0 || ::bind(fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 ||
+      ::listen(fd_, 128) != 0) {
+    const int err = errno;
+    stop();
+    return pto::Status::Error(pto::kInvalidConfig,
+                              fmt::format("[server] socket '{}': cannot listen: {}", path, pto::errno_text(err)));
+  }
+  chmod(path.c_str(), 0660);
+  return pto::Status::Ok();
+}
+
+void UnixListener::start(grpc::Server* server, UnixPeers* peers) {
+  if (fd_ >= 0) thread_ = std::thread([this, server, peers] { accept_loop(server, peers); });
+}
+
+void UnixListener::accept_loop(grpc::Server* server, UnixPeers* peers) {
+  for (;;) {
+    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_, POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
+    if (p[1].revents) break;
+    if (!(p[0].revents & POLLIN)) continue;
+    // Non-blocking, as gRPC's own endpoints are: its poller reads until EAGAIN.
+    const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        log("main")->warn("unix socket: cannot accept a connection: {}", pto::errno_text(errno));
+        ::poll(p + 1, 1, 100);  // out of descriptors: let some close instead of spinning
+      }
+      continue;
+    }
+    ucred cr{};
+    socklen_t len = sizeof cr;
+    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
+      ::close(c);
+      continue;
+    }
+    peers->set(c, cr.uid, cr.pid);
+    grpc::AddInsecureChannelFromFd(server, c);  // the server owns c from here on
+  }
+}
+
+void UnixListener::stop() {
+  if (wake_ >= 0) {
+    const uint64_t one = 1;
+    (void)!::write(wake_, &one, sizeof one);
+  }
+  if (thread_.joinable()) thread_.join();
+  if (fd_ >= 0) ::close(fd_);
+  if (wake_ >= 0) ::close(wake_);
+  fd_ = wake_ = -1;
+}
+
+}  // namespace ptod

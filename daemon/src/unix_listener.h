@@ -1,0 +1,43 @@
+// ptod's unix socket, accepted by ptod itself rather than by gRPC: gRPC C++
+// does not tell a service who is on the other end of a unix socket (grpc/grpc
+// issues 15511 and 28755), so each connection's credentials (SO_PEERCRED) are
+// read here, recorded by fd (UnixPeers) and the connection is then handed to
+// the gRPC server, which names its peer "fd:N".
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "pto/base/status.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace ptod {
+
+class UnixPeers;
+
+class UnixListener {
+ public:
+  UnixListener() = default;
+  ~UnixListener() { stop(); }
+  UnixListener(const UnixListener&) = delete;
+  UnixListener& operator=(const UnixListener&) = delete;
+
+  // Binds and listens (mode 0660); the path was claimed (SocketPath) first.
+  pto::Status bind(const std::string& path);
+  // Accepts on a thread of its own until stop(): connections queued since
+  // bind() are served from here on.
+  void start(grpc::Server* server, UnixPeers* peers);
+  void stop();
+
+ private:
+  void accept_loop(grpc::Server* server, UnixPeers* peers);
+  int fd_ = -1;
+  int wake_ = -1;  // an eventfd that ends the accept loop
+  std::thread thread_;
+};
+
+}  // namespace ptod

@@ -1,0 +1,252 @@
+// What ptod acknowledged survives its crash (docs/daemon.md, "State" and
+// "Durability"): after SIGKILL and a restart on the same state directory the
+// registrations are back (a library that changed on disk is refused), the
+// tensors download byte-identical and are usable by jobs, the job records
+// are there, and the jobs that were queued or running are FAILED
+// "interrupted: the daemon stopped" instead of vanishing.
+#include <sqlite3.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "daemon_client.h"
+#include "daemon_process.h"
+#include "eventually.h"
+#include "pto/client.h"
+
+using namespace pto_test;
+namespace v1 = pto::v1;
+using SC = grpc::StatusCode;
+
+namespace {
+
+v1::SubmitRequest sleep_job(uint64_t ms) {
+  v1::SubmitRequest req;
+  req.mutable_callable()->set_name("sleep");
+  req.mutable_args()->add_scalars(ms);
+  return req;
+}
+
+std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  std::mt19937 rng(seed);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+v1::TensorHandle by_id(uint64_t id) {
+  v1::TensorHandle h;
+  h.set_id(id);
+  return h;
+}
+
+std::string digest_of(const pto::client::Client& c, const std::string& name) {
+  auto l = const_cast<pto::client::Client&>(c).callables();
+  if (!l.ok()) return "";
+  for (const auto& ci : l.value.callables())
+    if (ci.name() == name) return ci.identity().digest();
+  return "";
+}
+
+// The daemon's state database, edited as a host's reboot would leave it.
+bool set_meta(const std::string& db_path, const std::string& key, const std::string& value) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open(db_path.c_str(), &db) != SQLITE_OK) return false;
+  const std::string sql = "UPDATE meta SET value = '" + value + "' WHERE key = '" + key + "'";
+  const bool ok = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK && sqlite3_changes(db) == 1;
+  sqlite3_close(db);
+  return ok;
+}
+
+// SIGKILL and a start on the same state directory; a client once it serves.
+std::unique_ptr<pto::client::Client> restart(DaemonProcess& d) {
+  d.restart();
+  REQUIRE(d.up());
+  // (A client's first call may still meet the old connection: gRPC shares it.)
+  REQUIRE(eventually([&] { return connect(d)->health().value == "SERVING"; }));
+  return connect(d);
+}
+
+}  // namespace
+
+TEST_CASE("after SIGKILL and a restart: registrations, tensors byte-identical, job records - interrupted jobs FAILED") {
+  const std::string libs = make_temp_dir("ptod-libs");
+  std::filesystem::copy_file(NATIVE_SUBS, libs + "/libsubs.so");
+  std::filesystem::copy_file(NATIVE_SUBS, libs + "/libchanging.so");
+  const std::string conf = libs + "/ptod.toml";
+  std::ofstream(conf) << "[jobs]\nmax_running = 1\n";
+  DaemonProcess d({"--config", conf});
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(VECTOR_CONFIG, "vector").ok());
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  REQUIRE(c->register_import(libs + "/libsubs.so", "pto_test_add_one", "add_one").ok());
+  REQUIRE(c->register_import(libs + "/libchanging.so", "pto_test_noop", "changing").ok());
+  const std::string vector_digest = digest_of(*c, "vector"), add_one_digest = digest_of(*c, "add_one");
+
+  // Three tensors of different sizes and dtypes.
+  std::vector<uint8_t> t1(4096 * 4);  // floats (add_one adds to them below), the others any bytes
+  for (int i = 0; i < 4096; ++i) {
+    const float v = static_cast<float>(i % 1000) * 0.25f - 100.f;
+    std::memcpy(t1.data() + 4 * i, &v, 4);
+  }
+  const std::vector<uint8_t> t2 = random_bytes(1 << 20, 2), t3 = random_bytes(100, 3);
+  auto u1 = c->upload("x", {4096}, PTO_FLOAT32, t1.data(), t1.size());
+  auto u2 = c->upload("big", {512, 512}, PTO_FLOAT32, t2.data(), t2.size());
+  auto u3 = c->upload("", {100}, PTO_UINT8, t3.data(), t3.size());
+  REQUIRE((u1.ok() && u2.ok() && u3.ok()));
+
+  // One job done, one running, two queued behind it (max_running = 1).
+  auto done = c->run(sleep_job(1));
+  REQUIRE(done.ok());
+  REQUIRE(done.value.state() == v1::SUCCEEDED);
+  auto running = c->submit(sleep_job(60000));
+  REQUIRE(running.ok());
+  REQUIRE(eventually([&] {
+    auto r = c->result(running.value.job_id());
+    return r.ok() && r.value.state() == v1::RUNNING;
+  }));
+  auto q1 = c->submit(sleep_job(1)), q2 = c->submit(sleep_job(1));
+  REQUIRE((q1.ok() && q2.ok()));
+  REQUIRE(c->result(q2.value.job_id()).value.state() == v1::QUEUED);
+
+  // A library changes on disk while the daemon is down.
+  std::ofstream(libs + "/libchanging.so", std::ios::app) << "tampered";
+  c = restart(d);
+
+  // Registrations: back, by name and digest; the changed one refused.
+  CHECK(digest_of(*c, "vector") == vector_digest);
+  CHECK(digest_of(*c, "add_one") == add_one_digest);
+  CHECK_FALSE(digest_of(*c, "sleep").empty());
+  CHECK(digest_of(*c, "changing").empty());
+  CHECK_THAT(d.log(), Catch::Contains("('changing')") && Catch::Contains("is not restored") &&
+                          Catch::Contains("its files changed since it was registered"));
+
+  // Tensors: the same ids, byte-identical.
+  auto list = c->tensors();
+  REQUIRE(list.ok());
+  CHECK(list.value.tensors_size() == 3);
+  using Uploaded = std::pair<const v1::TensorInfo*, const std::vector<uint8_t>*>;
+  for (const auto& [info, bytes] : {Uploaded{&u1.value, &t1}, Uploaded{&u2.value, &t2}, Uploaded{&u3.value, &t3}}) {
+    std::vector<uint8_t> got;
+    auto r = c->download(by_id(info->handle().id()), &got);
+    INFO("tensor " << info->handle().id() << ": " << r.status.message);
+    REQUIRE(r.ok());
+    CHECK(got == *bytes);
+  }
+
+  // Job records: the finished one as it ended; the running and queued ones FAILED.
+  auto r_done = c->result(done.value.job_id());
+  REQUIRE(r_done.ok());
+  CHECK(r_done.value.state() == v1::SUCCEEDED);
+  for (uint64_t id : {running.value.job_id(), q1.value.job_id(), q2.value.job_id()}) {
+    auto r = c->result(id);
+    INFO("job " << id);
+    REQUIRE(r.ok());
+    CHECK(r.value.state() == v1::FAILED);
+    CHECK(r.value.message() == "interrupted: the daemon stopped");
+    CHECK(r.value.end_time_ms() >= r.value.submit_time_ms());
+  }
+  auto jobs = c->jobs(10);
+  REQUIRE(jobs.ok());
+  CHECK(jobs.value.jobs_size() == 4);
+
+  // A restored tensor is usable by a child: add_one writes it in place.
+  v1::SubmitRequest add;
+  add.mutable_callable()->set_name("add_one");
+  add.mutable_args()->add_tensors()->mutable_tensor()->set_name("x");
+  add.mutable_args()->add_tags(v1::INOUT);
+  auto r_add = c->run(add);
+  REQUIRE(r_add.ok());
+  INFO(r_add.value.message());
+  REQUIRE(r_add.value.state() == v1::SUCCEEDED);
+  CHECK(r_add.value.job_id() > q2.value.job_id());  // ids go on
+  std::vector<uint8_t> got;
+  REQUIRE(c->download(by_id(u1.value.handle().id()), &got).ok());
+  for (int i = 0; i < 4096; i += 511) {
+    float before, after;
+    std::memcpy(&before, t1.data() + 4 * i, 4);
+    std::memcpy(&after, got.data() + 4 * i, 4);
+    CHECK(after == before + 1.f);
+  }
+  // New tensors never take a restored one's id.
+  auto fresh = c->alloc("", {4}, PTO_FLOAT32);
+  REQUIRE(fresh.ok());
+  CHECK(fresh.value.handle().id() > u3.value.handle().id());
+  std::filesystem::remove_all(libs);
+}
+
+TEST_CASE("a freed tensor stays freed and an unregistered callable stays gone after a restart") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  const std::vector<uint8_t> a = random_bytes(64, 4);
+  auto keep = c->upload("keep", {16}, PTO_FLOAT32, a.data(), a.size());
+  auto gone = c->upload("gone", {16}, PTO_FLOAT32, a.data(), a.size());
+  REQUIRE((keep.ok() && gone.ok()));
+  REQUIRE(c->free(gone.value.handle()).ok());
+  v1::CallableRef ref;
+  ref.set_name("sleep");
+  REQUIRE(c->unregister(ref).ok());
+  c = restart(d);
+  auto list = c->tensors();
+  REQUIRE(list.ok());
+  REQUIRE(list.value.tensors_size() == 1);
+  CHECK(list.value.tensors(0).handle().name() == "keep");
+  CHECK(c->callables().value.callables_size() == 0);
+  CHECK(std::filesystem::is_empty(d.dir() + "/state/callables"));
+}
+
+TEST_CASE("after a host restart without a clean stop, tensors not fsynced are dropped - durable ones are kept") {
+  for (bool durable : {false, true}) {
+    DYNAMIC_SECTION((durable ? "[daemon] durable = true" : "[daemon] durable = false")) {
+      const std::string dir = make_temp_dir("ptod-durable");
+      const std::string conf = dir + "/ptod.toml";
+      std::ofstream(conf) << "[daemon]\ndurable = " << (durable ? "true" : "false") << "\n";
+      DaemonProcess d({"--config", conf});
+      REQUIRE(d.up());
+      auto c = connect(d);
+      const std::vector<uint8_t> a = random_bytes(4096, 5);
+      REQUIRE(c->upload("t", {1024}, PTO_FLOAT32, a.data(), a.size()).ok());
+      d.stop(SIGKILL);
+      // As if the host had rebooted since: another boot id, no clean stop.
+      REQUIRE(set_meta(d.dir() + "/state/ptod.db", "boot_id", "another-boot"));
+      c = restart(d);
+      auto list = c->tensors();
+      REQUIRE(list.ok());
+      if (durable) {
+        REQUIRE(list.value.tensors_size() == 1);
+        std::vector<uint8_t> got;
+        REQUIRE(c->download(list.value.tensors(0).handle(), &got).ok());
+        CHECK(got == a);
+      } else {
+        CHECK(list.value.tensors_size() == 0);
+        CHECK_THAT(d.log(), Catch::Contains("the host restarted since the last daemon ran") &&
+                                Catch::Contains("were not fsynced"));
+      }
+      std::filesystem::remove_all(dir);
+    }
+  }
+}
+
+TEST_CASE("a clean stop writes every tensor to disk: a host restart after it loses none") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  const std::vector<uint8_t> a = random_bytes(4096, 6);
+  REQUIRE(c->upload("t", {1024}, PTO_FLOAT32, a.data(), a.size()).ok());
+  REQUIRE(d.stop(SIGTERM) == 0);
+  REQUIRE(set_meta(d.dir() + "/state/ptod.db", "boot_id", "another-boot"));
+  d.launch();
+  REQUIRE(d.up());
+  REQUIRE(eventually([&] { return connect(d)->health().value == "SERVING"; }));
+  std::vector<uint8_t> got;
+  v1::TensorHandle h;
+  h.set_name("t");
+  REQUIRE(connect(d)->download(h, &got).ok());
+  CHECK(got == a);
+}
