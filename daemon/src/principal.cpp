@@ -25,13 +25,20 @@ bool UnixPeers::get(int fd, uid_t* uid, pid_t* pid) const {
   return true;
 }
 
-std::string Principals::user_name(uid_t uid) {
+std::string Principals::user_name(uid_t uid) const {
+  {
+    std::lock_guard<std::mutex> g(names_mu_);
+    if (auto it = names_.find(uid); it != names_.end()) return it->second;
+  }
   std::vector<char> buf(16384);
   passwd pw{}, *found = nullptr;
+  std::string name = fmt::format("uid:{}", uid);
   if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found && pw.pw_name &&
       check_principal_name(pw.pw_name).ok())
-    return pw.pw_name;
-  return fmt::format("uid:{}", uid);
+    name = pw.pw_name;
+  std::lock_guard<std::mutex> g(names_mu_);
+  names_[uid] = name;
+  return name;
 }
 
 bool Principals::listed_admin(const std::string& name) const {

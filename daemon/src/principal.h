@@ -58,13 +58,15 @@ class Principals {
   // The same from the parts of a request (what of() reads from the context).
   Status resolve(const std::string& bearer, const std::string& peer, const std::string& cert_name,
                  Principal* out) const;
-  // The principal a uid is: its user name, or "uid:N".
-  static std::string user_name(uid_t uid);
+  // The principal a uid is: its user name, or "uid:N" (looked up once per uid).
+  std::string user_name(uid_t uid) const;
 
  private:
   bool listed_admin(const std::string& name) const;
   const DaemonConfig& cfg_;
   const UnixPeers& unix_;
+  mutable std::mutex names_mu_;
+  mutable std::map<uid_t, std::string> names_;  // the passwd lookup costs more than the rest of a call
 };
 
 }  // namespace ptod

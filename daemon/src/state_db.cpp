@@ -99,9 +99,11 @@ Status StateDb::open(const std::string& dir, bool durable) {
                       nullptr) != SQLITE_OK)
     return error("cannot open");
   sqlite3_busy_timeout(db_, 5000);  // bounded: another process holding it is an error, not a hang
-  // WAL: readers never block the writer, and a commit is one append.
-  if (Status s = exec(durable ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-                              : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
+  // Exclusive: this process alone uses the database (it holds the state
+  // directory's lock), so no file lock is taken per transaction. WAL: a
+  // commit is one append.
+  if (Status s = exec(durable ? "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                              : "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
       !s.ok())
     return s;
   return exec(kSchema);

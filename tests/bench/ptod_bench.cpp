@@ -176,14 +176,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   Client admin(options(d.address()));
+  // Published: the TCP clients are another principal ("anonymous").
+  pto::client::Placement everyone;
+  everyone.publish = true;
   for (auto [symbol, name] : {std::pair{"pto_test_noop", "noop"}, {"pto_test_sleep", "sleep"}}) {
-    auto reg = admin.register_import(BENCH_NATIVE_SUBS, symbol, name);
+    auto reg = admin.register_import(BENCH_NATIVE_SUBS, symbol, name, false, everyone);
     if (!reg.ok()) {
       std::fprintf(stderr, "register: %s\n", reg.status.message.c_str());
       return 1;
     }
   }
-  if (auto reg = admin.register_import(BENCH_RUNNER_ORCHS, "pto_test_orch_sleeps", "sleeps", true); !reg.ok()) {
+  if (auto reg = admin.register_import(BENCH_RUNNER_ORCHS, "pto_test_orch_sleeps", "sleeps", true, everyone);
+      !reg.ok()) {
     std::fprintf(stderr, "register: %s\n", reg.status.message.c_str());
     return 1;
   }
