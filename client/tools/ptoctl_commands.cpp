@@ -136,6 +136,7 @@ int print_result(const v1::JobResult& r, bool json) {
                 (unsigned long long)r.tasks_failed(), (unsigned long long)r.tasks_skipped(),
                 r.tasks_stopped() ? fmt::format(", {} stopped", r.tasks_stopped()).c_str() : "", r.queued_ns() / 1e6,
                 r.run_ns() / 1e6);
+    if (!r.owner().empty()) std::printf("  owner %s, callable %s\n", r.owner().c_str(), r.callable().c_str());
     if (!r.message().empty()) std::printf("  %s\n", r.message().c_str());
     if (!r.trace_path().empty()) std::printf("  trace: %s\n", r.trace_path().c_str());
     if (r.has_first_failure() && r.tasks_failed())

@@ -531,12 +531,21 @@ std::set<std::string> CallableRegistry::restore() {
     rc.published = row.published;
     rc.request = row.request;
     const bool orchestration = req.abi() == pto::v1::ABI_ORCHESTRATION && !(level4 && req.next_level());
-    if (s.ok()) s = install(req, c, orchestration, false, &rc);
-    if (!s.ok()) {
-      log("registry")
-          ->error("callable {}{} of {} is not restored: {}", row.digest.substr(0, 16),
-                  req.name().empty() ? "" : " ('" + req.name() + "')", fmt::join(row.owners, ", "), s.message);
+    const bool content_ok = s.ok();
+    if (content_ok) s = install(req, c, orchestration, false, &rc);
+    const std::string what =
+        fmt::format("callable {}{} of {}", row.digest.substr(0, 16),
+                    req.name().empty() ? "" : " ('" + req.name() + "')", fmt::join(row.owners, ", "));
+    if (!content_ok) {  // its content is gone or changed: forgotten
+      log("registry")->error("{} is not restored: {}", what, s.message);
       (void)db_.delete_callable(row.digest);
+      continue;
+    }
+    if (!s.ok()) {  // intact, but a child or peer refused it now: kept for the next start
+      log("registry")
+          ->error("{} is not available: {}; it stays recorded and is tried again at the next start", what, s.message);
+      claim.keep();
+      if (!stored.empty()) in_use.insert(std::filesystem::path(stored).filename().string());
       continue;
     }
     std::lock_guard<std::mutex> g(mu_);
