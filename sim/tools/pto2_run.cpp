@@ -41,6 +41,7 @@
 #include "pto2/runtime.h"
 #include "pto2/sim/a2a3sim.h"
 #include "pto2/sim/loader.h"
+#include "pto2/sim/package_chip.h"
 #include "pto2/sim/tensor_dump.h"
 #include "pto2/sim/trace.h"
 
@@ -125,35 +126,17 @@ Status check_file_names(const ChipConfig& cfg, const Options& o) {
 }
 
 // The chip and the user code it runs.
-struct Chip {
-  A2A3SimConfig config;
-  std::unique_ptr<A2A3SimPlatform> platform;
-  std::vector<KernelLibrary> kernels;
-  OrchestrationLibrary orchestration;
-};
+using Chip = PackageChip;
 
 Status load_chip(const ChipConfig& cfg, const Options& o, Chip* chip) {
-  A2A3SimConfig& sc = chip->config;
+  A2A3SimConfig sc;
   sc.block_dim = o.block_dim > 0 ? o.block_dim : cfg.block_dim;
   sc.aicpu_threads = o.aicpu_threads > 0 ? o.aicpu_threads : cfg.aicpu_threads;
   if (o.executors >= -1) sc.executor_threads = o.executors;
   sc.record_core_times = o.profile();
-  Status st;
-  chip->platform = A2A3SimPlatform::create(sc, &st);
-  if (!chip->platform) return st;
-  chip->kernels.resize(cfg.kernels.size());
-  for (size_t i = 0; i < cfg.kernels.size(); ++i) {
-    const KernelSpec& k = cfg.kernels[i];
-    if (Status ls = load_kernel(k.library, &chip->kernels[i]); !ls.ok())
-      return Status::Error(ls.code, fmt::format("kernel {} ({}): {}", k.func_id, k.name, ls.message));
-    chip->platform->register_kernel(k.func_id, k.core_type, chip->kernels[i].entry);
-  }
-  if (Status ls = load_orchestration(cfg.orchestration, &chip->orchestration); !ls.ok())
-    return Status::Error(ls.code, "orchestration: " + ls.message);
-  return Status::Ok();
+  return load_package_chip(cfg, sc, chip);
 }
 
-// Runtime config: the file's [runtime], then PTO2_* variables, then flags.
 Status runtime_config(const ChipConfig& cfg, const Options& o, const Chip& chip, RuntimeConfig* rc) {
   *rc = cfg.runtime;
   if (Status st = rc->apply_env(); !st.ok()) return st;

@@ -16,6 +16,17 @@ for f in /etc/ptod/ptod.toml "$prefix/bin/ptod" "$prefix/bin/ptoctl" "$prefix/li
   [ -f "$stage$f" ] || { echo "missing after install: $f"; exit 1; }
 done
 grep -q '^Type=notify$' "$stage$prefix/lib/systemd/system/ptod.service"
+# The Python package lands where Debian's python3 looks (for this prefix) and imports from there.
+if grep -q '^PTO_PYTHON:BOOL=ON' "$build/CMakeCache.txt"; then
+  site=$(find "$stage$prefix/lib" -path '*dist-packages/pto/__init__.py' | head -n1)
+  [ -n "$site" ] || { echo "missing after install: the pto Python package"; exit 1; }
+  case "$prefix" in
+    /usr) want=/usr/lib/python3/dist-packages ;;
+    *) want=$(/usr/bin/python3 -c 'import sys; print("%s/lib/python%d.%d/dist-packages" % (sys.argv[1], *sys.version_info[:2]))' "$prefix") ;;
+  esac
+  [ "$(dirname "$(dirname "$site")")" = "$stage$want" ] || { echo "pto installed in $(dirname "$site"), not under $want"; exit 1; }
+  PYTHONPATH=$stage$want /usr/bin/python3 -c 'import pto, pto.chip' || { echo "the installed pto does not import"; exit 1; }
+fi
 if command -v systemd-analyze >/dev/null 2>&1; then
   sed "s|^ExecStart=[^ ]*|ExecStart=$stage$prefix/bin/ptod|; s|^ExecReload=.*|ExecReload=$(command -v kill) -HUP \$MAINPID|" \
     "$stage$prefix/lib/systemd/system/ptod.service" > "$stage/ptod.service"

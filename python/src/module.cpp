@@ -1,0 +1,25 @@
+// The extension module pto._pto (docs/python.md). The user-facing API is in
+// the pure-Python modules over it (pto/__init__.py, pto/chip.py).
+#include <pybind11/pybind11.h>
+
+#include "errors.h"
+
+namespace py = pybind11;
+
+namespace pto_py {
+
+void raise_error(const pto::Status& s) {
+  py::object cls = py::module_::import("pto.errors").attr("Error");
+  py::object err = cls(s.code, pto::error_name(s.code), s.message);
+  PyErr_SetObject(cls.ptr(), err.ptr());
+  throw py::error_already_set();
+}
+
+void bind_chip_runner(py::module_& m);  // chip_runner.cpp
+
+}  // namespace pto_py
+
+PYBIND11_MODULE(_pto, m) {
+  m.doc() = "The PTO runtime's native core; use the pto package (pto.chip, ...).";
+  pto_py::bind_chip_runner(m);
+}

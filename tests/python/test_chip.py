@@ -1,0 +1,111 @@
+"""pto.chip: kernel packages on one simulated chip over numpy arrays.
+Goldens are computed here, in numpy."""
+import sys
+
+import numpy as np
+import pytest
+
+import pto
+
+
+def vector_golden(a, b):
+    s = a + b
+    return (s + 1) * (s + 2)
+
+
+def test_the_interpreter_is_debians():
+    assert sys.executable == "/usr/bin/python3"
+
+
+def test_vector_matches_numpy(example):
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-1, 1, 16384).astype(np.float32)
+    b = rng.uniform(-1, 1, 16384).astype(np.float32)
+    r = pto.chip.run(example("vector"), inputs={"a": a, "b": b})
+    np.testing.assert_allclose(r["f"], vector_golden(a, b), rtol=1e-5)
+    assert r.stats["tasks_completed"] == r.stats["tasks_submitted"] > 0
+    assert r.stats["wall_ms"] > 0
+
+
+def test_a_runtime_runs_again_on_new_inputs_and_writes_given_outputs_in_place(example):
+    rt = pto.chip.Runtime(example("vector"), block_dim=2)
+    out = np.zeros(16384, np.float32)
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        a = rng.uniform(-1, 1, 16384).astype(np.float32)
+        b = rng.uniform(-1, 1, 16384).astype(np.float32)
+        r = rt.run({"a": a, "b": b}, outputs={"f": out})
+        assert r["f"] is out
+        np.testing.assert_allclose(out, vector_golden(a, b), rtol=1e-5)
+    assert r.stats["block_dim"] == 2
+
+
+def test_a_scalar_can_be_overridden(example):
+    a = np.ones(16384, np.float32)
+    b = np.ones(16384, np.float32)
+    r = pto.chip.run(example("vector"), inputs={"a": a, "b": b, "n": 8192})
+    np.testing.assert_allclose(r["f"][:8192], 12.0)
+    # What no task wrote reads as NaN, never as a plausible value.
+    assert np.isnan(r["f"][8192:]).all()
+
+
+def test_bgemm_accumulates_into_its_inout(example):
+    rng = np.random.default_rng(3)
+    A = rng.uniform(-1, 1, (512, 16)).astype(np.float32)
+    B = rng.uniform(-1, 1, (128, 16)).astype(np.float32)
+    C = rng.uniform(-1, 1, (64, 16)).astype(np.float32)
+    C0 = C.copy()
+    r = pto.chip.run(example("bgemm"), inputs={"A": A, "B": B, "C": C})
+    # 4 groups x 8 k-steps of 16x16 tiles: C[g] += sum_k A[g][k] @ B[k].
+    want = C.reshape(4, 16, 16) + np.einsum("gkij,kjl->gil", A.reshape(4, 8, 16, 16), B.reshape(8, 16, 16))
+    np.testing.assert_allclose(r["C"], want.reshape(64, 16), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(C, C0)  # the input array itself is untouched: the chip wrote its own copy
+
+
+def test_args_describe_the_package(example):
+    args = pto.chip.Runtime(example("vector")).args
+    assert [a["name"] for a in args] == ["a", "b", "f", "n"]
+    assert args[2]["role"] == "output" and args[2]["dtype"] == np.float32 and args[2]["shape"] == (16384,)
+    assert args[3] == {"name": "n", "role": "scalar", "default": 16384}
+
+
+def test_a_deadlock_raises_with_its_code_name_and_whole_advice(example):
+    a = np.ones(16384, np.float32)
+    with pytest.raises(pto.Error) as e:
+        pto.chip.run(example("vector"), inputs={"a": a, "b": a}, task_window=4)
+    assert e.value.name == "SCOPE_EXCEEDS_WINDOW"
+    assert e.value.code == 10
+    assert "PTO2_RING_TASK_WINDOW >= 8" in e.value.message
+    assert "Solution" in str(e.value)
+
+
+def test_arguments_that_do_not_fit_are_refused_naming_them(example):
+    a = np.ones(16384, np.float32)
+    with pytest.raises(ValueError, match=r"input 'a' is <f8 \(16384\); the package wants <f4 \(16384\)"):
+        pto.chip.run(example("vector"), inputs={"a": a.astype(np.float64), "b": a})
+    with pytest.raises(ValueError, match=r"input 'b' is <f4 \(2, 8192\)"):
+        pto.chip.run(example("vector"), inputs={"a": a, "b": a.reshape(2, 8192)})
+    with pytest.raises(ValueError, match=r"'b' \(input <f4 \(16384\)\) is missing"):
+        pto.chip.run(example("vector"), inputs={"a": a})
+    with pytest.raises(ValueError, match="no input, inout or scalar named 'c'"):
+        pto.chip.run(example("vector"), inputs={"a": a, "b": a, "c": a})
+    with pytest.raises(ValueError, match="no output or inout named 'a'"):
+        pto.chip.run(example("vector"), inputs={"a": a, "b": a}, outputs={"a": a})
+    with pytest.raises(TypeError, match="unknown runtime option 'blockdim'"):
+        pto.chip.run(example("vector"), inputs={"a": a, "b": a}, blockdim=2)
+    with pytest.raises(TypeError, match="must be a numpy array"):
+        pto.chip.run(example("vector"), inputs={"a": [1.0] * 16384, "b": a})
+    with pytest.raises(ValueError, match="writable C-contiguous"):
+        pto.chip.run(example("vector"), inputs={"a": a, "b": a}, outputs={"f": np.zeros(32768, np.float32)[::2]})
+
+
+def test_a_missing_package_raises_naming_the_file():
+    with pytest.raises(pto.Error) as e:
+        pto.chip.Runtime("/nonexistent/kernels.toml")
+    assert "/nonexistent/kernels.toml" in e.value.message
+
+
+def test_help_shows_docstrings():
+    assert "kernel package" in pto.chip.run.__doc__ or "Loads the package" in pto.chip.run.__doc__
+    assert "code name" in pto.chip.Runtime.run.__doc__
+    assert pto.Error.__doc__
