@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "engine_fork.h"
 #include "scheduler.h"
 
 namespace bip = boost::interprocess;
@@ -111,12 +112,7 @@ Status ChildPool::fork_child(Endpoint& ep, bool replacement, const ChildMain& ma
   // thread lives as long as the process. Children forked from another thread
   // watch their parent with a thread of their own instead (child.cpp).
   const bool from_main_thread = gettid() == getpid();
-  std::fflush(nullptr);  // buffered output would otherwise be written twice
-  pid_t pid;
-  {
-    auto regions = lock_shared_regions();  // the child must not inherit it locked
-    pid = fork();
-  }
+  const pid_t pid = engine_fork();
   if (pid < 0) return Status::Error(kWorkerChildFailed, fmt::format("fork for {}: {}", ep.label(), errno_text(errno)));
   if (pid == 0) main(ep, from_main_thread);
   ep.pid = pid;

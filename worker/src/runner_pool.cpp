@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 
+#include "engine_fork.h"
 #include "futex.h"
 #include "pto/runner.h"
 #include "runner_channel.h"
@@ -39,12 +40,7 @@ class Runner {
     }
     ch_ = reinterpret_cast<RunnerChannel*>(map_.data());
     const pid_t parent = getpid();
-    std::fflush(nullptr);  // buffered output would otherwise be written twice
-    pid_t pid;
-    {
-      auto regions = lock_shared_regions();  // the runner must not inherit it locked
-      pid = fork();
-    }
+    const pid_t pid = engine_fork();
     if (pid < 0) {
       error_ = Status::Error(kWorkerChildFailed, fmt::format("fork of a runner: {}", errno_text(errno)));
       return;
