@@ -2,6 +2,9 @@
 
 * :mod:`pto.chip` — run a kernel package on one simulated chip over numpy
   arrays (``pto.chip.run``, ``pto.chip.Runtime``).
+* :class:`pto.Worker` — the L3 engine: chip children and sub workers,
+  orchestrations and sub callables written in Python, arrays over shared
+  memory (``pto.TaskArgs``, ``pto.IN`` / ``OUT`` / ``INOUT``).
 * :class:`pto.Error` — what a runtime's failure raises: its code, code name
   and whole message.
 
@@ -11,5 +14,8 @@ The package is built by the project's CMake for Debian's interpreter,
 
 from .errors import Error
 from . import chip
+from .worker import (IN, INOUT, NO_DEP, OUT, OUTPUT_EXISTING, CallableHandle, CallConfig, ChipCallable,
+                     NativeCallable, Orchestrator, RunHandle, RunResult, TaskArgs, Worker)
 
-__all__ = ["Error", "chip"]
+__all__ = ["Error", "chip", "Worker", "TaskArgs", "CallConfig", "ChipCallable", "NativeCallable", "Orchestrator",
+           "RunResult", "RunHandle", "CallableHandle", "IN", "OUT", "INOUT", "OUTPUT_EXISTING", "NO_DEP"]

@@ -15,3 +15,10 @@ def example():
         return str(p)
 
     return path
+
+
+@pytest.fixture
+def native_subs():
+    p = BUILD / "tests" / "worker" / "libpto_test_native_subs.so"
+    assert p.exists(), f"{p} is missing: build the project first"
+    return str(p)

@@ -1,0 +1,22 @@
+"""Module-level sub callables for the Worker tests (run in sub worker children)."""
+import time
+
+
+def add_one(x, *scalars):
+    x += 1
+
+
+def scale(x, factor):
+    x *= factor
+
+
+def copy(src, dst):
+    dst[:] = src
+
+
+def boom(x):
+    raise ValueError(f"bad value {float(x[0])} in a sub callable")
+
+
+def sleep_s(x, seconds):
+    time.sleep(seconds)

@@ -1,0 +1,215 @@
+"""pto.Worker from Python: chips and Python sub callables as forked children,
+Python orchestrations, numpy arrays over shared memory. Goldens in numpy."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import pto
+import subs
+
+N = 16384
+
+
+def vector_golden(a, b):
+    s = a + b
+    return (s + 1) * (s + 2)
+
+
+@pytest.fixture
+def worker(example):
+    with pto.Worker(level=3, num_chips=1, num_sub_workers=2) as w:
+        handles = {
+            "vector": w.register(pto.ChipCallable.from_config(example("vector")), name="vector"),
+            "add_one": w.register(subs.add_one),
+            "scale": w.register(subs.scale),
+            "copy": w.register(subs.copy),
+            "boom": w.register(subs.boom),
+        }
+        w.init()
+        yield w, handles
+
+
+def test_a_chip_then_a_python_sub_write_the_shared_arrays_in_place(worker):
+    w, h = worker
+    a, b, f = (w.alloc([N], np.float32) for _ in range(3))
+    rng = np.random.default_rng(1)
+    a[:] = rng.uniform(-1, 1, N)
+    b[:] = rng.uniform(-1, 1, N)
+
+    def orch(o, args, cfg):
+        o.submit_next_level(h["vector"], pto.TaskArgs().add_tensor(a, pto.IN).add_tensor(b, pto.IN)
+                            .add_tensor(f, pto.OUT).add_scalar(N), cfg)
+        o.submit_sub(h["add_one"], pto.TaskArgs().add_tensor(f, pto.INOUT))  # after the chip: f is its input
+
+    r = w.run(orch, cfg=pto.CallConfig(block_dim=4))
+    assert r.ok, r.message
+    assert r.tasks_succeeded == 2
+    # No copy: the arrays are the shared memory the children wrote.
+    np.testing.assert_allclose(f, vector_golden(a, b) + 1, rtol=1e-5)
+
+
+def test_scalars_follow_the_tensors_in_the_order_added(worker):
+    w, h = worker
+    x = w.alloc([64], np.float32)
+    x[:] = 2.0
+
+    def orch(o, args, cfg):
+        o.submit_sub(h["scale"], pto.TaskArgs().add_tensor(x, pto.INOUT).add_scalar(3))
+
+    assert w.run(orch).ok
+    np.testing.assert_array_equal(x, 6.0)
+
+
+def test_scopes_and_heap_buffers_order_tasks_through_their_tensors(worker):
+    w, h = worker
+    a, b, out = (w.alloc([N], np.float32) for _ in range(3))
+    a[:] = 0.5
+    b[:] = 0.25
+
+    def orch(o, args, cfg):
+        with o.scope():
+            tmp = o.alloc([N], np.float32)  # lives in the scope's heap ring
+            o.submit_next_level(h["vector"], pto.TaskArgs().add_tensor(a, pto.IN).add_tensor(b, pto.IN)
+                                .add_tensor(tmp, pto.OUT).add_scalar(N), cfg)
+            o.submit_sub(h["add_one"], pto.TaskArgs().add_tensor(tmp, pto.INOUT))
+            o.submit_sub(h["copy"], pto.TaskArgs().add_tensor(tmp, pto.IN).add_tensor(out, pto.OUTPUT_EXISTING))
+
+    r = w.run(orch)
+    assert r.ok, r.message
+    np.testing.assert_allclose(out, (0.75 + 1) * (0.75 + 2) + 1, rtol=1e-6)
+
+
+def test_a_python_exception_is_the_task_failure_with_its_traceback_and_poisons_its_consumers(worker):
+    w, h = worker
+    x = w.alloc([4], np.float32)
+    x[:] = 7
+
+    def orch(o, args, cfg):
+        o.submit_sub(h["boom"], pto.TaskArgs().add_tensor(x, pto.INOUT))
+        o.submit_sub(h["add_one"], pto.TaskArgs().add_tensor(x, pto.INOUT))  # consumer of the failed task
+
+    r = w.run(orch)
+    assert not r.ok
+    assert r.name == "WORKER_RUN_FAILED"
+    assert r.tasks_failed == 1 and r.tasks_skipped == 1
+    f = r.first_failure
+    assert f["outcome"] == "TASK_FAILURE"
+    assert "Traceback" in f["message"] and "ValueError: bad value 7.0 in a sub callable" in f["message"]
+    np.testing.assert_array_equal(x, 7)  # the consumer never ran
+    with pytest.raises(pto.Error) as e:
+        r.raise_for_status()
+    assert e.value.name == "WORKER_RUN_FAILED"
+    # The Worker goes on.
+    assert w.run(lambda o, args, cfg: o.submit_sub(h["add_one"], pto.TaskArgs().add_tensor(x, pto.INOUT)) and 0).ok
+    np.testing.assert_array_equal(x, 8)
+
+
+def test_an_exception_in_the_orchestration_fails_the_run_with_its_traceback(worker):
+    w, _ = worker
+
+    def orch(o, args, cfg):
+        raise RuntimeError("an orchestration bug")
+
+    r = w.run(orch)
+    assert not r.ok
+    assert "RuntimeError: an orchestration bug" in r.message
+
+
+def test_submit_returns_a_handle_and_arguments_reach_the_orchestration(worker):
+    w, h = worker
+    x = w.alloc([16], np.float32)
+    seen = []
+
+    def orch(o, args, cfg):
+        seen.append((args[0].shape, args[1]))
+        o.submit_sub(h["add_one"], pto.TaskArgs().add_tensor(args[0], pto.INOUT))
+
+    run = w.submit(orch, pto.TaskArgs().add_tensor(x, pto.INOUT).add_scalar(42))
+    assert run.wait(30)
+    assert run.done()
+    assert run.result().ok
+    assert seen == [((16,), 42)]
+    np.testing.assert_array_equal(x, 1)
+
+
+def test_memory_that_is_not_shared_is_refused_at_submit(worker):
+    w, h = worker
+    private = np.zeros(16, np.float32)
+    errors = []
+
+    def orch(o, args, cfg):
+        try:
+            o.submit_sub(h["add_one"], pto.TaskArgs().add_tensor(private, pto.INOUT))
+        except pto.Error as e:
+            errors.append(e)
+
+    r = w.run(orch)
+    assert not r.ok  # a refused submit also fails the run
+    assert errors and "shared" in errors[0].message
+
+
+def test_registration_rules(example, native_subs):
+    with pto.Worker(level=3, num_chips=0, num_sub_workers=1) as w:
+        w.init()
+        # A native library can still be registered: it is broadcast to the running children.
+        noop = w.register(pto.NativeCallable.import_(native_subs, "pto_test_add_one"))
+        x = w.alloc([8], np.float32)
+        assert w.run(lambda o, a, c: o.submit_sub(noop, pto.TaskArgs().add_tensor(x, pto.INOUT)) and 0).ok
+        np.testing.assert_array_equal(x, 1)
+        # A Python function after init() cannot reach the running children yet: refused, saying why.
+        with pytest.raises(ValueError, match=r"subs:add_one: a Python function is registered before init\(\)"):
+            w.register(subs.add_one)
+    with pytest.raises(TypeError, match="unknown Worker option 'chips'"):
+        pto.Worker(chips=1)
+    with pytest.raises(pto.Error, match="num_sub_workers"):
+        pto.Worker(num_sub_workers=1000)
+    with pto.Worker(level=3, num_sub_workers=1) as w:
+        with pytest.raises(ValueError, match="init"):
+            w.run(lambda o, a, c: 0)
+
+
+def test_a_dtype_without_a_pto_dtype_is_refused(worker):
+    w, _ = worker
+    with pytest.raises(TypeError, match="has no PTO dtype"):
+        w.alloc([4], np.complex64)
+
+
+def test_ctrl_c_while_waiting_cancels_the_run_and_the_worker_stays_usable(tmp_path):
+    script = tmp_path / "interrupt.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal, sys, threading, time
+        import numpy as np
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import pto, subs
+        with pto.Worker(level=3, num_chips=0, num_sub_workers=1) as w:
+            slow = w.register(subs.sleep_s)
+            inc = w.register(subs.add_one)
+            w.init()
+            x = w.alloc([4], np.float32)
+            threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+            t0 = time.monotonic()
+            try:
+                w.run(lambda o, a, c: o.submit_sub(slow, pto.TaskArgs().add_tensor(x, pto.IN).add_scalar(60)) and 0)
+                print("not interrupted")
+            except KeyboardInterrupt:
+                print("interrupted after %.1f s" % (time.monotonic() - t0))
+            r = w.run(lambda o, a, c: o.submit_sub(inc, pto.TaskArgs().add_tensor(x, pto.INOUT)) and 0)
+            print("after", r.ok, r.message, float(x[0]))
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    assert "interrupted after" in out.stdout, out.stdout + out.stderr
+    seconds = float(out.stdout.split("interrupted after ")[1].split(" s")[0])
+    assert seconds < 30  # the 60 s task was stopped, not waited for
+    assert "after True  1.0" in out.stdout, out.stdout + out.stderr
+
+
+def test_help_shows_docstrings():
+    assert "L3 engine" in pto.Worker.__doc__
+    assert "shared" in pto.TaskArgs.add_tensor.__doc__
+    assert "scope" in pto.Orchestrator.scope.__doc__
