@@ -17,7 +17,7 @@ PACKAGES=(
   libssl-dev openssl
   libsystemd-dev
   libsqlite3-dev
-  python3-dev pybind11-dev python3-numpy python3-pytest
+  python3-dev pybind11-dev python3-numpy python3-pytest python3-grpcio python3-protobuf
   iproute2
   libstarpu-dev
   clang clang-tidy libfuzzer-14-dev libclang-rt-14-dev

@@ -17,6 +17,7 @@ void raise_error(const pto::Status& s) {
 
 void bind_chip_runner(py::module_& m);  // chip_runner.cpp
 void bind_worker(py::module_& m);       // worker.cpp
+void bind_package(py::module_& m);      // package.cpp
 
 }  // namespace pto_py
 
@@ -24,4 +25,5 @@ PYBIND11_MODULE(_pto, m) {
   m.doc() = "The PTO runtime's native core; use the pto package (pto.chip, ...).";
   pto_py::bind_chip_runner(m);
   pto_py::bind_worker(m);
+  pto_py::bind_package(m);
 }

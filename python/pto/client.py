@@ -1,0 +1,295 @@
+"""A ptod client over numpy (docs/python.md, "The ptod client"; the wire
+contract is docs/proto.md). Stubs are generated at build time from
+proto/pto/v1/ptod.proto.
+
+>>> c = pto.client.Client()                  # $PTOD_ADDRESS, else unix:/run/ptod/ptod.sock
+>>> c.register_chip("build/examples/vector/kernels.toml", name="vector")
+>>> a = c.upload(np.random.rand(16384).astype(np.float32), "a")
+>>> ...
+>>> job = c.submit("vector", [("a", "in"), ("b", "in"), ("f", "out")], scalars=[16384])
+>>> for event in job.watch(): print(event.tasks_done, "/", event.tasks_total)
+>>> job.result().state == pto.v1.ptod_pb2.SUCCEEDED
+>>> f = c.download("f")
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple, Union
+
+import grpc
+import numpy as np
+
+from . import _pto
+from .v1 import ptod_pb2 as pb
+from .v1 import ptod_pb2_grpc as rpc
+
+__all__ = ["Client", "Job", "RpcError"]
+
+# numpy dtype -> pto.v1.DataType (the values of PTO2DataType).
+_DTYPES = {np.dtype(np.float32): pb.FLOAT32, np.dtype(np.float16): pb.FLOAT16, np.dtype(np.int32): pb.INT32,
+           np.dtype(np.int64): pb.INT64, np.dtype(np.int16): pb.INT16, np.dtype(np.int8): pb.INT8,
+           np.dtype(np.uint8): pb.UINT8, np.dtype(np.float64): pb.FLOAT64}
+_NUMPY = {v: k for k, v in _DTYPES.items()}
+_TAGS = {"in": pb.INPUT, "out": pb.OUTPUT, "inout": pb.INOUT, "out_existing": pb.OUTPUT_EXISTING,
+         "nodep": pb.NO_DEP}
+
+Tensor = Union[str, int, "pb.TensorInfo", "pb.TensorHandle"]
+
+
+class RpcError(Exception):
+    """A call the daemon (or the transport) refused: ``code`` (a
+    grpc.StatusCode), ``name`` (``"NOT_FOUND"``, ...) and the server's
+    ``message``."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.name = code.name
+        self.message = message
+
+
+def _call(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except grpc.RpcError as e:  # pragma: no branch - one translation for every call
+        raise RpcError(e.code(), e.details() or "") from None
+
+
+def _handle(t: Tensor) -> "pb.TensorHandle":
+    if isinstance(t, pb.TensorHandle):
+        return t
+    if isinstance(t, pb.TensorInfo):
+        return t.handle
+    if isinstance(t, (int, np.integer)):
+        return pb.TensorHandle(id=int(t))
+    if isinstance(t, str):
+        return pb.TensorHandle(name=t)
+    raise TypeError(f"a tensor is a name, an id or a TensorInfo, not {type(t).__name__}")
+
+
+def _ref(name_or_digest: str) -> "pb.CallableRef":
+    if len(name_or_digest) == 64 and all(ch in "0123456789abcdef" for ch in name_or_digest):
+        return pb.CallableRef(digest=bytes.fromhex(name_or_digest))
+    return pb.CallableRef(name=name_or_digest)
+
+
+class Job:
+    """A submitted job: ``id``, ``watch()``, ``result()``, ``cancel()``."""
+
+    def __init__(self, client: "Client", job_id: int) -> None:
+        self._c = client
+        self.id = job_id
+
+    def watch(self) -> Iterator["pb.JobEvent"]:
+        """Its progress: the current state, each change (tasks_done /
+        tasks_total while it runs), and the final event with the result."""
+        stream = self._c._jobs.Watch(pb.WatchRequest(job_id=self.id), metadata=self._c._md)
+        try:
+            yield from stream
+        except grpc.RpcError as e:
+            raise RpcError(e.code(), e.details() or "") from None
+
+    def result(self, wait_s: float = 0) -> "pb.JobResult":
+        """Its result now, or once it ends within ``wait_s`` seconds."""
+        return _call(self._c._jobs.Result, pb.ResultRequest(job_id=self.id, wait_ms=int(wait_s * 1000)),
+                     metadata=self._c._md, timeout=self._c.timeout + wait_s)
+
+    def cancel(self) -> str:
+        """Cancels it; the state it is in (CANCELLED, or the final state it had reached)."""
+        r = _call(self._c._jobs.Cancel, pb.CancelRequest(job_id=self.id), metadata=self._c._md,
+                  timeout=self._c.timeout)
+        return pb.JobState.Name(r.state)
+
+    def __repr__(self) -> str:
+        return f"<pto.client.Job {self.id}>"
+
+
+class Client:
+    """``Client(address=None, token=None, tls=None, timeout=60)``.
+
+    ``address``: ``unix:/path`` or ``host:port`` (default ``$PTOD_ADDRESS``,
+    else ``unix:/run/ptod/ptod.sock``). ``token``: sent as
+    ``authorization: Bearer <token>`` on every call (it names the principal,
+    docs/daemon.md "Principals"). ``tls``: ``True`` (system roots) or a dict
+    with ``ca``, ``cert``, ``key`` (PEM file paths) and ``server_name``.
+    Every failure is an :class:`RpcError` with the status and the server's
+    message.
+    """
+
+    def __init__(self, address: Optional[str] = None, token: Optional[str] = None,
+                 tls: Union[None, bool, dict] = None, timeout: float = 60.0) -> None:
+        self.address = address or os.environ.get("PTOD_ADDRESS") or "unix:/run/ptod/ptod.sock"
+        self.timeout = timeout
+        self._md = (("authorization", f"Bearer {token}"),) if token else ()
+        options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+        if tls:
+            spec = tls if isinstance(tls, dict) else {}
+
+            def read(key):
+                return open(spec[key], "rb").read() if spec.get(key) else None
+
+            creds = grpc.ssl_channel_credentials(read("ca"), read("key"), read("cert"))
+            if spec.get("server_name"):
+                options.append(("grpc.ssl_target_name_override", spec["server_name"]))
+            self._channel = grpc.secure_channel(self.address, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(self.address, options=options)
+        self._registry = rpc.RegistryStub(self._channel)
+        self._tensors = rpc.TensorsStub(self._channel)
+        self._jobs = rpc.JobsStub(self._channel)
+        self._node = rpc.NodeStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _unary(self, fn, request):
+        return _call(fn, request, metadata=self._md, timeout=self.timeout)
+
+    # ---------------------------------------------------------------- registry
+
+    def register_chip(self, kernels_toml: str, name: str = "", publish: bool = False) -> "pb.RegisterReply":
+        """Registers a kernel package: its config and the libraries it names travel as a bundle."""
+        config, libs = _pto.bundle_package(str(kernels_toml))
+        req = pb.RegisterRequest(name=name, chip=pb.ChipBundle(config_toml=config, libraries=libs), publish=publish)
+        return self._unary(self._registry.Register, req)
+
+    def register_import(self, library: str, symbol: str, name: str = "", orchestration: bool = False,
+                        publish: bool = False) -> "pb.RegisterReply":
+        """Registers a native library already on the daemon's host (absolute path)."""
+        req = pb.RegisterRequest(name=name, native_import=pb.NativeImport(library_path=library, symbol=symbol),
+                                 abi=pb.ABI_ORCHESTRATION if orchestration else pb.ABI_SUB, publish=publish)
+        return self._unary(self._registry.Register, req)
+
+    def unregister(self, callable: str) -> None:
+        self._unary(self._registry.Unregister, pb.UnregisterRequest(callable=_ref(callable)))
+
+    def publish(self, callable: str, published: bool = True) -> None:
+        self._unary(self._registry.Publish, pb.PublishRequest(callable=_ref(callable), published=published))
+
+    def callables(self) -> Sequence["pb.CallableInfo"]:
+        return self._unary(self._registry.List, pb.ListCallablesRequest()).callables
+
+    # ----------------------------------------------------------------- tensors
+
+    def upload(self, array: np.ndarray, name: str = "", chunk_bytes: int = 1 << 20) -> "pb.TensorInfo":
+        """Uploads an array (made C-contiguous); the daemon keeps it once every
+        byte arrived and its CRC-32C matched."""
+        a = np.ascontiguousarray(array)
+        if a.dtype not in _DTYPES:
+            raise TypeError(f"dtype {a.dtype} has no pto.v1.DataType")
+        data = memoryview(a).cast("B")
+        crc = _pto.crc32c(data)
+        header = pb.UploadHeader(name=name, shape=list(a.shape), dtype=_DTYPES[a.dtype])
+
+        def chunks() -> Iterable["pb.UploadChunk"]:
+            yield pb.UploadChunk(header=header)
+            for off in range(0, len(data), chunk_bytes):
+                yield pb.UploadChunk(data=bytes(data[off:off + chunk_bytes]))
+            yield pb.UploadChunk(trailer=pb.UploadTrailer(crc32c=crc))
+
+        return _call(self._tensors.Upload, chunks(), metadata=self._md,
+                     timeout=self.timeout + len(data) / 50e6)
+
+    def alloc(self, shape: Sequence[int], dtype: Any, name: str = "") -> "pb.TensorInfo":
+        """A zero-filled tensor on the daemon (for outputs)."""
+        dt = np.dtype(dtype)
+        if dt not in _DTYPES:
+            raise TypeError(f"dtype {dt} has no pto.v1.DataType")
+        return self._unary(self._tensors.Alloc, pb.AllocRequest(name=name, shape=list(shape), dtype=_DTYPES[dt]))
+
+    def download(self, tensor: Tensor, chunk_bytes: int = 1 << 20) -> np.ndarray:
+        """The tensor as a numpy array of its shape and dtype; the CRC-32C the
+        daemon sends with the last chunk is checked (DATA_LOSS otherwise)."""
+        req = pb.DownloadRequest(tensor=_handle(tensor), chunk_bytes=chunk_bytes)
+        out: Optional[np.ndarray] = None
+        view: Optional[memoryview] = None
+        got = crc = 0
+        last = False
+        try:
+            for c in self._tensors.Download(req, metadata=self._md, timeout=600):
+                if c.HasField("info"):
+                    out = np.empty([int(d) for d in c.info.shape], dtype=_NUMPY[c.info.dtype])
+                    view = memoryview(out).cast("B")
+                n = len(c.data)
+                view[got:got + n] = c.data
+                crc = _pto.crc32c(c.data, crc)
+                got += n
+                if c.last:
+                    last = True
+                    if c.crc32c != crc:
+                        raise RpcError(grpc.StatusCode.DATA_LOSS,
+                                       f"download: the bytes have CRC-32C {crc:08x}, the daemon sent {c.crc32c:08x}")
+        except grpc.RpcError as e:
+            raise RpcError(e.code(), e.details() or "") from None
+        if out is None or not last or got != out.nbytes:
+            raise RpcError(grpc.StatusCode.DATA_LOSS, f"download: the stream ended after {got} bytes")
+        return out
+
+    def free(self, tensor: Tensor) -> None:
+        self._unary(self._tensors.Free, pb.FreeTensorRequest(tensor=_handle(tensor)))
+
+    def tensors(self) -> "pb.ListTensorsReply":
+        return self._unary(self._tensors.List, pb.ListTensorsRequest())
+
+    # -------------------------------------------------------------------- jobs
+
+    def submit(self, callable: str, tensors: Sequence[Union[Tensor, Tuple[Tensor, Any]]] = (),
+               scalars: Sequence[int] = (), config: Optional[dict] = None, label: str = "",
+               priority: str = "normal", deadline_ms: int = 0) -> Job:
+        """Runs a registered callable (name or hex digest) as a job.
+
+        ``tensors``: daemon tensors (name, id or TensorInfo), each alone (an
+        input) or as ``(tensor, tag)`` with tag ``"in"``, ``"out"``,
+        ``"inout"``, ``"out_existing"`` or ``"nodep"``. ``config``: CallConfig
+        fields (block_dim, aicpu_thread_num, timeout_ms, enable_profiling).
+        ``priority``: ``"low"``, ``"normal"`` or ``"high"``.
+        """
+        args = pb.TaskArgs(scalars=[int(s) & (2**64 - 1) for s in scalars])
+        for t in tensors:
+            tensor, tag = t if isinstance(t, tuple) else (t, "in")
+            if tag not in _TAGS:
+                raise ValueError(f"tag {tag!r} is not one of {', '.join(_TAGS)}")
+            args.tensors.add(tensor=_handle(tensor))
+            args.tags.append(_TAGS[tag])
+        priorities = {"low": pb.PRIORITY_LOW, "normal": pb.PRIORITY_NORMAL, "high": pb.PRIORITY_HIGH}
+        if priority not in priorities:
+            raise ValueError(f"priority {priority!r} is not low, normal or high")
+        req = pb.SubmitRequest(callable=_ref(callable), args=args, config=pb.CallConfig(**(config or {})),
+                               label=label, priority=priorities[priority], deadline_ms=deadline_ms)
+        return Job(self, self._unary(self._jobs.Submit, req).job_id)
+
+    def run(self, callable: str, tensors: Sequence[Any] = (), scalars: Sequence[int] = (), **kw: Any) -> "pb.JobResult":
+        """Submits and waits for the result (``watch`` until the final event)."""
+        job = self.submit(callable, tensors, scalars, **kw)
+        final = None
+        for event in job.watch():
+            final = event
+        return final.result if final is not None else job.result()
+
+    def jobs(self, limit: int = 50) -> Sequence["pb.JobResult"]:
+        return self._unary(self._jobs.List, pb.ListJobsRequest(limit=limit)).jobs
+
+    # -------------------------------------------------------------------- node
+
+    def workers(self) -> "pb.WorkerNode":
+        return self._unary(self._node.Workers, pb.WorkersRequest()).root
+
+    def version(self) -> "pb.VersionReply":
+        return self._unary(self._node.Version, pb.VersionRequest())
+
+    def health(self, service: str = "") -> str:
+        """grpc.health.v1 Check: ``"SERVING"``, ``"NOT_SERVING"``, ... (its two
+        one-field messages are encoded here: Debian ships no Python stubs for them)."""
+        name = service.encode()
+        request = (b"\x0a" + bytes([len(name)]) + name) if name else b""
+        check = self._channel.unary_unary("/grpc.health.v1.Health/Check")
+        reply = _call(check, request, metadata=self._md, timeout=self.timeout)
+        status = reply[1] if len(reply) >= 2 and reply[0] == 0x08 else 0
+        return {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}.get(status, str(status))

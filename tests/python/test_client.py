@@ -1,0 +1,124 @@
+"""pto.client against a real ptod (build/daemon/ptod on a private socket):
+the round trip from numpy through the daemon's chip and back, and errors
+with their status and the server's message."""
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import pto
+import pto.client
+from conftest import BUILD
+
+N = 16384
+
+
+class Ptod:
+    def __init__(self, tmp, *extra):
+        self.dir = tmp
+        self.socket = f"{tmp}/ptod.sock"
+        ready = f"{tmp}/ready"
+        self.log = open(f"{tmp}/ptod.log", "w")
+        self.proc = subprocess.Popen([str(BUILD / "daemon" / "ptod"), "--state-dir", f"{tmp}/state", "--socket",
+                                      self.socket, "--metrics", "off", "--ready-file", ready, *extra],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(ready):
+            assert self.proc.poll() is None, open(f"{tmp}/ptod.log").read()
+            assert time.monotonic() < deadline, "ptod did not start"
+            time.sleep(0.01)
+        self.address = f"unix:{self.socket}"
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+
+@pytest.fixture
+def ptod(tmp_path):
+    d = Ptod(str(tmp_path))
+    yield d
+    if d.proc.poll() is None:
+        d.proc.kill()
+        d.proc.wait()
+
+
+def test_a_chip_job_from_numpy_through_ptod_and_back(ptod, example):
+    with pto.client.Client(ptod.address) as c:
+        assert c.health() == "SERVING"
+        reg = c.register_chip(example("vector"), name="vector")
+        assert reg.name == "vector" and len(reg.identity.digest) == 32
+        rng = np.random.default_rng(5)
+        a = rng.uniform(-1, 1, N).astype(np.float32)
+        b = rng.uniform(-1, 1, N).astype(np.float32)
+        ta = c.upload(a, "a")
+        assert ta.bytes == N * 4 and list(ta.shape) == [N]
+        c.upload(b, "b")
+        c.alloc([N], np.float32, "f")
+        job = c.submit("vector", [("a", "in"), ("b", "in"), ("f", "out")], scalars=[N], config={"block_dim": 4},
+                       label="from python")
+        events = list(job.watch())
+        assert events[-1].state == pto.v1.ptod_pb2.SUCCEEDED
+        result = job.result()
+        assert result.label == "from python" and result.callable == "vector"
+        f = c.download("f")
+        assert f.dtype == np.float32 and f.shape == (N,)
+        s = a + b
+        np.testing.assert_allclose(f, (s + 1) * (s + 2), rtol=1e-5)
+        np.testing.assert_array_equal(c.download(ta.handle.id), a)  # by id, byte for byte
+        assert [j.job_id for j in c.jobs()] == [job.id]
+        assert c.workers().children[0].name.startswith("chip")
+        names = {t.handle.name for t in c.tensors().tensors}
+        assert names == {"a", "b", "f"}
+        c.free("a")
+        assert {t.handle.name for t in c.tensors().tensors} == {"b", "f"}
+        # run(): submit and wait in one call.
+        r = c.run("vector", ["b", "b", ("f", "out")], scalars=[N])
+        assert r.state == pto.v1.ptod_pb2.SUCCEEDED
+        np.testing.assert_allclose(c.download("f"), (2 * b + 1) * (2 * b + 2), rtol=1e-5)
+    assert ptod.stop() == 0
+
+
+def test_errors_carry_the_status_and_the_servers_message(ptod, example):
+    with pto.client.Client(ptod.address) as c:
+        with pytest.raises(pto.client.RpcError) as e:
+            c.download("nothing")
+        assert e.value.name == "NOT_FOUND" and "no tensor named 'nothing'" in e.value.message
+        with pytest.raises(pto.client.RpcError) as e:
+            c.submit("vector", [("x", "in")])
+        assert e.value.name == "NOT_FOUND" and "vector" in e.value.message
+        c.upload(np.zeros(4, np.float32), "t")
+        with pytest.raises(pto.client.RpcError) as e:
+            c.upload(np.zeros(4, np.float32), "t")
+        assert e.value.name == "INVALID_ARGUMENT" and "exists" in e.value.message
+        with pytest.raises(pto.Error):  # a package the client cannot read: the package reader's error
+            c.register_chip("/nonexistent/kernels.toml")
+        with pytest.raises(ValueError, match="tag 'sideways'"):
+            c.submit("vector", [("t", "sideways")])
+        with pytest.raises(TypeError, match="complex64"):
+            c.upload(np.zeros(4, np.complex64))
+    with pto.client.Client("unix:" + ptod.dir + "/no.sock", timeout=2) as c:
+        with pytest.raises(pto.client.RpcError) as e:
+            c.health()
+        assert e.value.name in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+def test_a_token_names_the_principal_and_an_unknown_one_is_refused(tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice user alice-token-0123456789\n")
+    tokens.chmod(0o600)
+    conf = tmp_path / "ptod.toml"
+    conf.write_text(f'[server]\ntokens_file = "{tokens}"\n')
+    d = Ptod(str(tmp_path), "--config", str(conf))
+    try:
+        with pto.client.Client(d.address, token="alice-token-0123456789") as alice:
+            assert alice.upload(np.ones(4, np.float32), "mine").owner == "alice"
+        with pto.client.Client(d.address, token="wrong-token-0123456789") as stranger:
+            with pytest.raises(pto.client.RpcError) as e:
+                stranger.tensors()
+            assert e.value.name == "UNAUTHENTICATED"
+    finally:
+        assert d.stop() == 0
