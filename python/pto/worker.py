@@ -17,7 +17,10 @@ orchestrations and sub callables written in Python (docs/python.md).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+import functools
+import hashlib
+import importlib
+from typing import Any, Callable, Iterator
 
 from . import _pto
 
@@ -68,10 +71,37 @@ def _scope(self: Orchestrator) -> Iterator[None]:
 Orchestrator.scope = _scope
 
 
+def _module_digest(path: str) -> str:
+    """The SHA-256 of a module's file: part of a by-reference function's identity."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _resolve(name: str) -> Callable[..., Any]:
+    """In a sub worker: the function a by-reference name
+    ("module:qualname@digest") names, if its module is still the code that
+    was registered."""
+    where, digest = name.rsplit("@", 1)
+    module_name, qualname = where.split(":", 1)
+    module = importlib.import_module(module_name)
+    now = _module_digest(module.__file__)
+    if now != digest:
+        raise ImportError(f"{module.__file__} changed since {qualname} was registered "
+                          f"(digest {now[:16]}, registered {digest[:16]})")
+    return functools.reduce(getattr, qualname.split("."), module)
+
+
 class Worker(_pto.Worker):
     """``pto.Worker(level=3, num_chips=1, num_sub_workers=1, platform="a2a3sim", ...)``:
     the L3 engine. Register callables, ``init()`` (forks the children), then
     ``run(orch)`` / ``submit(orch)``; ``close()`` (or leave the ``with`` block).
+
+    A Python function registered before ``init()`` is inherited by the sub
+    workers through fork; after ``init()`` it is registered by reference
+    (``module:qualname``, with the SHA-256 of the module's file in its
+    identity): each sub worker imports the module, checks that it is the same
+    code and looks the function up. Lambdas, closures and functions of
+    ``__main__`` cannot be registered after ``init()``.
 
     Keywords are WorkerConfig's fields (docs/worker.md): level, num_chips,
     num_sub_workers, platform, heap_ring_bytes, buffer_arena_bytes, spin_us,

@@ -106,6 +106,43 @@ pto::SubFunction python_sub(py::object fn) {
   };
 }
 
+// After init(), a Python function is registered by reference: its name is
+// "module:qualname@<sha256 of the module's file>", and each sub worker
+// imports the module, checks the digest and looks the function up. A lambda,
+// a closure, a function of __main__ or of a module without a file cannot be
+// found that way: refused, saying why.
+std::string reference_name(const py::object& fn) {
+  const std::string module = py::str(fn.attr("__module__")).cast<std::string>();
+  const std::string qual = py::str(fn.attr("__qualname__")).cast<std::string>();
+  const std::string what = module + ":" + qual;
+  if (qual.find("<lambda>") != std::string::npos || qual.find("<locals>") != std::string::npos)
+    throw py::value_error(what +
+                          ": a lambda or a closure cannot be registered after init(): the sub workers find a "
+                          "function by module and name; define it at module level, or register it before "
+                          "init() (the sub workers inherit it through fork)");
+  if (module == "__main__")
+    throw py::value_error(what +
+                          ": a function of __main__ cannot be found by name in a sub worker after init(): "
+                          "put it in a module, or register it before init()");
+  py::object mod = py::module_::import("sys").attr("modules")[py::str(module)];
+  if (!py::hasattr(mod, "__file__") || mod.attr("__file__").is_none())
+    throw py::value_error(what + ": its module has no file to import it from in a sub worker");
+  py::object digest = py::module_::import("pto.worker").attr("_module_digest")(mod.attr("__file__"));
+  return what + "@" + digest.cast<std::string>();
+}
+
+// The resolver each sub worker uses for a by-reference name.
+pto::Status resolve_reference(const std::string& name, pto::SubFunction* out) {
+  py::gil_scoped_acquire gil;
+  try {
+    py::object fn = py::module_::import("pto.worker").attr("_resolve")(name);
+    *out = python_sub(fn);
+    return pto::Status::Ok();
+  } catch (py::error_already_set& e) {
+    return pto::Status::Error(pto::kWorkerInvalidArgument, fmt::format("{}: {}", name, e.what()));
+  }
+}
+
 std::string qualified_name(const py::object& fn) {
   const std::string module = py::str(fn.attr("__module__")).cast<std::string>();
   const std::string qual = py::hasattr(fn, "__qualname__") ? py::str(fn.attr("__qualname__")).cast<std::string>()
@@ -231,12 +268,8 @@ class PyWorker {
     if (py::isinstance<PyCallable>(what)) {
       c = what.cast<PyCallable&>().c;
     } else if (PyCallable_Check(what.ptr())) {
-      if (initialized_)
-        throw py::value_error(
-            fmt::format("{}: a Python function is registered before init() (the sub workers inherit it through fork); "
-                        "registering one after init() is not supported yet",
-                        qualified_name(what)));
-      c = pto::NativeCallable::function(qualified_name(what), python_sub(what));
+      c = initialized_ ? pto::NativeCallable::by_reference(reference_name(what))
+                       : pto::NativeCallable::function(qualified_name(what), python_sub(what));
     } else {
       throw py::type_error("register() takes a pto callable (ChipCallable.from_config, ...) or a Python function");
     }
@@ -626,6 +659,7 @@ void bind_runs(py::module_& m) {
 
 void bind_worker(py::module_& m) {
   pto::set_fork_hooks({fork_prepare, fork_parent, fork_child});
+  pto::set_sub_function_resolver(resolve_reference);
   bind_arguments(m);
   bind_callables(m);
   bind_orchestrator(m);

@@ -160,9 +160,18 @@ def test_registration_rules(example, native_subs):
         x = w.alloc([8], np.float32)
         assert w.run(lambda o, a, c: o.submit_sub(noop, pto.TaskArgs().add_tensor(x, pto.INOUT)) and 0).ok
         np.testing.assert_array_equal(x, 1)
-        # A Python function after init() cannot reach the running children yet: refused, saying why.
-        with pytest.raises(ValueError, match=r"subs:add_one: a Python function is registered before init\(\)"):
-            w.register(subs.add_one)
+        # After init(), a module-level function is registered by reference; lambdas and closures are refused.
+        inc = w.register(subs.add_one)
+        assert w.run(lambda o, a, c: o.submit_sub(inc, pto.TaskArgs().add_tensor(x, pto.INOUT)) and 0).ok
+        np.testing.assert_array_equal(x, 2)
+        with pytest.raises(ValueError, match="a lambda or a closure cannot be registered after init"):
+            w.register(lambda x: None)
+
+        def local(x):
+            pass
+
+        with pytest.raises(ValueError, match="<locals>.local: a lambda or a closure"):
+            w.register(local)
     with pytest.raises(TypeError, match="unknown Worker option 'chips'"):
         pto.Worker(chips=1)
     with pytest.raises(pto.Error, match="num_sub_workers"):
@@ -213,3 +222,37 @@ def test_help_shows_docstrings():
     assert "L3 engine" in pto.Worker.__doc__
     assert "shared" in pto.TaskArgs.add_tensor.__doc__
     assert "scope" in pto.Orchestrator.scope.__doc__
+
+
+def h2_name(module):
+    return f"{module.__name__}:triple@{pto.worker._module_digest(module.__file__)}"
+
+
+def test_after_init_a_function_is_found_by_reference_and_a_changed_module_is_refused(tmp_path):
+    mod = tmp_path / "late_subs.py"
+    mod.write_text("def triple(x):\n    x *= 3\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import late_subs
+        with pto.Worker(level=3, num_chips=0, num_sub_workers=2) as w:
+            w.init()
+            x = w.alloc([8], np.float32)
+            x[:] = 2
+            # The module was imported after the children were forked: they import it themselves.
+            h = w.register(late_subs.triple)
+            r = w.run(lambda o, a, c: o.submit_sub(h, pto.TaskArgs().add_tensor(x, pto.INOUT)) and 0)
+            assert r.ok, r.message
+            np.testing.assert_array_equal(x, 6)
+            # Changed on disk after it was loaded here: its digest is another one, so the new code is
+            # registered as a new callable; the children import the new file and agree.
+            mod.write_text("def triple(x):\n    x *= 3\n# edited\n")
+            h2 = w.register(late_subs.triple)
+            assert h2.digest != h.digest
+            # What a sub worker does with a name whose module changed between the registration and its
+            # import: refuses it (the registration fails), never runs other code under the old identity.
+            stale = "late_subs:triple@" + "0" * 64
+            with pytest.raises(ImportError, match="changed since triple was registered"):
+                pto.worker._resolve(stale)
+            assert pto.worker._resolve(h2_name(late_subs)) is late_subs.triple
+    finally:
+        sys.path.remove(str(tmp_path))

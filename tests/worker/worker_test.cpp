@@ -395,3 +395,41 @@ TEST_CASE("a file-backed arena keeps its bytes for the next Worker - alloc_at re
   REQUIRE(w.close().ok());
   std::filesystem::remove_all(tmpl);
 }
+
+TEST_CASE("after init a sub function registered by reference is resolved by name in each child") {
+  // The resolver is process-wide and inherited by the children (an embedding
+  // interpreter's import, here a table of C++ functions).
+  set_sub_function_resolver([](const std::string& name, SubFunction* out) {
+    if (name != "twice") return Status::Error(kWorkerInvalidArgument, "no function named " + name);
+    *out = [](const TaskArgsView& a, std::string&) {
+      float* x = reinterpret_cast<float*>(a.tensors[0].data);
+      for (uint64_t i = 0; i < pto_tensor_numel(&a.tensors[0]); ++i) x[i] *= 2;
+      return 0;
+    };
+    return Status::Ok();
+  });
+  Worker w({.level = 3, .num_chips = 0, .num_sub_workers = 2});
+  REQUIRE(w.init().ok());
+  auto twice = w.register_callable(NativeCallable::by_reference("twice"));
+  INFO(twice.status.message);
+  REQUIRE(twice.ok());
+  ContinuousTensor x = alloc_f32(w, 64);
+  fill(x, 1.f, 0.f);
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    TaskArgs t;
+    t.add_tensor(x, INOUT);
+    return o.submit_sub(twice, t).ok() && o.submit_sub(twice, t).ok() ? 0 : 1;
+  });
+  REQUIRE(r.ok());
+  CHECK(f32(x)[63] == 4.f);
+  // A name the children cannot resolve fails the registration everywhere, naming why.
+  auto missing = w.register_callable(NativeCallable::by_reference("thrice"));
+  CHECK_FALSE(missing.ok());
+  CHECK_THAT(missing.status.message, Catch::Contains("no function named thrice"));
+  // An in-process function still cannot be registered after init.
+  auto local =
+      w.register_callable(NativeCallable::function("local", [](const TaskArgsView&, std::string&) { return 0; }));
+  CHECK_THAT(local.status.message, Catch::Contains("registered after init()"));
+  REQUIRE(w.close().ok());
+  set_sub_function_resolver(nullptr);
+}

@@ -4,13 +4,14 @@
 // the same library content under another path is the same callable.
 #include "pto/callable.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cstring>
 #include <fstream>
 
 #include "pto/base/byte_writer.h"
-#include "pto/worker.h"
 #include "pto/package/chip_package.h"
+#include "pto/worker.h"
 
 namespace pto {
 namespace {
@@ -151,6 +152,33 @@ Callable NativeCallable::function(const std::string& name, SubFunction fn) {
   Callable c = function_callable(EntryAbi::SUB, name, static_cast<bool>(fn));
   if (c.status.ok()) c.sub_fn = std::move(fn);
   return c;
+}
+
+Callable NativeCallable::by_reference(const std::string& name) {
+  if (name.empty()) return failed(CallableKind::FUNCTION, EntryAbi::SUB, "a by-reference function needs a name");
+  Callable c;
+  c.kind = CallableKind::FUNCTION;
+  c.abi = EntryAbi::SUB;
+  c.name = name;
+  c.descriptor = descriptor::function(EntryAbi::SUB, name);
+  return c;
+}
+
+namespace {
+SubFunctionResolver& resolver() {
+  static auto* r = new SubFunctionResolver;  // never destroyed: children _exit without destructors
+  return *r;
+}
+}  // namespace
+
+void set_sub_function_resolver(SubFunctionResolver r) { resolver() = std::move(r); }
+bool has_sub_function_resolver() { return static_cast<bool>(resolver()); }
+Status resolve_sub_function(const std::string& name, SubFunction* out) {
+  if (!resolver())
+    return Status::Error(
+        kWorkerInvalidArgument,
+        fmt::format("function '{}' is registered by reference, but this process has no resolver", name));
+  return resolver()(name, out);
 }
 
 Callable OrchestrationCallable::import(const std::string& library, const std::string& symbol) {

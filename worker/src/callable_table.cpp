@@ -137,10 +137,13 @@ CallableHandle CallableTable::add(const Callable& c, const CallableOptions& o) {
       registry_[h.id.digest] = Registered{copy, h, o, nullptr, {}};
       return h;
     }
-    if (copy.kind == CallableKind::FUNCTION) {
+    // An in-process function cannot reach running children; one by
+    // reference is found by name in each (the process's resolver).
+    if (copy.kind == CallableKind::FUNCTION && (copy.sub_fn || copy.orch_fn || !has_sub_function_resolver())) {
       h.status = Status::Error(kWorkerInvalidArgument,
                                fmt::format("function callable '{}' registered after init(): an in-process function "
-                                           "cannot reach running children; register it before init() or use "
+                                           "cannot reach running children; register it before init(), by reference "
+                                           "(NativeCallable::by_reference, with a resolver), or use "
                                            "NativeCallable::import / ::blob",
                                            copy.name));
       return h;

@@ -86,6 +86,16 @@ class ChildRunner {
       natives_[digest] = std::move(n);
       return Status::Ok();
     }
+    if (d.kind == CallableKind::FUNCTION && (!local || (!local->sub_fn && !local->orch_fn))) {
+      // By reference: the name is the identity, the resolver finds the code
+      // (and refuses code that is not what was registered).
+      if (d.abi != EntryAbi::SUB)
+        return Status::Error(kWorkerInvalidArgument, "only sub functions are registered by reference");
+      Native n;
+      if (Status s = resolve_sub_function(d.name, &n.sub); !s.ok()) return s;
+      natives_[digest] = std::move(n);
+      return Status::Ok();
+    }
     if (local && d.kind == CallableKind::FUNCTION) {
       Native n;
       n.sub = local->sub_fn;

@@ -78,7 +78,20 @@ struct NativeCallable {
   static Callable import(const std::string& library, const std::string& symbol);
   static Callable blob(std::vector<uint8_t> library_bytes, const std::string& symbol);
   static Callable function(const std::string& name, SubFunction fn);
+  // A sub function found by name in each child by the process's resolver
+  // (set_sub_function_resolver): registrable after init(), when an in-process
+  // function can no longer reach the running children. The name is the whole
+  // identity (an embedding interpreter puts a digest of the code in it).
+  static Callable by_reference(const std::string& name);
 };
+
+// How a child turns a by-reference name into its function (an embedding
+// interpreter imports the code, checks it is the code that was registered).
+// Process-wide, set before init(); children inherit it through fork.
+using SubFunctionResolver = std::function<Status(const std::string& name, SubFunction* out)>;
+void set_sub_function_resolver(SubFunctionResolver resolver);
+bool has_sub_function_resolver();
+Status resolve_sub_function(const std::string& name, SubFunction* out);
 struct OrchestrationCallable {
   static Callable import(const std::string& library, const std::string& symbol);
   static Callable function(const std::string& name, OrchestrationFunction fn);
