@@ -178,7 +178,7 @@ class Client:
 
     # ----------------------------------------------------------------- tensors
 
-    def upload(self, array: np.ndarray, name: str = "", chunk_bytes: int = 1 << 20) -> "pb.TensorInfo":
+    def upload(self, array: np.ndarray, name: str = "", chunk_bytes: int = 4 << 20) -> "pb.TensorInfo":
         """Uploads an array (made C-contiguous); the daemon keeps it once every
         byte arrived and its CRC-32C matched."""
         a = np.ascontiguousarray(array)
@@ -204,7 +204,7 @@ class Client:
             raise TypeError(f"dtype {dt} has no pto.v1.DataType")
         return self._unary(self._tensors.Alloc, pb.AllocRequest(name=name, shape=list(shape), dtype=_DTYPES[dt]))
 
-    def download(self, tensor: Tensor, chunk_bytes: int = 1 << 20) -> np.ndarray:
+    def download(self, tensor: Tensor, chunk_bytes: int = 4 << 20) -> np.ndarray:
         """The tensor as a numpy array of its shape and dtype; the CRC-32C the
         daemon sends with the last chunk is checked (DATA_LOSS otherwise)."""
         req = pb.DownloadRequest(tensor=_handle(tensor), chunk_bytes=chunk_bytes)

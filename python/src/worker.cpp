@@ -360,6 +360,22 @@ class PyWorker {
     return w_->submit_function(std::move(fn), std::move(a), c);
   }
 
+  // For the benchmark (tests/bench/python_bench.py): the same submits from a
+  // C++ orchestration, the baseline a Python orchestration is measured against.
+  double native_submits_s(const pto::CallableHandle& h, int n, int runs) {
+    py::gil_scoped_release free;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < runs; ++r) {
+      pto::RunResult res = w_->run([&](pto::Orchestrator& o, const pto::TaskArgsView&, const pto::CallConfig&) {
+        for (int i = 0; i < n; ++i)
+          if (!o.submit_sub(h).ok()) return 1;
+        return 0;
+      });
+      if (!res.ok()) return -1;
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
   py::list children() const {
     std::vector<pto::ChildInfo> cs;
     {
@@ -678,7 +694,9 @@ void bind_worker(py::module_& m) {
       .def("run", &PyWorker::run, py::arg("orchestration"), py::arg("args") = py::none(), py::arg("cfg") = py::none())
       .def("submit", &PyWorker::submit, py::arg("orchestration"), py::arg("args") = py::none(),
            py::arg("cfg") = py::none())
-      .def("children", &PyWorker::children);
+      .def("children", &PyWorker::children)
+      .def("_native_submits_s", &PyWorker::native_submits_s, py::arg("callable"), py::arg("tasks"), py::arg("runs"),
+           "Benchmark baseline: seconds for `runs` runs of `tasks` submit_sub calls from a C++ orchestration.");
 }
 
 }  // namespace pto_py

@@ -1,6 +1,10 @@
-"""Where the build tree's examples are (CTest sets PTO_BUILD_DIR)."""
+"""Where the build tree's examples are (CTest sets PTO_BUILD_DIR), and a real
+ptod for the client's tests."""
 import os
 import pathlib
+import signal
+import subprocess
+import time
 
 import pytest
 
@@ -22,3 +26,24 @@ def native_subs():
     p = BUILD / "tests" / "worker" / "libpto_test_native_subs.so"
     assert p.exists(), f"{p} is missing: build the project first"
     return str(p)
+
+
+class Ptod:
+    def __init__(self, tmp, *extra):
+        self.dir = tmp
+        self.socket = f"{tmp}/ptod.sock"
+        ready = f"{tmp}/ready"
+        self.log = open(f"{tmp}/ptod.log", "w")
+        self.proc = subprocess.Popen([str(BUILD / "daemon" / "ptod"), "--state-dir", f"{tmp}/state", "--socket",
+                                      self.socket, "--metrics", "off", "--ready-file", ready, *extra],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(ready):
+            assert self.proc.poll() is None, open(f"{tmp}/ptod.log").read()
+            assert time.monotonic() < deadline, "ptod did not start"
+            time.sleep(0.01)
+        self.address = f"unix:{self.socket}"
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)

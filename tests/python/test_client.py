@@ -1,40 +1,14 @@
 """pto.client against a real ptod (build/daemon/ptod on a private socket):
 the round trip from numpy through the daemon's chip and back, and errors
 with their status and the server's message."""
-import os
-import signal
-import subprocess
-import time
-
 import numpy as np
 import pytest
 
 import pto
 import pto.client
-from conftest import BUILD
+from conftest import Ptod
 
 N = 16384
-
-
-class Ptod:
-    def __init__(self, tmp, *extra):
-        self.dir = tmp
-        self.socket = f"{tmp}/ptod.sock"
-        ready = f"{tmp}/ready"
-        self.log = open(f"{tmp}/ptod.log", "w")
-        self.proc = subprocess.Popen([str(BUILD / "daemon" / "ptod"), "--state-dir", f"{tmp}/state", "--socket",
-                                      self.socket, "--metrics", "off", "--ready-file", ready, *extra],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while not os.path.exists(ready):
-            assert self.proc.poll() is None, open(f"{tmp}/ptod.log").read()
-            assert time.monotonic() < deadline, "ptod did not start"
-            time.sleep(0.01)
-        self.address = f"unix:{self.socket}"
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=60)
 
 
 @pytest.fixture

@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""The Python package's costs, each next to its baseline measured in the same
+run (prints figures and ratios; never fails on a time):
+
+* o.submit_sub from a Python orchestration, per task, on top of the same
+  submits from a C++ orchestration (target <= 3 us);
+* a Python sub callable's round trip, per task, on top of a native no-op sub
+  (target <= 15 us);
+* pto.client upload and download of a 256 MiB array through a real ptod
+  (target >= 1 GB/s).
+
+    PYTHONPATH=build/python /usr/bin/python3 tests/bench/python_bench.py [BUILD_DIR]
+"""
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import pto  # noqa: E402
+
+BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
+os.environ.setdefault("PTO_BUILD_DIR", BUILD)
+from conftest import Ptod  # noqa: E402  (tests/python: a real ptod on a private socket)
+
+TASKS, RUNS, ROUNDS = 256, 20, 5
+
+
+def noop(*args):
+    pass
+
+
+def per_task_us(seconds):
+    return seconds / (TASKS * RUNS) * 1e6
+
+
+def timed_python_runs(w, submit):
+    def orch(o, args, cfg):
+        for _ in range(TASKS):
+            submit(o)
+
+    t0 = time.perf_counter()
+    for _ in range(RUNS):
+        w.run(orch).raise_for_status()
+    return time.perf_counter() - t0
+
+
+def one_task_runs_us(w, handle, runs=400):
+    """Median wall time of a run with one sub task (submit, the child's call, completion)."""
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        w.run(lambda o, a, c: o.submit_sub(handle) and 0)
+        times.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(times)
+
+
+def engine_figures():
+    with pto.Worker(level=3, num_chips=0, num_sub_workers=1, spin_us=200) as w:
+        native = w.register(pto.NativeCallable.import_(f"{BUILD}/tests/worker/libpto_test_native_subs.so",
+                                                       "pto_test_noop"))
+        py_noop = w.register(noop)
+        w.init()
+        w._native_submits_s(native, TASKS, 2)  # warm
+        cpp, py, one_native, one_py = [], [], [], []
+        for _ in range(ROUNDS):  # interleaved, medians
+            cpp.append(per_task_us(w._native_submits_s(native, TASKS, RUNS)))
+            py.append(per_task_us(timed_python_runs(w, lambda o: o.submit_sub(native))))
+            one_native.append(one_task_runs_us(w, native))
+            one_py.append(one_task_runs_us(w, py_noop))
+    c, p = statistics.median(cpp), statistics.median(py)
+    n1, p1 = statistics.median(one_native), statistics.median(one_py)
+    print(f"native no-op sub, C++ orchestration, runs of {TASKS}: {c:.2f} us/task (baseline)")
+    print(f"native no-op sub, Python orchestration, runs of {TASKS}: {p:.2f} us/task: {p - c:.2f} us/task on top "
+          f"of C++, {p / c:.2f}x   [target <= 3 us on top]")
+    print(f"one-task runs from Python: native no-op sub {n1:.1f} us, Python no-op sub callable {p1:.1f} us: "
+          f"{p1 - n1:.1f} us for the Python sub's round trip, {p1 / n1:.2f}x   [target <= 15 us]")
+
+
+def client_figures():
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Ptod(tmp, "--chips", "0")
+        try:
+            with pto.client.Client(d.address, timeout=600) as c:
+                a = np.random.default_rng(0).integers(0, 255, 256 << 20, dtype=np.uint8)
+                up, down = [], []
+                for i in range(3):
+                    t0 = time.perf_counter()
+                    info = c.upload(a, f"t{i}")
+                    up.append(a.nbytes / (time.perf_counter() - t0) / 1e9)
+                    t0 = time.perf_counter()
+                    b = c.download(info)
+                    down.append(a.nbytes / (time.perf_counter() - t0) / 1e9)
+                    assert np.array_equal(a, b)
+                    c.free(info)
+            print(f"pto.client 256 MiB, unix socket: upload {statistics.median(up):.2f} GB/s, download "
+                  f"{statistics.median(down):.2f} GB/s (median of 3)   [target >= 1 GB/s]")
+        finally:
+            d.stop()
+
+
+if __name__ == "__main__":
+    print(f"python bench: /usr/bin/python3 {sys.version.split()[0]}, {os.cpu_count()} CPU(s)")
+    engine_figures()
+    client_figures()
