@@ -27,7 +27,10 @@
 #include "arrays.h"
 #include "errors.h"
 #include "pto/fork_hooks.h"
+#include "pto/package/chip_package.h"
+#include "pto/v1/ptod.pb.h"
 #include "pto/worker.h"
+#include "remote_link.h"
 
 namespace py = pybind11;
 
@@ -129,6 +132,26 @@ std::string reference_name(const py::object& fn) {
     throw py::value_error(what + ": its module has no file to import it from in a sub worker");
   py::object digest = py::module_::import("pto.worker").attr("_module_digest")(mod.attr("__file__"));
   return what + "@" + digest.cast<std::string>();
+}
+
+// What a level-4 Worker's remote peers (ptods) register: the RegisterRequest
+// ptod's Registry takes — a chip package as its bundle, a native library by
+// path and symbol.
+std::string remote_request(const pto::Callable& c) {
+  pto::v1::RegisterRequest req;
+  if (c.kind == pto::CallableKind::CHIP) {
+    pto::package::ChipBundle b;
+    if (pto::Status s = pto::package::bundle_package(c.path, &b); !s.ok()) raise_error(s);
+    req.mutable_chip()->set_config_toml(b.config_toml);
+    for (const auto& [name, bytes] : b.libraries) (*req.mutable_chip()->mutable_libraries())[name] = bytes;
+  } else if (c.kind == pto::CallableKind::NATIVE_IMPORT) {
+    req.mutable_native_import()->set_library_path(c.path);
+    req.mutable_native_import()->set_symbol(c.symbol);
+    req.set_abi(c.abi == pto::EntryAbi::ORCHESTRATION ? pto::v1::ABI_ORCHESTRATION : pto::v1::ABI_SUB);
+  } else {
+    throw py::value_error("only chip packages and native imports can be registered on remote peers");
+  }
+  return req.SerializeAsString();
 }
 
 // The resolver each sub worker uses for a by-reference name.
@@ -273,12 +296,17 @@ class PyWorker {
     } else {
       throw py::type_error("register() takes a pto callable (ChipCallable.from_config, ...) or a Python function");
     }
+    // Level 4 with remote peers: what each peer registers (ptod's
+    // RegisterRequest: the chip package's bundle, or the native import).
+    pto::CallableOptions o;
+    o.local = local_children_ > 0 || c.abi == pto::EntryAbi::SUB;
+    if (remote_children_ > 0 && c.abi != pto::EntryAbi::SUB) o.remote_payload = remote_request(c);
     pto::CallableHandle h;
     {
       py::gil_scoped_release free;
-      h = w_->register_callable(c);
+      h = w().register_callable(c, o);
       if (h.ok() && !name.empty()) {
-        if (pto::Status s = w_->name_callable(name, h); !s.ok()) h.status = s;
+        if (pto::Status s = w().name_callable(name, h); !s.ok()) h.status = s;
       }
     }
     if (!h.ok()) raise_error(h.status);
@@ -289,7 +317,7 @@ class PyWorker {
     pto::Status s;
     {
       py::gil_scoped_release free;
-      s = w_->init();
+      s = w().init();
     }
     if (!s.ok()) raise_error(s);
     initialized_ = true;
@@ -299,7 +327,7 @@ class PyWorker {
     pto::Status s;
     {
       py::gil_scoped_release free;
-      s = w_->close();
+      s = w().close();
     }
     if (!s.ok()) raise_error(s);
   }
@@ -312,7 +340,7 @@ class PyWorker {
     pto::Result<pto::ContinuousTensor> r;
     {
       py::gil_scoped_release free;
-      r = w_->alloc(shape, d);
+      r = w().alloc(shape, d);
     }
     if (!r.ok()) raise_error(r.status);
     auto* owner = new std::pair<py::object, pto::ContinuousTensor>(std::move(self), r.value);
@@ -321,7 +349,7 @@ class PyWorker {
       PyWorker& w = o->first.cast<PyWorker&>();
       {
         py::gil_scoped_release free;
-        (void)w.w_->free(o->second);  // a closed Worker refuses, harmlessly
+        if (w.w_) (void)w.w_->free(o->second);  // a closed Worker refuses, harmlessly
       }
       delete o;
     });
@@ -357,7 +385,39 @@ class PyWorker {
     const pto::CallConfig c = call_config(cfg);
     pto::OrchestrationFunction fn = python_orchestration(orch);
     py::gil_scoped_release free;
-    return w_->submit_function(std::move(fn), std::move(a), c);
+    return w().submit_function(std::move(fn), std::move(a), c);
+  }
+
+  // Level 4: an L3 Worker (not initialised) becomes a child of this one.
+  void add_next_level_worker(PyWorker& inner) {
+    std::unique_ptr<pto::Worker> taken = std::move(inner.w_);
+    if (!taken) throw py::value_error("that Worker was already given to a level-4 Worker");
+    pto::Status s;
+    {
+      py::gil_scoped_release free;
+      s = w().add_next_level_worker(std::move(taken));
+    }
+    if (!s.ok()) raise_error(s);
+    ++next_level_;
+    ++local_children_;
+  }
+
+  // Level 4: an L3 ptod elsewhere (docs/remote.md), reached over a remote
+  // session at `address` ("host:port" or "unix:PATH") with its bearer token.
+  void add_remote_worker(const std::string& address, const std::string& token, const std::string& name) {
+    ptod::DaemonConfig::Peer p;
+    p.address = address;
+    p.name = name.empty() ? address : name;
+    p.token = token;
+    auto link = std::make_shared<ptod::GrpcRemoteLink>(p, static_cast<uint32_t>(next_level_), *session_cfg_);
+    pto::Status s;
+    {
+      py::gil_scoped_release free;
+      s = w().add_remote_worker(link);
+    }
+    if (!s.ok()) raise_error(s);
+    ++next_level_;
+    ++remote_children_;
   }
 
   // For the benchmark (tests/bench/python_bench.py): the same submits from a
@@ -366,7 +426,7 @@ class PyWorker {
     py::gil_scoped_release free;
     const auto t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < runs; ++r) {
-      pto::RunResult res = w_->run([&](pto::Orchestrator& o, const pto::TaskArgsView&, const pto::CallConfig&) {
+      pto::RunResult res = w().run([&](pto::Orchestrator& o, const pto::TaskArgsView&, const pto::CallConfig&) {
         for (int i = 0; i < n; ++i)
           if (!o.submit_sub(h).ok()) return 1;
         return 0;
@@ -380,7 +440,7 @@ class PyWorker {
     std::vector<pto::ChildInfo> cs;
     {
       py::gil_scoped_release free;
-      cs = w_->children();
+      cs = w().children();
     }
     py::list out;
     for (const auto& c : cs) {
@@ -390,14 +450,27 @@ class PyWorker {
       d["state"] = pto::child_state_name(c.state);
       d["tasks_run"] = c.tasks_run;
       d["restarts"] = c.restarts;
+      d["remote"] = c.remote;
+      if (c.remote) {
+        d["address"] = c.address;
+        d["session"] = c.state_text;
+      }
       out.append(d);
     }
     return out;
   }
 
  private:
+  pto::Worker& w() const {
+    if (!w_) throw py::value_error("this Worker was given to a level-4 Worker (add_next_level_worker): use that one");
+    return *w_;
+  }
   std::unique_ptr<pto::Worker> w_;
   bool initialized_ = false;
+  int next_level_ = 0;  // L3 children and remote workers added (the next remote's worker id)
+  int local_children_ = 0, remote_children_ = 0;
+  // What the remote links of a level-4 Worker read (session settings; their defaults).
+  std::unique_ptr<ptod::DaemonConfig> session_cfg_ = std::make_unique<ptod::DaemonConfig>();
 };
 
 }  // namespace
@@ -695,6 +768,12 @@ void bind_worker(py::module_& m) {
       .def("submit", &PyWorker::submit, py::arg("orchestration"), py::arg("args") = py::none(),
            py::arg("cfg") = py::none())
       .def("children", &PyWorker::children)
+      .def("add_next_level_worker", &PyWorker::add_next_level_worker, py::arg("worker"),
+           "Level 4, before init(): an L3 Worker (not initialised) becomes this one's child; it is this one's from "
+           "now on.")
+      .def("add_remote_worker", &PyWorker::add_remote_worker, py::arg("address"), py::arg("token") = "",
+           py::arg("name") = "",
+           "Level 4, before init(): an L3 ptod at `address` (host:port or unix:PATH), over a remote session.")
       .def("_native_submits_s", &PyWorker::native_submits_s, py::arg("callable"), py::arg("tasks"), py::arg("runs"),
            "Benchmark baseline: seconds for `runs` runs of `tasks` submit_sub calls from a C++ orchestration.");
 }

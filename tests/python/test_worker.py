@@ -256,3 +256,72 @@ def test_after_init_a_function_is_found_by_reference_and_a_changed_module_is_ref
             assert pto.worker._resolve(h2_name(late_subs)) is late_subs.triple
     finally:
         sys.path.remove(str(tmp_path))
+
+
+def level4_vector(w, example, workers):
+    w.init()
+    # After init(): the chip package is registered on the L3 workers (over the session for a peer), the
+    # Python sub by reference on this Worker's own sub worker.
+    vec = w.register(pto.ChipCallable.from_config(example("vector")))
+    inc = w.register(subs.add_one)
+    a, b = w.alloc([N], np.float32), w.alloc([N], np.float32)
+    outs = [w.alloc([N], np.float32) for _ in workers]
+    a[:] = np.linspace(-1, 1, N)
+    b[:] = 0.5
+
+    def orch(o, args, cfg):
+        for f, worker in zip(outs, workers):
+            o.submit_next_level(vec, pto.TaskArgs().add_tensor(a, pto.IN).add_tensor(b, pto.IN)
+                                .add_tensor(f, pto.OUT).add_scalar(N), cfg, worker=worker)
+            o.submit_sub(inc, pto.TaskArgs().add_tensor(f, pto.INOUT))
+
+    r = w.run(orch)
+    assert r.ok, r.message
+    for f in outs:
+        np.testing.assert_allclose(f, vector_golden(a, b) + 1, rtol=1e-5)
+
+
+def test_level4_with_local_l3_children(example):
+    with pto.Worker(level=4, num_sub_workers=1) as w:
+        inner = [pto.Worker(level=3, num_chips=1) for _ in range(2)]
+        for i in inner:
+            w.add_next_level_worker(i)
+        with pytest.raises(ValueError, match="given to a level-4 Worker"):
+            inner[0].init()
+        level4_vector(w, example, workers=[0, 1])
+        labels = [c["label"] for c in w.children()]
+        assert "l3 0" in labels and "l3 1" in labels
+
+
+def test_level4_with_a_remote_ptod_peer(example, tmp_path):
+    from conftest import Ptod
+
+    peer = Ptod(str(tmp_path))
+    try:
+        with pto.Worker(level=4, num_sub_workers=1) as w:
+            w.add_remote_worker(peer.address, name="peer")
+            level4_vector(w, example, workers=[0])
+            remote = [c for c in w.children() if c["remote"]]
+            assert len(remote) == 1 and "peer" in remote[0]["address"] and remote[0]["tasks_run"] == 1
+    finally:
+        assert peer.stop() == 0
+
+
+def test_groups_run_their_members_on_distinct_workers_and_complete_once(worker):
+    w, h = worker
+    xs = [w.alloc([32], np.float32) for _ in range(2)]
+    for x in xs:
+        x[:] = 1
+    out = {}
+
+    def orch(o, args, cfg):
+        out["r"] = o.submit_sub_group(h["scale"], [pto.TaskArgs().add_tensor(x, pto.INOUT).add_scalar(5) for x in xs])
+        # a consumer of the whole group: waits for both members
+        o.submit_sub(h["add_one"], pto.TaskArgs().add_tensor(xs[0], pto.INOUT))
+
+    r = w.run(orch)
+    assert r.ok, r.message
+    assert r.tasks_succeeded == 2  # the group is one task
+    np.testing.assert_array_equal(xs[0], 6)
+    np.testing.assert_array_equal(xs[1], 5)
+    assert out["r"]["task_id"] > 0
