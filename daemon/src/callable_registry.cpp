@@ -90,9 +90,27 @@ void CallableRegistry::release_stored(const std::string& path, bool kept) {
       return;
     }
     claims_.erase(path);
-    for (const auto* m : {&by_digest_, &pending_})
-      for (const auto& [d, rc] : *m)
-        if (rc.stored == path) return;  // the same content, registered by someone else
+    if (stored_in_use_locked(path)) return;  // the same content, registered by someone else
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
+// A blob is named by its bytes alone: the same library with another symbol or
+// ABI is another registration of the same file.
+bool CallableRegistry::stored_in_use_locked(const std::string& path) const {
+  if (auto it = claims_.find(path); it != claims_.end() && it->second > 0) return true;
+  for (const auto* m : {&by_digest_, &pending_})
+    for (const auto& [d, rc] : *m)
+      if (rc.stored == path) return true;
+  return false;
+}
+
+void CallableRegistry::remove_stored(const std::string& path) {
+  if (path.empty()) return;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stored_in_use_locked(path)) return;
   }
   std::error_code ec;
   std::filesystem::remove_all(path, ec);
@@ -342,12 +360,10 @@ Status CallableRegistry::find(const Principal& who, const pto::v1::CallableRef& 
   return Status::Ok();
 }
 
-Status CallableRegistry::find_any(const pto::v1::CallableRef& ref, RegisteredCallable* out) const {
+bool CallableRegistry::visible(const Principal& who, const pto::Digest& d) const {
   std::lock_guard<std::mutex> g(mu_);
-  const RegisteredCallable* rc = nullptr;
-  if (Status s = find_locked(nullptr, ref, &rc); !s.ok()) return s;
-  *out = *rc;
-  return Status::Ok();
+  auto it = by_digest_.find(d);
+  return it != by_digest_.end() && it->second.visible_to(who);
 }
 
 // One more owner of content that is registered (and its publish wish); mu_ held.
@@ -382,7 +398,6 @@ Status CallableRegistry::publish(const Principal& who, const pto::v1::CallableRe
 Status CallableRegistry::remove(const Principal& who, const pto::v1::CallableRef& ref) {
   return remove_impl(&who, ref);
 }
-Status CallableRegistry::remove_any(const pto::v1::CallableRef& ref) { return remove_impl(nullptr, ref); }
 
 Status CallableRegistry::remove_impl(const Principal* who, const pto::v1::CallableRef& ref) {
   RegisteredCallable rc;
@@ -416,10 +431,7 @@ Status CallableRegistry::remove_impl(const Principal* who, const pto::v1::Callab
   Status st = !rc.runs_here ? w_.unregister_callable(rc.handle) : Status::Ok();
   // Uploaded files go too (a mapped library stays valid after its unlink;
   // the NATIVE_BLOB copy the Worker keeps is the Worker's own).
-  if (!rc.stored.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(rc.stored, ec);
-  }
+  remove_stored(rc.stored);  // unless another registration uses the same file
   return st;
 }
 
@@ -460,10 +472,7 @@ Status CallableRegistry::abort(const pto::Digest& d) {
 
 void CallableRegistry::discard(const RegisteredCallable& rc) {
   if (!rc.runs_here) (void)w_.unregister_callable(rc.handle);
-  if (!rc.stored.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(rc.stored, ec);
-  }
+  remove_stored(rc.stored);
 }
 
 bool CallableRegistry::has(const pto::Digest& d) const {

@@ -77,10 +77,8 @@ class CallableRegistry {
   // What `who` may see: its own, published ones, or (admin) any.
   Status find(const Principal& who, const pto::v1::CallableRef& ref, RegisteredCallable* out) const;
   std::vector<RegisteredCallable> list(const Principal& who) const;
-  // A session from a coordinator: by digest, whoever owns it.
-  Status find_any(const pto::v1::CallableRef& ref, RegisteredCallable* out) const;
-  // Unregisters everything of a coordinator's UNREGISTER (level 4), any owner.
-  Status remove_any(const pto::v1::CallableRef& ref);
+  // Registered and visible to `who` (its own, published, or an admin).
+  bool visible(const Principal& who, const pto::Digest& d) const;
 
  private:
   // Files a registration stores are claimed while it is in flight; a
@@ -95,6 +93,9 @@ class CallableRegistry {
   Status add_impl(const Principal& who, const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply,
                   bool pending);
   Status remove_impl(const Principal* who, const pto::v1::CallableRef& ref);
+  // Another registration (published, pending or in flight) uses this stored file.
+  bool stored_in_use_locked(const std::string& path) const;
+  void remove_stored(const std::string& path);
   Status join_locked(const Principal& who, const pto::v1::RegisterRequest& req, RegisteredCallable& rc);
   Status persist_locked(const RegisteredCallable& rc);
   Status from_request(const pto::v1::RegisterRequest& req, StoredClaim* claim, pto::Callable* out, std::string* source,

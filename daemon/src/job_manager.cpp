@@ -77,6 +77,9 @@ Status JobManager::restore() {
   std::vector<JobRow> rows;
   if (Status s = db_.jobs(cfg_.retain_finished, &rows); !s.ok()) return s;
   size_t interrupted = 0;
+  // Records beyond retain_finished (it was lowered) go: never shown again.
+  if (!rows.empty())
+    if (Status s = db_.delete_jobs_before(rows.front().id); !s.ok()) return s;
   std::lock_guard<std::mutex> g(mu_);
   for (const JobRow& row : rows) {
     Job j;

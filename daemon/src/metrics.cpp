@@ -149,7 +149,7 @@ std::unique_ptr<MetricsServer> MetricsServer::start(const std::string& host, int
     m->port_ = m->impl_->acceptor.local_endpoint().port();
   } catch (const std::exception& e) {
     *error = pto::Status::Error(pto::kInvalidConfig,
-                                 "[metrics] listen " + host + ":" + std::to_string(port) + ": " + e.what());
+                                "[metrics] listen " + host + ":" + std::to_string(port) + ": " + e.what());
     return nullptr;
   }
   m->impl_->accept();

@@ -15,7 +15,7 @@
 namespace pto {
 class Worker;
 class RunnerPool;
-}
+}  // namespace pto
 
 namespace ptod {
 

@@ -500,7 +500,7 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
   pto::v1::CallableRef ref;
   ref.set_digest(t.digest());
   auto rc = std::make_shared<RegisteredCallable>();
-  if (Status s = p_.registry.find_any(ref, rc.get()); !s.ok()) {
+  if (Status s = p_.registry.find(c->who, ref, rc.get()); !s.ok()) {
     const std::string tomb = p_.registry.tombstone(d);
     return failed(tomb.empty() ? fmt::format("callable {} is not registered on this peer", pto::to_hex(d))
                                : fmt::format("callable {} is not registered any more: {}", pto::to_hex(d), tomb));
@@ -605,12 +605,12 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
   switch (req.op()) {
     case pto::v1::Control::QUERY:
       if (!has_digest) return no("QUERY needs a 32-byte digest");
-      reply->set_present(p_.registry.has(d));
+      reply->set_present(p_.registry.visible(c.who, d));  // another principal's is not told
       return;
     case pto::v1::Control::PREPARE: {
       if (!has_digest) return no("PREPARE needs a 32-byte digest");
       if (!req.has_request()) {  // the coordinator learnt that we hold it: no bytes sent
-        if (!p_.registry.has(d))
+        if (!p_.registry.visible(c.who, d))
           return no(fmt::format("PREPARE without bytes, but callable {} is not here", pto::to_hex(d)));
         reply->set_digest(req.digest());
         return;
@@ -645,7 +645,9 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
       if (!has_digest) return no("UNREGISTER needs a 32-byte digest");
       pto::v1::CallableRef ref;
       ref.set_digest(req.digest());
-      if (Status s = p_.registry.remove_any(ref); !s.ok() && s.code != pto::kWorkerNotRegistered) return no(s.message);
+      // As the session's principal: its own registrations (an admin's: any).
+      if (Status s = p_.registry.remove(c.who, ref); !s.ok() && s.code != pto::kWorkerNotRegistered)
+        return no(s.message);
       lg->info("session {:016x}: unregistered {} (tombstone kept)", c.session, pto::to_hex(d).substr(0, 16));
       return;
     }
@@ -654,6 +656,19 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
         return no(fmt::format("BUFFER_ALLOC of {} bytes: must be 1..2^36", req.bytes()));
       // One dimension up to 4 GiB; beyond, whole 4 KiB rows (at least the bytes asked for).
       const uint64_t n = req.bytes();
+      // The session's buffers count against its principal's arena quota, with its tensors.
+      if (const uint64_t quota = p_.cfg.quota_for(c.who.name).arena_bytes) {
+        uint64_t held = p_.tensors.bytes_of(c.who.name);
+        {
+          std::lock_guard<std::mutex> g(c.mu);
+          for (const auto& [bid, b] : c.buffers) held += pto::tensor_bytes(b.t);
+        }
+        if (held + n > quota)
+          return no(
+              fmt::format("BUFFER_ALLOC: {} holds {} bytes; {} more would pass its quota of {} bytes ([quotas] "
+                          "arena_bytes)",
+                          c.who.name, held, n, quota));
+      }
       auto a = n <= UINT32_MAX ? p_.worker.alloc({static_cast<uint32_t>(n)}, PTO_UINT8)
                                : p_.worker.alloc({static_cast<uint32_t>((n + 4095) / 4096), 4096}, PTO_UINT8);
       if (!a.ok()) return no("BUFFER_ALLOC: " + a.status.message);

@@ -286,6 +286,10 @@ Status StateDb::delete_job(uint64_t id) {
   return delete_row("DELETE FROM jobs WHERE id = ?1", id, "deleting a job record");
 }
 
+Status StateDb::delete_jobs_before(uint64_t id) {
+  return delete_row("DELETE FROM jobs WHERE id < ?1", id, "deleting old job records");
+}
+
 Status StateDb::jobs(uint32_t limit, std::vector<JobRow>* out) {
   std::lock_guard<std::mutex> g(mu_);
   Status st;

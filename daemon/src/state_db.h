@@ -78,6 +78,8 @@ class StateDb {
 
   Status put_job(const JobRow& r);
   Status delete_job(uint64_t id);
+  // Every record older than `id` (beyond the retention a restart keeps).
+  Status delete_jobs_before(uint64_t id);
   // The newest `limit` records, oldest first.
   Status jobs(uint32_t limit, std::vector<JobRow>* out);
 

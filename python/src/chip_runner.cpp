@@ -172,7 +172,12 @@ py::tuple ChipRunner::run(const py::dict& inputs, const py::object& outputs) {
     for (const ArgSpec& a : cfg_.args) known |= a.name == key && a.writes();
     if (!known) throw py::value_error(fmt::format("outputs: the package has no output or inout named '{}'", key));
   }
-  std::lock_guard<std::mutex> one_run(mu_);
+  // Taken without the GIL: another thread may hold mu_ and need the GIL back.
+  std::unique_lock<std::mutex> one_run(mu_, std::defer_lock);
+  {
+    py::gil_scoped_release free;
+    one_run.lock();
+  }
   pto2::sim::DeviceMemory& memory = chip_.platform->memory();
   DeviceArgs dev(memory);
   const size_t n = cfg_.args.size();

@@ -175,9 +175,21 @@ std::string qualified_name(const py::object& fn) {
 
 // ------------------------------------------------------------ orchestrator
 
+// The arrays a run's tasks name, kept alive until the run ends: an array
+// dropped by the orchestration (its last reference gone when it returns)
+// must not free memory a queued or running task still uses. Touched with
+// the GIL only.
+struct RunKeep {
+  py::list objects;
+  void add(const std::vector<py::object>& keep) {
+    for (const auto& k : keep) objects.append(k);
+  }
+};
+
 // The Orchestrator of one run, valid while its orchestration function runs.
 struct PyOrchestrator {
   pto::Orchestrator* o = nullptr;
+  std::shared_ptr<RunKeep> keep;
   pto::Orchestrator& get() const {
     if (!o) throw py::value_error("this Orchestrator belongs to a run that has ended");
     return *o;
@@ -198,17 +210,18 @@ py::object submit_reply(const pto::SubmitResult& r) {
   return out;
 }
 
-pto::OrchestrationFunction python_orchestration(py::object fn) {
+pto::OrchestrationFunction python_orchestration(py::object fn, std::shared_ptr<RunKeep> keep) {
   auto holder = std::shared_ptr<py::object>(new py::object(std::move(fn)), [](py::object* p) {
     if (Py_IsInitialized()) {
       py::gil_scoped_acquire gil;
       delete p;
     }
   });
-  return [holder](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cfg) -> int {
+  return [holder, keep](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cfg) -> int {
     py::gil_scoped_acquire gil;
     auto po = std::make_shared<PyOrchestrator>();
     po->o = &o;
+    po->keep = keep;
     std::string failure;
     int rc = 0;
     try {
@@ -285,14 +298,29 @@ class PyWorker {
     if (pto::Status s = c.validate(); !s.ok()) raise_error(s);
     w_ = std::make_unique<pto::Worker>(c);
   }
+  // Closing waits for runs whose Python orchestrations need the GIL, and for
+  // forks whose hooks take it: never with the GIL held.
+  ~PyWorker() {
+    if (w_ && Py_IsInitialized()) {
+      py::gil_scoped_release free;
+      w_.reset();
+    }
+  }
+  PyWorker(const PyWorker&) = delete;
+  PyWorker& operator=(const PyWorker&) = delete;
 
   pto::CallableHandle register_callable(const py::object& what, const std::string& name) {
     pto::Callable c;
     if (py::isinstance<PyCallable>(what)) {
       c = what.cast<PyCallable&>().c;
     } else if (PyCallable_Check(what.ptr())) {
+      // Inherited through fork: the object itself is the identity (two closures
+      // of one factory share a qualname); registered functions are never freed,
+      // so an id is never another function's.
       c = initialized_ ? pto::NativeCallable::by_reference(reference_name(what))
-                       : pto::NativeCallable::function(qualified_name(what), python_sub(what));
+                       : pto::NativeCallable::function(
+                             fmt::format("{}#{:x}", qualified_name(what), reinterpret_cast<uintptr_t>(what.ptr())),
+                             python_sub(what));
     } else {
       throw py::type_error("register() takes a pto callable (ChipCallable.from_config, ...) or a Python function");
     }
@@ -381,11 +409,27 @@ class PyWorker {
 
   pto::RunHandle submit(const py::object& orch, const py::object& args, const py::object& cfg) {
     if (!initialized_) throw py::value_error("run() and submit() need an initialised Worker: call init() first");
-    pto::TaskArgs a = args.is_none() ? pto::TaskArgs() : args.cast<PyTaskArgs&>().args;
+    pto::TaskArgs a;
+    auto keep = std::shared_ptr<RunKeep>(new RunKeep, [](RunKeep* k) {
+      if (!Py_IsInitialized()) return;  // the interpreter is gone: nothing to release
+      py::gil_scoped_acquire gil;
+      delete k;
+    });
+    if (!args.is_none()) {
+      a = args.cast<PyTaskArgs&>().args;
+      keep->add(args.cast<PyTaskArgs&>().keep);
+    }
     const pto::CallConfig c = call_config(cfg);
-    pto::OrchestrationFunction fn = python_orchestration(orch);
+    pto::OrchestrationFunction fn = python_orchestration(orch, keep);
+    // The run's end lets go of what it kept (on a run thread, with no engine lock held).
+    auto done = [keep](const pto::RunResult&) {
+      if (!Py_IsInitialized()) return;
+      py::gil_scoped_acquire gil;
+      keep->objects = py::list();
+    };
+    pto::Worker& worker = w();
     py::gil_scoped_release free;
-    return w().submit_function(std::move(fn), std::move(a), c);
+    return worker.submit_function(std::move(fn), std::move(a), c, std::move(done));
   }
 
   // Level 4: an L3 Worker (not initialised) becomes a child of this one.
@@ -558,6 +602,7 @@ void bind_orchestrator_submits(OrchestratorClass& c) {
           int worker) {
          pto::Orchestrator& o = po.get();
          const pto::CallConfig c = call_config(cfg);
+         if (po.keep) po.keep->add(a.keep);
          pto::SubmitResult r;
          {
            py::gil_scoped_release free;
@@ -573,7 +618,10 @@ void bind_orchestrator_submits(OrchestratorClass& c) {
              const py::object& cfg) {
             pto::Orchestrator& o = po.get();
             std::vector<pto::TaskArgs> args;
-            for (auto* m : members) args.push_back(m->args);
+            for (auto* m : members) {
+              args.push_back(m->args);
+              if (po.keep) po.keep->add(m->keep);
+            }
             const pto::CallConfig c = call_config(cfg);
             pto::SubmitResult r;
             {
@@ -588,6 +636,7 @@ void bind_orchestrator_submits(OrchestratorClass& c) {
           [](const PyOrchestrator& po, const pto::CallableHandle& h, const PyTaskArgs* a, const py::object& cfg) {
             pto::Orchestrator& o = po.get();
             const pto::TaskArgs args = a ? a->args : pto::TaskArgs();
+            if (a && po.keep) po.keep->add(a->keep);
             const pto::CallConfig c = call_config(cfg);
             pto::SubmitResult r;
             {
@@ -603,7 +652,10 @@ void bind_orchestrator_submits(OrchestratorClass& c) {
           [](const PyOrchestrator& po, const pto::CallableHandle& h, const std::vector<PyTaskArgs*>& members) {
             pto::Orchestrator& o = po.get();
             std::vector<pto::TaskArgs> args;
-            for (auto* m : members) args.push_back(m->args);
+            for (auto* m : members) {
+              args.push_back(m->args);
+              if (po.keep) po.keep->add(m->keep);
+            }
             pto::SubmitResult r;
             {
               py::gil_scoped_release free;

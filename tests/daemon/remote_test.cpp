@@ -553,3 +553,49 @@ TEST_CASE("between daemons the coordinator acts for the job's principal - where 
   }
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("a session is held to its principal: another principal's callables are not told, run or unregistered") {
+  const std::string dir = make_temp_dir("ptod-session-owner");
+  write_secret(dir + "/tokens", "alice user alice-token-0123456789\ncoord user coord-token-0123456789\n");
+  std::ofstream(dir + "/peer.toml") << "[server]\ntokens_file = \"" << dir
+                                    << "/tokens\"\n[quotas.coord]\narena_bytes = 4096\n";
+  DaemonProcess p({"--config", dir + "/peer.toml"}, 1, 1);
+  REQUIRE(p.up());
+  pto::client::ClientOptions o;
+  o.address = p.address();
+  o.token = "alice-token-0123456789";
+  Client alice(o);
+  auto vec = alice.register_chip(VECTOR_CONFIG, "vector");  // alice's, not published
+  REQUIRE(vec.ok());
+  RawSession s(p.address(), "coord-token-0123456789");
+  REQUIRE(s.hello());
+  v1::Frame f, q;
+  q.mutable_control()->set_id(1);
+  q.mutable_control()->set_op(v1::Control::QUERY);
+  q.mutable_control()->set_digest(vec.value.identity().digest());
+  REQUIRE(s.send(q));
+  REQUIRE(s.next(&f));
+  CHECK_FALSE(f.control_reply().present());  // not told
+  REQUIRE(s.send(task_frame(vec.value.identity().digest(), 9)));
+  REQUIRE(s.next(&f));
+  REQUIRE(f.has_completion());
+  CHECK(f.completion().completions(0).outcome() == v1::TASK_FAILURE);  // not run
+  v1::Frame u;
+  u.mutable_control()->set_id(2);
+  u.mutable_control()->set_op(v1::Control::UNREGISTER);
+  u.mutable_control()->set_digest(vec.value.identity().digest());
+  REQUIRE(s.send(u));
+  REQUIRE(s.next(&f));
+  CHECK(alice.callables().value.callables_size() == 1);  // not removed
+  // Remote buffers count against the session principal's arena quota.
+  v1::Frame b;
+  b.mutable_control()->set_id(3);
+  b.mutable_control()->set_op(v1::Control::BUFFER_ALLOC);
+  b.mutable_control()->set_bytes(8192);
+  REQUIRE(s.send(b));
+  REQUIRE(s.next(&f));
+  CHECK_FALSE(f.control_reply().ok());
+  CHECK_THAT(f.control_reply().message(), Catch::Contains("quota of 4096 bytes"));
+  (void)s.finish();
+  std::filesystem::remove_all(dir);
+}

@@ -1,12 +1,14 @@
 """pto.client against a real ptod (build/daemon/ptod on a private socket):
 the round trip from numpy through the daemon's chip and back, and errors
 with their status and the server's message."""
+import time
+
 import numpy as np
 import pytest
 
 import pto
 import pto.client
-from conftest import Ptod
+from conftest import BUILD, Ptod
 
 N = 16384
 
@@ -78,6 +80,21 @@ def test_errors_carry_the_status_and_the_servers_message(ptod, example):
         with pytest.raises(pto.client.RpcError) as e:
             c.health()
         assert e.value.name in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+def test_a_job_can_be_cancelled_and_its_events_end_with_the_final_state(ptod):
+    sleep_config = str(BUILD / "tests" / "worker" / "sleep_chip.toml")
+    with pto.client.Client(ptod.address) as c:
+        c.register_chip(sleep_config, name="sleep")
+        job = c.submit("sleep", scalars=[30000])  # 30 s on the chip
+        deadline = time.monotonic() + 30
+        while c.jobs()[0].state != pto.v1.ptod_pb2.RUNNING:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert job.cancel() in ("RUNNING", "CANCELLED")
+        events = list(job.watch())
+        assert events[-1].state == pto.v1.ptod_pb2.CANCELLED
+        assert job.result().state == pto.v1.ptod_pb2.CANCELLED
 
 
 def test_a_token_names_the_principal_and_an_unknown_one_is_refused(tmp_path):

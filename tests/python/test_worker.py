@@ -1,5 +1,6 @@
 """pto.Worker from Python: chips and Python sub callables as forked children,
 Python orchestrations, numpy arrays over shared memory. Goldens in numpy."""
+import gc
 import os
 import subprocess
 import sys
@@ -325,3 +326,43 @@ def test_groups_run_their_members_on_distinct_workers_and_complete_once(worker):
     np.testing.assert_array_equal(xs[0], 6)
     np.testing.assert_array_equal(xs[1], 5)
     assert out["r"]["task_id"] > 0
+
+
+def test_an_array_the_orchestration_drops_lives_until_its_tasks_are_done(worker):
+    w, h = worker
+    out = w.alloc([N], np.float32)
+    seen = {}
+
+    def orch(o, args, cfg):
+        tmp = w.alloc([N], np.float32)  # only this frame refers to it
+        tmp[:] = 3
+        seen["tmp"] = tmp.ctypes.data
+        o.submit_sub(h["scale"], pto.TaskArgs().add_tensor(tmp, pto.INOUT).add_scalar(2))
+        o.submit_sub(h["copy"], pto.TaskArgs().add_tensor(tmp, pto.IN).add_tensor(out, pto.OUTPUT_EXISTING))
+        del tmp
+        gc.collect()
+        # Had its memory been freed, the next buffer would take its place.
+        other = w.alloc([N], np.float32)
+        seen["other"] = other.ctypes.data
+        seen["keep"] = other  # keep it past the run: only the address matters
+
+    r = w.run(orch)
+    assert r.ok, r.message
+    assert seen["other"] != seen["tmp"]
+    np.testing.assert_array_equal(out, 6)
+
+
+def test_two_closures_of_one_factory_are_two_callables(example):
+    def make(k):
+        def f(x):
+            x += k
+        return f
+
+    with pto.Worker(level=3, num_sub_workers=1) as w:
+        one, ten = w.register(make(1)), w.register(make(10))
+        assert one.digest != ten.digest
+        w.init()
+        x = w.alloc([4], np.float32)
+        assert w.run(lambda o, a, c: (o.submit_sub(one, pto.TaskArgs().add_tensor(x, pto.INOUT)),
+                                      o.submit_sub(ten, pto.TaskArgs().add_tensor(x, pto.INOUT))) and 0).ok
+        np.testing.assert_array_equal(x, 11)
