@@ -301,9 +301,12 @@ class PyWorker {
   // Closing waits for runs whose Python orchestrations need the GIL, and for
   // forks whose hooks take it: never with the GIL held.
   ~PyWorker() {
-    if (w_ && Py_IsInitialized()) {
-      py::gil_scoped_release free;
-      w_.reset();
+    try {
+      if (w_ && Py_IsInitialized()) {
+        py::gil_scoped_release free;
+        w_.reset();
+      }
+    } catch (...) {  // nothing may leave a destructor; close() reports its errors where it can
     }
   }
   PyWorker(const PyWorker&) = delete;
