@@ -17,7 +17,7 @@ for f in /etc/ptod/ptod.toml "$prefix/bin/ptod" "$prefix/bin/ptoctl" "$prefix/li
 done
 grep -q '^Type=notify$' "$stage$prefix/lib/systemd/system/ptod.service"
 # The Python package lands where Debian's python3 looks (for this prefix) and imports from there.
-if grep -q '^PTO_PYTHON:BOOL=ON' "$build/CMakeCache.txt"; then
+if [ -f "$build/python/pto/__init__.py" ]; then  # built (not in sanitizer builds)
   site=$(find "$stage$prefix/lib" -path '*dist-packages/pto/__init__.py' | head -n1)
   [ -n "$site" ] || { echo "missing after install: the pto Python package"; exit 1; }
   case "$prefix" in
