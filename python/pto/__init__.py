@@ -16,7 +16,7 @@ The package is built by the project's CMake for Debian's interpreter,
 from .errors import Error
 from . import chip
 from .worker import (IN, INOUT, NO_DEP, OUT, OUTPUT_EXISTING, CallableHandle, CallConfig, ChipCallable,
-                     NativeCallable, Orchestrator, RunHandle, RunResult, TaskArgs, Worker)
+                     NativeCallable, Orchestrator, RunHandle, RunResult, Submitted, TaskArgs, Worker)
 
 
 
@@ -31,4 +31,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["Error", "chip", "client", "Worker", "TaskArgs", "CallConfig", "ChipCallable", "NativeCallable", "Orchestrator",
-           "RunResult", "RunHandle", "CallableHandle", "IN", "OUT", "INOUT", "OUTPUT_EXISTING", "NO_DEP"]
+           "RunResult", "RunHandle", "Submitted", "CallableHandle", "IN", "OUT", "INOUT", "OUTPUT_EXISTING", "NO_DEP"]

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 
 from . import _pto
 
-__all__ = ["Worker", "TaskArgs", "CallConfig", "ChipCallable", "NativeCallable", "Orchestrator", "RunResult",
+__all__ = ["Worker", "TaskArgs", "CallConfig", "ChipCallable", "NativeCallable", "Orchestrator", "RunResult", "Submitted",
            "RunHandle", "CallableHandle", "IN", "OUT", "INOUT", "OUTPUT_EXISTING", "NO_DEP"]
 
 TaskArgs = _pto.TaskArgs
@@ -32,6 +32,7 @@ CallConfig = _pto.CallConfig
 Orchestrator = _pto.Orchestrator
 RunResult = _pto.RunResult
 RunHandle = _pto.RunHandle
+Submitted = _pto.Submitted
 CallableHandle = _pto.CallableHandle
 TensorArgType = _pto.TensorArgType
 IN = TensorArgType.INPUT

@@ -196,18 +196,26 @@ struct PyOrchestrator {
   }
 };
 
-py::object submit_reply(const pto::SubmitResult& r) {
-  if (!r.ok()) raise_error(r.status);
-  py::list members;
-  for (const auto& ts : r.tensors) {
-    py::list arrays;
-    for (const auto& t : ts) arrays.append(t.data ? array_over(t) : py::object(py::none()));
-    members.append(arrays);
+// What a submit returns: the task id, and its tensors (an OUT without
+// memory got heap memory) as arrays built only when asked for — most
+// orchestrations never look, and building them costs more than the submit.
+struct Submitted {
+  uint64_t task_id = 0;
+  std::vector<std::vector<pto::ContinuousTensor>> tensors;
+  py::object arrays() const {
+    py::list members;
+    for (const auto& ts : tensors) {
+      py::list a;
+      for (const auto& t : ts) a.append(t.data ? array_over(t) : py::object(py::none()));
+      members.append(a);
+    }
+    return members.size() == 1 ? members[0] : py::object(members);
   }
-  py::dict out;
-  out["task_id"] = r.task_id;
-  out["tensors"] = members.size() == 1 ? members[0] : py::object(members);
-  return out;
+};
+
+Submitted submit_reply(pto::SubmitResult&& r) {
+  if (!r.ok()) raise_error(r.status);
+  return Submitted{r.task_id, std::move(r.tensors)};
 }
 
 pto::OrchestrationFunction python_orchestration(py::object fn, std::shared_ptr<RunKeep> keep) {
@@ -611,7 +619,7 @@ void bind_orchestrator_submits(OrchestratorClass& c) {
            py::gil_scoped_release free;
            r = o.submit_next_level(h, a.args, c, worker);
          }
-         return submit_reply(r);
+         return submit_reply(std::move(r));
        },
        py::arg("callable"), py::arg("args"), py::arg("cfg") = py::none(), py::arg("worker") = -1,
        "A chip task (or at level 4 an L3 task); raises pto.Error if the submit is refused.")
@@ -631,7 +639,7 @@ void bind_orchestrator_submits(OrchestratorClass& c) {
               py::gil_scoped_release free;
               r = o.submit_next_level_group(h, args, c);
             }
-            return submit_reply(r);
+            return submit_reply(std::move(r));
           },
           py::arg("callable"), py::arg("members"), py::arg("cfg") = py::none())
       .def(
@@ -646,7 +654,7 @@ void bind_orchestrator_submits(OrchestratorClass& c) {
               py::gil_scoped_release free;
               r = o.submit_sub(h, args, c);
             }
-            return submit_reply(r);
+            return submit_reply(std::move(r));
           },
           py::arg("callable"), py::arg("args") = nullptr, py::arg("cfg") = py::none(),
           "A sub task (a native or Python sub callable) on a sub worker.")
@@ -664,12 +672,21 @@ void bind_orchestrator_submits(OrchestratorClass& c) {
               py::gil_scoped_release free;
               r = o.submit_sub_group(h, args);
             }
-            return submit_reply(r);
+            return submit_reply(std::move(r));
           },
           py::arg("callable"), py::arg("members"));
 }
 
+void bind_submitted(py::module_& m) {
+  py::class_<Submitted>(m, "Submitted", "A submitted task: its id and its tensors.")
+      .def_readonly("task_id", &Submitted::task_id)
+      .def_property_readonly("tensors", &Submitted::arrays,
+                             "The task's tensors as arrays (one list per group member; a single task's list alone); "
+                             "an OUT without memory has heap memory now. Valid while the run's scope holds them.");
+}
+
 void bind_orchestrator(py::module_& m) {
+  bind_submitted(m);
   OrchestratorClass c(m, "Orchestrator", "Handed to an orchestration function for its run.");
   bind_orchestrator_submits(c);
   c.def(

@@ -325,7 +325,8 @@ def test_groups_run_their_members_on_distinct_workers_and_complete_once(worker):
     assert r.tasks_succeeded == 2  # the group is one task
     np.testing.assert_array_equal(xs[0], 6)
     np.testing.assert_array_equal(xs[1], 5)
-    assert out["r"]["task_id"] > 0
+    assert out["r"].task_id > 0
+    assert len(out["r"].tensors) == 2 and out["r"].tensors[0][0].ctypes.data == xs[0].ctypes.data
 
 
 def test_an_array_the_orchestration_drops_lives_until_its_tasks_are_done(worker):
