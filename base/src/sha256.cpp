@@ -1,6 +1,14 @@
 #include "pto/base/sha256.h"
 
-#include <openssl/evp.h>
+// The low-level SHA-256 functions, not EVP: EVP's first use initialises
+// OpenSSL under library locks, and a process that forks while another thread
+// holds one (the Worker forks replacement children while its caller hashes a
+// library) leaves a child that hangs on its first hash. SHA256_Init/Update/
+// Final take no lock and fetch no provider. OpenSSL 3 marks them deprecated
+// in favour of EVP, for reasons (providers, FIPS) that do not apply to naming
+// content.
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <openssl/sha.h>
 
 #include <cerrno>
 #include <cstring>
@@ -21,25 +29,22 @@ std::string to_hex(const Digest& d) {
 
 Digest sha256(const void* data, size_t bytes) {
   Digest d{};
-  unsigned int len = 0;
-  EVP_Digest(data, bytes, d.data(), &len, EVP_sha256(), nullptr);
+  SHA256(static_cast<const unsigned char*>(data), bytes, d.data());
   return d;
 }
 
 Status file_sha256(const std::string& path, Digest* out) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return Status::Error(kInvalidArgument, "cannot read '" + path + "': " + errno_text(errno));
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  SHA256_CTX ctx;
+  SHA256_Init(&ctx);
   std::vector<char> buf(1 << 16);
   while (f) {
     f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    if (f.gcount() > 0) EVP_DigestUpdate(ctx, buf.data(), static_cast<size_t>(f.gcount()));
+    if (f.gcount() > 0) SHA256_Update(&ctx, buf.data(), static_cast<size_t>(f.gcount()));
   }
   const bool bad = f.bad();
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, out->data(), &len);
-  EVP_MD_CTX_free(ctx);
+  SHA256_Final(out->data(), &ctx);
   if (bad) return Status::Error(kInvalidArgument, "error reading '" + path + "'");
   return Status::Ok();
 }

@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
+#include "pto/base/sha256.h"
 #include "pto/callable.h"
 
 using namespace pto;
@@ -121,4 +124,54 @@ TEST_CASE("the [runtime] section is part of a chip callable's identity") {
   CHECK(a.identity().digest != b.identity().digest);
   CHECK(a.identity().digest == c.identity().digest);
   for (const auto& p : {base, other, same}) std::filesystem::remove(p);
+}
+
+namespace {
+// One trial in a fresh process (its OpenSSL untouched): a thread hashes for
+// the first time while this thread forks children that hash too. Returns the
+// children that could not (killed by their alarm), or -1 on a setup error.
+int fork_during_first_hash() {
+  std::atomic<bool> done{false}, started{false};
+  std::thread first([&] {
+    started = true;
+    const char text[] = "first use";
+    (void)sha256(text, sizeof text);
+    done = true;
+  });
+  while (!started.load()) std::this_thread::yield();
+  int hung = 0;
+  while (!done.load()) {
+    const pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+      alarm(2);  // a child stuck on an inherited lock is killed, and counted
+      const char text[] = "child";
+      (void)sha256(text, sizeof text);
+      _exit(0);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) ++hung;
+  }
+  first.join();
+  return hung;
+}
+}  // namespace
+
+TEST_CASE("hashing is safe across fork - a child forked while another thread hashes for the first time can hash") {
+  // The Worker forks replacement children from its scheduler thread while the
+  // main thread may be hashing a library (register_callable); the child then
+  // hashes what it installs. A hash that takes a library lock (OpenSSL's
+  // first-use initialisation did) left that lock held in the child forever.
+  // Each trial runs in a process of its own, where the hash is the first.
+  int bad_trials = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) _exit(fork_during_first_hash() == 0 ? 0 : 1);
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) ++bad_trials;
+  }
+  CHECK(bad_trials == 0);
 }
