@@ -4,9 +4,9 @@
 // OpenSSL under library locks, and a process that forks while another thread
 // holds one (the Worker forks replacement children while its caller hashes a
 // library) leaves a child that hangs on its first hash. SHA256_Init/Update/
-// Final take no lock and fetch no provider. OpenSSL 3 marks them deprecated
-// in favour of EVP, for reasons (providers, FIPS) that do not apply to naming
-// content.
+// Final take no lock and fetch no provider; the one-shot SHA256() does both.
+// OpenSSL 3 marks them deprecated in favour of EVP, for reasons (providers,
+// FIPS) that do not apply to naming content.
 #define OPENSSL_SUPPRESS_DEPRECATED
 #include <openssl/sha.h>
 
@@ -28,8 +28,12 @@ std::string to_hex(const Digest& d) {
 }
 
 Digest sha256(const void* data, size_t bytes) {
+  // Not the one-shot SHA256(): OpenSSL 3 implements it with an EVP fetch.
   Digest d{};
-  SHA256(static_cast<const unsigned char*>(data), bytes, d.data());
+  SHA256_CTX ctx;
+  SHA256_Init(&ctx);
+  SHA256_Update(&ctx, data, bytes);
+  SHA256_Final(d.data(), &ctx);
   return d;
 }
 
