@@ -21,6 +21,8 @@ const char* error_name(int32_t code) {
     case kHeapRequestTooLarge: return "HEAP_REQUEST_TOO_LARGE";
     case kStalled: return "STALLED";
     case kRuntimeBroken: return "RUNTIME_BROKEN";
+    case kClusterDeadlock: return "CLUSTER_DEADLOCK";
+    case kBlockExceedsWindow: return "BLOCK_EXCEEDS_WINDOW";
     case kWorkerInvalidConfig: return "WORKER_INVALID_CONFIG";
     case kWorkerInvalidArgument: return "WORKER_INVALID_ARGUMENT";
     case kWorkerNotRegistered: return "WORKER_NOT_REGISTERED";

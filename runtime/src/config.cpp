@@ -98,6 +98,14 @@ Status RuntimeConfig::apply_env() {
       return Status::Error(kInvalidConfig, fmt::format("PTO2_PROFILING='{}': must be 0 or 1", p));
     profiling = std::string(p) == "1";
   }
+  if (const char* m = std::getenv("PTO2_BLOCK_MODE")) {  // NOLINT(concurrency-mt-unsafe): as above
+    if (std::string(m) == "batch")
+      block_mode = BlockMode::kBatch;
+    else if (std::string(m) == "expand")
+      block_mode = BlockMode::kExpand;
+    else
+      return Status::Error(kInvalidConfig, fmt::format("PTO2_BLOCK_MODE='{}': must be batch or expand", m));
+  }
   ready_queue_shards = static_cast<int32_t>(shards);
   scheduler_threads = static_cast<int32_t>(threads);
   return validate();

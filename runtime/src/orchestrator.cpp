@@ -7,12 +7,12 @@
 #include <fmt/format.h>
 
 #include "log.h"
+#include "orchestrator_wait.h"
 
 namespace pto2 {
 
 namespace {
 
-constexpr uint64_t kParkSliceNs = 1000000;  // 1 ms between liveness checks while parked
 constexpr int32_t kMaxCachedKernelId = 4096;
 
 Orchestrator* self(PTO2Runtime* rt) { return static_cast<Orchestrator*>(rt->impl); }
@@ -21,6 +21,12 @@ int64_t api_submit(PTO2Runtime* rt, int32_t kernel_id, int32_t worker_type, PTOP
                    const int64_t* deps, int32_t ndeps) {
   return self(rt)->submit(kernel_id, worker_type, params, n, deps, ndeps);
 }
+int64_t api_submit_spec(PTO2Runtime* rt, const PTO2TaskSpec* spec) {
+  if (spec == nullptr) return self(rt)->submit(-1, -1, nullptr, -1, nullptr, 0);  // fails naming num_params
+  return self(rt)->submit(*spec);
+}
+int32_t api_allocate_cluster(PTO2Runtime* rt) { return self(rt)->allocate_cluster(); }
+void api_free_cluster(PTO2Runtime* rt, int32_t id) { self(rt)->free_cluster(id); }
 void api_scope_begin(PTO2Runtime* rt) { self(rt)->scope_begin(); }
 void api_scope_end(PTO2Runtime* rt) { self(rt)->scope_end(); }
 void api_done(PTO2Runtime* rt) { self(rt)->orchestration_done(); }
@@ -28,14 +34,30 @@ int32_t api_read(PTO2Runtime* rt, const Tensor* t, void* dst, uint64_t n) { retu
 int32_t api_error(PTO2Runtime* rt) { return self(rt)->error().code; }
 const char* api_error_message(PTO2Runtime* rt) { return self(rt)->error().message.c_str(); }
 
-const PTO2RuntimeOps kOps = {api_submit, api_scope_begin, api_scope_end,    api_done,
-                             api_read,   api_error,       api_error_message};
+const PTO2RuntimeOps kOps = {api_submit,        api_scope_begin, api_scope_end,        api_done,
+                             api_read,          api_error,       api_error_message,    api_submit_spec,
+                             api_allocate_cluster, api_free_cluster};
+
+// The TensorMap's view of one end of a pipe: a one-byte tensor, the push end
+// at the pipe's address and the pop end 8 bytes on. Each end is written
+// (INOUT) by its users, which orders the producers of a pipe among themselves
+// and its consumers among themselves, but never a consumer after its
+// producer: they must run at the same time for a bounded pipe to drain
+// (docs/runtime.md §12).
+Tensor pipe_end(const Tensor& pipe, int32_t type) {
+  const uint32_t one[1] = {1};
+  Tensor t = make_tensor(one, 1, PTO2_UINT8);
+  t.addr = pipe.addr + (type == PTO_PARAM_PIPE_OUT ? 0 : 8);
+  return t;
+}
 
 const char* kind_name(int32_t type) {
   switch (type) {
     case PTO_PARAM_INPUT: return "INPUT";
     case PTO_PARAM_OUTPUT: return "OUTPUT";
     case PTO_PARAM_INOUT: return "INOUT";
+    case PTO_PARAM_PIPE_IN: return "PIPE_IN";
+    case PTO_PARAM_PIPE_OUT: return "PIPE_OUT";
     default: return "SCALAR";
   }
 }
@@ -82,6 +104,9 @@ void Orchestrator::begin_run() {
   blocked_waits_ = 0;
   scope_tasks_.clear();
   scope_begin_.assign(1, 0);  // the implicit scope around the orchestration (docs/runtime.md §7)
+  scope_clusters_.assign(1, {});
+  cluster_held_.assign(static_cast<size_t>(s_.clusters), 0);
+  cluster_group_.assign(static_cast<size_t>(s_.clusters), -1);
   tensor_map_->begin_run();   // the previous run drained: no task is alive
   probe_.reset();
   probe_map_.reset();
@@ -99,6 +124,7 @@ void Orchestrator::end_run() {
 
 void Orchestrator::scope_begin() {
   scope_begin_.push_back(scope_tasks_.size());
+  scope_clusters_.emplace_back();
   if (probe_) probe_->scope_begin();
 }
 
@@ -112,6 +138,7 @@ void Orchestrator::scope_end() {
 }
 
 void Orchestrator::close_innermost_scope() {
+  release_scope_clusters();
   const size_t begin = scope_begin_.back();
   scope_begin_.pop_back();
   // The scope's reference on each task it owns (docs/runtime.md §7: one reference, from
@@ -161,11 +188,13 @@ bool Orchestrator::validate_params(int32_t worker_type, const PTOParam* params, 
   }
   for (int32_t i = 0; i < n; ++i) {
     const PTOParam& p = params[i];
-    if (p.type < PTO_PARAM_INPUT || p.type > PTO_PARAM_SCALAR) {
-      fail(kInvalidArgument, fmt::format("param {}: type {} is not INPUT/OUTPUT/INOUT/SCALAR", i, int(p.type)));
+    if (p.type < PTO_PARAM_INPUT || p.type > PTO_PARAM_PIPE_OUT) {
+      fail(kInvalidArgument,
+           fmt::format("param {}: type {} is not INPUT/OUTPUT/INOUT/SCALAR/PIPE_IN/PIPE_OUT", i, int(p.type)));
       return false;
     }
-    if (p.type == PTO_PARAM_SCALAR) continue;
+    // Pipe parameters are checked with the task's cluster (validate_placement).
+    if (p.type == PTO_PARAM_SCALAR || p.type == PTO_PARAM_PIPE_IN || p.type == PTO_PARAM_PIPE_OUT) continue;
     const Tensor* t = p.tensor;
     if (t == nullptr) {
       fail(kInvalidArgument, fmt::format("param {} ({}): tensor pointer is null", i, kind_name(p.type)));
@@ -245,61 +274,6 @@ bool Orchestrator::ring_blocked_by_scope(uint32_t ring, uint64_t below) const {
   const uint64_t slot = tr.slot(la);
   if (s_.rings[ring].descriptor(la).task_id != make_task_id(ring, la)) return false;
   return scope_held_[ring][slot] != 0;
-}
-
-template <typename Try, typename Diagnose, typename Describe>
-bool Orchestrator::wait_for(Try&& try_once, Diagnose&& diagnose, Describe&& describe) {
-  if (try_once()) return true;
-  ++blocked_waits_;
-  const uint64_t start = now_ns();
-  uint64_t last_warn = start, last_progress = start;
-  uint64_t seen = s_.completed_count.load(std::memory_order_acquire);
-  const uint64_t warn_ns = uint64_t(s_.config.blocked_warn_ms) * 1000000;
-  const uint64_t stall_ns = uint64_t(s_.config.stall_timeout_ms) * 1000000;
-  const uint64_t spin_ns = uint64_t(s_.config.spin_before_park_us) * 1000;
-
-  // Returns 1 when the wait is over (try_once succeeded), -1 when the run
-  // failed, 0 to keep waiting. A diagnosis reads last_task_alive before it
-  // decides; only a retry that still fails after it proves the deadlock
-  // (tasks may have retired between the failed try and the diagnosis).
-  auto check = [&]() -> int {
-    if (Status st = diagnose(); !st.ok()) {
-      if (try_once()) return 1;
-      fail(st.code, st.message);
-      return -1;
-    }
-    const uint64_t now = now_ns();
-    const uint64_t c = s_.completed_count.load(std::memory_order_acquire);
-    if (c != seen) {
-      seen = c;
-      last_progress = now;
-    } else if (stall_ns != 0 && now - last_progress >= stall_ns) {
-      fail(kStalled, fmt::format("{}: no task completed for {} ms", describe(), s_.config.stall_timeout_ms));
-      return -1;
-    }
-    if (now - last_warn >= warn_ns) {
-      component_logger("orchestrator")->warn("{}, waited={}ms", describe(), (now - start) / 1000000);
-      last_warn = now;
-    }
-    return 0;
-  };
-
-  if (int r = check(); r != 0) return r > 0;
-  for (uint32_t i = 1;; ++i) {  // spin briefly: the scheduler usually frees space within microseconds
-    cpu_relax();
-    if (try_once()) return true;
-    if ((i & 63) == 0 && now_ns() - start >= spin_ns) break;
-  }
-  for (;;) {  // then park, re-checking liveness and deadlock every slice
-    const uint32_t key = s_.orch_ec.prepare_wait();
-    if (try_once()) {
-      s_.orch_ec.cancel_wait();
-      return true;
-    }
-    s_.orch_ec.commit_wait(key, kParkSliceNs);
-    if (try_once()) return true;
-    if (int r = check(); r != 0) return r > 0;
-  }
 }
 
 Status Orchestrator::diagnose_task_ring(uint32_t ring) {
@@ -396,13 +370,36 @@ void Orchestrator::add_producer(uint64_t consumer, uint64_t producer, int32_t* e
   cd.fanin_head = make_dep_link(ring, deps_[ring].alloc(producer, cd.fanin_head));
 }
 
+void Orchestrator::add_lifetime_ref(uint64_t consumer, uint64_t producer) {
+  TaskSlotState& pst = s_.slot_of(producer);
+  int32_t refs = pst.refs.load(std::memory_order_acquire);
+  do {
+    if (refs == 0) return;  // already consumed: nothing of it is used any more
+  } while (!pst.refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+  TaskDescriptor& cd = s_.descriptor_of(consumer);
+  cd.fanin_head = make_dep_link(task_ring(consumer), deps_[task_ring(consumer)].alloc(producer, cd.fanin_head));
+}
+
 // The submit path in one piece, its steps numbered as in docs/runtime.md §6.
 // It is the runtime's hottest code: split into member functions it executed
 // 6.7% more instructions per submit, callees included (callgrind,
 // pto2_runtime_bench --shape submit), so the function-size check is waived.
-// NOLINTNEXTLINE(readability-function-size)
 int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* params, int32_t n,
                              const int64_t* extra_deps, int32_t num_extra_deps) {
+  PTO2TaskSpec spec = pto2_task_spec(kernel_id, worker_type, params, n);
+  spec.deps = extra_deps;
+  spec.num_deps = num_extra_deps;
+  return submit_one(spec);
+}
+
+// NOLINTNEXTLINE(readability-function-size)
+int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
+  int32_t kernel_id = spec.kernel_id;
+  int32_t worker_type = spec.worker_type;
+  PTOParam* const params = spec.params;
+  const int32_t n = spec.num_params;
+  const int64_t* const extra_deps = spec.deps;
+  const int32_t num_extra_deps = spec.num_deps;
   if (!error_.ok()) return probe_ ? probe_submit(params, n, extra_deps, num_extra_deps) : -error_.code;
   if (done_) {
     fail(kOrchestrationDone, "task submitted after pto2_rt_orchestration_done");
@@ -410,7 +407,8 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
   }
   const bool dummy = kernel_id == PTO2_KERNEL_DUMMY;
   if (dummy) worker_type = PTO2_WORKER_VECTOR;  // validated as a normal type, stored as dummy below
-  if (!validate_params(worker_type, params, n)) return submit_failed(params, n, extra_deps, num_extra_deps);
+  if (!validate_params(worker_type, params, n) || !validate_placement(spec))
+    return submit_failed(params, n, extra_deps, num_extra_deps);
   if (num_extra_deps < 0 || (num_extra_deps > 0 && extra_deps == nullptr)) {
     fail(kInvalidArgument, fmt::format("num_deps {} with deps {}", num_extra_deps, extra_deps ? "set" : "null"));
     return submit_failed(params, n, extra_deps, num_extra_deps);
@@ -451,6 +449,8 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
   st.fanout_count = 0;
   st.completed = false;
   st.scan_id.store(TaskSlotState::kNoScanId, std::memory_order_relaxed);
+  st.next_block = 0;
+  st.blocks_left.store(static_cast<uint32_t>(spec.block_dim), std::memory_order_relaxed);
   tensor_map_->before_slot_reuse(ring, seq);
 
   // Step 2: descriptor.
@@ -464,6 +464,12 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
   d.fanin_count = 0;
   d.packed_buffer_base = 0;
   d.packed_buffer_end = 0;
+  d.cluster_id = spec.cluster_id;
+  d.group_id = spec.cluster_id >= 0 ? cluster_group_[spec.cluster_id] : -1;
+  d.block_dim = spec.block_dim;
+  d.block_base = spec.block_idx >= 0 ? spec.block_idx : 0;
+  d.block_num = spec.block_idx >= 0 ? spec.block_num : spec.block_dim;
+  d.uses_pipes = false;
   uint64_t out_bytes = 0;
   for (int32_t i = 0; i < n; ++i) {
     const PTOParam& p = params[i];
@@ -474,17 +480,27 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
     }
     d.tensors[i] = *p.tensor;
     d.args[i] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&d.tensors[i]));
+    d.uses_pipes |= p.type >= PTO_PARAM_PIPE_IN;
     if (p.type == PTO_PARAM_OUTPUT && p.tensor->addr == 0)
       out_bytes += align_up(std::max<uint64_t>(pto2_tensor_buffer_bytes(p.tensor), 1), kOutputAlign);
   }
 
-  // Step 3: producers (TensorMap) and buffer owners (lifetime), no references yet.
+  // Step 3: producers (TensorMap) and buffer owners (lifetime), no references
+  // yet. A later block of an expansion has its first block's producers.
   producers_.clear();
-  for (int32_t i = 0; i < n; ++i) {
-    const PTOParam& p = params[i];
-    if (p.type == PTO_PARAM_SCALAR || (p.type == PTO_PARAM_OUTPUT && p.tensor->addr == 0)) continue;
-    tensor_map_->lookup(*p.tensor, /*as_writer=*/p.type != PTO_PARAM_INPUT, id, &producers_);
-    if (p.tensor->owner != 0) producers_.push_back(task_from_owner(p.tensor->owner));
+  if (sibling_) {
+    producers_ = block_producers_;
+  } else {
+    for (int32_t i = 0; i < n; ++i) {
+      const PTOParam& p = params[i];
+      if (p.type == PTO_PARAM_SCALAR || (p.type == PTO_PARAM_OUTPUT && p.tensor->addr == 0)) continue;
+      if (p.type >= PTO_PARAM_PIPE_IN) {
+        tensor_map_->lookup(pipe_end(*p.tensor, p.type), /*as_writer=*/true, id, &producers_);
+        continue;
+      }
+      tensor_map_->lookup(*p.tensor, /*as_writer=*/p.type != PTO_PARAM_INPUT, id, &producers_);
+      if (p.tensor->owner != 0) producers_.push_back(task_from_owner(p.tensor->owner));
+    }
   }
   for (int32_t i = 0; i < num_extra_deps; ++i) {
     const uint64_t dep = static_cast<uint64_t>(extra_deps[i]);
@@ -498,6 +514,7 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
     producers_.push_back(dep);
   }
   dedup_producers();
+  if (spec.block_idx == 0 && !sibling_) block_producers_ = producers_;  // the first block of an expansion
 
   // Step 5: one packed heap allocation for every runtime-allocated output.
   HeapRing& heap = heaps_[ring];
@@ -554,7 +571,7 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
 
   // Reserve what linking and inserting will use.
   DepPool& deps = deps_[ring];
-  const uint64_t dep_needed = 2 * producers_.size();
+  const uint64_t dep_needed = 2 * producers_.size() + (sibling_ && first_block_owns_ ? 1 : 0);
   if (dep_needed > deps.size()) {
     publish_as_noop(ring, seq);
     fail(kDepPoolDeadlock, fmt::format("task has {} producers and needs {} dependency-list entries, but the pool of "
@@ -608,6 +625,7 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
   // Step 4: dependencies.
   int32_t edges = 0;
   for (uint64_t p : producers_) add_producer(id, p, &edges);
+  if (sibling_ && first_block_owns_) add_lifetime_ref(id, first_block_);
   d.dep_end_pos = deps.top();
   deps.publish();
 
@@ -615,10 +633,15 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
   for (int32_t i = 0; i < n; ++i) {
     const PTOParam& p = params[i];
     if (p.type == PTO_PARAM_SCALAR) continue;
+    if (p.type >= PTO_PARAM_PIPE_IN) {
+      tensor_map_->insert(pipe_end(d.tensors[i], p.type), id, TensorMap::kWriter);
+      continue;
+    }
     tensor_map_->insert(d.tensors[i], id, p.type == PTO_PARAM_INPUT ? TensorMap::kReader : TensorMap::kWriter);
   }
 
   scope_tasks_.push_back(id);
+  if (spec.cluster_id >= 0) s_.cluster_outstanding[spec.cluster_id].fetch_add(1, std::memory_order_acq_rel);
   scope_held_[ring][tr.slot(seq)] = 1;
 
   // Step 7: a task with no pending producer is found by the schedulers'
@@ -652,6 +675,10 @@ int32_t Orchestrator::read_tensor(const Tensor* t, void* dst, uint64_t dst_bytes
   if (!error_.ok()) return error_.code;
   if (t == nullptr || dst == nullptr) {
     fail(kInvalidArgument, "pto2_rt_read_tensor: tensor or destination is null");
+    return error_.code;
+  }
+  if (pto2_is_pipe_tensor(t)) {
+    fail(kInvalidArgument, "pto2_rt_read_tensor: a pipe tensor has no storage to read");
     return error_.code;
   }
   const uint64_t esz = pto2_dtype_size(t->dtype);

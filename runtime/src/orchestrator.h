@@ -45,6 +45,12 @@ class Orchestrator {
 
   int64_t submit(int32_t kernel_id, int32_t worker_type, PTOParam* params, int32_t num_params,
                  const int64_t* extra_deps, int32_t num_extra_deps);
+  // Every submit of the programming model (docs/runtime.md §12): pinned,
+  // block_incore (batch descriptor, or expanded when config.block_mode says
+  // so), a block of an expanded call.
+  int64_t submit(const PTO2TaskSpec& spec);
+  int32_t allocate_cluster();
+  void free_cluster(int32_t cluster_id);
   void scope_begin();
   void scope_end();
   void orchestration_done();
@@ -68,6 +74,16 @@ class Orchestrator {
   int current_ring() const;
   void close_innermost_scope();
   bool validate_params(int32_t worker_type, const PTOParam* params, int32_t n);
+  // The spec's cluster, block and pipe fields (orchestrator_clusters.cpp).
+  bool validate_placement(const PTO2TaskSpec& spec);
+  int64_t submit_one(const PTO2TaskSpec& spec);
+  // The baseline SPMD expansion: block_dim tasks and a join, their slots
+  // reserved at once (block-aware flow control).
+  int64_t submit_expanded(const PTO2TaskSpec& spec);
+  bool reserve_slots(uint32_t ring, uint64_t n);
+  // Releases the clusters the innermost scope allocated and did not free.
+  void release_scope_clusters();
+  Status diagnose_clusters() const;
   bool resolve_kernel(int32_t kernel_id, int32_t worker_type, uint64_t* addr);
   // Waits until try_once() succeeds; diagnose() returning a non-OK status
   // (a deadlock) ends the wait at once with that error.
@@ -79,6 +95,9 @@ class Orchestrator {
   Status diagnose_task_ring(uint32_t ring);
   void publish_as_noop(uint32_t ring, uint64_t seq);
   void add_producer(uint64_t consumer, uint64_t producer, int32_t* edges);
+  // Keeps producer alive (not retired) until consumer completes, without
+  // making consumer wait for it.
+  void add_lifetime_ref(uint64_t consumer, uint64_t producer);
   void dedup_producers();
   void prefetch_next(uint32_t ring, uint64_t seq);
 
@@ -111,6 +130,20 @@ class Orchestrator {
   std::atomic<uint64_t> probe_last_alive_[kMaxRings] = {};  // nothing measured ever retires
   uint64_t probe_addr_ = 0;                                 // next address for a measured output
   std::string sizing_diagnosis_;                            // the failure's message without its solution
+
+  // Clusters (docs/runtime.md §12): which this orchestration holds, the group
+  // each allocation started, and per open scope the ones it allocated.
+  std::vector<uint8_t> cluster_held_;
+  std::vector<int32_t> cluster_group_;
+  std::vector<std::vector<int32_t>> scope_clusters_;
+  int32_t next_group_ = 0;
+  // The expansion in progress: blocks after the first reuse its producers
+  // and keep it alive instead of waiting for it (they are one logical task).
+  bool sibling_ = false;
+  uint64_t first_block_ = 0;
+  bool first_block_owns_ = false;
+  std::vector<uint64_t> block_producers_;
+  std::vector<int64_t> block_ids_;
 };
 
 }  // namespace pto2

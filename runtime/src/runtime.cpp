@@ -48,6 +48,8 @@ RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
   const uint64_t completed0 = state_.completed_count.load(std::memory_order_acquire);
   state_.abort.store(0, std::memory_order_release);
   state_.region.header()->orchestrator_done.store(0, std::memory_order_release);
+  (void)state_.take_fault();  // a fault reported after the last run ended belongs to no run
+  state_.platform.run_starting();
   orchestrator_.begin_run();
   scheduler_.start_run();
 
@@ -84,6 +86,9 @@ RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
                                              "still be running",
                                              state_.config.stall_timeout_ms));
   }
+  // A fault the platform reported (a pipe nobody served) fails the run with
+  // its own diagnosis, unless an earlier error already did.
+  if (Status fault = state_.take_fault(); !fault.ok()) orchestrator_.fail(fault.code, fault.message);
   result.start_ns = t0;
   result.orchestration_end_ns = t1;
   if (state_.config.profiling && drained) scheduler_.take_records(&result.records);

@@ -1,12 +1,16 @@
 #include "runtime_state.h"
 
+#include <algorithm>
 #include <bit>
 
 #include <sys/mman.h>
 
 namespace pto2 {
 
-RuntimeState::RuntimeState(const RuntimeConfig& cfg, Platform& plat) : config(cfg), platform(plat), region(cfg) {
+RuntimeState::RuntimeState(const RuntimeConfig& cfg, Platform& plat)
+    : config(cfg), platform(plat), region(cfg), clusters(std::max(0, plat.cluster_count())) {
+  pinned = std::make_unique<PinnedReadyQueues>(std::max(1, clusters), kNumWorkerTypes);
+  cluster_outstanding = std::make_unique<std::atomic<int64_t>[]>(std::max(1, clusters));
   if (!region.valid()) return;
   heap_mapping_bytes = config.heap_size * kMaxRings;
   void* h =
@@ -34,9 +38,20 @@ void RuntimeState::push_ready(uint64_t id, int shard_hint) {
   TaskSlotState& st = slot_of(id);
   st.state.store(kSlotReady, std::memory_order_relaxed);
   if (config.profiling) st.ready_ns = now_ns();
-  const int32_t type = descriptor_of(id).worker_type;
-  ready[type]->push(shard_hint, id);
+  enqueue_ready(id, shard_hint);
   notify_work();
+}
+
+void RuntimeState::fault(int32_t code, const std::string& message) {
+  std::lock_guard<std::mutex> lock(fault_mu_);
+  if (fault_.ok()) fault_ = Status::Error(code, message);
+}
+
+Status RuntimeState::take_fault() {
+  std::lock_guard<std::mutex> lock(fault_mu_);
+  Status s = fault_;
+  fault_ = Status::Ok();
+  return s;
 }
 
 void RuntimeState::complete(uint64_t id, int shard_hint) {
@@ -49,6 +64,8 @@ void RuntimeState::complete(uint64_t id, int shard_hint) {
   const int32_t fanout = st.fanout_head;
   unlock_fanout(st);
   st.state.store(kSlotCompleted, std::memory_order_release);
+  // Read before the task can retire: after release(id) its slot may be reused.
+  const int32_t cluster = d.cluster_id;
 
   for (int32_t link = fanout; link != 0;) {
     // Read the entry before the consumer can run: once it is ready it may
@@ -66,6 +83,7 @@ void RuntimeState::complete(uint64_t id, int shard_hint) {
   }
   // ... and drops the reference its own execution held.
   release(id);
+  if (cluster >= 0) cluster_outstanding[cluster].fetch_sub(1, std::memory_order_acq_rel);
   completed_count.fetch_add(1, std::memory_order_release);
   orch_ec.notify();
 }

@@ -14,9 +14,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <string>
 
 #include "dep_pool.h"
 #include "event_count.h"
+#include "pinned_queues.h"
 #include "pto2/config.h"
 #include "pto2/platform.h"
 #include "pto2/runtime.h"
@@ -52,6 +55,11 @@ class RuntimeState : public Wakeup {
   // Wakeup: a core finished. Wakes every parked scheduler: only the one
   // owning that core can handle it.
   void notify() override { sched_ec.notify(); }
+  // Wakeup: the platform found the run broken (a pipe nobody serves). The
+  // first fault of a run becomes its error when it ends.
+  void fault(int32_t code, const std::string& message) override;
+  // The run's platform fault, if any (after the run drained), and its reset.
+  Status take_fault();
 
   // New work any scheduler can take (a published task, a ready task). A
   // scheduler that is spinning will find it, so the futex wake — a syscall on
@@ -82,6 +90,21 @@ class RuntimeState : public Wakeup {
   void release(uint64_t id);
   // Queues a task whose producers have all completed.
   void push_ready(uint64_t id, int shard_hint);
+  // Puts a ready task on its queue: its cluster's pinned queue, or the
+  // shared queue of its worker type.
+  void enqueue_ready(uint64_t id, int shard_hint) {
+    const TaskDescriptor& d = descriptor_of(id);
+    if (d.cluster_id >= 0)
+      push_pinned(d.cluster_id, d.worker_type, id);
+    else
+      ready[d.worker_type]->push(shard_hint, id);
+  }
+  // Only the threads owning the cluster's cores can take a pinned task, and
+  // the one that found it ready may own none of them: wake them all.
+  void push_pinned(int cluster, int type, uint64_t id) {
+    pinned->push(cluster, type, id);
+    sched_ec.notify();
+  }
 
   // True when the orchestration is done and every ring has retired everything.
   bool run_drained();
@@ -97,6 +120,13 @@ class RuntimeState : public Wakeup {
   std::unique_ptr<ShardedReadyQueue> ready[kReadyQueueTypes];
   std::unique_ptr<MpmcQueue> orch_ready;  // early-ready tasks found at submit (step 7)
 
+  // Clusters (docs/runtime.md §12): the platform's, their pinned ready
+  // queues, and per cluster the pinned tasks not yet completed (the
+  // orchestrator counts up at submit, completion counts down).
+  const int clusters;
+  std::unique_ptr<PinnedReadyQueues> pinned;
+  std::unique_ptr<std::atomic<int64_t>[]> cluster_outstanding;
+
   EventCount sched_ec;  // schedulers park here: new work, core finished, run start/stop
   EventCount orch_ec;   // orchestrator / run() park here: tail moved, task completed, thread done
 
@@ -108,6 +138,10 @@ class RuntimeState : public Wakeup {
 
   std::atomic<uint64_t> completed_count{0};  // progress measure for liveness checks
   std::atomic<uint32_t> abort{0};            // stop the run's scheduler loops now
+
+ private:
+  std::mutex fault_mu_;
+  Status fault_;
 };
 
 }  // namespace pto2

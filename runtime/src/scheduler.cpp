@@ -16,7 +16,8 @@ constexpr uint64_t kParkBetweenRunsNs = 100000000;
 }  // namespace
 
 SchedulerThread::SchedulerThread(RuntimeState& state, int index, std::vector<int> cores) : s_(state), index_(index) {
-  for (int c : cores) cores_.push_back({c, static_cast<int32_t>(s_.platform.core_type(c)), kNoTask, {}});
+  for (int c : cores)
+    cores_.push_back({c, static_cast<int32_t>(s_.platform.core_type(c)), s_.platform.core_cluster(c), kNoTask, {}});
 }
 
 bool SchedulerThread::poll_completions() {
@@ -33,10 +34,14 @@ bool SchedulerThread::poll_completions() {
     const uint64_t id = c.running;
     c.running = kNoTask;
     --busy_;
-    if (s_.config.profiling) record(id, c.id, c.dispatch_ns);
+    progress = true;
+    if (s_.config.profiling) record(id, &c, c.dispatch_ns);
+    // A batch descriptor completes with its last block.
+    if (c.payload.block_num > 1 && s_.descriptor_of(id).block_dim > 1 &&
+        s_.slot_of(id).blocks_left.fetch_sub(1, std::memory_order_acq_rel) != 1)
+      continue;
     if (s_.observer) observe(id);
     s_.complete(id, index_);
-    progress = true;
   }
   return progress;
 }
@@ -45,7 +50,8 @@ void SchedulerThread::observe(uint64_t id) {
   const TaskDescriptor& d = s_.descriptor_of(id);
   const Tensor* tensors[PTO2_MAX_PARAMS] = {};
   for (int32_t i = 0; i < d.num_params; ++i)
-    if (d.param_kind[i] != PTO_PARAM_SCALAR) tensors[i] = &d.tensors[i];
+    if (d.param_kind[i] != kParamScalar && d.param_kind[i] != kParamPipeIn && d.param_kind[i] != kParamPipeOut)
+      tensors[i] = &d.tensors[i];
   s_.observer->task_finished(id, d.kernel_id, d.worker_type, tensors, d.num_params);
 }
 
@@ -53,8 +59,7 @@ bool SchedulerThread::drain_orchestrator_queue() {
   uint64_t id;
   int n = 0;
   while (n < kDrainBatch && s_.orch_ready->try_pop(&id)) {
-    const int32_t type = s_.descriptor_of(id).worker_type;
-    s_.ready[type]->push(index_, id);
+    s_.enqueue_ready(id, index_);
     ++n;
   }
   return n > 0;
@@ -87,39 +92,77 @@ bool SchedulerThread::scan() {
       uint32_t expected = kSlotInitial;
       if (st.state.compare_exchange_strong(expected, kSlotReady, std::memory_order_acq_rel)) {
         if (s_.config.profiling) st.ready_ns = now_ns();
-        s_.ready[tr.descriptor(seq).worker_type]->push(index_, make_task_id(tr.ring(), seq));
+        s_.enqueue_ready(make_task_id(tr.ring(), seq), index_);
       }
     }
   }
   return progress;
 }
 
+bool SchedulerThread::take(Core& c, bool* empty, uint64_t* carry, uint64_t* id, int32_t* block) {
+  bool pinned = false;
+  if (c.cluster >= 0 && s_.pinned->any() && s_.pinned->pop(c.cluster, c.type, id)) {
+    pinned = true;
+  } else if (carry[c.type] != kNoTask) {
+    *id = carry[c.type];
+  } else if (empty[c.type] || !s_.ready[c.type]->pop(index_, id)) {
+    empty[c.type] = true;
+    return false;
+  }
+  const TaskDescriptor& d = s_.descriptor_of(*id);
+  if (d.block_dim <= 1) {
+    *block = d.block_base;
+    return true;
+  }
+  // A batch descriptor has one queue entry; whoever holds it hands out the
+  // next block. While blocks remain, the entry stays with this pass (carry)
+  // for the thread's next idle core, or goes back to its pinned queue.
+  TaskSlotState& st = s_.slot_of(*id);
+  *block = d.block_base + static_cast<int32_t>(st.next_block++);
+  const bool more = st.next_block < static_cast<uint32_t>(d.block_dim);
+  if (pinned) {
+    if (more) s_.push_pinned(c.cluster, c.type, *id);
+  } else {
+    carry[c.type] = more ? *id : kNoTask;
+  }
+  return true;
+}
+
 bool SchedulerThread::dispatch() {
   bool progress = false;
   uint64_t id;
   for (int n = 0; n < kDummyBatch && s_.ready[kWorkerDummy]->pop(index_, &id); ++n) {
-    if (s_.config.profiling) record(id, -1, now_ns());
+    if (s_.config.profiling) record(id, nullptr, now_ns());
     s_.complete(id, index_);
     progress = true;
   }
   bool empty[kNumWorkerTypes] = {false, false};
+  uint64_t carry[kNumWorkerTypes] = {kNoTask, kNoTask};
   for (Core& c : cores_) {
-    if (c.running != kNoTask || empty[c.type]) continue;
-    if (!s_.ready[c.type]->pop(index_, &id)) {
-      empty[c.type] = true;
-      continue;
-    }
+    if (c.running != kNoTask) continue;
+    int32_t block = 0;
+    if (!take(c, empty, carry, &id, &block)) continue;
     const TaskDescriptor& d = s_.descriptor_of(id);
     c.payload.task_id = id;
     c.payload.kernel_id = d.kernel_id;
     c.payload.function_bin_addr = d.function_bin_addr;
     c.payload.num_args = d.num_params;
     c.payload.args = const_cast<int64_t*>(d.args);
+    c.payload.block_idx = block;
+    c.payload.block_num = d.block_num;
+    c.payload.uses_pipes = d.uses_pipes;
     c.running = id;
     ++busy_;
     if (s_.config.profiling) c.dispatch_ns = now_ns();
     s_.platform.dispatch(c.id, c.payload);
     progress = true;
+  }
+  // A batch with blocks left that this thread has no idle core for goes back
+  // to the shared queue, where a peer's idle core can take the next block.
+  for (int type = 0; type < kNumWorkerTypes; ++type) {
+    if (carry[type] == kNoTask) continue;
+    s_.ready[type]->push(index_, carry[type]);
+    empty[type] = false;
   }
   // Ready work this thread has no idle core for: wake parked peers, whose
   // cores may be idle (a no-op when nobody is parked).
@@ -132,13 +175,19 @@ bool SchedulerThread::dispatch() {
   return progress;
 }
 
-void SchedulerThread::record(uint64_t id, int core, uint64_t dispatch_ns) {
+void SchedulerThread::record(uint64_t id, const Core* c, uint64_t dispatch_ns) {
   // Read before complete(): after it the task may retire and its slot be reused.
   const TaskDescriptor& d = s_.descriptor_of(id);
+  const int core = c ? c->id : -1;
   TaskRecord r;
   r.task_id = id;
   r.kernel_id = d.kernel_id;
   r.core = core;
+  r.cluster = c ? c->cluster : -1;
+  r.pinned_cluster = d.cluster_id;
+  r.group = d.group_id;
+  r.block_idx = c ? c->payload.block_idx : d.block_base;
+  r.block_num = d.block_num;
   r.scheduler = index_;
   r.worker_type = d.worker_type;
   r.submit_ns = d.submit_ns;

@@ -3,8 +3,10 @@
 //   1. completion: poll its busy cores; a finished task releases its consumers
 //   2. drain the orchestrator's early-ready queue
 //   3. incremental scan: claim newly published root tasks
-//   4. dispatch: ready tasks to its idle cores (own shard first, then steal);
-//      dependency-only tasks complete here without a core
+//   4. dispatch: ready tasks to its idle cores (a core's own cluster's pinned
+//      queue first, then the shared queues: own shard first, then steal); a
+//      batch descriptor is dispatched once per block; dependency-only tasks
+//      complete here without a core
 // When a pass finds nothing to do the thread spins for spin_before_park_us,
 // then parks until notified (new work, core finished) — never a pure spin.
 // Threads stay parked between runs.
@@ -38,11 +40,14 @@ class SchedulerThread {
   struct Core {
     int id;
     int32_t type;
+    int32_t cluster;  // -1 on a platform without clusters
     uint64_t running;
     DispatchPayload payload;
     uint64_t dispatch_ns = 0;
   };
-  void record(uint64_t id, int core, uint64_t dispatch_ns);
+  void record(uint64_t id, const Core* core, uint64_t dispatch_ns);
+  // The next task and block for an idle core, or false.
+  bool take(Core& c, bool* empty, uint64_t* carry, uint64_t* id, int32_t* block);
   bool step();
   void observe(uint64_t id);  // RuntimeState::observer, before completing
   bool poll_completions();

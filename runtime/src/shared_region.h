@@ -58,7 +58,14 @@ struct SharedHeader {
   RingFlowControl rings[kMaxRings];
 };
 
-enum ParamKind : uint8_t { kParamInput = 0, kParamOutput = 1, kParamInOut = 2, kParamScalar = 3 };
+enum ParamKind : uint8_t {
+  kParamInput = 0,
+  kParamOutput = 1,
+  kParamInOut = 2,
+  kParamScalar = 3,
+  kParamPipeIn = 4,
+  kParamPipeOut = 5
+};
 
 // Written by the orchestrator during submit; read-only for schedulers after
 // the task is published. Tensor parameters are copied in, so a kernel's
@@ -77,6 +84,13 @@ struct alignas(64) TaskDescriptor {
   uint64_t heap_end_pos = 0;  // heap_top after this task's allocation (tail moves here on retire)
   uint64_t dep_end_pos = 0;   // dep_top after this task's entries (tail moves here on retire)
   uint64_t submit_ns = 0;     // profiling: when it was published
+  // The chip's programming model (docs/runtime.md §12).
+  int32_t cluster_id = -1;  // -1: any core; >= 0: only the cores of this cluster
+  int32_t group_id = -1;    // the function group (one cluster allocation) it belongs to
+  int32_t block_dim = 1;    // dispatches of this descriptor (a batch descriptor: block_dim > 1)
+  int32_t block_base = 0;   // logical block of the first dispatch (an expanded block: its block_idx)
+  int32_t block_num = 1;    // logical blocks of the SPMD call, as the kernel sees them
+  bool uses_pipes = false;  // names a PIPE_IN / PIPE_OUT parameter
   uint8_t param_kind[PTO2_MAX_PARAMS] = {};
   // The kernel's argument array; the slot after the last argument belongs to
   // the platform (a2a3sim puts the kernel context there).
@@ -100,6 +114,11 @@ struct alignas(64) TaskSlotState {
   bool completed = false;                    // guarded by fanout_lock
   uint64_t ready_ns = 0;                     // profiling: written by whoever makes it ready, before queueing it
   std::atomic<uint64_t> scan_id{kNoScanId};  // task id | kRootBit for roots, written before publish
+  // A batch descriptor (block_dim > 1): the next block to dispatch, touched
+  // only by the scheduler holding the task's one ready-queue entry, and the
+  // blocks still to finish (the last one completes the task).
+  uint32_t next_block = 0;
+  std::atomic<uint32_t> blocks_left{1};
   static constexpr uint64_t kNoScanId = ~0ull;
   static constexpr uint64_t kRootBit = 1ull << 63;
 };

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "cluster_pipes.h"
+#include "core_threads.h"
 #include "pto/base/event_count.h"
 #include "pto/base/mpmc_queue.h"
 
@@ -47,6 +49,9 @@ Status A2A3SimConfig::validate() const {
   if (executor_threads < -1 || executor_threads > 64)
     return bad(fmt::format("executor_threads = {}: must be -1 (automatic) or 0..64", executor_threads));
   if (gm_bytes < (1ull << 20)) return bad(fmt::format("gm_bytes = {}: must be at least 1 MiB", gm_bytes));
+  if (pipe_bytes < 64 || pipe_bytes > (64ull << 20))
+    return bad(fmt::format("pipe_bytes = {}: must be in 64..{} (64 MiB)", pipe_bytes, 64ull << 20));
+  if (pipe_timeout_ms < 1) return bad(fmt::format("pipe_timeout_ms = {}: must be at least 1", pipe_timeout_ms));
   return Status::Ok();
 }
 
@@ -70,11 +75,24 @@ A2A3SimPlatform::A2A3SimPlatform(const A2A3SimConfig& config) : config_(config),
     cores_.push_back(std::make_unique<Core>());
     Core& c = *cores_.back();
     c.type = i < bd ? WorkerType::kCube : WorkerType::kVector;
-    c.context.block_idx = cluster_of(i);
-    c.context.block_num = bd;
+    c.context.cluster_id = cluster_of(i);
+    c.context.cluster_num = bd;
     c.context.core_id = i;
     c.context.core_type = static_cast<int32_t>(c.type);
+    c.context.block_num = 1;
+    c.pipe_link = {this, i};
+    static const PTO2PipeOps kPipeOps = {&A2A3SimPlatform::pipe_push, &A2A3SimPlatform::pipe_pop};
+    c.context.pipe_ops = &kPipeOps;
+    c.context.pipe_impl = &c.pipe_link;
   }
+  pipes_ = std::make_unique<ClusterPipes>(bd, config.pipe_bytes, config.pipe_timeout_ms, config.spin_before_park_us);
+  pipe_cores_ = std::make_unique<CoreThreads>(
+      static_cast<int>(cores_.size()),
+      [this](int core) {
+        run_core(core);
+        wakeup_.notify();
+      },
+      config.spin_before_park_us);
   const int executors = config.resolved_executor_threads();
   if (executors > 0) {
     doorbells_ = std::make_unique<Doorbells>(std::bit_ceil(static_cast<uint64_t>(cores_.size()) + 1));
@@ -83,11 +101,40 @@ A2A3SimPlatform::A2A3SimPlatform(const A2A3SimConfig& config) : config_(config),
 }
 
 A2A3SimPlatform::~A2A3SimPlatform() {
+  // No kernel may wait on a pipe any longer; then the pipe cores stop.
+  pipes_->break_all();
+  pipe_cores_.reset();
   // Register protocol (docs/sim.md): the exit signal in DATA_MAIN_BASE shuts each core down.
   for (auto& c : cores_) c->data_main_base.store(kExitSignal, std::memory_order_release);
   stop_.store(true, std::memory_order_seq_cst);
   if (doorbells_) doorbells_->ec.notify();
   for (auto& t : executors_) t.join();
+}
+
+int A2A3SimPlatform::pipe_core_threads() const { return pipe_cores_->started(); }
+
+void A2A3SimPlatform::run_starting() { pipes_->reset(); }
+
+int32_t A2A3SimPlatform::pipe_push(void* impl, const Tensor* pipe, const void* src, uint64_t bytes) {
+  auto* link = static_cast<PipeLink*>(impl);
+  A2A3SimPlatform& chip = *link->chip;
+  const Core& c = *chip.cores_[link->core];
+  std::string why;
+  const int32_t rc = chip.pipes_->push({link->core, c.context.cluster_id, c.task.task_id, c.task.kernel_id}, pipe,
+                                       src, bytes, &why);
+  if (rc != kOk) chip.wakeup_.fault(rc, why);
+  return rc;
+}
+
+int32_t A2A3SimPlatform::pipe_pop(void* impl, const Tensor* pipe, void* dst, uint64_t bytes) {
+  auto* link = static_cast<PipeLink*>(impl);
+  A2A3SimPlatform& chip = *link->chip;
+  const Core& c = *chip.cores_[link->core];
+  std::string why;
+  const int32_t rc =
+      chip.pipes_->pop({link->core, c.context.cluster_id, c.task.task_id, c.task.kernel_id}, pipe, dst, bytes, &why);
+  if (rc != kOk) chip.wakeup_.fault(rc, why);
+  return rc;
 }
 
 int A2A3SimPlatform::cluster_of(int core) const {
@@ -120,6 +167,10 @@ void A2A3SimPlatform::dispatch(int core, const DispatchPayload& payload) {
   Core& c = *cores_[core];
   c.task = payload;  // Handshake.task
   c.data_main_base.store(payload.task_id + 1, std::memory_order_release);
+  if (payload.uses_pipes) {
+    pipe_cores_->start(core);  // it may wait for its peer: a thread of its own
+    return;
+  }
   if (executors_.empty()) {
     run_core(core);  // no spare CPU: the core's work runs on this AICPU thread
     return;
@@ -137,9 +188,13 @@ void A2A3SimPlatform::run_core(int core) {
   const uint32_t id_bits = static_cast<uint32_t>(reg - 1) & kCondTaskMask;
   c.cond.store(id_bits, std::memory_order_release);  // ACK
   c.context.task_id = t.task_id;
-  if (t.args != nullptr) t.args[t.num_args] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&c.context));
+  c.context.block_idx = t.block_idx;
+  c.context.block_num = t.block_num;
+  const int32_t n = std::clamp(t.num_args, 0, PTO2_MAX_PARAMS);
+  if (t.args != nullptr) std::copy(t.args, t.args + n, c.args);
+  c.args[n] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&c.context));
   if (config_.record_core_times) c.start_ns = now_ns();
-  reinterpret_cast<KernelEntry>(t.function_bin_addr)(t.args);
+  reinterpret_cast<KernelEntry>(t.function_bin_addr)(c.args);
   if (config_.record_core_times) c.end_ns = now_ns();
   c.executed.fetch_add(1, std::memory_order_relaxed);
   c.cond.store(kCondFin | id_bits, std::memory_order_release);  // FIN

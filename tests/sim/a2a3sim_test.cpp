@@ -22,9 +22,11 @@ namespace {
 
 std::atomic<int> g_gate{0};
 std::atomic<int> g_ran{0};
+PTO2KernelContext g_seen_context{};  // what the gated kernel was handed, copied before it returns
 
-void k_gated(int64_t*) {
+void k_gated(int64_t* args) {
   while (g_gate.load() == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  g_seen_context = *pto2_kernel_context(args, 0);
   g_ran.fetch_add(1);
 }
 
@@ -97,9 +99,11 @@ TEST_CASE("handshake: DATA_MAIN_BASE dispatches, COND reports ACK then FIN", "[a
   CHECK_FALSE(chip->poll_finished(core, &done));
   CHECK(chip->tasks_executed(core) == 1);
   // The kernel got its context after its (zero) arguments: cluster of AIV 3.
-  const auto* ctx = reinterpret_cast<const PTO2KernelContext*>(args[0]);
-  CHECK(ctx->block_idx == chip->cluster_of(core));
-  CHECK(ctx->block_num == 2);
+  const PTO2KernelContext* ctx = &g_seen_context;
+  CHECK(ctx->cluster_id == chip->cluster_of(core));
+  CHECK(ctx->block_idx == 0);
+  CHECK(ctx->block_num == 1);
+  CHECK(ctx->cluster_num == 2);
   CHECK(ctx->core_type == PTO2_WORKER_VECTOR);
   CHECK(ctx->task_id == p.task_id);
 }

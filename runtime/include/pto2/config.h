@@ -11,6 +11,12 @@ namespace pto2 {
 
 inline constexpr int kMaxRings = 4;  // ring = min(scope depth, 3)
 
+// How a block_incore task (block_dim > 1) is submitted (docs/runtime.md §12).
+enum class BlockMode : int32_t {
+  kBatch = 0,   // one batch descriptor dispatched block_dim times (the default)
+  kExpand = 1,  // the baseline: block_dim tasks and a join task
+};
+
 struct RuntimeConfig {
   // Per ring (one ring per scope depth 0..3): task slots, output heap bytes,
   // dependency-list entries. The defaults are consistent with one another:
@@ -31,6 +37,7 @@ struct RuntimeConfig {
   uint32_t stall_timeout_ms = 60000;  // fail a run when nothing completes for this long (0 = never)
   uint32_t spin_before_park_us = 50;  // idle spin budget before a thread parks
   bool profiling = false;             // per-task timestamps in RunResult::records (PTO2_PROFILING=1)
+  BlockMode block_mode = BlockMode::kBatch;  // PTO2_BLOCK_MODE=batch|expand
 
   // Rejects values that break the rules above; the message names the value.
   Status validate() const;

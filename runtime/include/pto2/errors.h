@@ -1,6 +1,6 @@
 // The runtime's error codes and Status: the project's one registry
 // (pto/base/status.h), by the names the runtime's API uses. A run that fails
-// returns one of the runtime's codes (1..17) with a message that names the
+// returns one of the runtime's codes (1..19) with a message that names the
 // values involved; the library never exits.
 #pragma once
 

@@ -100,6 +100,28 @@ static inline Tensor make_tensor_external(void* ptr, const uint32_t* shapes, int
 static inline Tensor make_tensor(const uint32_t* shapes, int32_t ndim, int32_t dtype) {
   return make_tensor_external(NULL, shapes, ndim, dtype);
 }
+// Cluster pipes (docs/runtime.md, "Pipes"): each cluster has
+// PTO2_PIPES_PER_CLUSTER bounded FIFOs joining its cores. A pipe is named by
+// a pipe tensor: no storage, an address in a range no memory uses, one byte
+// to the TensorMap. Only tasks pinned to that cluster may name it.
+#define PTO2_PIPES_PER_CLUSTER 2
+#define PTO2_PIPE_ADDR_BASE 0xFFFFF00000000000ull
+#define PTO2_PIPE_ADDR_STRIDE 16ull
+static inline Tensor make_pipe_tensor(int32_t cluster_id, int32_t pipe) {
+  const uint32_t shape[1] = {1};
+  Tensor t = make_tensor(shape, 1, PTO2_UINT8);
+  t.addr = PTO2_PIPE_ADDR_BASE +
+           ((uint64_t)(uint32_t)cluster_id * PTO2_PIPES_PER_CLUSTER + (uint64_t)(uint32_t)pipe) * PTO2_PIPE_ADDR_STRIDE;
+  return t;
+}
+static inline int pto2_is_pipe_tensor(const Tensor* t) { return t->addr >= PTO2_PIPE_ADDR_BASE; }
+static inline int32_t pto2_pipe_cluster(const Tensor* t) {
+  return (int32_t)((t->addr - PTO2_PIPE_ADDR_BASE) / PTO2_PIPE_ADDR_STRIDE / PTO2_PIPES_PER_CLUSTER);
+}
+static inline int32_t pto2_pipe_index(const Tensor* t) {
+  return (int32_t)((t->addr - PTO2_PIPE_ADDR_BASE) / PTO2_PIPE_ADDR_STRIDE % PTO2_PIPES_PER_CLUSTER);
+}
+
 // A sub-box of t: offsets are relative to t's view, shapes must fit inside it.
 // The view shares t's buffer (and so its dependencies and lifetime). An
 // out-of-range view is rejected when it is submitted.
@@ -121,6 +143,11 @@ enum PTOParamType : int32_t {
   PTO_PARAM_OUTPUT = 1,
   PTO_PARAM_INOUT = 2,
   PTO_PARAM_SCALAR = 3,
+  // The two ends of a cluster's local pipe (docs/runtime.md, "Pipes"): the
+  // tensor is a pipe tensor (make_pipe_tensor); the kernel pushes into a
+  // PIPE_OUT and pops from a PIPE_IN with pto2_pipe_push / pto2_pipe_pop.
+  PTO_PARAM_PIPE_IN = 4,
+  PTO_PARAM_PIPE_OUT = 5,
 };
 
 // A task parameter. Tensor parameters point at the caller's Tensor so that
@@ -141,6 +168,14 @@ static inline PTOParam make_output_param(Tensor& t) {
 }
 static inline PTOParam make_inout_param(Tensor& t) {
   PTOParam p = {PTO_PARAM_INOUT, &t, 0};
+  return p;
+}
+static inline PTOParam make_pipe_in_param(Tensor& pipe) {
+  PTOParam p = {PTO_PARAM_PIPE_IN, &pipe, 0};
+  return p;
+}
+static inline PTOParam make_pipe_out_param(Tensor& pipe) {
+  PTOParam p = {PTO_PARAM_PIPE_OUT, &pipe, 0};
   return p;
 }
 static inline PTOParam make_scalar_param(uint64_t v) {
@@ -165,7 +200,45 @@ struct PTO2RuntimeOps {
   int32_t (*read_tensor)(PTO2Runtime* rt, const Tensor* t, void* dst, uint64_t dst_bytes);
   int32_t (*error_code)(PTO2Runtime* rt);
   const char* (*error_message)(PTO2Runtime* rt);
+  // Added for the chip's programming model (docs/runtime.md §12); appended so
+  // a library built against the older table keeps working.
+  int64_t (*submit)(PTO2Runtime* rt, const struct PTO2TaskSpec* spec);
+  int32_t (*allocate_cluster)(PTO2Runtime* rt);
+  void (*free_cluster)(PTO2Runtime* rt, int32_t cluster_id);
 };
+
+// Everything one submit can say (docs/runtime.md §12). pto2_task_spec() fills
+// the plain defaults; the wrappers below set what they need.
+struct PTO2TaskSpec {
+  int32_t kernel_id;
+  int32_t worker_type;
+  PTOParam* params;
+  int32_t num_params;
+  const int64_t* deps;  // extra producers (task ids), as pto2_rt_submit_task_after
+  int32_t num_deps;
+  int32_t cluster_id;  // -1: any core; >= 0: only the cores of this allocated cluster
+  // block_incore (SPMD): block_dim > 1 runs the kernel block_dim times, each
+  // block seeing its block_idx in 0..block_dim-1 and block_num = block_dim.
+  int32_t block_dim;
+  // One block of an SPMD call submitted on its own (the expansion): the
+  // block the kernel sees and the call's block count. -1 / 0: not such a block.
+  int32_t block_idx;
+  int32_t block_num;
+};
+
+static inline PTO2TaskSpec pto2_task_spec(int32_t kernel_id, int32_t worker_type, PTOParam* params,
+                                          int32_t num_params) {
+  PTO2TaskSpec s;
+  memset(&s, 0, sizeof(s));
+  s.kernel_id = kernel_id;
+  s.worker_type = worker_type;
+  s.params = params;
+  s.num_params = num_params;
+  s.cluster_id = -1;
+  s.block_dim = 1;
+  s.block_idx = -1;
+  return s;
+}
 
 struct PTO2Runtime {
   const PTO2RuntimeOps* ops;
@@ -193,6 +266,46 @@ static inline int64_t pto2_rt_submit_task_after(PTO2Runtime* rt, int32_t kernel_
 static inline int64_t pto2_rt_submit_dummy_task(PTO2Runtime* rt, PTOParam* params, int32_t num_params) {
   return rt->ops->submit_task(rt, PTO2_KERNEL_DUMMY, PTO2_WORKER_VECTOR, params, num_params, NULL, 0);
 }
+// --- the chip's programming model (docs/runtime.md §12) ---
+// Allocates a cluster (1 AIC + 2 AIV on a2a3) for a function group. Waits
+// while none is free (BLOCKED warnings); fails the run with
+// PTO2 code 18 (CLUSTER_DEADLOCK) when only this orchestration could free one.
+// Returns the cluster id, or a negative error code.
+static inline int32_t pto2_rt_allocate_cluster(PTO2Runtime* rt) { return rt->ops->allocate_cluster(rt); }
+// Ends the function group: the cluster returns to the pool once every task
+// pinned to it has completed. A cluster still allocated when the scope that
+// allocated it ends is released then.
+static inline void pto2_rt_free_cluster(PTO2Runtime* rt, int32_t cluster_id) { rt->ops->free_cluster(rt, cluster_id); }
+// A task that runs only on the cores of cluster_id (TensorMap edges still order it).
+static inline int64_t pto2_rt_submit_task_clustered(PTO2Runtime* rt, int32_t kernel_id, int32_t worker_type,
+                                                    PTOParam* params, int32_t num_params, int32_t cluster_id) {
+  PTO2TaskSpec s = pto2_task_spec(kernel_id, worker_type, params, num_params);
+  s.cluster_id = cluster_id;
+  return rt->ops->submit(rt, &s);
+}
+// block_incore: one submit, block_dim blocks of the same kernel over the same
+// parameters; each block reads its block_idx from the kernel context and
+// picks its share. Consumers of its outputs wait for every block. Returns the
+// task id (in the expansion mode, the id of a join task after the blocks).
+static inline int64_t pto2_rt_submit_block_task(PTO2Runtime* rt, int32_t kernel_id, int32_t worker_type,
+                                                PTOParam* params, int32_t num_params, int32_t block_dim) {
+  PTO2TaskSpec s = pto2_task_spec(kernel_id, worker_type, params, num_params);
+  s.block_dim = block_dim;
+  return rt->ops->submit(rt, &s);
+}
+// One block of an SPMD call, pinned to a cluster (the §17.3 pattern: each
+// block's function group on its own cluster). cluster_id may be -1.
+static inline int64_t pto2_rt_submit_block_clustered(PTO2Runtime* rt, int32_t kernel_id, int32_t worker_type,
+                                                     PTOParam* params, int32_t num_params, int32_t block_idx,
+                                                     int32_t block_num, int32_t cluster_id) {
+  PTO2TaskSpec s = pto2_task_spec(kernel_id, worker_type, params, num_params);
+  s.block_idx = block_idx;
+  s.block_num = block_num;
+  s.cluster_id = cluster_id;
+  return rt->ops->submit(rt, &s);
+}
+static inline int64_t pto2_rt_submit(PTO2Runtime* rt, const PTO2TaskSpec* spec) { return rt->ops->submit(rt, spec); }
+
 static inline void pto2_rt_scope_begin(PTO2Runtime* rt) { rt->ops->scope_begin(rt); }
 static inline void pto2_rt_scope_end(PTO2Runtime* rt) { rt->ops->scope_end(rt); }
 static inline void pto2_rt_orchestration_done(PTO2Runtime* rt) { rt->ops->orchestration_done(rt); }

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <thread>
 
 #include "pto2/orchestration_api.h"
@@ -32,6 +33,14 @@ struct DispatchPayload {
   uint64_t function_bin_addr = 0;
   int32_t num_args = 0;
   int64_t* args = nullptr;
+  // The logical block this dispatch runs (PTO2KernelContext::block_idx /
+  // block_num): one of a block_incore task's blocks, or 0 / 1.
+  int32_t block_idx = 0;
+  int32_t block_num = 1;
+  // The task names a cluster pipe (PIPE_IN / PIPE_OUT): the platform must run
+  // it so that it can wait for its peer on the cluster's other core without
+  // holding up anything else (a2a3sim: on the core's own thread).
+  bool uses_pipes = false;
 };
 
 // A way to wake parked scheduler threads; implemented by the runtime.
@@ -39,6 +48,12 @@ class Wakeup {
  public:
   virtual ~Wakeup() = default;
   virtual void notify() = 0;
+  // A platform found a task's run broken in a way its kernel could not report
+  // (a pipe nobody serves): the run fails with this error. Any thread.
+  virtual void fault(int32_t code, const std::string& message) {
+    (void)code;
+    (void)message;
+  }
 };
 
 // What a platform keeps of the runtime's Wakeup: implements the contract of
@@ -57,6 +72,11 @@ class WakeupSlot {
     if (Wakeup* w = wakeup_.load(std::memory_order_seq_cst)) w->notify();
     notifying_.fetch_sub(1, std::memory_order_release);
   }
+  void fault(int32_t code, const std::string& message) {
+    notifying_.fetch_add(1, std::memory_order_seq_cst);
+    if (Wakeup* w = wakeup_.load(std::memory_order_seq_cst)) w->fault(code, message);
+    notifying_.fetch_sub(1, std::memory_order_release);
+  }
 
  private:
   std::atomic<Wakeup*> wakeup_{nullptr};
@@ -69,6 +89,14 @@ class Platform {
 
   virtual int core_count() const = 0;
   virtual WorkerType core_type(int core) const = 0;
+  // Clusters: groups of cores that run together and share local pipes
+  // (a2a3: 1 AIC + 2 AIV). A platform without clusters reports 0, and the
+  // runtime refuses cluster allocation on it.
+  virtual int cluster_count() const { return 0; }
+  virtual int core_cluster(int core) const {
+    (void)core;
+    return -1;
+  }
 
   // func_id_to_addr: the address a core needs to run kernel_id on a core of
   // `type`. False if the platform has no such kernel for that core type.
@@ -90,6 +118,10 @@ class Platform {
     (void)end_ns;
     return false;
   }
+
+  // A run starts (the last one drained): per-run state may be reset
+  // (a2a3sim empties its pipes).
+  virtual void run_starting() {}
 
   // Installed by the runtime before the first dispatch; nullptr detaches.
   // Once set_wakeup(nullptr) returns, no call to the previous Wakeup may be

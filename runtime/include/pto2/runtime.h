@@ -41,6 +41,11 @@ struct TaskRecord {
   uint64_t task_id = 0;
   int32_t kernel_id = 0;
   int32_t core = -1;        // platform core id, -1 for dependency-only tasks
+  int32_t cluster = -1;     // cluster of that core (-1: none, or a platform without clusters)
+  int32_t pinned_cluster = -1;  // the cluster the task was pinned to (-1: unpinned)
+  int32_t group = -1;           // its function group (-1: none)
+  int32_t block_idx = 0;        // the logical block this record is of
+  int32_t block_num = 1;        // the task's logical blocks (one record per block)
   int32_t scheduler = 0;    // scheduler thread that dispatched and completed it
   int32_t worker_type = 0;  // PTO2_WORKER_CUBE / VECTOR, 2 = dependency-only
   uint64_t submit_ns = 0;   // orchestrator published it

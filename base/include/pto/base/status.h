@@ -1,5 +1,5 @@
 // Status: the result of a call that can fail, with one registry of numeric
-// error codes for every layer (the runtime 1..17, the engine 20..28, the
+// error codes for every layer (the runtime 1..19, the engine 20..28, the
 // daemon 40..44) and one error_name() that knows them all. A library never
 // exits: it returns a Status whose message names the value and the rule.
 #pragma once
@@ -28,6 +28,8 @@ enum ErrorCode : int32_t {
   kHeapRequestTooLarge = 15,  // one task's outputs exceed the whole heap ring
   kStalled = 16,              // no task completed for stall_timeout_ms
   kRuntimeBroken = 17,        // an earlier stall left kernels running; runtime unusable
+  kClusterDeadlock = 18,      // every cluster is allocated and only the waiting orchestration frees them
+  kBlockExceedsWindow = 19,   // an expanded block_incore task needs more slots than its ring's window
   // The L3/L4 engine (pto::Worker, docs/worker.md).
   kWorkerInvalidConfig = 20,    // a WorkerConfig value breaks its rule
   kWorkerInvalidArgument = 21,  // a submit / register / alloc call with bad parameters

@@ -16,6 +16,11 @@
 //     on the scheduler thread that dispatches it (the right choice when the
 //     process has no spare CPU); otherwise a dispatch rings a doorbell and a
 //     parked executor picks the core up. Every wait spins briefly, then parks.
+//   * Pipes: per cluster PTO2_PIPES_PER_CLUSTER bounded FIFOs (pipe_bytes
+//     each) that its kernels push to and pop from (kernel_abi.h). A task that
+//     names a pipe runs on a thread of its core's own, started the first time
+//     (it waits for its peer, so it must not hold up a shared thread); a wait
+//     longer than pipe_timeout_ms fails the run STALLED with a diagnosis.
 //
 // docs/sim.md has the register protocol step by step.
 #pragma once
@@ -33,6 +38,9 @@
 #include "pto2/sim/device_memory.h"
 
 namespace pto2::sim {
+
+class ClusterPipes;
+class CoreThreads;
 
 inline constexpr int PLATFORM_MAX_BLOCKDIM = 24;
 inline constexpr int PLATFORM_AIV_PER_CLUSTER = 2;
@@ -54,6 +62,8 @@ struct A2A3SimConfig {
   uint64_t gm_bytes = 4ull << 30;  // simulated global memory capacity
   uint32_t spin_before_park_us = 50;
   bool record_core_times = false;  // start/end of each kernel, for profiling (two clock reads per task)
+  uint64_t pipe_bytes = 32768;     // capacity of each cluster pipe
+  uint32_t pipe_timeout_ms = 5000;  // a push or pop that waits longer fails the run STALLED
 
   Status validate() const;
   // Scheduler OS threads for the runtime: aicpu_threads - 1, capped so the
@@ -84,10 +94,15 @@ class A2A3SimPlatform : public Platform {
   uint32_t cond(int core) const { return cores_[core]->cond.load(std::memory_order_acquire); }
   uint64_t tasks_executed(int core) const { return cores_[core]->executed.load(std::memory_order_relaxed); }
   int cluster_of(int core) const;
+  // Threads started for cores that ran pipe tasks (tests).
+  int pipe_core_threads() const;
 
   // Platform
   int core_count() const override { return static_cast<int>(cores_.size()); }
   WorkerType core_type(int core) const override { return cores_[core]->type; }
+  int cluster_count() const override { return config_.block_dim; }
+  int core_cluster(int core) const override { return cluster_of(core); }
+  void run_starting() override;
   bool resolve_kernel(int32_t kernel_id, WorkerType type, uint64_t* function_bin_addr) override;
   void dispatch(int core, const DispatchPayload& payload) override;
   bool poll_finished(int core, uint64_t* task_id) override;
@@ -95,11 +110,21 @@ class A2A3SimPlatform : public Platform {
   bool core_times(int core, uint64_t* start_ns, uint64_t* end_ns) override;
 
  private:
+  // What a kernel's pipe calls reach (PTO2KernelContext::pipe_impl).
+  struct PipeLink {
+    A2A3SimPlatform* chip;
+    int core;
+  };
   struct alignas(64) Core {
     WorkerType type = WorkerType::kCube;
     // Handshake (docs/sim.md): the payload the AICPU prepared for this core.
     DispatchPayload task;
     PTO2KernelContext context{};  // handed to the kernel in args[num_args]
+    // The kernel's own argument array: the payload's arguments, then the
+    // context. A batch descriptor's blocks run on several cores at once, each
+    // with its own context, so the descriptor's array cannot carry it.
+    int64_t args[PTO2_MAX_PARAMS + 1] = {};
+    PipeLink pipe_link{};
     std::atomic<uint64_t> data_main_base{0};
     std::atomic<uint32_t> cond{0};
     std::atomic<uint64_t> executed{0};
@@ -109,6 +134,8 @@ class A2A3SimPlatform : public Platform {
   // The AICore side: take the dispatched task, ACK, run, FIN.
   void run_core(int core);
   void executor_main();
+  static int32_t pipe_push(void* impl, const Tensor* pipe, const void* src, uint64_t bytes);
+  static int32_t pipe_pop(void* impl, const Tensor* pipe, void* dst, uint64_t bytes);
 
   A2A3SimConfig config_;
   DeviceMemory memory_;
@@ -117,6 +144,8 @@ class A2A3SimPlatform : public Platform {
   struct Doorbells;
   std::unique_ptr<Doorbells> doorbells_;
   std::vector<std::thread> executors_;
+  std::unique_ptr<ClusterPipes> pipes_;
+  std::unique_ptr<CoreThreads> pipe_cores_;
   std::atomic<bool> stop_{false};
   WakeupSlot wakeup_;
 };
