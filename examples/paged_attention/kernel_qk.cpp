@@ -5,14 +5,6 @@
 extern "C" void kernel_entry(int64_t* args) {
   const Tensor* q = pto2_arg_tensor(args, 0);
   const Tensor* k = pto2_arg_tensor(args, 1);
-  const uint64_t H = q->shapes[1], D = q->shapes[2], BS = k->shapes[1];
-  const float *qp = pa_f32(args, 0), *kp = pa_f32(args, 1);
-  float* s = pa_f32(args, 2);
-  const float scale = pto2_scalar_f32(args[3]);
-  for (uint64_t h = 0; h < H; ++h)
-    for (uint64_t j = 0; j < BS; ++j) {
-      float acc = 0.f;
-      for (uint64_t d = 0; d < D; ++d) acc += qp[h * D + d] * kp[j * D + d];
-      s[h * BS + j] = acc * scale;
-    }
+  pa_qk(pa_f32(args, 0), pa_f32(args, 1), pa_f32(args, 2), q->shapes[1], q->shapes[2], k->shapes[1],
+        pto2_scalar_f32(args[3]));
 }

@@ -147,7 +147,8 @@ Status read_runtime(const toml::table& runtime, const std::string& path, ChipCon
   const toml::table* r = &runtime;
   if (Status s = only_keys(path, *r, "[runtime]",
                            {"variant", "aicpu_thread_num", "block_dim", "task_window", "heap_size", "dep_pool_size",
-                            "tensormap_pool_size", "ready_queue_shards", "seed"});
+                            "tensormap_pool_size", "ready_queue_shards", "seed", "block_mode", "pipe_bytes",
+                            "pipe_timeout_ms"});
       !s.ok())
     return s;
   out->variant = (*r)["variant"].value_or(out->variant);
@@ -162,8 +163,19 @@ Status read_runtime(const toml::table& runtime, const std::string& path, ChipCon
                    read_int(path, *r, "[runtime]", "heap_size", 1, kBig, &rc.heap_size),
                    read_int(path, *r, "[runtime]", "dep_pool_size", 1, kBig, &rc.dep_pool_size),
                    read_int(path, *r, "[runtime]", "tensormap_pool_size", 1, kBig, &rc.tensormap_pool_size),
-                   read_int(path, *r, "[runtime]", "ready_queue_shards", 1, 1024, &rc.ready_queue_shards)})
+                   read_int(path, *r, "[runtime]", "ready_queue_shards", 1, 1024, &rc.ready_queue_shards),
+                   read_int(path, *r, "[runtime]", "pipe_bytes", 64, int64_t(64) << 20, &out->pipe_bytes),
+                   read_int(path, *r, "[runtime]", "pipe_timeout_ms", 1, int64_t(1) << 31, &out->pipe_timeout_ms)})
     if (!s.ok()) return s;
+  if (r->contains("block_mode")) {
+    const std::string mode = (*r)["block_mode"].value_or(std::string());
+    if (mode == "batch")
+      rc.block_mode = pto2::BlockMode::kBatch;
+    else if (mode == "expand")
+      rc.block_mode = pto2::BlockMode::kExpand;
+    else
+      return bad(path, fmt::format("[runtime] block_mode = '{}': must be \"batch\" or \"expand\"", mode));
+  }
   if (Status s = rc.validate(); !s.ok()) return bad(path, "[runtime] " + s.message);
   return Status::Ok();
 }
@@ -414,6 +426,9 @@ Status identity_body(const ChipConfig& cfg, std::vector<uint8_t>* out) {
   e.u64(cfg.runtime.dep_pool_size);
   e.u64(cfg.runtime.tensormap_pool_size);
   e.i32(cfg.runtime.ready_queue_shards);
+  e.i32(static_cast<int32_t>(cfg.runtime.block_mode));
+  e.u64(cfg.pipe_bytes);
+  e.u32(cfg.pipe_timeout_ms);
   return Status::Ok();
 }
 

@@ -93,6 +93,8 @@ class ChipRunner {
     pto2::sim::A2A3SimConfig sc;
     sc.block_dim = cfg_.block_dim;
     sc.aicpu_threads = cfg_.aicpu_threads;
+    sc.pipe_bytes = cfg_.pipe_bytes;
+    sc.pipe_timeout_ms = cfg_.pipe_timeout_ms;
     rc_ = cfg_.runtime;
     if (pto::Status s = rc_.apply_env(); !s.ok()) raise_error(s);
     int scheduler_threads = 0;

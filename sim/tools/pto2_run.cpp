@@ -134,6 +134,8 @@ Status load_chip(const ChipConfig& cfg, const Options& o, Chip* chip) {
   sc.aicpu_threads = o.aicpu_threads > 0 ? o.aicpu_threads : cfg.aicpu_threads;
   if (o.executors >= -1) sc.executor_threads = o.executors;
   sc.record_core_times = o.profile();
+  sc.pipe_bytes = cfg.pipe_bytes;
+  sc.pipe_timeout_ms = cfg.pipe_timeout_ms;
   return load_package_chip(cfg, sc, chip);
 }
 

@@ -2,6 +2,7 @@
 // runtime on the simulator, native and function sub callables, groups,
 // dependencies inferred from address regions, registration after init, L4 ->
 // L3 recursion and asynchronous runs. Golden checks compare computed outputs.
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -49,6 +50,42 @@ TEST_CASE("two chips each run the vector example on disjoint tensors") {
   auto cs = w.children();
   CHECK(child(cs, ChildKind::CHIP, 0)->tasks_run == 1);
   CHECK(child(cs, ChildKind::CHIP, 1)->tasks_run == 1);
+  REQUIRE(w.close().ok());
+}
+
+TEST_CASE("the fused matmul + GELU example (cube feeds vector through cluster pipes) runs on a chip child") {
+  // The chip's programming model through the engine: clusters, pinned
+  // function groups and pipes inside a forked chip worker, checked against a
+  // host computation.
+  constexpr uint32_t M = 256, K = 64, Nc = 64, blocks = 32;  // the example's shapes (its kernels.toml)
+  Worker w({.level = 3, .num_chips = 1});
+  auto chip = w.register_callable(ChipCallable::from_config(FUSED_MATMUL_CONFIG));
+  REQUIRE(chip.ok());
+  REQUIRE(w.init().ok());
+  auto alloc2 = [&](uint32_t rows, uint32_t cols) {
+    auto t = w.alloc({rows, cols}, PTO_FLOAT32);
+    REQUIRE(t.ok());
+    return t.value;
+  };
+  ContinuousTensor a = alloc2(M, K), b = alloc2(K, Nc), c = alloc2(M, Nc);
+  fill(a, -1.f, 0.00013f);
+  fill(b, 0.25f, -0.0001f);
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig& cfg) {
+    TaskArgs t;
+    t.add_tensor(a, IN).add_tensor(b, IN).add_tensor(c, OUT).add_scalar(M).add_scalar(K).add_scalar(Nc).add_scalar(
+        blocks);
+    return o.submit_next_level(chip, t, cfg).ok() ? 0 : 1;
+  });
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  const float *ap = f32(a), *bp = f32(b), *cp = f32(c);
+  for (uint32_t i = 0; i < M; ++i)
+    for (uint32_t j = 0; j < Nc; ++j) {
+      double x = 0;
+      for (uint32_t k = 0; k < K; ++k) x += double(ap[i * K + k]) * double(bp[k * Nc + j]);
+      const double gelu = 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+      REQUIRE(cp[i * Nc + j] == Approx(gelu).epsilon(1e-4).margin(1e-5));
+    }
   REQUIRE(w.close().ok());
 }
 

@@ -69,6 +69,8 @@ Status ChipWorker::engine_for(const Digest& digest, Prepared& p, int block_dim, 
   sc.block_dim = block_dim;
   sc.aicpu_threads = aicpu;
   sc.record_core_times = profiling;
+  sc.pipe_bytes = p.cfg.pipe_bytes;
+  sc.pipe_timeout_ms = p.cfg.pipe_timeout_ms;
   Status st;
   Engine e;
   e.chip = pto2::sim::A2A3SimPlatform::create(sc, &st);

@@ -58,6 +58,10 @@ struct ChipConfig {
   std::string variant = "tensormap_and_ringbuffer";
   int block_dim = 24;
   int aicpu_threads = 4;
+  // The simulated chip's cluster pipes (docs/sim.md, "Pipes"): [runtime]
+  // pipe_bytes and pipe_timeout_ms.
+  uint64_t pipe_bytes = 32768;
+  uint32_t pipe_timeout_ms = 5000;
   uint64_t seed = 1;
   pto2::RuntimeConfig runtime;
   std::vector<ArgSpec> args;
