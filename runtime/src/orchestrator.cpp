@@ -173,6 +173,7 @@ bool Orchestrator::resolve_kernel(int32_t kernel_id, int32_t worker_type, uint64
 }
 
 bool Orchestrator::validate_params(int32_t worker_type, const PTOParam* params, int32_t n) {
+  saw_pipe_ = false;
   if (n < 0 || n > PTO2_MAX_PARAMS) {
     fail(kInvalidArgument, fmt::format("num_params {} is outside 0..{}", n, PTO2_MAX_PARAMS));
     return false;
@@ -193,8 +194,11 @@ bool Orchestrator::validate_params(int32_t worker_type, const PTOParam* params, 
            fmt::format("param {}: type {} is not INPUT/OUTPUT/INOUT/SCALAR/PIPE_IN/PIPE_OUT", i, int(p.type)));
       return false;
     }
-    // Pipe parameters are checked with the task's cluster (validate_placement).
-    if (p.type == PTO_PARAM_SCALAR || p.type == PTO_PARAM_PIPE_IN || p.type == PTO_PARAM_PIPE_OUT) continue;
+    if (p.type == PTO_PARAM_SCALAR) continue;
+    if (p.type == PTO_PARAM_PIPE_IN || p.type == PTO_PARAM_PIPE_OUT) {
+      saw_pipe_ = true;  // checked with the task's cluster (validate_placement)
+      continue;
+    }
     const Tensor* t = p.tensor;
     if (t == nullptr) {
       fail(kInvalidArgument, fmt::format("param {} ({}): tensor pointer is null", i, kind_name(p.type)));
@@ -407,7 +411,9 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
   }
   const bool dummy = kernel_id == PTO2_KERNEL_DUMMY;
   if (dummy) worker_type = PTO2_WORKER_VECTOR;  // validated as a normal type, stored as dummy below
-  if (!validate_params(worker_type, params, n) || !validate_placement(spec))
+  // A plain task (the hot path) has nothing for validate_placement to check.
+  const bool placed = spec.cluster_id != -1 || spec.block_dim != 1 || spec.block_idx != -1;
+  if (!validate_params(worker_type, params, n) || ((placed || saw_pipe_) && !validate_placement(spec)))
     return submit_failed(params, n, extra_deps, num_extra_deps);
   if (num_extra_deps < 0 || (num_extra_deps > 0 && extra_deps == nullptr)) {
     fail(kInvalidArgument, fmt::format("num_deps {} with deps {}", num_extra_deps, extra_deps ? "set" : "null"));

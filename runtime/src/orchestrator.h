@@ -140,6 +140,7 @@ class Orchestrator {
   // The expansion in progress: blocks after the first reuse its producers
   // and keep it alive instead of waiting for it (they are one logical task).
   bool sibling_ = false;
+  bool saw_pipe_ = false;  // the last validate_params met a PIPE_IN / PIPE_OUT parameter
   uint64_t first_block_ = 0;
   bool first_block_owns_ = false;
   std::vector<uint64_t> block_producers_;
