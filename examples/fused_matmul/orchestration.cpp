@@ -1,5 +1,5 @@
 // A fused matmul + activation, C = GELU(A @ B), as cube + vector function
-// groups on clusters (docs/runtime.md §12): the rows of C are split into
+// groups on clusters (docs/runtime.md §15): the rows of C are split into
 // `blocks` blocks; each block allocates a cluster, its cube kernel computes
 // the block's rows of A @ B and pushes them through the cluster's pipe, its
 // vector kernel pops them and writes GELU of them into C. The intermediate

@@ -1,5 +1,5 @@
 // Paged attention with online softmax as SPMD stages (block_incore,
-// docs/runtime.md §12), fp32: the same computation and golden as
+// docs/runtime.md §15), fp32: the same computation and golden as
 // orchestration.cpp, but per query one block submit per stage across the
 // sequence's KV blocks instead of one task per block and stage:
 //   HUB  initialises the accumulators oi, li, mi

@@ -43,7 +43,7 @@ const PTO2RuntimeOps kOps = {api_submit,        api_scope_begin, api_scope_end, 
 // (INOUT) by its users, which orders the producers of a pipe among themselves
 // and its consumers among themselves, but never a consumer after its
 // producer: they must run at the same time for a bounded pipe to drain
-// (docs/runtime.md §12).
+// (docs/runtime.md §15).
 Tensor pipe_end(const Tensor& pipe, int32_t type) {
   const uint32_t one[1] = {1};
   Tensor t = make_tensor(one, 1, PTO2_UINT8);

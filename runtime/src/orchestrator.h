@@ -45,7 +45,7 @@ class Orchestrator {
 
   int64_t submit(int32_t kernel_id, int32_t worker_type, PTOParam* params, int32_t num_params,
                  const int64_t* extra_deps, int32_t num_extra_deps);
-  // Every submit of the programming model (docs/runtime.md §12): pinned,
+  // Every submit of the programming model (docs/runtime.md §15): pinned,
   // block_incore (batch descriptor, or expanded when config.block_mode says
   // so), a block of an expanded call.
   int64_t submit(const PTO2TaskSpec& spec);
@@ -131,7 +131,7 @@ class Orchestrator {
   uint64_t probe_addr_ = 0;                                 // next address for a measured output
   std::string sizing_diagnosis_;                            // the failure's message without its solution
 
-  // Clusters (docs/runtime.md §12): which this orchestration holds, the group
+  // Clusters (docs/runtime.md §15): which this orchestration holds, the group
   // each allocation started, and per open scope the ones it allocated.
   std::vector<uint8_t> cluster_held_;
   std::vector<int32_t> cluster_group_;

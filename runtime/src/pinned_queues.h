@@ -1,4 +1,4 @@
-// Ready queues of cluster-pinned tasks (docs/runtime.md §12): one FIFO per
+// Ready queues of cluster-pinned tasks (docs/runtime.md §15): one FIFO per
 // (cluster, core type). A scheduler looks at the queue of an idle core's own
 // cluster before the shared ready queues, so a pinned task only ever reaches
 // a core of its cluster. Pinned tasks are few next to the shared traffic, so

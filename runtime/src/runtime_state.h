@@ -120,7 +120,7 @@ class RuntimeState : public Wakeup {
   std::unique_ptr<ShardedReadyQueue> ready[kReadyQueueTypes];
   std::unique_ptr<MpmcQueue> orch_ready;  // early-ready tasks found at submit (step 7)
 
-  // Clusters (docs/runtime.md §12): the platform's, their pinned ready
+  // Clusters (docs/runtime.md §15): the platform's, their pinned ready
   // queues, and per cluster the pinned tasks not yet completed (the
   // orchestrator counts up at submit, completion counts down).
   const int clusters;

@@ -84,7 +84,7 @@ struct alignas(64) TaskDescriptor {
   uint64_t heap_end_pos = 0;  // heap_top after this task's allocation (tail moves here on retire)
   uint64_t dep_end_pos = 0;   // dep_top after this task's entries (tail moves here on retire)
   uint64_t submit_ns = 0;     // profiling: when it was published
-  // The chip's programming model (docs/runtime.md §12).
+  // The chip's programming model (docs/runtime.md §15).
   int32_t cluster_id = -1;  // -1: any core; >= 0: only the cores of this cluster
   int32_t group_id = -1;    // the function group (one cluster allocation) it belongs to
   int32_t block_dim = 1;    // dispatches of this descriptor (a batch descriptor: block_dim > 1)

@@ -3,7 +3,7 @@
 // counterpart of the cube -> vector path kernels reach with TPUSH / TPOP.
 //
 // One producer and one consumer at a time: the runtime orders the users of
-// each end (docs/runtime.md §12), so a pipe is a single-producer,
+// each end (docs/runtime.md §15), so a pipe is a single-producer,
 // single-consumer ring of bytes. push waits for room and pop for data — spin,
 // then park on the pipe's EventCount — up to the timeout. A wait that runs
 // out breaks the pipe: the call returns STALLED with a diagnosis for the run,

@@ -1,4 +1,4 @@
-// pto2_block_bench — what block_incore (SPMD) tasks cost (docs/runtime.md §12),
+// pto2_block_bench — what block_incore (SPMD) tasks cost (docs/runtime.md §15),
 // against baselines measured in the same run:
 //
 //   submit     orchestrator time of one block task of block_dim 24 (one batch

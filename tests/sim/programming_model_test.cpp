@@ -1,4 +1,4 @@
-// The chip's programming model on a2a3sim (docs/runtime.md §12, docs/sim.md
+// The chip's programming model on a2a3sim (docs/runtime.md §15, docs/sim.md
 // "Pipes"): cluster-pinned function groups, block_incore tasks (batch
 // descriptor and expansion), and cube -> vector pipes. Every case runs at 1, 2
 // and 4 scheduler threads, inline and with executor threads.

@@ -11,7 +11,7 @@ namespace pto2 {
 
 inline constexpr int kMaxRings = 4;  // ring = min(scope depth, 3)
 
-// How a block_incore task (block_dim > 1) is submitted (docs/runtime.md §12).
+// How a block_incore task (block_dim > 1) is submitted (docs/runtime.md §15).
 enum class BlockMode : int32_t {
   kBatch = 0,   // one batch descriptor dispatched block_dim times (the default)
   kExpand = 1,  // the baseline: block_dim tasks and a join task

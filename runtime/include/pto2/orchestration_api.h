@@ -200,14 +200,14 @@ struct PTO2RuntimeOps {
   int32_t (*read_tensor)(PTO2Runtime* rt, const Tensor* t, void* dst, uint64_t dst_bytes);
   int32_t (*error_code)(PTO2Runtime* rt);
   const char* (*error_message)(PTO2Runtime* rt);
-  // Added for the chip's programming model (docs/runtime.md §12); appended so
+  // Added for the chip's programming model (docs/runtime.md §15); appended so
   // a library built against the older table keeps working.
   int64_t (*submit)(PTO2Runtime* rt, const struct PTO2TaskSpec* spec);
   int32_t (*allocate_cluster)(PTO2Runtime* rt);
   void (*free_cluster)(PTO2Runtime* rt, int32_t cluster_id);
 };
 
-// Everything one submit can say (docs/runtime.md §12). pto2_task_spec() fills
+// Everything one submit can say (docs/runtime.md §15). pto2_task_spec() fills
 // the plain defaults; the wrappers below set what they need.
 struct PTO2TaskSpec {
   int32_t kernel_id;
@@ -266,7 +266,7 @@ static inline int64_t pto2_rt_submit_task_after(PTO2Runtime* rt, int32_t kernel_
 static inline int64_t pto2_rt_submit_dummy_task(PTO2Runtime* rt, PTOParam* params, int32_t num_params) {
   return rt->ops->submit_task(rt, PTO2_KERNEL_DUMMY, PTO2_WORKER_VECTOR, params, num_params, NULL, 0);
 }
-// --- the chip's programming model (docs/runtime.md §12) ---
+// --- the chip's programming model (docs/runtime.md §15) ---
 // Allocates a cluster (1 AIC + 2 AIV on a2a3) for a function group. Waits
 // while none is free (BLOCKED warnings); fails the run with
 // PTO2 code 18 (CLUSTER_DEADLOCK) when only this orchestration could free one.
