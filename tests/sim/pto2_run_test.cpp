@@ -273,3 +273,49 @@ TEST_CASE("pto2-run: the summary counts tasks per kernel - --dump-tensors writes
   REQUIRE(a.size() == b.size());
   CHECK(a.substr(128) == b.substr(128));
 }
+
+TEST_CASE("pto2-run traces block tasks and pinned groups by cluster - the summary reports each cluster",
+          "[pto2-run][trace]") {
+  TempDir dir;
+  const std::string trace = (dir.path / "trace.json").string();
+  // The fused matmul: 32 blocks, each a cube + vector group pinned to a cluster.
+  Result r = run(std::string(FUSED_MATMUL_DIR) + "/kernels.toml -o " + (dir.path / "o").string() + " --trace " + trace);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("C: PASS (16384/16384 elements matched)") &&
+                           Catch::Contains("summary: 64 tasks (64 kernel runs on cores)") &&
+                           Catch::Contains("clusters: 24/24 used") && Catch::Contains("per cluster"));
+  std::ifstream in(trace);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (int c = 0; c < 24; ++c) CHECK_THAT(text, Catch::Contains("\"name\": \"cluster " + std::to_string(c) + "\""));
+  CHECK_THAT(text, Catch::Contains("GEMM_PUSH [0/32]") && Catch::Contains("GELU_POP [31/32]"));
+  // Every kernel span ran on the cluster it was pinned to.
+  const std::regex span(R"re("cluster": (\d+), "block": \d+, "block_num": \d+, "pinned_cluster": (-?\d+))re");
+  int spans = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), span); it != std::sregex_iterator(); ++it) {
+    CHECK((*it)[1] == (*it)[2]);
+    ++spans;
+  }
+  CHECK(spans == 64);
+}
+
+TEST_CASE("pto2-run: the SPMD paged attention matches the reference as batch descriptors and expanded",
+          "[pto2-run]") {
+  TempDir dir;
+  for (const char* mode : {"batch", "expand"}) {
+    const std::string cmd = std::string("PTO2_BLOCK_MODE=") + mode + " " + PTO2_RUN_PATH + " " + PA_EXAMPLE_DIR +
+                            "/kernels_spmd.toml -o " + (dir.path / mode).string() + " --summary 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+    INFO(mode << ": " << out);
+    CHECK(pclose(p) == 0);
+    CHECK_THAT(out, Catch::Contains("out: PASS (256/256 elements matched)"));
+    // batch: HUB, 3 block tasks, 3 UPs; expand: 3 x (3 blocks + join) more.
+    CHECK_THAT(out, Catch::Contains(std::string(mode) == "batch" ? "ran liborch_paged_attention_spmd.so: 7 tasks"
+                                                                 : "ran liborch_paged_attention_spmd.so: 16 tasks"));
+  }
+}
