@@ -147,8 +147,8 @@ TEST_CASE("a wrong checksum, a missing trailer or a short upload leaves no tenso
 }
 
 TEST_CASE("an upload that stalls is dropped after upload_idle_timeout_s and its space released") {
-  // 3 s: the two stalled uploads hold their space long enough for the probe
-  // below to see it held, also on a loaded machine.
+  // 3 s: the two stalled uploads are held long enough for the probe below
+  // to see each of them started, also on a loaded machine.
   const std::string dir = make_temp_dir("ptod-stall");
   std::ofstream(dir + "/ptod.toml") << "[server]\nupload_idle_timeout_s = 3\n[worker]\narena_bytes = 67108864\n";
   DaemonProcess d({"--config", dir + "/ptod.toml"});
@@ -156,11 +156,18 @@ TEST_CASE("an upload that stalls is dropped after upload_idle_timeout_s and its 
   auto c = connect(d);
   // Two uploads of 24 MiB that send only their header hold 48 of the 64 MiB.
   RawUpload a(d, "a", 6 << 20), b(d, "b", 6 << 20);
-  REQUIRE(eventually([&] {  // once both hold their space, 24 MiB more does not fit
-    if (!c->alloc("probe", {6 << 20}, PTO_FLOAT32).ok()) return true;
-    (void)c->free(named("probe"));
-    return false;
-  }));
+  // Each is seen started (its space reserved) before the timeout drops it.
+  // Not "both at once" (a probe allocation that no longer fits): under load
+  // that window was missed in CI — the second stream's header can reach the
+  // daemon late — and the release below does not need it.
+  for (const char* name : {"a", "b"}) {
+    INFO(name);
+    REQUIRE(eventually([&] {
+      std::vector<uint8_t> got;
+      auto r = c->download(named(name), &got);
+      return !r.ok() && r.status.message.find("still being uploaded") != std::string::npos;
+    }));
+  }
   const auto t0 = std::chrono::steady_clock::now();
   grpc::Status sa = a.wait(), sb = b.wait();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
