@@ -103,7 +103,9 @@ inline constexpr int32_t kWorkerDummy = 2;
 enum SlotState : uint32_t { kSlotInitial = 0, kSlotReady = 1, kSlotCompleted = 2, kSlotConsumed = 3 };
 
 // Scheduler-side state of a slot, one cache line each so neighbouring tasks
-// completed by different threads do not share lines.
+// completed by different threads do not share lines. Its initial state is all
+// zero bytes — what a fresh anonymous mapping holds — so the region commits a
+// slot's page only when the ring first reaches it (docs/runtime.md §2).
 struct alignas(64) TaskSlotState {
   std::atomic<uint32_t> state{kSlotInitial};
   std::atomic<int32_t> fanin_pending{0};     // producers not yet completed, +1 while submit is in progress
@@ -113,12 +115,15 @@ struct alignas(64) TaskSlotState {
   int32_t fanout_count = 0;                  // consumers linked, guarded by fanout_lock
   bool completed = false;                    // guarded by fanout_lock
   uint64_t ready_ns = 0;                     // profiling: written by whoever makes it ready, before queueing it
-  std::atomic<uint64_t> scan_id{kNoScanId};  // task id | kRootBit for roots, written before publish
+  // task id | kRootBit for roots, written before publish. A scanner matches
+  // it only against a value with kRootBit set, so 0 (a slot never used) and
+  // kNoScanId (a slot being filled) both mean "nothing to claim".
+  std::atomic<uint64_t> scan_id{0};
   // A batch descriptor (block_dim > 1): the next block to dispatch, touched
   // only by the scheduler holding the task's one ready-queue entry, and the
   // blocks still to finish (the last one completes the task).
   uint32_t next_block = 0;
-  std::atomic<uint32_t> blocks_left{1};
+  std::atomic<uint32_t> blocks_left{0};
   static constexpr uint64_t kNoScanId = ~0ull;
   static constexpr uint64_t kRootBit = 1ull << 63;
 };

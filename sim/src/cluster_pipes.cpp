@@ -17,7 +17,8 @@ ClusterPipes::ClusterPipes(int clusters, uint64_t capacity_bytes, uint32_t timeo
     : capacity_(capacity_bytes), timeout_ns_(uint64_t(timeout_ms) * 1000000), spin_ns_(uint64_t(spin_us) * 1000) {
   for (int i = 0; i < clusters * PTO2_PIPES_PER_CLUSTER; ++i) {
     pipes_.push_back(std::make_unique<Pipe>());
-    pipes_.back()->ring = std::make_unique<uint8_t[]>(capacity_);
+    // Not make_unique, which zero-fills: a pipe's pages are touched only when used.
+    pipes_.back()->ring = std::unique_ptr<uint8_t[]>(new uint8_t[capacity_]);
   }
 }
 
