@@ -26,6 +26,9 @@ class PinnedReadyQueues {
   struct Queue {
     std::mutex mu;
     std::deque<uint64_t> ids;
+    // ids.size(), readable without the lock: an idle core whose cluster has
+    // nothing queued (the common case while others wait) takes no lock.
+    std::atomic<int64_t> size{0};
   };
   int types_;
   std::vector<Queue> queues_;
