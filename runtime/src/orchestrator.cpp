@@ -106,6 +106,8 @@ void Orchestrator::begin_run() {
   scope_begin_.assign(1, 0);  // the implicit scope around the orchestration (docs/runtime.md §7)
   scope_clusters_.assign(1, {});
   cluster_held_.assign(static_cast<size_t>(s_.clusters), 0);
+  // The last run drained: every pinned task completed.
+  for (int c = 0; c < s_.clusters; ++c) s_.cluster_outstanding[c].store(0, std::memory_order_relaxed);
   cluster_group_.assign(static_cast<size_t>(s_.clusters), -1);
   tensor_map_->begin_run();   // the previous run drained: no task is alive
   probe_.reset();
@@ -303,9 +305,20 @@ void Orchestrator::publish_as_noop(uint32_t ring, uint64_t seq) {
   const uint64_t id = make_task_id(ring, seq);
   d.worker_type = kWorkerDummy;
   d.kernel_id = PTO2_KERNEL_DUMMY;
+  d.function_bin_addr = 0;
   d.num_params = 0;
   d.fanin_count = 0;
   d.fanin_head = 0;
+  // Whatever the failed submit recorded of its placement goes: a pinned
+  // no-op would reach a cluster queue, and its completion would count down
+  // a cluster that never counted it up.
+  d.cluster_id = -1;
+  d.group_id = -1;
+  d.block_dim = 1;
+  d.block_base = 0;
+  d.block_num = 1;
+  d.uses_pipes = false;
+  tr.slot_state(seq).blocks_left.store(1, std::memory_order_relaxed);
   d.heap_end_pos = heaps_[ring].top();
   d.dep_end_pos = deps_[ring].top();
   scope_tasks_.push_back(id);

@@ -60,6 +60,7 @@ int32_t Orchestrator::allocate_cluster() {
                       held, s_.clusters, draining);
                 }))
     return -error_.code;
+  s_.platform.cluster_claimed(got);
   cluster_held_[got] = 1;
   cluster_group_[got] = next_group_++;
   scope_clusters_.back().push_back(got);

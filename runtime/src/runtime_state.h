@@ -94,7 +94,7 @@ class RuntimeState : public Wakeup {
   // shared queue of its worker type.
   void enqueue_ready(uint64_t id, int shard_hint) {
     const TaskDescriptor& d = descriptor_of(id);
-    if (d.cluster_id >= 0)
+    if (d.cluster_id >= 0 && d.worker_type != kWorkerDummy)  // a no-op runs on no core
       push_pinned(d.cluster_id, d.worker_type, id);
     else
       ready[d.worker_type]->push(shard_hint, id);

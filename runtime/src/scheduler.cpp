@@ -15,7 +15,8 @@ constexpr uint64_t kParkIdleNs = 10000000;  // nothing in flight: 10 ms
 constexpr uint64_t kParkBetweenRunsNs = 100000000;
 }  // namespace
 
-SchedulerThread::SchedulerThread(RuntimeState& state, int index, std::vector<int> cores) : s_(state), index_(index) {
+SchedulerThread::SchedulerThread(RuntimeState& state, int index, std::vector<int> cores, bool peers)
+    : s_(state), index_(index), peers_(peers) {
   for (int c : cores)
     cores_.push_back({c, static_cast<int32_t>(s_.platform.core_type(c)), s_.platform.core_cluster(c), kNoTask, {}});
 }
@@ -115,14 +116,22 @@ bool SchedulerThread::take(Core& c, bool* empty, uint64_t* carry, uint64_t* id, 
     return true;
   }
   // A batch descriptor has one queue entry; whoever holds it hands out the
-  // next block. While blocks remain, the entry stays with this pass (carry)
-  // for the thread's next idle core, or goes back to its pinned queue.
+  // next block. The task cannot complete, so its slot cannot be reused, while
+  // a block is undispatched.
   TaskSlotState& st = s_.slot_of(*id);
   *block = d.block_base + static_cast<int32_t>(st.next_block++);
   const bool more = st.next_block < static_cast<uint32_t>(d.block_dim);
   if (pinned) {
     if (more) s_.push_pinned(c.cluster, c.type, *id);
+  } else if (more && peers_) {
+    // Back at once, before this block is dispatched (with inline kernels the
+    // dispatch runs it): an idle core of another thread can take the next.
+    carry[c.type] = kNoTask;
+    s_.ready[c.type]->push(index_, *id);
+    s_.notify_work();
   } else {
+    // The only scheduler thread keeps it for its next idle core: no queue
+    // round trip per block.
     carry[c.type] = more ? *id : kNoTask;
   }
   return true;
@@ -157,8 +166,8 @@ bool SchedulerThread::dispatch() {
     s_.platform.dispatch(c.id, c.payload);
     progress = true;
   }
-  // A batch with blocks left that this thread has no idle core for goes back
-  // to the shared queue, where a peer's idle core can take the next block.
+  // A batch with blocks left and no idle core here to take them goes back to
+  // the shared queue.
   for (int type = 0; type < kNumWorkerTypes; ++type) {
     if (carry[type] == kNoTask) continue;
     s_.ready[type]->push(index_, carry[type]);
@@ -266,7 +275,7 @@ Scheduler::Scheduler(RuntimeState& state, int threads) : s_(state) {
     const int type = static_cast<int>(s_.platform.core_type(c));
     share[next[type]++ % threads].push_back(c);
   }
-  for (int t = 0; t < threads; ++t) workers_.push_back(std::make_unique<SchedulerThread>(s_, t, share[t]));
+  for (int t = 0; t < threads; ++t) workers_.push_back(std::make_unique<SchedulerThread>(s_, t, share[t], threads > 1));
   for (int t = 0; t < threads; ++t) threads_.emplace_back([this, t] { thread_main(t); });
 }
 

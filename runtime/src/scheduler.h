@@ -26,7 +26,8 @@ namespace pto2 {
 
 class SchedulerThread {
  public:
-  SchedulerThread(RuntimeState& state, int index, std::vector<int> cores);
+  // peers: other scheduler threads exist (a batch's blocks are shared with them).
+  SchedulerThread(RuntimeState& state, int index, std::vector<int> cores, bool peers);
   // Schedules until the run is drained or aborted.
   void run_until_drained();
   int core_count() const { return static_cast<int>(cores_.size()); }
@@ -57,6 +58,7 @@ class SchedulerThread {
 
   RuntimeState& s_;
   int index_;
+  bool peers_;
   std::vector<Core> cores_;
   int busy_ = 0;
   std::vector<TaskRecord> records_;  // profiling

@@ -115,6 +115,20 @@ int A2A3SimPlatform::pipe_core_threads() const { return pipe_cores_->started(); 
 
 void A2A3SimPlatform::run_starting() { pipes_->reset(); }
 
+void A2A3SimPlatform::cluster_claimed(int cluster) {
+  // Bytes a group pushed and never popped would reach the next group's
+  // consumer as its data: the run fails instead, and the pipe starts empty.
+  for (int pipe = 0; pipe < PTO2_PIPES_PER_CLUSTER; ++pipe) {
+    if (const uint64_t left = pipes_->queued(cluster, pipe); left != 0)
+      wakeup_.fault(kInvalidArgument,
+                    fmt::format("pipe {} of cluster {} still held {} bytes nobody popped when its function group "
+                                "ended; every byte a PIPE_OUT task pushes must be popped by a PIPE_IN task of the same "
+                                "group",
+                                pipe, cluster, left));
+  }
+  pipes_->reset_cluster(cluster);
+}
+
 int32_t A2A3SimPlatform::pipe_push(void* impl, const Tensor* pipe, const void* src, uint64_t bytes) {
   auto* link = static_cast<PipeLink*>(impl);
   A2A3SimPlatform& chip = *link->chip;

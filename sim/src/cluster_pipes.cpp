@@ -30,6 +30,15 @@ void ClusterPipes::reset() {
   }
 }
 
+void ClusterPipes::reset_cluster(int cluster) {
+  for (int i = 0; i < PTO2_PIPES_PER_CLUSTER; ++i) {
+    Pipe& p = *pipes_[static_cast<size_t>(cluster) * PTO2_PIPES_PER_CLUSTER + i];
+    p.pushed.store(0, std::memory_order_relaxed);
+    p.popped.store(0, std::memory_order_relaxed);
+    p.broken.store(false, std::memory_order_release);
+  }
+}
+
 void ClusterPipes::break_all() {
   for (auto& p : pipes_) {
     p->broken.store(true, std::memory_order_release);

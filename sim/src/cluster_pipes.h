@@ -42,6 +42,8 @@ class ClusterPipes {
   uint64_t capacity() const { return capacity_; }
   // Between runs (no kernel running): empties every pipe and mends broken ones.
   void reset();
+  // The same for one cluster's pipes, when no kernel of it is running.
+  void reset_cluster(int cluster);
   // At shutdown: breaks every pipe so no kernel waits on one any longer.
   void break_all();
   // Bytes pushed and not yet popped (tests).

@@ -408,3 +408,67 @@ TEST_CASE("pipe parameters belong to a task pinned to the pipe's cluster", "[pro
   CHECK_THAT(r.status.message, Catch::Contains("pipe 0 of cluster 1 is local to that cluster") &&
                                    Catch::Contains("this task is unpinned"));
 }
+
+TEST_CASE("a pinned submit that fails after taking its slot leaves no pinned no-op - the cluster stays usable",
+          "[programming-model]") {
+  const int threads = GENERATE(1, 2, 4);
+  Chip c = make_chip(2, threads, 0);
+  RunResult bad = c.rt->run([&](PTO2Runtime* rt) {
+    pto2_rt_allocate_cluster(rt);
+    const int32_t last = pto2_rt_allocate_cluster(rt);  // the last cluster: its queue index is the highest
+    PTOParam p[] = {make_scalar_param(0)};
+    PTO2TaskSpec spec = pto2_task_spec(kMark, PTO2_WORKER_VECTOR, p, 1);
+    spec.cluster_id = last;
+    const int64_t later[1] = {1000};  // not a task submitted before this one: fails after the slot is taken
+    spec.deps = later;
+    spec.num_deps = 1;
+    return pto2_rt_submit(rt, &spec) < 0 ? 0 : 1;
+  });
+  CHECK(bad.status.code == kInvalidArgument);
+  CHECK_THAT(bad.status.message, Catch::Contains("dependency 1000 is not a task submitted before this one"));
+  // Both clusters are free again and run their pinned tasks.
+  std::vector<int32_t> counter(2, 0);
+  RunResult next = c.rt->run([&](PTO2Runtime* rt) {
+    for (int g = 0; g < 2; ++g) {
+      const int32_t cid = pto2_rt_allocate_cluster(rt);
+      if (cid < 0) return 1;
+      Tensor t = ext1(&counter[g], 1, PTO2_INT32);
+      PTOParam p[] = {make_inout_param(t)};
+      pto2_rt_submit_task_clustered(rt, kMark, PTO2_WORKER_VECTOR, p, 1, cid);
+    }
+    return 0;
+  });
+  INFO(next.status.message);
+  CHECK(next.ok());
+  CHECK(counter[0] == 1);
+  CHECK(counter[1] == 1);
+}
+
+TEST_CASE("bytes a group left in its pipe fail the run when the cluster goes to the next group - not passed on",
+          "[programming-model]") {
+  const int threads = GENERATE(1, 2, 4);
+  Chip c = make_chip(1, threads, 0);  // one cluster: the second group gets the same one
+  std::vector<uint64_t> first(2, 0), second(2, 0);
+  RunResult r = c.rt->run([&](PTO2Runtime* rt) {
+    for (auto* result : {&first, &second}) {
+      const int32_t cid = pto2_rt_allocate_cluster(rt);
+      if (cid < 0) return 1;
+      Tensor pipe = make_pipe_tensor(cid, 0);
+      Tensor res = ext1(result->data(), 2, PTO2_INT64);
+      PTOParam push[] = {make_pipe_out_param(pipe), make_scalar_param(2), make_scalar_param(16)};
+      pto2_rt_submit_task_clustered(rt, kPush, PTO2_WORKER_CUBE, push, 3, cid);
+      // Pops one of the two chunks: 16 bytes stay behind.
+      PTOParam pop[] = {make_pipe_in_param(pipe), make_inout_param(res), make_scalar_param(1), make_scalar_param(16)};
+      pto2_rt_submit_task_clustered(rt, kPop, PTO2_WORKER_VECTOR, pop, 4, cid);
+      pto2_rt_free_cluster(rt, cid);
+    }
+    return 0;
+  });
+  CHECK(r.status.code == kInvalidArgument);
+  CHECK_THAT(r.status.message, Catch::Contains("pipe 0 of cluster 0 still held 16 bytes nobody popped"));
+  // The second group read its own bytes, not the first group's leftovers.
+  CHECK(first[0] == 16);
+  CHECK(first[1] == 0);
+  CHECK(second[0] == 16);
+  CHECK(second[1] == 0);
+}

@@ -122,6 +122,10 @@ class Platform {
   // A run starts (the last one drained): per-run state may be reset
   // (a2a3sim empties its pipes).
   virtual void run_starting() {}
+  // The cluster goes to a new function group; none of the previous group's
+  // tasks is running. a2a3sim checks that its pipes were drained (a fault
+  // when not) and empties them.
+  virtual void cluster_claimed(int cluster) { (void)cluster; }
 
   // Installed by the runtime before the first dispatch; nullptr detaches.
   // Once set_wakeup(nullptr) returns, no call to the previous Wakeup may be

@@ -103,6 +103,7 @@ class A2A3SimPlatform : public Platform {
   int cluster_count() const override { return config_.block_dim; }
   int core_cluster(int core) const override { return cluster_of(core); }
   void run_starting() override;
+  void cluster_claimed(int cluster) override;
   bool resolve_kernel(int32_t kernel_id, WorkerType type, uint64_t* function_bin_addr) override;
   void dispatch(int core, const DispatchPayload& payload) override;
   bool poll_finished(int core, uint64_t* task_id) override;
