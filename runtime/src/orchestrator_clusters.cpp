@@ -111,6 +111,13 @@ bool Orchestrator::validate_placement(const PTO2TaskSpec& s) {
                                        dummy ? " (a dependency-only task has one block)" : ""));
     return false;
   }
+  if ((s.block_dim > 1 || s.block_idx != -1) && !s_.platform.passes_block_index()) {
+    fail(kInvalidArgument, fmt::format("block_dim {} / block_idx {}: this platform gives kernels no block index, so "
+                                       "every block would run the whole kernel; block tasks need a platform with a "
+                                       "kernel context (a2a3sim)",
+                                       s.block_dim, s.block_idx));
+    return false;
+  }
   if (s.block_idx != -1 &&
       (s.block_dim != 1 || s.block_num < 1 || s.block_idx < 0 || s.block_idx >= s.block_num)) {
     fail(kInvalidArgument, fmt::format("block {} of {} (block_dim {}): a block of an SPMD call needs 0 <= block_idx "

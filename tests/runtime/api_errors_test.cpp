@@ -59,6 +59,16 @@ TEST_CASE("bad submits fail the run with a message naming the value", "[api]") {
        }},
       {"bad worker type", kInvalidArgument, "worker_type 7",
        [&](PTO2Runtime* rt) { return pto2_rt_submit_task(rt, kFill, 7, nullptr, 0); }},
+      // The host-thread platform gives kernels no block index.
+      {"a block task where kernels cannot see their block", kInvalidArgument,
+       "this platform gives kernels no block index",
+       [&](PTO2Runtime* rt) {
+         Tensor t = vec(buf);
+         PTOParam p[] = {make_output_param(t), make_scalar_param(0)};
+         return pto2_rt_submit_block_task(rt, kFill, PTO2_WORKER_VECTOR, p, 2, 4);
+       }},
+      {"a cluster on a platform without clusters", kInvalidArgument, "this platform has no clusters",
+       [&](PTO2Runtime* rt) { return int64_t(pto2_rt_allocate_cluster(rt)); }},
       {"too many params", kInvalidArgument, "num_params 17",
        [&](PTO2Runtime* rt) {
          PTOParam p[17];

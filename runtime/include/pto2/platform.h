@@ -97,6 +97,10 @@ class Platform {
     (void)core;
     return -1;
   }
+  // Whether kernels learn their logical block (DispatchPayload::block_idx,
+  // a2a3sim: the kernel context). Without it the runtime refuses block tasks:
+  // every block would run the whole kernel.
+  virtual bool passes_block_index() const { return false; }
 
   // func_id_to_addr: the address a core needs to run kernel_id on a core of
   // `type`. False if the platform has no such kernel for that core type.

@@ -102,6 +102,7 @@ class A2A3SimPlatform : public Platform {
   WorkerType core_type(int core) const override { return cores_[core]->type; }
   int cluster_count() const override { return config_.block_dim; }
   int core_cluster(int core) const override { return cluster_of(core); }
+  bool passes_block_index() const override { return true; }
   void run_starting() override;
   void cluster_claimed(int cluster) override;
   bool resolve_kernel(int32_t kernel_id, WorkerType type, uint64_t* function_bin_addr) override;
