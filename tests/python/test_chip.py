@@ -109,3 +109,19 @@ def test_help_shows_docstrings():
     assert "kernel package" in pto.chip.run.__doc__ or "Loads the package" in pto.chip.run.__doc__
     assert "code name" in pto.chip.Runtime.run.__doc__
     assert pto.Error.__doc__
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+
+def test_the_fused_matmul_feeds_vector_cores_through_cluster_pipes(example):
+    # Function groups pinned to clusters, their cube kernels pushing rows of
+    # A @ B into the clusters' pipes and their vector kernels applying GELU.
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (256, 64)).astype(np.float32)
+    b = rng.uniform(-0.25, 0.25, (64, 64)).astype(np.float32)
+    r = pto.chip.run(example("fused_matmul"), inputs={"A": a, "B": b})
+    want = gelu(a.astype(np.float64) @ b.astype(np.float64))
+    np.testing.assert_allclose(r["C"], want, rtol=1e-4, atol=1e-5)
+    assert r.stats["tasks_completed"] == 64
