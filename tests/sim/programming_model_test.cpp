@@ -86,7 +86,9 @@ void k_pop(int64_t* args) {
   }
 }
 
-void k_sleep(int64_t*) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
+// Long enough that the orchestrator reaches its next allocation while the
+// task still runs, even on a loaded machine.
+void k_sleep(int64_t*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }
 
 struct Chip {
   std::unique_ptr<A2A3SimPlatform> chip;
