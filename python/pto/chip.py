@@ -48,7 +48,9 @@ class Runtime:
     ``Runtime(config, **runtime)``: ``config`` is the package's kernels.toml;
     the keywords are runtime options — ``block_dim``, ``aicpu_threads``,
     ``executor_threads``, ``scheduler_threads``, ``task_window``, ``heap``,
-    ``dep_pool``, ``stall_timeout_ms``, ``profile``. An unknown keyword is a
+    ``dep_pool``, ``stall_timeout_ms``, ``profile``, ``block_mode`` (``"batch"``
+    or ``"expand"``: how block_incore tasks run), ``pipe_bytes``,
+    ``pipe_timeout_ms`` (the clusters' pipes). An unknown keyword is a
     TypeError; a value the runtime refuses is a :class:`pto.Error`.
     """
 

@@ -45,9 +45,9 @@ std::string shape_text(const std::vector<uint64_t>& s) { return fmt::format("({}
 
 // The runtime options run() and Runtime() take as keywords; anything else is
 // a TypeError naming it (an option is never accepted and ignored).
-const std::set<std::string> kOptions = {"block_dim",         "aicpu_threads",    "executor_threads",
-                                        "scheduler_threads", "task_window",      "heap",
-                                        "dep_pool",          "stall_timeout_ms", "profile"};
+const std::set<std::string> kOptions = {"block_dim",  "aicpu_threads",    "executor_threads", "scheduler_threads",
+                                        "task_window", "heap",            "dep_pool",         "stall_timeout_ms",
+                                        "profile",     "block_mode",      "pipe_bytes",       "pipe_timeout_ms"};
 
 // The 64-bit value of a scalar argument from a Python number: a float for a
 // float32 / float64 scalar is bit-cast, as the config's `value` is.
@@ -111,6 +111,14 @@ class ChipRunner {
       if (key == "dep_pool") rc_.dep_pool_size = v.cast<uint64_t>();
       if (key == "stall_timeout_ms") rc_.stall_timeout_ms = v.cast<uint32_t>();
       if (key == "profile") sc.record_core_times = rc_.profiling = v.cast<bool>();
+      if (key == "pipe_bytes") sc.pipe_bytes = v.cast<uint64_t>();
+      if (key == "pipe_timeout_ms") sc.pipe_timeout_ms = v.cast<uint32_t>();
+      if (key == "block_mode") {
+        const std::string mode = v.cast<std::string>();
+        if (mode != "batch" && mode != "expand")
+          throw py::value_error(fmt::format("block_mode '{}': must be 'batch' or 'expand'", mode));
+        rc_.block_mode = mode == "batch" ? pto2::BlockMode::kBatch : pto2::BlockMode::kExpand;
+      }
     }
     if (pto::Status s = pto2::sim::load_package_chip(cfg_, sc, &chip_); !s.ok()) raise_error(s);
     rc_.scheduler_threads = scheduler_threads > 0 ? scheduler_threads : chip_.config.scheduler_threads();

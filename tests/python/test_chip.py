@@ -1,5 +1,6 @@
 """pto.chip: kernel packages on one simulated chip over numpy arrays.
 Goldens are computed here, in numpy."""
+import pathlib
 import sys
 
 import numpy as np
@@ -125,3 +126,41 @@ def test_the_fused_matmul_feeds_vector_cores_through_cluster_pipes(example):
     want = gelu(a.astype(np.float64) @ b.astype(np.float64))
     np.testing.assert_allclose(r["C"], want, rtol=1e-4, atol=1e-5)
     assert r.stats["tasks_completed"] == 64
+
+
+def test_spmd_stages_give_the_same_outputs_batched_and_expanded(example):
+    config = pathlib.Path(example("paged_attention")).with_name("kernels_spmd.toml")
+    rng = np.random.default_rng(11)
+    inputs = {
+        "query": rng.uniform(-1, 1, (1, 16, 16)).astype(np.float32),
+        "key_cache": rng.uniform(-1, 1, (3, 16, 16)).astype(np.float32),
+        "value_cache": rng.uniform(-1, 1, (3, 16, 16)).astype(np.float32),
+        "block_table": np.array([[2, 0, 1]], np.int32),
+        "context_lens": np.array([40], np.int32),
+    }
+    outs = {}
+    for mode in ("batch", "expand"):
+        r = pto.chip.run(str(config), inputs=inputs, block_mode=mode)
+        outs[mode] = (r["out"], r.stats["tasks_submitted"])
+    np.testing.assert_array_equal(outs["batch"][0], outs["expand"][0])
+    # Attention over the 40 positions the block table gathers.
+    k = np.concatenate([inputs["key_cache"][i] for i in (2, 0, 1)])[:40].astype(np.float64)
+    v = np.concatenate([inputs["value_cache"][i] for i in (2, 0, 1)])[:40].astype(np.float64)
+    s = inputs["query"][0].astype(np.float64) @ k.T / 4.0
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(outs["batch"][0][0], (p / p.sum(axis=1, keepdims=True)) @ v, rtol=1e-4, atol=1e-5)
+    assert outs["batch"][1] == 7 and outs["expand"][1] == 16  # 3 block tasks vs 3 x (3 blocks + a join)
+    with pytest.raises(ValueError, match="block_mode 'spmd'"):
+        pto.chip.run(str(config), inputs=inputs, block_mode="spmd")
+
+
+def test_a_pipe_too_small_for_a_push_fails_the_run_naming_it(example):
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (256, 64)).astype(np.float32)
+    b = rng.uniform(-0.25, 0.25, (64, 64)).astype(np.float32)
+    # One row (256 bytes) at a time through a 64-byte pipe cannot go.
+    with pytest.raises(pto.Error, match="holds 64 bytes"):
+        pto.chip.run(example("fused_matmul"), inputs={"A": a, "B": b}, pipe_bytes=64)
+    # Through a pipe of exactly one row, every push waits for the pop before it.
+    r = pto.chip.run(example("fused_matmul"), inputs={"A": a, "B": b}, pipe_bytes=256)
+    np.testing.assert_allclose(r["C"], gelu(a.astype(np.float64) @ b.astype(np.float64)), rtol=1e-4, atol=1e-5)
