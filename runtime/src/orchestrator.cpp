@@ -361,14 +361,19 @@ void Orchestrator::dedup_producers() {
   producers_.resize(kept);
 }
 
-void Orchestrator::add_producer(uint64_t consumer, uint64_t producer, int32_t* edges) {
-  if (s_.descriptor_of(producer).task_id != producer) return;  // retired, slot reused
+bool Orchestrator::take_fanout_ref(uint64_t producer) {
   TaskSlotState& pst = s_.slot_of(producer);
-  // Take a fanout reference unless the producer is already consumed.
   int32_t refs = pst.refs.load(std::memory_order_acquire);
   do {
-    if (refs == 0) return;
+    if (refs == 0) return false;
   } while (!pst.refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+  return true;
+}
+
+void Orchestrator::add_producer(uint64_t consumer, uint64_t producer, int32_t* edges) {
+  if (s_.descriptor_of(producer).task_id != producer) return;  // retired, slot reused
+  if (!take_fanout_ref(producer)) return;                      // consumed: nothing to wait for or keep
+  TaskSlotState& pst = s_.slot_of(producer);
 
   const uint32_t ring = task_ring(consumer);
   TaskSlotState& cst = s_.slot_of(consumer);
@@ -388,19 +393,11 @@ void Orchestrator::add_producer(uint64_t consumer, uint64_t producer, int32_t* e
 }
 
 void Orchestrator::add_lifetime_ref(uint64_t consumer, uint64_t producer) {
-  TaskSlotState& pst = s_.slot_of(producer);
-  int32_t refs = pst.refs.load(std::memory_order_acquire);
-  do {
-    if (refs == 0) return;  // already consumed: nothing of it is used any more
-  } while (!pst.refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+  if (!take_fanout_ref(producer)) return;  // already consumed: nothing of it is used any more
   TaskDescriptor& cd = s_.descriptor_of(consumer);
   cd.fanin_head = make_dep_link(task_ring(consumer), deps_[task_ring(consumer)].alloc(producer, cd.fanin_head));
 }
 
-// The submit path in one piece, its steps numbered as in docs/runtime.md §6.
-// It is the runtime's hottest code: split into member functions it executed
-// 6.7% more instructions per submit, callees included (callgrind,
-// pto2_runtime_bench --shape submit), so the function-size check is waived.
 int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* params, int32_t n,
                              const int64_t* extra_deps, int32_t num_extra_deps) {
   PTO2TaskSpec spec = pto2_task_spec(kernel_id, worker_type, params, n);
@@ -409,6 +406,10 @@ int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* p
   return submit_one(spec);
 }
 
+// The submit path in one piece, its steps numbered as in docs/runtime.md §6.
+// It is the runtime's hottest code: split into member functions it executed
+// 6.7% more instructions per submit, callees included (callgrind,
+// pto2_runtime_bench --shape submit), so the function-size check is waived.
 // NOLINTNEXTLINE(readability-function-size)
 int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
   int32_t kernel_id = spec.kernel_id;
@@ -505,11 +506,10 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
   }
 
   // Step 3: producers (TensorMap) and buffer owners (lifetime), no references
-  // yet. A later block of an expansion has its first block's producers.
-  producers_.clear();
-  if (sibling_) {
-    producers_ = block_producers_;
-  } else {
+  // yet. A later block of an expansion keeps the list its first block found
+  // (producers_ still holds it; the blocks are one logical task).
+  if (!sibling_) {
+    producers_.clear();
     for (int32_t i = 0; i < n; ++i) {
       const PTOParam& p = params[i];
       if (p.type == PTO_PARAM_SCALAR || (p.type == PTO_PARAM_OUTPUT && p.tensor->addr == 0)) continue;
@@ -533,7 +533,6 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
     producers_.push_back(dep);
   }
   dedup_producers();
-  if (spec.block_idx == 0 && !sibling_) block_producers_ = producers_;  // the first block of an expansion
 
   // Step 5: one packed heap allocation for every runtime-allocated output.
   HeapRing& heap = heaps_[ring];

@@ -94,6 +94,8 @@ class Orchestrator {
   bool ring_blocked_by_scope(uint32_t ring, uint64_t below) const;
   Status diagnose_task_ring(uint32_t ring);
   void publish_as_noop(uint32_t ring, uint64_t seq);
+  // Takes a fanout reference on producer unless it is already consumed.
+  bool take_fanout_ref(uint64_t producer);
   void add_producer(uint64_t consumer, uint64_t producer, int32_t* edges);
   // Keeps producer alive (not retired) until consumer completes, without
   // making consumer wait for it.
@@ -138,12 +140,12 @@ class Orchestrator {
   std::vector<std::vector<int32_t>> scope_clusters_;
   int32_t next_group_ = 0;
   // The expansion in progress: blocks after the first reuse its producers
-  // and keep it alive instead of waiting for it (they are one logical task).
+  // (producers_ as the first block left it) and keep it alive instead of
+  // waiting for it (they are one logical task).
   bool sibling_ = false;
   bool saw_pipe_ = false;  // the last validate_params met a PIPE_IN / PIPE_OUT parameter
   uint64_t first_block_ = 0;
   bool first_block_owns_ = false;
-  std::vector<uint64_t> block_producers_;
   std::vector<int64_t> block_ids_;
 };
 

@@ -129,26 +129,29 @@ void A2A3SimPlatform::cluster_claimed(int cluster) {
   pipes_->reset_cluster(cluster);
 }
 
-int32_t A2A3SimPlatform::pipe_push(void* impl, const Tensor* pipe, const void* src, uint64_t bytes) {
-  auto* link = static_cast<PipeLink*>(impl);
-  A2A3SimPlatform& chip = *link->chip;
-  const Core& c = *chip.cores_[link->core];
-  std::string why;
-  const int32_t rc = chip.pipes_->push({link->core, c.context.cluster_id, c.task.task_id, c.task.kernel_id}, pipe,
-                                       src, bytes, &why);
-  if (rc != kOk) chip.wakeup_.fault(rc, why);
-  return rc;
-}
-
-int32_t A2A3SimPlatform::pipe_pop(void* impl, const Tensor* pipe, void* dst, uint64_t bytes) {
+// A kernel's pipe call: the pipes decide, and a failure also fails the run.
+template <typename Op>
+int32_t A2A3SimPlatform::pipe_call(void* impl, Op&& op) {
   auto* link = static_cast<PipeLink*>(impl);
   A2A3SimPlatform& chip = *link->chip;
   const Core& c = *chip.cores_[link->core];
   std::string why;
   const int32_t rc =
-      chip.pipes_->pop({link->core, c.context.cluster_id, c.task.task_id, c.task.kernel_id}, pipe, dst, bytes, &why);
+      op(*chip.pipes_, ClusterPipes::Caller{link->core, c.context.cluster_id, c.task.task_id, c.task.kernel_id}, &why);
   if (rc != kOk) chip.wakeup_.fault(rc, why);
   return rc;
+}
+
+int32_t A2A3SimPlatform::pipe_push(void* impl, const Tensor* pipe, const void* src, uint64_t bytes) {
+  return pipe_call(impl, [&](ClusterPipes& pipes, const ClusterPipes::Caller& who, std::string* why) {
+    return pipes.push(who, pipe, src, bytes, why);
+  });
+}
+
+int32_t A2A3SimPlatform::pipe_pop(void* impl, const Tensor* pipe, void* dst, uint64_t bytes) {
+  return pipe_call(impl, [&](ClusterPipes& pipes, const ClusterPipes::Caller& who, std::string* why) {
+    return pipes.pop(who, pipe, dst, bytes, why);
+  });
 }
 
 int A2A3SimPlatform::cluster_of(int core) const {

@@ -69,12 +69,18 @@ ClusterPipes::Pipe* ClusterPipes::find(const Caller& who, const Tensor* pipe, ui
 }
 
 template <typename Ready>
-bool ClusterPipes::wait(Pipe& p, Ready&& ready) {
+bool ClusterPipes::wait(Pipe& p, Ready&& ready, bool* broke_it) {
   const uint64_t start = pto::now_ns();
-  return pto::spin_then_park(
-      p.ec, spin_ns_, kParkSliceNs, [&] { return p.broken.load(std::memory_order_acquire) || ready(); },
-      [&] { return pto::now_ns() - start < timeout_ns_; }) &&
-         !p.broken.load(std::memory_order_acquire);
+  if (pto::spin_then_park(
+          p.ec, spin_ns_, kParkSliceNs, [&] { return p.broken.load(std::memory_order_acquire) || ready(); },
+          [&] { return pto::now_ns() - start < timeout_ns_; }) &&
+      !p.broken.load(std::memory_order_acquire))
+    return true;
+  // Timed out, or the pipe broke earlier: it is broken now, and the peer,
+  // if it waits, hears so at once.
+  *broke_it = !p.broken.exchange(true, std::memory_order_acq_rel);
+  p.ec.notify();
+  return false;
 }
 
 int32_t ClusterPipes::push(const Caller& who, const Tensor* pipe, const void* src, uint64_t bytes,
@@ -82,9 +88,8 @@ int32_t ClusterPipes::push(const Caller& who, const Tensor* pipe, const void* sr
   Pipe* p = find(who, pipe, bytes, "push", diagnosis);
   if (p == nullptr) return pto::kInvalidArgument;
   const uint64_t pushed = p->pushed.load(std::memory_order_relaxed);
-  if (!wait(*p, [&] { return capacity_ - (pushed - p->popped.load(std::memory_order_acquire)) >= bytes; })) {
-    const bool first = !p->broken.exchange(true, std::memory_order_acq_rel);
-    p->ec.notify();
+  bool first = false;
+  if (!wait(*p, [&] { return capacity_ - (pushed - p->popped.load(std::memory_order_acquire)) >= bytes; }, &first)) {
     *diagnosis = fmt::format(
         "STALLED: task {} (kernel {}) on core {} waited {} ms to push {} bytes into pipe {} of cluster {}, which "
         "holds {} of {} bytes, and nobody popped. {}The consumer (a task of cluster {} with this pipe as PIPE_IN) "
@@ -108,9 +113,8 @@ int32_t ClusterPipes::pop(const Caller& who, const Tensor* pipe, void* dst, uint
   Pipe* p = find(who, pipe, bytes, "pop", diagnosis);
   if (p == nullptr) return pto::kInvalidArgument;
   const uint64_t popped = p->popped.load(std::memory_order_relaxed);
-  if (!wait(*p, [&] { return p->pushed.load(std::memory_order_acquire) - popped >= bytes; })) {
-    const bool first = !p->broken.exchange(true, std::memory_order_acq_rel);
-    p->ec.notify();
+  bool first = false;
+  if (!wait(*p, [&] { return p->pushed.load(std::memory_order_acquire) - popped >= bytes; }, &first)) {
     *diagnosis = fmt::format(
         "STALLED: task {} (kernel {}) on core {} waited {} ms to pop {} bytes from pipe {} of cluster {}, which "
         "holds {}, and nobody pushed. {}Its producer (a task of cluster {} with this pipe as PIPE_OUT) was never "

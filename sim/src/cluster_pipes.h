@@ -59,9 +59,11 @@ class ClusterPipes {
   };
   // The caller's pipe, or null with *diagnosis set.
   Pipe* find(const Caller& who, const Tensor* pipe, uint64_t bytes, const char* op, std::string* diagnosis);
-  // Waits until ready() or the timeout; false (pipe broken) on timeout.
+  // Waits until ready() or the timeout. On a timeout (or a pipe broken
+  // earlier) breaks the pipe and returns false; *broke_it says whether this
+  // call broke it.
   template <typename Ready>
-  bool wait(Pipe& p, Ready&& ready);
+  bool wait(Pipe& p, Ready&& ready, bool* broke_it);
 
   uint64_t capacity_;
   uint64_t timeout_ns_;

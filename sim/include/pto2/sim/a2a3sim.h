@@ -136,6 +136,8 @@ class A2A3SimPlatform : public Platform {
   // The AICore side: take the dispatched task, ACK, run, FIN.
   void run_core(int core);
   void executor_main();
+  template <typename Op>
+  static int32_t pipe_call(void* impl, Op&& op);
   static int32_t pipe_push(void* impl, const Tensor* pipe, const void* src, uint64_t bytes);
   static int32_t pipe_pop(void* impl, const Tensor* pipe, void* dst, uint64_t bytes);
 
