@@ -320,8 +320,11 @@ TEST_CASE("cancel - a queued job never starts - a running one stops its running 
   auto c = connect(d);
   REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
   auto running = c->submit(sleep_job("sleep", 20000));
-  auto queued = c->submit(sleep_job("sleep", 1));
   REQUIRE(running.ok());
+  // Started before the second is submitted: until the daemon takes it from the
+  // queue (late under load; seen with ASan) it is itself ahead of the second.
+  REQUIRE(eventually([&] { return c->result(running.value.job_id()).value.state() == v1::RUNNING; }));
+  auto queued = c->submit(sleep_job("sleep", 1));
   REQUIRE(queued.ok());
   CHECK(queued.value.queue_position() == 0);  // no job queued ahead of it; it waits for the running one
   CHECK(c->result(queued.value.job_id()).value.state() == v1::QUEUED);
