@@ -50,8 +50,12 @@ class Runtime:
     ``executor_threads``, ``scheduler_threads``, ``task_window``, ``heap``,
     ``dep_pool``, ``stall_timeout_ms``, ``profile``, ``block_mode`` (``"batch"``
     or ``"expand"``: how block_incore tasks run), ``pipe_bytes``,
-    ``pipe_timeout_ms`` (the clusters' pipes). An unknown keyword is a
-    TypeError; a value the runtime refuses is a :class:`pto.Error`.
+    ``pipe_timeout_ms`` (the clusters' pipes), ``capture_mode``
+    (``"replay"``, ``"off"`` or ``"verify"``: what captured regions do; a
+    Runtime's later runs replay what its first recorded, and the result's
+    stats count ``regions_recorded``, ``regions_replayed`` and
+    ``tasks_replayed``). An unknown keyword is a TypeError; a value the
+    runtime refuses is a :class:`pto.Error`.
     """
 
     def __init__(self, config: str, **runtime: Any) -> None:

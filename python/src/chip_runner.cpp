@@ -47,7 +47,8 @@ std::string shape_text(const std::vector<uint64_t>& s) { return fmt::format("({}
 // a TypeError naming it (an option is never accepted and ignored).
 const std::set<std::string> kOptions = {"block_dim",  "aicpu_threads",    "executor_threads", "scheduler_threads",
                                         "task_window", "heap",            "dep_pool",         "stall_timeout_ms",
-                                        "profile",     "block_mode",      "pipe_bytes",       "pipe_timeout_ms"};
+                                        "profile",     "block_mode",      "pipe_bytes",       "pipe_timeout_ms",
+                                        "capture_mode"};
 
 // The 64-bit value of a scalar argument from a Python number: a float for a
 // float32 / float64 scalar is bit-cast, as the config's `value` is.
@@ -118,6 +119,17 @@ class ChipRunner {
         if (mode != "batch" && mode != "expand")
           throw py::value_error(fmt::format("block_mode '{}': must be 'batch' or 'expand'", mode));
         rc_.block_mode = mode == "batch" ? pto2::BlockMode::kBatch : pto2::BlockMode::kExpand;
+      }
+      if (key == "capture_mode") {
+        const std::string mode = v.cast<std::string>();
+        if (mode == "replay")
+          rc_.capture_mode = pto2::CaptureMode::kReplay;
+        else if (mode == "off")
+          rc_.capture_mode = pto2::CaptureMode::kOff;
+        else if (mode == "verify")
+          rc_.capture_mode = pto2::CaptureMode::kVerify;
+        else
+          throw py::value_error(fmt::format("capture_mode '{}': must be 'replay', 'off' or 'verify'", mode));
       }
     }
     if (pto::Status s = pto2::sim::load_package_chip(cfg_, sc, &chip_); !s.ok()) raise_error(s);
@@ -245,6 +257,10 @@ py::tuple ChipRunner::run(const py::dict& inputs, const py::object& outputs) {
   stats["wall_ms"] = double(r.stats.wall_ns) / 1e6;
   stats["orchestration_ms"] = double(r.stats.orchestrator_ns) / 1e6;
   stats["blocked_waits"] = r.stats.blocked_waits;
+  stats["regions_recorded"] = r.stats.regions_recorded;
+  stats["regions_replayed"] = r.stats.regions_replayed;
+  stats["tasks_replayed"] = r.stats.tasks_replayed;
+  stats["capture_mismatches"] = r.stats.capture_mismatches;
   stats["block_dim"] = chip_.config.block_dim;
   stats["scheduler_threads"] = rc_.scheduler_threads;
   return py::make_tuple(result, stats);

@@ -62,6 +62,9 @@ Status RuntimeConfig::validate() const {
                            scheduler_threads));
   if (cleanup_interval < 1) return bad(fmt::format("cleanup_interval = {}: must be >= 1", cleanup_interval));
   if (blocked_warn_ms < 1) return bad(fmt::format("blocked_warn_ms = {}: must be >= 1", blocked_warn_ms));
+  if (capture_cache_tasks < 1 || capture_cache_tasks > (1ull << 32))
+    return bad(fmt::format("capture_cache_tasks (PTO2_CAPTURE_CACHE_TASKS) = {}: must be in 1..{}", capture_cache_tasks,
+                           1ull << 32));
   return Status::Ok();
 }
 
@@ -74,10 +77,14 @@ Status RuntimeConfig::apply_env() {
   uint64_t shards = static_cast<uint64_t>(ready_queue_shards);
   uint64_t threads = static_cast<uint64_t>(scheduler_threads);
   const Var vars[] = {
-      {"PTO2_RING_TASK_WINDOW", &task_window, nullptr},        {"PTO2_RING_HEAP", &heap_size, nullptr},
-      {"PTO2_RING_DEP_POOL", &dep_pool_size, nullptr},         {"PTO2_TENSORMAP_POOL", &tensormap_pool_size, nullptr},
-      {"PTO2_TENSORMAP_BUCKETS", &tensormap_buckets, nullptr}, {"PTO2_READY_QUEUE_SHARDS", &shards, nullptr},
+      {"PTO2_RING_TASK_WINDOW", &task_window, nullptr},
+      {"PTO2_RING_HEAP", &heap_size, nullptr},
+      {"PTO2_RING_DEP_POOL", &dep_pool_size, nullptr},
+      {"PTO2_TENSORMAP_POOL", &tensormap_pool_size, nullptr},
+      {"PTO2_TENSORMAP_BUCKETS", &tensormap_buckets, nullptr},
+      {"PTO2_READY_QUEUE_SHARDS", &shards, nullptr},
       {"PTO2_SCHEDULER_THREADS", &threads, nullptr},
+      {"PTO2_CAPTURE_CACHE_TASKS", &capture_cache_tasks, nullptr},
   };
   for (const Var& v : vars) {
     // Nothing in the runtime sets the environment, so reading it is safe.
@@ -105,6 +112,16 @@ Status RuntimeConfig::apply_env() {
       block_mode = BlockMode::kExpand;
     else
       return Status::Error(kInvalidConfig, fmt::format("PTO2_BLOCK_MODE='{}': must be batch or expand", m));
+  }
+  if (const char* m = std::getenv("PTO2_CAPTURE_MODE")) {  // NOLINT(concurrency-mt-unsafe): as above
+    if (std::string(m) == "replay")
+      capture_mode = CaptureMode::kReplay;
+    else if (std::string(m) == "off")
+      capture_mode = CaptureMode::kOff;
+    else if (std::string(m) == "verify")
+      capture_mode = CaptureMode::kVerify;
+    else
+      return Status::Error(kInvalidConfig, fmt::format("PTO2_CAPTURE_MODE='{}': must be replay, off or verify", m));
   }
   ready_queue_shards = static_cast<int32_t>(shards);
   scheduler_threads = static_cast<int32_t>(threads);

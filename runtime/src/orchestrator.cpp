@@ -31,12 +31,16 @@ void api_scope_begin(PTO2Runtime* rt) { self(rt)->scope_begin(); }
 void api_scope_end(PTO2Runtime* rt) { self(rt)->scope_end(); }
 void api_done(PTO2Runtime* rt) { self(rt)->orchestration_done(); }
 int32_t api_read(PTO2Runtime* rt, const Tensor* t, void* dst, uint64_t n) { return self(rt)->read_tensor(t, dst, n); }
+int32_t api_capture_begin(PTO2Runtime* rt, uint64_t key, Tensor* const* bindings, int32_t n) {
+  return self(rt)->capture_begin(key, bindings, n);
+}
+void api_capture_end(PTO2Runtime* rt, int32_t completed) { self(rt)->capture_end(completed != 0); }
 int32_t api_error(PTO2Runtime* rt) { return self(rt)->error().code; }
 const char* api_error_message(PTO2Runtime* rt) { return self(rt)->error().message.c_str(); }
 
-const PTO2RuntimeOps kOps = {api_submit,        api_scope_begin, api_scope_end,        api_done,
-                             api_read,          api_error,       api_error_message,    api_submit_spec,
-                             api_allocate_cluster, api_free_cluster};
+const PTO2RuntimeOps kOps = {
+    api_submit,        api_scope_begin, api_scope_end,        api_done,         api_read,          api_error,
+    api_error_message, api_submit_spec, api_allocate_cluster, api_free_cluster, api_capture_begin, api_capture_end};
 
 // The TensorMap's view of one end of a pipe: a one-byte tensor, the push end
 // at the pipe's address and the pop end 8 bytes on. Each end is written
@@ -81,6 +85,7 @@ Orchestrator::Orchestrator(RuntimeState& state) : s_(state) {
   heap_begin_ = reinterpret_cast<uint64_t>(s_.heap_base);
   heap_end_ = heap_begin_ + kMaxRings * s_.config.heap_size;
   scope_tasks_.reserve(s_.config.task_window * kMaxRings);
+  captures_.set_budget(s_.config.capture_cache_tasks);
   producers_.reserve(64);
 }
 
@@ -109,9 +114,12 @@ void Orchestrator::begin_run() {
   // The last run drained: every pinned task completed.
   for (int c = 0; c < s_.clusters; ++c) s_.cluster_outstanding[c].store(0, std::memory_order_relaxed);
   cluster_group_.assign(static_cast<size_t>(s_.clusters), -1);
-  tensor_map_->begin_run();   // the previous run drained: no task is alive
+  tensor_map_->begin_run();  // the previous run drained: no task is alive
   probe_.reset();
   probe_map_.reset();
+  in_capture_ = false;  // the last run may have failed inside a region
+  recording_.reset();
+  capture_stats_ = CaptureStats{};
 }
 
 void Orchestrator::end_run() {
@@ -125,6 +133,7 @@ void Orchestrator::end_run() {
 }
 
 void Orchestrator::scope_begin() {
+  if (recording_) recording_->scopes.push_back({static_cast<uint32_t>(recording_->tasks.size()), true});
   scope_begin_.push_back(scope_tasks_.size());
   scope_clusters_.emplace_back();
   if (probe_) probe_->scope_begin();
@@ -135,6 +144,13 @@ void Orchestrator::scope_end() {
     fail(kInvalidArgument, "pto2_rt_scope_end without a matching pto2_rt_scope_begin");
     return;
   }
+  if (in_capture_ && scope_begin_.size() == capture_depth_) {
+    fail(kInvalidArgument,
+         "pto2_rt_scope_end would end the captured region's own scope; begin and end scopes "
+         "inside a PTO2_CAPTURE region in pairs");
+    return;
+  }
+  if (recording_) recording_->scopes.push_back({static_cast<uint32_t>(recording_->tasks.size()), false});
   close_innermost_scope();
   if (probe_) probe_->scope_end();
 }
@@ -329,7 +345,7 @@ void Orchestrator::publish_as_noop(uint32_t ring, uint64_t seq) {
   ++noops_;
 }
 
-void Orchestrator::prefetch_next(uint32_t ring, uint64_t seq) {
+void Orchestrator::prefetch_next(uint32_t ring, uint64_t seq, bool tensor_map) {
   // A ring reuses a slot only after walking its whole window, so the lines
   // the next submit writes are cold. Start fetching them for writing now; the
   // orchestration's own code between two submits hides the latency.
@@ -339,7 +355,7 @@ void Orchestrator::prefetch_next(uint32_t ring, uint64_t seq) {
     __builtin_prefetch(d + off, 1, 3);
   __builtin_prefetch(&tr.slot_state(seq), 1, 3);
   deps_[ring].prefetch_next();
-  tensor_map_->prefetch_next(ring, seq);
+  if (tensor_map) tensor_map_->prefetch_next(ring, seq);
 }
 
 void Orchestrator::dedup_producers() {
@@ -370,21 +386,25 @@ bool Orchestrator::take_fanout_ref(uint64_t producer) {
   return true;
 }
 
-void Orchestrator::add_producer(uint64_t consumer, uint64_t producer, int32_t* edges) {
-  if (s_.descriptor_of(producer).task_id != producer) return;  // retired, slot reused
-  if (!take_fanout_ref(producer)) return;                      // consumed: nothing to wait for or keep
+void Orchestrator::add_producer(uint64_t consumer, uint64_t producer, int32_t* edges, ProducerRef ref) {
   TaskSlotState& pst = s_.slot_of(producer);
+  if (ref == ProducerRef::kHeld) {
+    pst.refs.fetch_add(1, std::memory_order_relaxed);  // an open scope holds it: it cannot be consumed meanwhile
+  } else if (ref == ProducerRef::kTake) {
+    if (s_.descriptor_of(producer).task_id != producer) return;  // retired, slot reused
+    if (!take_fanout_ref(producer)) return;                      // consumed: nothing to wait for or keep
+  }
 
   const uint32_t ring = task_ring(consumer);
-  TaskSlotState& cst = s_.slot_of(consumer);
   TaskDescriptor& cd = s_.descriptor_of(consumer);
-  // Fanout lock (docs/runtime.md §6): under the producer's lock, either it has completed (no edge),
-  // or the consumer goes on its fanout list and the completion will count it.
+  // Fanout lock (docs/runtime.md §6): under the producer's lock, either it
+  // has completed (no edge), or the consumer goes on its fanout list and the
+  // completion will count it. The consumer's fanin_pending already counts
+  // every producer it may link (link_bound), so nothing of it changes here.
   lock_fanout(pst);
   if (!pst.completed) {
     pst.fanout_head = make_dep_link(ring, deps_[ring].alloc(consumer, pst.fanout_head));
     ++pst.fanout_count;
-    cst.fanin_pending.fetch_add(1, std::memory_order_relaxed);
     ++*edges;
   }
   unlock_fanout(pst);
@@ -396,6 +416,126 @@ void Orchestrator::add_lifetime_ref(uint64_t consumer, uint64_t producer) {
   if (!take_fanout_ref(producer)) return;  // already consumed: nothing of it is used any more
   TaskDescriptor& cd = s_.descriptor_of(consumer);
   cd.fanin_head = make_dep_link(task_ring(consumer), deps_[task_ring(consumer)].alloc(producer, cd.fanin_head));
+}
+
+// --- the submit steps a replay shares (orchestrator_capture.cpp) ---
+
+bool Orchestrator::alloc_slot(uint32_t ring, uint64_t* seq) {
+  TaskRing& tr = s_.rings[ring];
+  if (tr.try_alloc(seq)) return true;
+  return wait_for([&] { return tr.try_alloc(seq); }, [&] { return diagnose_task_ring(ring); },
+                  [&] {
+                    const uint64_t active = tr.next_seq() - tr.last_alive();
+                    return fmt::format(
+                        "[TaskRing] BLOCKED (Flow Control): ring={} current={}, last_alive={}, "
+                        "active={}/{} ({:.1f}%)",
+                        ring, tr.next_seq(), tr.last_alive(), active, tr.window(),
+                        100.0 * double(active) / double(tr.window()));
+                  });
+}
+
+bool Orchestrator::alloc_outputs(uint32_t ring, uint64_t seq, uint64_t bytes, uint64_t* base) {
+  HeapRing& heap = heaps_[ring];
+  if (heap.try_alloc(bytes, base) == HeapRing::Alloc::kOk) return true;
+  if (bytes > heap.size()) {
+    publish_as_noop(ring, seq);
+    fail(kHeapRequestTooLarge, fmt::format("task needs {} bytes of packed outputs but heap ring {} has {} bytes in "
+                                           "all.",
+                                           bytes, ring, heap.size()));
+    return false;
+  }
+  TaskRing& tr = s_.rings[ring];
+  const bool ok =
+      wait_for([&] { return heap.try_alloc(bytes, base) == HeapRing::Alloc::kOk; },
+               [&]() -> Status {
+                 if (!ring_blocked_by_scope(ring, seq)) return Status::Ok();
+                 return Status::Error(
+                     kHeapRingDeadlock,
+                     fmt::format("FATAL: Heap ring {} deadlock: requesting {} bytes, used {} of {} (top={}, tail={}); "
+                                 "the oldest live task {} is held by an open scope, so nothing can be reclaimed.",
+                                 ring, bytes, heap.used(), heap.size(), heap.top(), heap.tail(),
+                                 make_task_id(ring, tr.last_alive())));
+               },
+               [&] {
+                 return fmt::format("[HeapRing] BLOCKED: ring={} requesting {} bytes, used={}/{}, top={}, tail={}",
+                                    ring, bytes, heap.used(), heap.size(), heap.top(), heap.tail());
+               });
+  if (!ok) publish_as_noop(ring, seq);
+  return ok;
+}
+
+bool Orchestrator::reserve_deps(uint32_t ring, uint64_t seq, uint64_t needed) {
+  DepPool& deps = deps_[ring];
+  if (deps.can_reserve(needed)) return true;
+  if (needed > deps.size()) {
+    publish_as_noop(ring, seq);
+    fail(kDepPoolDeadlock, fmt::format("task needs {} dependency-list entries (two per producer), but the pool of "
+                                       "ring {} has {}.",
+                                       needed, ring, deps.size()));
+    return false;
+  }
+  const bool ok = wait_for([&] { return deps.can_reserve(needed); },
+                           [&]() -> Status {
+                             if (!ring_blocked_by_scope(ring, seq)) return Status::Ok();
+                             return Status::Error(
+                                 kDepPoolDeadlock,
+                                 fmt::format("FATAL: Dependency list pool of ring {} deadlock: task needs {} entries, "
+                                             "{} of {} in use by tasks that cannot retire while their scope is open.",
+                                             ring, needed, deps.used(), deps.size()));
+                           },
+                           [&] {
+                             return fmt::format("[DepPool] BLOCKED: ring={} requesting {} entries, used={}/{}", ring,
+                                                needed, deps.used(), deps.size());
+                           });
+  if (!ok) publish_as_noop(ring, seq);
+  return ok;
+}
+
+void Orchestrator::link_bound(uint32_t ring, uint64_t seq, int32_t max_edges) {
+  // The slot is on no fanout list yet, so no completion can race this store.
+  s_.rings[ring].slot_state(seq).fanin_pending.store(1 + max_edges, std::memory_order_relaxed);
+}
+
+void Orchestrator::finish_task(uint32_t ring, uint64_t seq, int32_t edges, int32_t max_edges, int32_t cluster_id) {
+  TaskRing& tr = s_.rings[ring];
+  TaskSlotState& st = tr.slot_state(seq);
+  TaskDescriptor& d = tr.descriptor(seq);
+  const uint64_t id = make_task_id(ring, seq);
+  scope_tasks_.push_back(id);
+  if (cluster_id >= 0) s_.cluster_outstanding[cluster_id].fetch_add(1, std::memory_order_acq_rel);
+  scope_held_[ring][tr.slot(seq)] = 1;
+
+  // Step 7: a task with no pending producer is found by the schedulers'
+  // incremental scan; one whose producers all finished while it was being
+  // submitted goes to the orchestrator ready queue.
+  // Only a task that is ready wakes a parked scheduler: one still waiting
+  // for a producer is made ready by whoever completes that producer, so a
+  // chain submitted back to back costs no wake-ups (docs/runtime.md §6).
+  d.fanin_count = edges;
+  if (s_.config.profiling) d.submit_ns = now_ns();
+  bool ready = edges == 0;
+  if (ready) {
+    st.scan_id.store(id | TaskSlotState::kRootBit, std::memory_order_release);
+  } else {
+    st.scan_id.store(id, std::memory_order_release);
+    // One subtraction takes away the submit's own count and the bound's
+    // producers that did not become edges.
+    const int32_t surplus = 1 + max_edges - edges;
+    if (st.fanin_pending.fetch_sub(surplus, std::memory_order_acq_rel) == surplus) {
+      st.state.store(kSlotReady, std::memory_order_relaxed);
+      if (s_.config.profiling) st.ready_ns = d.submit_ns;
+      // The queue holds every task that can be in flight (runtime_state.cpp),
+      // so this push succeeds at once; the loop only covers a slot whose
+      // previous occupant a consumer is still reading.
+      while (!s_.orch_ready->try_push(id)) cpu_relax();
+      ready = true;
+    }
+  }
+
+  // Step 8: publish.
+  tr.publish(seq);
+  if (ready) s_.notify_work();
+  ++submitted_;
 }
 
 int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* params, int32_t n,
@@ -429,6 +569,9 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
   const bool placed = spec.cluster_id != -1 || spec.block_dim != 1 || spec.block_idx != -1;
   if (!validate_params(worker_type, params, n) || ((placed || saw_pipe_) && !validate_placement(spec)))
     return submit_failed(params, n, extra_deps, num_extra_deps);
+  if (in_capture_ && (spec.cluster_id >= 0 || saw_pipe_) &&
+      !refuse_in_capture(saw_pipe_ ? "a task on a cluster pipe" : "a task pinned to a cluster"))
+    return submit_failed(params, n, extra_deps, num_extra_deps);
   if (num_extra_deps < 0 || (num_extra_deps > 0 && extra_deps == nullptr)) {
     fail(kInvalidArgument, fmt::format("num_deps {} with deps {}", num_extra_deps, extra_deps ? "set" : "null"));
     return submit_failed(params, n, extra_deps, num_extra_deps);
@@ -448,29 +591,12 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
 
   // Step 1: task slot.
   uint64_t seq = 0;
-  if (!wait_for([&] { return tr.try_alloc(&seq); }, [&] { return diagnose_task_ring(ring); },
-                [&] {
-                  const uint64_t active = tr.next_seq() - tr.last_alive();
-                  return fmt::format(
-                      "[TaskRing] BLOCKED (Flow Control): ring={} current={}, last_alive={}, "
-                      "active={}/{} ({:.1f}%)",
-                      ring, tr.next_seq(), tr.last_alive(), active, tr.window(),
-                      100.0 * double(active) / double(tr.window()));
-                }))
-    return submit_failed(params, n, extra_deps, num_extra_deps);
+  if (!alloc_slot(ring, &seq)) return submit_failed(params, n, extra_deps, num_extra_deps);
   const uint64_t id = make_task_id(ring, seq);
 
   // Step 1b: reset the recycled slot.
   TaskSlotState& st = tr.slot_state(seq);
-  st.state.store(kSlotInitial, std::memory_order_relaxed);
-  st.fanin_pending.store(1, std::memory_order_relaxed);  // submit in progress
-  st.refs.store(2, std::memory_order_relaxed);           // owning scope + own completion
-  st.fanout_head = 0;
-  st.fanout_count = 0;
-  st.completed = false;
-  st.scan_id.store(TaskSlotState::kNoScanId, std::memory_order_relaxed);
-  st.next_block = 0;
-  st.blocks_left.store(static_cast<uint32_t>(spec.block_dim), std::memory_order_relaxed);
+  reset_slot(st, static_cast<uint32_t>(spec.block_dim));
   tensor_map_->before_slot_reuse(ring, seq);
 
   // Step 2: descriptor.
@@ -538,32 +664,7 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
   HeapRing& heap = heaps_[ring];
   if (out_bytes > 0) {
     uint64_t base = 0;
-    if (out_bytes > heap.size()) {
-      publish_as_noop(ring, seq);
-      fail(kHeapRequestTooLarge, fmt::format("task needs {} bytes of packed outputs but heap ring {} has {} bytes in "
-                                             "all.",
-                                             out_bytes, ring, heap.size()));
-      return submit_failed(params, n, extra_deps, num_extra_deps);
-    }
-    const bool ok = wait_for(
-        [&] { return heap.try_alloc(out_bytes, &base) == HeapRing::Alloc::kOk; },
-        [&]() -> Status {
-          if (!ring_blocked_by_scope(ring, seq)) return Status::Ok();
-          return Status::Error(
-              kHeapRingDeadlock,
-              fmt::format("FATAL: Heap ring {} deadlock: requesting {} bytes, used {} of {} (top={}, tail={}); "
-                          "the oldest live task {} is held by an open scope, so nothing can be reclaimed.",
-                          ring, out_bytes, heap.used(), heap.size(), heap.top(), heap.tail(),
-                          make_task_id(ring, tr.last_alive())));
-        },
-        [&] {
-          return fmt::format("[HeapRing] BLOCKED: ring={} requesting {} bytes, used={}/{}, top={}, tail={}", ring,
-                             out_bytes, heap.used(), heap.size(), heap.top(), heap.tail());
-        });
-    if (!ok) {
-      publish_as_noop(ring, seq);
-      return submit_failed(params, n, extra_deps, num_extra_deps);
-    }
+    if (!alloc_outputs(ring, seq, out_bytes, &base)) return submit_failed(params, n, extra_deps, num_extra_deps);
     d.packed_buffer_base = base;
     d.packed_buffer_end = base + out_bytes;
     uint64_t off = 0;
@@ -590,29 +691,7 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
   // Reserve what linking and inserting will use.
   DepPool& deps = deps_[ring];
   const uint64_t dep_needed = 2 * producers_.size() + (sibling_ && first_block_owns_ ? 1 : 0);
-  if (dep_needed > deps.size()) {
-    publish_as_noop(ring, seq);
-    fail(kDepPoolDeadlock, fmt::format("task has {} producers and needs {} dependency-list entries, but the pool of "
-                                       "ring {} has {}.",
-                                       producers_.size(), dep_needed, ring, deps.size()));
-    return submit_failed(params, n, extra_deps, num_extra_deps);
-  }
-  if (!wait_for([&] { return deps.can_reserve(dep_needed); },
-                [&]() -> Status {
-                  if (!ring_blocked_by_scope(ring, seq)) return Status::Ok();
-                  return Status::Error(
-                      kDepPoolDeadlock,
-                      fmt::format("FATAL: Dependency list pool of ring {} deadlock: task needs {} entries, {} of "
-                                  "{} in use by tasks that cannot retire while their scope is open.",
-                                  ring, dep_needed, deps.used(), deps.size()));
-                },
-                [&] {
-                  return fmt::format("[DepPool] BLOCKED: ring={} requesting {} entries, used={}/{}", ring, dep_needed,
-                                     deps.used(), deps.size());
-                })) {
-    publish_as_noop(ring, seq);
-    return submit_failed(params, n, extra_deps, num_extra_deps);
-  }
+  if (!reserve_deps(ring, seq, dep_needed)) return submit_failed(params, n, extra_deps, num_extra_deps);
   uint64_t tm_needed = 0;
   for (int32_t i = 0; i < n; ++i) tm_needed += params[i].type != PTO_PARAM_SCALAR;
   if (!wait_for([&] { return tensor_map_->reserve(tm_needed); },
@@ -642,6 +721,7 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
 
   // Step 4: dependencies.
   int32_t edges = 0;
+  link_bound(ring, seq, static_cast<int32_t>(producers_.size()));
   for (uint64_t p : producers_) add_producer(id, p, &edges);
   if (sibling_ && first_block_owns_) add_lifetime_ref(id, first_block_);
   d.dep_end_pos = deps.top();
@@ -658,39 +738,15 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
     tensor_map_->insert(d.tensors[i], id, p.type == PTO_PARAM_INPUT ? TensorMap::kReader : TensorMap::kWriter);
   }
 
-  scope_tasks_.push_back(id);
-  if (spec.cluster_id >= 0) s_.cluster_outstanding[spec.cluster_id].fetch_add(1, std::memory_order_acq_rel);
-  scope_held_[ring][tr.slot(seq)] = 1;
-
-  // Step 7: a task with no pending producer is found by the schedulers'
-  // incremental scan; one whose producers all finished while it was being
-  // submitted goes to the orchestrator ready queue.
-  d.fanin_count = edges;
-  if (s_.config.profiling) d.submit_ns = now_ns();
-  if (edges == 0) {
-    st.scan_id.store(id | TaskSlotState::kRootBit, std::memory_order_release);
-  } else {
-    st.scan_id.store(id, std::memory_order_release);
-    if (st.fanin_pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      st.state.store(kSlotReady, std::memory_order_relaxed);
-      if (s_.config.profiling) st.ready_ns = d.submit_ns;
-      // The queue holds every task that can be in flight (runtime_state.cpp),
-      // so this push succeeds at once; the loop only covers a slot whose
-      // previous occupant a consumer is still reading.
-      while (!s_.orch_ready->try_push(id)) cpu_relax();
-    }
-  }
-
-  // Step 8: publish.
-  tr.publish(seq);
-  s_.notify_work();
-  ++submitted_;
-  prefetch_next(ring, seq + 1);
+  if (recording_) record_task(spec, id);
+  finish_task(ring, seq, edges, static_cast<int32_t>(producers_.size()), spec.cluster_id);
+  prefetch_next(ring, seq + 2);
   return static_cast<int64_t>(id);
 }
 
 int32_t Orchestrator::read_tensor(const Tensor* t, void* dst, uint64_t dst_bytes) {
   if (!error_.ok()) return error_.code;
+  if (!refuse_in_capture("pto2_rt_read_tensor")) return error_.code;
   if (t == nullptr || dst == nullptr) {
     fail(kInvalidArgument, "pto2_rt_read_tensor: tensor or destination is null");
     return error_.code;

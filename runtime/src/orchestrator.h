@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "capture.h"
 #include "heap_ring.h"
 #include "pto2/errors.h"
 #include "pto2/orchestration_api.h"
@@ -55,6 +56,12 @@ class Orchestrator {
   void scope_end();
   void orchestration_done();
   int32_t read_tensor(const Tensor* t, void* dst, uint64_t dst_bytes);
+  // Captured regions (docs/runtime.md §16, orchestrator_capture.cpp): 1 when
+  // the caller must run the region's code (recording, or capture off), 0
+  // when the region was replayed (or the run has failed) and its code is skipped.
+  int32_t capture_begin(uint64_t key, Tensor* const* bindings, int32_t num_bindings);
+  // completed = false: the code left the region early; its recording is dropped.
+  void capture_end(bool completed);
 
   // Sticky error of the current run.
   const Status& error() const { return error_; }
@@ -64,6 +71,7 @@ class Orchestrator {
   // Slots of failed submits, published as no-ops: they complete, but are not tasks of the run.
   uint64_t noop_slots() const { return noops_; }
   uint64_t blocked_waits() const { return blocked_waits_; }
+  const CaptureStats& capture_stats() const { return capture_stats_; }
   int scope_depth() const { return static_cast<int>(scope_begin_.size()) - 1; }
 
   PTO2Runtime* api() { return &api_; }
@@ -96,12 +104,53 @@ class Orchestrator {
   void publish_as_noop(uint32_t ring, uint64_t seq);
   // Takes a fanout reference on producer unless it is already consumed.
   bool take_fanout_ref(uint64_t producer);
-  void add_producer(uint64_t consumer, uint64_t producer, int32_t* edges);
+  // How the consumer's reference on its producer is taken: kTake unless the
+  // producer is already consumed; kHeld, an open scope holds the producer so
+  // it cannot be consumed meanwhile; kCounted, the producer's refs already
+  // count this consumer (a replay sets them when it fills the producer's slot).
+  enum class ProducerRef : uint8_t { kTake, kHeld, kCounted };
+  // Call link_bound first.
+  void add_producer(uint64_t consumer, uint64_t producer, int32_t* edges, ProducerRef ref = ProducerRef::kTake);
+  // Before linking at most max_edges producers to the task at (ring, seq).
+  void link_bound(uint32_t ring, uint64_t seq, int32_t max_edges);
   // Keeps producer alive (not retired) until consumer completes, without
   // making consumer wait for it.
   void add_lifetime_ref(uint64_t consumer, uint64_t producer);
   void dedup_producers();
-  void prefetch_next(uint32_t ring, uint64_t seq);
+  // tensor_map: also the TensorMap entries the next submit inserts (a replay inserts none).
+  void prefetch_next(uint32_t ring, uint64_t seq, bool tensor_map = true);
+
+  // Submit steps shared by submit_one and a replay. Each failing helper has
+  // published the slot as a no-op and failed the run.
+  bool alloc_slot(uint32_t ring, uint64_t* seq);
+  void reset_slot(TaskSlotState& st, uint32_t blocks) {
+    st.state.store(kSlotInitial, std::memory_order_relaxed);
+    st.fanin_pending.store(1, std::memory_order_relaxed);  // submit in progress
+    st.refs.store(2, std::memory_order_relaxed);           // owning scope + own completion
+    st.fanout_head = 0;
+    st.fanout_count = 0;
+    st.completed = false;
+    st.scan_id.store(TaskSlotState::kNoScanId, std::memory_order_relaxed);
+    st.next_block = 0;
+    st.blocks_left.store(blocks, std::memory_order_relaxed);
+  }
+  bool alloc_outputs(uint32_t ring, uint64_t seq, uint64_t bytes, uint64_t* base);
+  bool reserve_deps(uint32_t ring, uint64_t seq, uint64_t needed);
+  // Scope registration, step 7 (fanin: edges of the link_bound's max_edges
+  // became edges) and step 8 (publish).
+  void finish_task(uint32_t ring, uint64_t seq, int32_t edges, int32_t max_edges, int32_t cluster_id);
+
+  // Capture (orchestrator_capture.cpp).
+  // Fails the run when a captured region is open: what cannot be replayed.
+  bool refuse_in_capture(const char* what);
+  void record_task(const PTO2TaskSpec& spec, uint64_t id);
+  bool replay(CapturedRegion& region, Tensor* const* bindings);
+  bool replay_task(const CapturedRegion& region, uint32_t index, const uint64_t* function_addr);
+  // After task `failed` of a replay could not be published: drops the
+  // references its producers hold for consumers that will now never be linked.
+  void release_unlinked(const CapturedRegion& region, uint32_t failed);
+  // The whole-buffer views of the bindings a replay's entry and exit tasks name.
+  int32_t binding_params(const CapturedRegion& region, Tensor* const* bindings, Tensor* views, PTOParam* params);
 
   // After a failure: sizing failures start measuring the rest of the run
   // (SizingProbe); every later submit is measured instead of run.
@@ -147,6 +196,19 @@ class Orchestrator {
   uint64_t first_block_ = 0;
   bool first_block_owns_ = false;
   std::vector<int64_t> block_ids_;
+
+  // Captured regions (docs/runtime.md §16): the recorded graphs by key, the
+  // one being recorded, and the open region's state.
+  CaptureCache captures_;
+  std::unique_ptr<CapturedRegion> recording_;
+  bool in_capture_ = false;
+  size_t capture_depth_ = 0;           // scope depth the open region's scope sits at
+  std::vector<uint64_t> replay_ids_;   // per task of the region being replayed: its id and
+  std::vector<uint64_t> replay_base_;  // its packed output buffer
+  int64_t replay_entry_ = -1;          // the replay's entry task (-1: the region has no bindings)
+  uint64_t bind_addr_[PTO2_MAX_PARAMS] = {};
+  uint64_t bind_owner_[PTO2_MAX_PARAMS] = {};
+  CaptureStats capture_stats_;
 };
 
 }  // namespace pto2

@@ -33,6 +33,7 @@ Status Orchestrator::diagnose_clusters() const {
 
 int32_t Orchestrator::allocate_cluster() {
   if (!error_.ok()) return -error_.code;
+  if (!refuse_in_capture("pto2_rt_allocate_cluster")) return -error_.code;
   if (s_.clusters == 0) {
     fail(kInvalidArgument, "pto2_rt_allocate_cluster: this platform has no clusters");
     return -error_.code;
@@ -154,8 +155,11 @@ bool Orchestrator::validate_placement(const PTO2TaskSpec& s) {
 }
 
 int64_t Orchestrator::submit(const PTO2TaskSpec& spec) {
-  if (spec.block_dim > 1 && s_.config.block_mode == BlockMode::kExpand && error_.ok() && !done_)
+  if (spec.block_dim > 1 && s_.config.block_mode == BlockMode::kExpand && error_.ok() && !done_) {
+    if (!refuse_in_capture("a block_incore task expanded into blocks (PTO2_BLOCK_MODE=expand)"))
+      return submit_failed(spec.params, spec.num_params, spec.deps, spec.num_deps);
     return submit_expanded(spec);
+  }
   return submit_one(spec);
 }
 

@@ -100,6 +100,11 @@ RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
   result.stats.orchestrator_ns = t1 - t0;
   result.stats.wall_ns = now_ns() - t0;
   result.stats.blocked_waits = orchestrator_.blocked_waits();
+  const CaptureStats& cs = orchestrator_.capture_stats();
+  result.stats.regions_recorded = cs.regions_recorded;
+  result.stats.regions_replayed = cs.regions_replayed;
+  result.stats.tasks_replayed = cs.tasks_replayed;
+  result.stats.capture_mismatches = cs.mismatches;
   return result;
 }
 

@@ -14,6 +14,19 @@ def vector_golden(a, b):
     return (s + 1) * (s + 2)
 
 
+def paged_attention_inputs(seed, block_table):
+    """The paged attention examples' inputs: one query of 16 heads x 16, a
+    three-block cache, 40 valid positions."""
+    rng = np.random.default_rng(seed)
+    return {
+        "query": rng.uniform(-1, 1, (1, 16, 16)).astype(np.float32),
+        "key_cache": rng.uniform(-1, 1, (3, 16, 16)).astype(np.float32),
+        "value_cache": rng.uniform(-1, 1, (3, 16, 16)).astype(np.float32),
+        "block_table": np.array([block_table], np.int32),
+        "context_lens": np.array([40], np.int32),
+    }
+
+
 def test_the_interpreter_is_debians():
     assert sys.executable == "/usr/bin/python3"
 
@@ -130,14 +143,7 @@ def test_the_fused_matmul_feeds_vector_cores_through_cluster_pipes(example):
 
 def test_spmd_stages_give_the_same_outputs_batched_and_expanded(example):
     config = pathlib.Path(example("paged_attention")).with_name("kernels_spmd.toml")
-    rng = np.random.default_rng(11)
-    inputs = {
-        "query": rng.uniform(-1, 1, (1, 16, 16)).astype(np.float32),
-        "key_cache": rng.uniform(-1, 1, (3, 16, 16)).astype(np.float32),
-        "value_cache": rng.uniform(-1, 1, (3, 16, 16)).astype(np.float32),
-        "block_table": np.array([[2, 0, 1]], np.int32),
-        "context_lens": np.array([40], np.int32),
-    }
+    inputs = paged_attention_inputs(11, [2, 0, 1])
     outs = {}
     for mode in ("batch", "expand"):
         r = pto.chip.run(str(config), inputs=inputs, block_mode=mode)
@@ -164,3 +170,28 @@ def test_a_pipe_too_small_for_a_push_fails_the_run_naming_it(example):
     # Through a pipe of exactly one row, every push waits for the pop before it.
     r = pto.chip.run(example("fused_matmul"), inputs={"A": a, "B": b}, pipe_bytes=256)
     np.testing.assert_allclose(r["C"], gelu(a.astype(np.float64) @ b.astype(np.float64)), rtol=1e-4, atol=1e-5)
+
+
+def test_a_runtime_replays_paged_attention_bit_identical_on_new_arrays(example):
+    """The paged attention example is a captured region: the first run of a
+    Runtime records it, later runs replay it over other arrays (other
+    addresses) and write the same bytes as a Runtime with capture off; a
+    new block table is another graph, recorded anew."""
+    inputs = paged_attention_inputs(3, [0, 1, 2])
+    plain = pto.chip.Runtime(example("paged_attention"), capture_mode="off")
+    rt = pto.chip.Runtime(example("paged_attention"))
+    want = plain.run(inputs)
+    assert want.stats["regions_recorded"] == want.stats["regions_replayed"] == 0
+    for i in range(3):
+        fresh = {k: v.copy() for k, v in inputs.items()}  # other addresses every run
+        got = rt.run(fresh)
+        assert got.stats["regions_recorded"] == (1 if i == 0 else 0)
+        assert got.stats["regions_replayed"] == (0 if i == 0 else 1)
+        assert got.stats["tasks_replayed"] == (0 if i == 0 else got.stats["tasks_submitted"] - 2)
+        assert got["out"].tobytes() == want["out"].tobytes()
+    other = dict(inputs, block_table=np.array([[2, 0, 1]], np.int32))
+    got = rt.run(other)
+    assert got.stats["regions_recorded"] == 1
+    assert got["out"].tobytes() == plain.run(other)["out"].tobytes()
+    with pytest.raises(ValueError, match="capture_mode 'sometimes'"):
+        pto.chip.Runtime(example("paged_attention"), capture_mode="sometimes")

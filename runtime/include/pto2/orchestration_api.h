@@ -205,6 +205,9 @@ struct PTO2RuntimeOps {
   int64_t (*submit)(PTO2Runtime* rt, const struct PTO2TaskSpec* spec);
   int32_t (*allocate_cluster)(PTO2Runtime* rt);
   void (*free_cluster)(PTO2Runtime* rt, int32_t cluster_id);
+  // Added for captured regions (docs/runtime.md §16).
+  int32_t (*capture_begin)(PTO2Runtime* rt, uint64_t key, Tensor* const* bindings, int32_t num_bindings);
+  void (*capture_end)(PTO2Runtime* rt, int32_t completed);
 };
 
 // Everything one submit can say (docs/runtime.md §15). pto2_task_spec() fills
@@ -314,6 +317,33 @@ static inline void pto2_rt_orchestration_done(PTO2Runtime* rt) { rt->ops->orches
 static inline int32_t pto2_rt_read_tensor(PTO2Runtime* rt, const Tensor* t, void* dst, uint64_t dst_bytes) {
   return rt->ops->read_tensor(rt, t, dst, dst_bytes);
 }
+// --- captured regions (docs/runtime.md §16) ---
+// The task graph a region submits — kernels, parameters, scalars, edges,
+// scopes, output allocations — is recorded on its first execution under key
+// and replayed on later ones (in this run or later runs of the Runtime)
+// without running the region's code: no TensorMap work, no validation, only
+// the rings, the descriptors with addresses rebound and the recorded edges.
+//  * bindings: the region's view of the world. Every buffer the region's
+//    tasks name that the region does not allocate itself must be (a view of)
+//    one of them; a replay rebinds their addresses. Their dtypes and shapes
+//    are checked: a replay with other shapes records the region again.
+//  * key: everything else the region's code reads that shapes its graph or
+//    its scalars (sizes, loop counts, a block table) must be in the key.
+//    PTO2_CAPTURE_MODE=verify runs the code every time and warns where a
+//    recording would have replayed something else.
+//  * The region is a scope. It may not read tensors, allocate clusters, pin
+//    tasks, use pipes or expand block tasks, nor name tasks outside it.
+// Returns 1 when the caller must run the region's code and then call
+// pto2_rt_capture_end, 0 when the region was replayed (or the run has failed).
+static inline int32_t pto2_rt_capture_begin(PTO2Runtime* rt, uint64_t key, Tensor* const* bindings,
+                                            int32_t num_bindings) {
+  return rt->ops->capture_begin(rt, key, bindings, num_bindings);
+}
+// Ends the region; its recording is kept for replays.
+static inline void pto2_rt_capture_end(PTO2Runtime* rt) { rt->ops->capture_end(rt, 1); }
+// Ends a region whose code did not run to its end (a return or break out of
+// it): the region's scope closes and the partial recording is dropped.
+static inline void pto2_rt_capture_abandon(PTO2Runtime* rt) { rt->ops->capture_end(rt, 0); }
 static inline int32_t pto2_rt_error(PTO2Runtime* rt) { return rt->ops->error_code(rt); }
 static inline const char* pto2_rt_error_message(PTO2Runtime* rt) { return rt->ops->error_message(rt); }
 // Kept for source compatibility with the reference design; the tensor pool needs no setup.
@@ -332,6 +362,25 @@ struct PTO2ScopeGuard {
 };
 #define PTO2_SCOPE(rt) \
   for (PTO2ScopeGuard pto2_scope_guard_((rt)); pto2_scope_guard_.once; pto2_scope_guard_.once = false)
+
+// PTO2_CAPTURE(rt, key, bindings, n) { ... }: the block runs only when the
+// region is being recorded (see pto2_rt_capture_begin). Leaving the block
+// early (return, break) abandons the recording: `once` is still set then.
+struct PTO2CaptureGuard {
+  PTO2Runtime* rt;
+  bool recording;
+  bool once;
+  PTO2CaptureGuard(PTO2Runtime* r, uint64_t key, Tensor* const* bindings, int32_t n)
+      : rt(r), recording(pto2_rt_capture_begin(r, key, bindings, n) == 1), once(recording) {}
+  ~PTO2CaptureGuard() {
+    if (recording) rt->ops->capture_end(rt, once ? 0 : 1);
+  }
+  PTO2CaptureGuard(const PTO2CaptureGuard&) = delete;
+  PTO2CaptureGuard& operator=(const PTO2CaptureGuard&) = delete;
+};
+#define PTO2_CAPTURE(rt, key, bindings, num_bindings)                                                           \
+  for (PTO2CaptureGuard pto2_capture_guard_((rt), (key), (bindings), (num_bindings)); pto2_capture_guard_.once; \
+       pto2_capture_guard_.once = false)
 #endif
 
 // What an orchestration library exports (docs/runtime.md §11).

@@ -32,6 +32,13 @@ struct RunStats {
   uint64_t orchestrator_ns = 0;  // wall time inside the orchestration function
   uint64_t wall_ns = 0;          // whole run
   uint64_t blocked_waits = 0;    // times the orchestrator waited on a full ring/pool
+  // Captured regions (docs/runtime.md §16): recorded, replayed, the tasks the
+  // replays published (their entry and exit tasks not counted), and regions
+  // whose recording no longer matched (recorded again; in verify mode, found different).
+  uint64_t regions_recorded = 0;
+  uint64_t regions_replayed = 0;
+  uint64_t tasks_replayed = 0;
+  uint64_t capture_mismatches = 0;
 };
 
 // One task's life, when RuntimeConfig::profiling is on. Times are
@@ -40,16 +47,16 @@ struct RunStats {
 struct TaskRecord {
   uint64_t task_id = 0;
   int32_t kernel_id = 0;
-  int32_t core = -1;        // platform core id, -1 for dependency-only tasks
-  int32_t cluster = -1;     // cluster of that core (-1: none, or a platform without clusters)
+  int32_t core = -1;            // platform core id, -1 for dependency-only tasks
+  int32_t cluster = -1;         // cluster of that core (-1: none, or a platform without clusters)
   int32_t pinned_cluster = -1;  // the cluster the task was pinned to (-1: unpinned)
   int32_t group = -1;           // its function group (-1: none)
   int32_t block_idx = 0;        // the logical block this record is of
   int32_t block_num = 1;        // the task's logical blocks (one record per block)
-  int32_t scheduler = 0;    // scheduler thread that dispatched and completed it
-  int32_t worker_type = 0;  // PTO2_WORKER_CUBE / VECTOR, 2 = dependency-only
-  uint64_t submit_ns = 0;   // orchestrator published it
-  uint64_t ready_ns = 0;    // its last producer completed (or it was found ready)
+  int32_t scheduler = 0;        // scheduler thread that dispatched and completed it
+  int32_t worker_type = 0;      // PTO2_WORKER_CUBE / VECTOR, 2 = dependency-only
+  uint64_t submit_ns = 0;       // orchestrator published it
+  uint64_t ready_ns = 0;        // its last producer completed (or it was found ready)
   uint64_t dispatch_ns = 0;
   uint64_t start_ns = 0;     // the core started the kernel (platform's clock)
   uint64_t end_ns = 0;       // the kernel returned

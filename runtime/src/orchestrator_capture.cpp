@@ -1,0 +1,359 @@
+// The Orchestrator's captured regions (docs/runtime.md §16): recording a
+// PTO2_CAPTURE region's tasks as plain submission runs them, and replaying
+// them later without the region's code, the TensorMap or validation — only
+// the ring allocations, the descriptors with rebound addresses, the recorded
+// edges and publication.
+#include <fmt/format.h>
+
+#include "log.h"
+#include "orchestrator.h"
+
+namespace pto2 {
+
+namespace {
+// How many tasks ahead a replay prefetches descriptors: a replayed task takes
+// ~40 ns, a descriptor line from memory several times that, and a locked
+// instruction waits for every pending store (docs/runtime.md §16).
+constexpr uint64_t kReplayPrefetch = 6;
+}  // namespace
+
+bool Orchestrator::refuse_in_capture(const char* what) {
+  if (!in_capture_) return true;
+  fail(kInvalidArgument,
+       fmt::format("{} inside a captured region (PTO2_CAPTURE): a replay skips the region's code, so it cannot be "
+                   "replayed; move it out of the region",
+                   what));
+  recording_.reset();
+  return false;
+}
+
+int32_t Orchestrator::capture_begin(uint64_t key, Tensor* const* bindings, int32_t n) {
+  if (in_capture_) {
+    fail(kInvalidArgument,
+         fmt::format("captured region {:#x} opened inside another: PTO2_CAPTURE regions do not nest", key));
+    return 0;
+  }
+  if (!error_.ok() || done_) {
+    // Nothing more is submitted: skip the code, unless a sizing probe is
+    // measuring the rest of the run (then the code runs, unrecorded).
+    if (!probe_) return 0;
+    in_capture_ = true;
+    scope_begin();
+    capture_depth_ = scope_begin_.size();
+    return 1;
+  }
+  if (n < 0 || n > PTO2_MAX_PARAMS || (n > 0 && bindings == nullptr)) {
+    fail(kInvalidArgument, fmt::format("captured region {:#x}: {} bindings; a region has 0..{}, in a non-null array",
+                                       key, n, PTO2_MAX_PARAMS));
+    return 0;
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    const Tensor* t = bindings[i];
+    std::string why;
+    if (t == nullptr)
+      why = "is null";
+    else if (t->addr == 0)
+      why = "has no storage (addr 0): a binding is a buffer that exists before the region";
+    else if (t->ndim < 1 || t->ndim > PTO2_MAX_DIMS || pto2_dtype_size(t->dtype) == 0)
+      why = fmt::format("has ndim {} / dtype {}", t->ndim, t->dtype);
+    else if (pto2_is_pipe_tensor(t))
+      why = "is a pipe";
+    for (int32_t j = 0; j < i && why.empty(); ++j)
+      if (bindings[j]->addr == t->addr) why = fmt::format("names the same buffer as binding {}", j);
+    if (!why.empty()) {
+      fail(kInvalidArgument, fmt::format("captured region {:#x}: binding {} {}", key, i, why));
+      return 0;
+    }
+  }
+  in_capture_ = true;
+  const CaptureMode mode = s_.config.capture_mode;
+  if (mode == CaptureMode::kReplay) {
+    if (CapturedRegion* r = captures_.find(key)) {
+      std::string why = r->mismatch(bindings, n);
+      for (size_t k = 0; k < r->kernels.size() && why.empty(); ++k) {
+        uint64_t addr = 0;
+        if (!resolve_kernel(r->kernels[k].id, r->kernels[k].worker_type, &addr))
+          why = fmt::format("kernel {} is no longer registered", r->kernels[k].id);
+      }
+      if (why.empty()) {
+        replay(*r, bindings);
+        in_capture_ = false;
+        return 0;
+      }
+      ++capture_stats_.mismatches;
+      component_logger("orchestrator")->info("captured region {:#x} recorded again: {}", key, why);
+      captures_.erase(key);
+    }
+  }
+  if (mode != CaptureMode::kOff) recording_ = std::make_unique<CapturedRegion>(key, bindings, n);
+  scope_begin();
+  capture_depth_ = scope_begin_.size();
+  return 1;
+}
+
+void Orchestrator::capture_end(bool completed) {
+  if (!in_capture_) {
+    fail(kInvalidArgument, "pto2_rt_capture_end without an open captured region");
+    return;
+  }
+  // The region's code may have left inner scopes open (an early return).
+  while (scope_begin_.size() > capture_depth_) close_innermost_scope();
+  close_innermost_scope();  // the region's own scope
+  in_capture_ = false;
+  std::unique_ptr<CapturedRegion> r = std::move(recording_);
+  if (!r || !error_.ok() || !completed) return;
+  r->finalize();
+  ++capture_stats_.regions_recorded;
+  if (s_.config.capture_mode == CaptureMode::kVerify) {
+    if (const CapturedRegion* old = captures_.find(r->key)) {
+      std::string diff = old->first_difference(*r);
+      if (!diff.empty()) {
+        ++capture_stats_.mismatches;
+        component_logger("orchestrator")
+            ->warn("captured region {:#x} differs from its recording, so a replay would be wrong: {}", r->key, diff);
+      }
+    }
+  }
+  const uint64_t key = r->key, tasks = r->tasks.size();
+  if (!captures_.insert(std::move(r)))
+    component_logger("orchestrator")
+        ->warn(
+            "captured region {:#x} has {} tasks, more than the capture cache holds ({}, PTO2_CAPTURE_CACHE_TASKS): "
+            "it will run as plain submission",
+            key, tasks, captures_.budget());
+}
+
+void Orchestrator::record_task(const PTO2TaskSpec& spec, uint64_t id) {
+  CapturedRegion& r = *recording_;
+  const TaskDescriptor& d = s_.descriptor_of(id);
+  CapturedTask t;
+  t.kernel_id = d.kernel_id;
+  t.worker_type = d.worker_type;
+  t.kernel_slot = d.worker_type == kWorkerDummy ? -1 : r.kernel_slot(d.kernel_id, d.worker_type);
+  t.num_params = d.num_params;
+  t.block_dim = d.block_dim;
+  t.block_base = d.block_base;
+  t.block_num = d.block_num;
+  t.out_bytes = d.packed_buffer_end - d.packed_buffer_base;
+  t.first_param = static_cast<uint32_t>(r.params.size());
+  const uint32_t index = static_cast<uint32_t>(r.tasks.size());
+  auto refuse = [&](std::string why) {
+    fail(kInvalidArgument, fmt::format("captured region {:#x}, its task {}: {}", r.key, index, why));
+    recording_.reset();
+  };
+  for (int32_t i = 0; i < d.num_params; ++i) {
+    CapturedParam p;
+    p.kind = d.param_kind[i];
+    if (p.kind == PTO_PARAM_SCALAR) {
+      p.scalar = static_cast<uint64_t>(d.args[i]);
+      r.params.push_back(p);
+      continue;
+    }
+    p.view = d.tensors[i];
+    const uint64_t owner = p.view.owner;
+    if (owner == owner_from_task(id)) {
+      p.source = CaptureSource::kOwnOutput;
+      p.offset = p.view.addr - d.packed_buffer_base;
+    } else if (auto it = owner != 0 ? r.index_of.find(task_from_owner(owner)) : r.index_of.end();
+               it != r.index_of.end()) {
+      p.source = CaptureSource::kInternal;
+      p.ref = it->second;
+      p.offset = p.view.addr - r.packed_base[it->second];
+    } else {
+      size_t k = 0;
+      while (k < r.bindings.size() && r.bindings[k].addr != p.view.addr) ++k;
+      if (k == r.bindings.size())
+        return refuse(
+            fmt::format("param {} names a buffer at {:#x} that is neither one of the region's bindings nor "
+                        "allocated inside it; pass its tensor among the bindings so a replay can rebind it",
+                        i, p.view.addr));
+      p.source = CaptureSource::kBinding;
+      p.ref = static_cast<uint32_t>(k);
+      t.touches_binding = true;
+      if (p.kind != PTO_PARAM_INPUT) r.binding_written[k] = 1;
+    }
+    r.params.push_back(p);
+  }
+  for (int32_t i = 0; i < spec.num_deps; ++i) {
+    if (r.index_of.count(static_cast<uint64_t>(spec.deps[i])) == 0)
+      return refuse(
+          fmt::format("explicit dependency {} is a task outside the region; a replay cannot name it", spec.deps[i]));
+  }
+  // Producers outside the region came from its bindings: the entry task
+  // stands for them on a replay.
+  t.first_producer = static_cast<uint32_t>(r.producers.size());
+  for (uint64_t p : producers_) {
+    auto it = r.index_of.find(p);
+    if (it != r.index_of.end()) r.producers.push_back(it->second);
+  }
+  t.num_producers = static_cast<uint32_t>(r.producers.size()) - t.first_producer;
+  r.index_of.emplace(id, index);
+  r.packed_base.push_back(d.packed_buffer_base);
+  r.tasks.push_back(t);
+}
+
+int32_t Orchestrator::binding_params(const CapturedRegion& region, Tensor* const* bindings, Tensor* views,
+                                     PTOParam* params) {
+  const auto n = static_cast<int32_t>(region.bindings.size());
+  for (int32_t k = 0; k < n; ++k) {
+    views[k] = *bindings[k];
+    for (int32_t dd = 0; dd < PTO2_MAX_DIMS; ++dd) {
+      views[k].offsets[dd] = 0;
+      views[k].shapes[dd] = dd < views[k].ndim ? views[k].raw_shape[dd] : 0;
+    }
+    params[k] = region.binding_written[k] ? make_inout_param(views[k]) : make_input_param(views[k]);
+  }
+  return n;
+}
+
+bool Orchestrator::replay(CapturedRegion& region, Tensor* const* bindings) {
+  const size_t n = region.tasks.size();
+  const auto nb = static_cast<int32_t>(region.bindings.size());
+  uint64_t addrs[64];
+  std::vector<uint64_t> more;
+  uint64_t* function_addr = addrs;
+  if (region.kernels.size() > 64) {
+    more.resize(region.kernels.size());
+    function_addr = more.data();
+  }
+  for (size_t k = 0; k < region.kernels.size(); ++k)
+    resolve_kernel(region.kernels[k].id, region.kernels[k].worker_type, &function_addr[k]);
+  for (int32_t k = 0; k < nb; ++k) {
+    bind_addr_[k] = bindings[k]->addr;
+    bind_owner_[k] = bindings[k]->owner;
+  }
+  replay_ids_.resize(n);
+  replay_base_.resize(n);
+
+  scope_begin();
+  const size_t depth = scope_begin_.size();
+  Tensor views[PTO2_MAX_PARAMS];
+  PTOParam params[PTO2_MAX_PARAMS];
+  replay_entry_ = -1;
+  bool ok = true;
+  if (nb > 0) {
+    // Entry: waits for every task outside the region that touched a binding
+    // (as the TensorMap finds them), and validates the bindings as any submit.
+    binding_params(region, bindings, views, params);
+    replay_entry_ = submit(PTO2_KERNEL_DUMMY, PTO2_WORKER_VECTOR, params, nb, nullptr, 0);
+    ok = replay_entry_ >= 0;
+  }
+  // Replayed tasks insert nothing into the TensorMap: one cleanup of retired
+  // tasks' entries suffices (each slot's reuse still frees its old entries).
+  tensor_map_->sync(/*force=*/false);
+  size_t ev = 0;
+  for (uint32_t i = 0; ok && i < n; ++i) {
+    for (; ev < region.scopes.size() && region.scopes[ev].before_task == i; ++ev)
+      region.scopes[ev].begin ? scope_begin() : scope_end();
+    ok = replay_task(region, i, function_addr);
+    if (!ok) release_unlinked(region, i);
+  }
+  for (; ok && ev < region.scopes.size(); ++ev) region.scopes[ev].begin ? scope_begin() : scope_end();
+  if (ok && nb > 0) {
+    // Exit: what comes after the region finds it in the TensorMap as the
+    // accessor of every binding; it completes after the region's accesses.
+    std::vector<int64_t> deps;
+    deps.reserve(region.exit_deps.size());
+    for (uint32_t i : region.exit_deps) deps.push_back(static_cast<int64_t>(replay_ids_[i]));
+    binding_params(region, bindings, views, params);
+    ok = submit(PTO2_KERNEL_DUMMY, PTO2_WORKER_VECTOR, params, nb, deps.data(), static_cast<int32_t>(deps.size())) >= 0;
+  }
+  while (scope_begin_.size() > depth) close_innermost_scope();
+  close_innermost_scope();
+  if (ok) {
+    ++capture_stats_.regions_replayed;
+    capture_stats_.tasks_replayed += n;
+  }
+  return ok;
+}
+
+void Orchestrator::release_unlinked(const CapturedRegion& region, uint32_t failed) {
+  for (size_t k = failed; k < region.tasks.size(); ++k) {
+    const CapturedTask& t = region.tasks[k];
+    for (uint32_t j = 0; j < t.num_producers; ++j) {
+      const uint32_t p = region.producers[t.first_producer + j];
+      if (p < failed) s_.release(replay_ids_[p]);
+    }
+  }
+}
+
+// One recorded task, published as submit_one would have published it.
+bool Orchestrator::replay_task(const CapturedRegion& region, uint32_t index, const uint64_t* function_addr) {
+  const CapturedTask& t = region.tasks[index];
+  const auto ring = static_cast<uint32_t>(current_ring());
+  TaskRing& tr = s_.rings[ring];
+  uint64_t seq = 0;
+  if (!alloc_slot(ring, &seq)) return false;
+  const uint64_t id = make_task_id(ring, seq);
+  TaskSlotState& st = tr.slot_state(seq);
+  reset_slot(st, static_cast<uint32_t>(t.block_dim));
+  // Its consumers' references, counted now: they link without touching them.
+  st.refs.store(2 + static_cast<int32_t>(t.num_consumers), std::memory_order_relaxed);
+  tensor_map_->before_slot_reuse(ring, seq);
+
+  TaskDescriptor& d = tr.descriptor(seq);
+  d.task_id = id;
+  d.kernel_id = t.kernel_id;
+  d.worker_type = t.worker_type;
+  d.function_bin_addr = t.kernel_slot >= 0 ? function_addr[t.kernel_slot] : 0;
+  d.num_params = t.num_params;
+  d.fanin_head = 0;
+  d.fanin_count = 0;
+  d.cluster_id = -1;
+  d.group_id = -1;
+  d.block_dim = t.block_dim;
+  d.block_base = t.block_base;
+  d.block_num = t.block_num;
+  d.uses_pipes = false;
+  uint64_t base = 0;
+  if (t.out_bytes > 0 && !alloc_outputs(ring, seq, t.out_bytes, &base)) return false;
+  d.packed_buffer_base = base;
+  d.packed_buffer_end = base + t.out_bytes;
+  d.heap_end_pos = heaps_[ring].top();
+  replay_ids_[index] = id;
+  replay_base_[index] = base;
+
+  const CapturedParam* p = &region.params[t.first_param];
+  for (int32_t i = 0; i < t.num_params; ++i, ++p) {
+    d.param_kind[i] = p->kind;
+    if (p->kind == PTO_PARAM_SCALAR) {
+      d.args[i] = static_cast<int64_t>(p->scalar);
+      continue;
+    }
+    Tensor& v = d.tensors[i];
+    v = p->view;
+    switch (p->source) {
+      case CaptureSource::kBinding:
+        v.addr = bind_addr_[p->ref];
+        v.owner = bind_owner_[p->ref];
+        break;
+      case CaptureSource::kOwnOutput:
+        v.addr = base + p->offset;
+        v.owner = owner_from_task(id);
+        break;
+      case CaptureSource::kInternal:
+        v.addr = replay_base_[p->ref] + p->offset;
+        v.owner = owner_from_task(replay_ids_[p->ref]);
+        break;
+    }
+    d.args[i] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&v));
+  }
+
+  const bool entry = t.after_entry && replay_entry_ >= 0;
+  if (!reserve_deps(ring, seq, 2 * (uint64_t{t.num_producers} + (entry ? 1 : 0)))) return false;
+  // The region's producers counted this task in their refs; the entry task
+  // is held by the region's scope.
+  int32_t edges = 0;
+  const auto max_edges = static_cast<int32_t>(t.num_producers + (entry ? 1 : 0));
+  link_bound(ring, seq, max_edges);
+  const uint32_t* prod = &region.producers[t.first_producer];
+  for (uint32_t k = 0; k < t.num_producers; ++k) add_producer(id, replay_ids_[prod[k]], &edges, ProducerRef::kCounted);
+  if (entry) add_producer(id, static_cast<uint64_t>(replay_entry_), &edges, ProducerRef::kHeld);
+  d.dep_end_pos = deps_[ring].top();
+  deps_[ring].publish();
+  finish_task(ring, seq, edges, max_edges, -1);
+  prefetch_next(ring, seq + kReplayPrefetch, /*tensor_map=*/false);
+  return true;
+}
+
+}  // namespace pto2
