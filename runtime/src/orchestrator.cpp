@@ -508,13 +508,9 @@ void Orchestrator::finish_task(uint32_t ring, uint64_t seq, int32_t edges, int32
   // Step 7: a task with no pending producer is found by the schedulers'
   // incremental scan; one whose producers all finished while it was being
   // submitted goes to the orchestrator ready queue.
-  // Only a task that is ready wakes a parked scheduler: one still waiting
-  // for a producer is made ready by whoever completes that producer, so a
-  // chain submitted back to back costs no wake-ups (docs/runtime.md §6).
   d.fanin_count = edges;
   if (s_.config.profiling) d.submit_ns = now_ns();
-  bool ready = edges == 0;
-  if (ready) {
+  if (edges == 0) {
     st.scan_id.store(id | TaskSlotState::kRootBit, std::memory_order_release);
   } else {
     st.scan_id.store(id, std::memory_order_release);
@@ -528,13 +524,12 @@ void Orchestrator::finish_task(uint32_t ring, uint64_t seq, int32_t edges, int32
       // so this push succeeds at once; the loop only covers a slot whose
       // previous occupant a consumer is still reading.
       while (!s_.orch_ready->try_push(id)) cpu_relax();
-      ready = true;
     }
   }
 
   // Step 8: publish.
   tr.publish(seq);
-  if (ready) s_.notify_work();
+  s_.notify_work();
   ++submitted_;
 }
 

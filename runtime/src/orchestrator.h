@@ -146,6 +146,8 @@ class Orchestrator {
   void record_task(const PTO2TaskSpec& spec, uint64_t id);
   bool replay(CapturedRegion& region, Tensor* const* bindings);
   bool replay_task(const CapturedRegion& region, uint32_t index, const uint64_t* function_addr);
+  // Publishes the batch of replayed tasks filled so far (replay_task).
+  void publish_replayed();
   // After task `failed` of a replay could not be published: drops the
   // references its producers hold for consumers that will now never be linked.
   void release_unlinked(const CapturedRegion& region, uint32_t failed);
@@ -206,6 +208,14 @@ class Orchestrator {
   std::vector<uint64_t> replay_ids_;   // per task of the region being replayed: its id and
   std::vector<uint64_t> replay_base_;  // its packed output buffer
   int64_t replay_entry_ = -1;          // the replay's entry task (-1: the region has no bindings)
+  // The batch of replayed tasks filled but not yet published: its first task
+  // (region index), ring and last seq, and its tasks whose fanin keeps a +1
+  // until it is published (id, what to subtract then).
+  bool pending_ = false;
+  uint32_t batch_first_ = 0;
+  uint32_t pending_ring_ = 0;
+  uint64_t pending_seq_ = 0;
+  std::vector<std::pair<uint64_t, int32_t>> deferred_;
   uint64_t bind_addr_[PTO2_MAX_PARAMS] = {};
   uint64_t bind_owner_[PTO2_MAX_PARAMS] = {};
   CaptureStats capture_stats_;

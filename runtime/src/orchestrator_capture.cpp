@@ -15,6 +15,10 @@ namespace {
 // ~40 ns, a descriptor line from memory several times that, and a locked
 // instruction waits for every pending store (docs/runtime.md §16).
 constexpr uint64_t kReplayPrefetch = 6;
+// Tasks filled before they are published together (publish_replayed): the
+// edges among them need no locked instruction; the first of a batch may wait
+// this many fills before it can start.
+constexpr uint32_t kReplayBatch = 32;
 }  // namespace
 
 bool Orchestrator::refuse_in_capture(const char* what) {
@@ -242,12 +246,16 @@ bool Orchestrator::replay(CapturedRegion& region, Tensor* const* bindings) {
   // tasks' entries suffices (each slot's reuse still frees its old entries).
   tensor_map_->sync(/*force=*/false);
   size_t ev = 0;
+  pending_ = false;
+  deferred_.clear();
   for (uint32_t i = 0; ok && i < n; ++i) {
+    if (ev < region.scopes.size() && region.scopes[ev].before_task == i) publish_replayed();
     for (; ev < region.scopes.size() && region.scopes[ev].before_task == i; ++ev)
       region.scopes[ev].begin ? scope_begin() : scope_end();
     ok = replay_task(region, i, function_addr);
     if (!ok) release_unlinked(region, i);
   }
+  publish_replayed();
   for (; ok && ev < region.scopes.size(); ++ev) region.scopes[ev].begin ? scope_begin() : scope_end();
   if (ok && nb > 0) {
     // Exit: what comes after the region finds it in the TensorMap as the
@@ -277,18 +285,52 @@ void Orchestrator::release_unlinked(const CapturedRegion& region, uint32_t faile
   }
 }
 
-// One recorded task, published as submit_one would have published it.
+void Orchestrator::publish_replayed() {
+  if (!pending_) return;
+  pending_ = false;
+  s_.rings[pending_ring_].publish(pending_seq_);
+  // Tasks linked to producers published earlier kept their +1 until now:
+  // none of them could become ready (and run, and release an unfilled
+  // consumer) before the whole batch was filled.
+  for (const auto& [id, surplus] : deferred_) {
+    TaskSlotState& st = s_.slot_of(id);
+    if (st.fanin_pending.fetch_sub(surplus, std::memory_order_acq_rel) == surplus) {
+      st.state.store(kSlotReady, std::memory_order_relaxed);
+      if (s_.config.profiling) st.ready_ns = now_ns();
+      while (!s_.orch_ready->try_push(id)) cpu_relax();
+    }
+  }
+  deferred_.clear();
+  s_.notify_work();
+}
+
+// One recorded task, filled as submit_one would have filled it, and
+// published with its batch (publish_replayed): a producer of the same
+// unpublished batch cannot have run, so the edge from it is written without
+// the fanout lock and counted without a locked instruction.
 bool Orchestrator::replay_task(const CapturedRegion& region, uint32_t index, const uint64_t* function_addr) {
   const CapturedTask& t = region.tasks[index];
   const auto ring = static_cast<uint32_t>(current_ring());
+  if (pending_ && (ring != pending_ring_ || index - batch_first_ >= kReplayBatch)) publish_replayed();
+  if (!pending_) batch_first_ = index;
   TaskRing& tr = s_.rings[ring];
+  // Every wait publishes the batch first: its tasks may be what must finish
+  // (and retire) to free the space.
   uint64_t seq = 0;
-  if (!alloc_slot(ring, &seq)) return false;
+  if (!tr.try_alloc(&seq)) {
+    publish_replayed();
+    batch_first_ = index;
+    if (!alloc_slot(ring, &seq)) return false;
+  }
   const uint64_t id = make_task_id(ring, seq);
   TaskSlotState& st = tr.slot_state(seq);
   reset_slot(st, static_cast<uint32_t>(t.block_dim));
-  // Its consumers' references, counted now: they link without touching them.
-  st.refs.store(2 + static_cast<int32_t>(t.num_consumers), std::memory_order_relaxed);
+  // Its references: its own completion and its consumers in the region,
+  // counted now so that they link without touching them. No scope
+  // reference: nothing but those consumers can name its buffers (the region
+  // is a scope of its own), so it may retire as soon as they are done, and
+  // the region's end has nothing to release for it.
+  st.refs.store(1 + static_cast<int32_t>(t.num_consumers), std::memory_order_relaxed);
   tensor_map_->before_slot_reuse(ring, seq);
 
   TaskDescriptor& d = tr.descriptor(seq);
@@ -306,7 +348,11 @@ bool Orchestrator::replay_task(const CapturedRegion& region, uint32_t index, con
   d.block_num = t.block_num;
   d.uses_pipes = false;
   uint64_t base = 0;
-  if (t.out_bytes > 0 && !alloc_outputs(ring, seq, t.out_bytes, &base)) return false;
+  if (t.out_bytes > 0 && heaps_[ring].try_alloc(t.out_bytes, &base) != HeapRing::Alloc::kOk) {
+    publish_replayed();
+    batch_first_ = index;
+    if (!alloc_outputs(ring, seq, t.out_bytes, &base)) return false;
+  }
   d.packed_buffer_base = base;
   d.packed_buffer_end = base + t.out_bytes;
   d.heap_end_pos = heaps_[ring].top();
@@ -340,18 +386,52 @@ bool Orchestrator::replay_task(const CapturedRegion& region, uint32_t index, con
   }
 
   const bool entry = t.after_entry && replay_entry_ >= 0;
-  if (!reserve_deps(ring, seq, 2 * (uint64_t{t.num_producers} + (entry ? 1 : 0)))) return false;
-  // The region's producers counted this task in their refs; the entry task
-  // is held by the region's scope.
-  int32_t edges = 0;
-  const auto max_edges = static_cast<int32_t>(t.num_producers + (entry ? 1 : 0));
-  link_bound(ring, seq, max_edges);
+  const uint64_t dep_needed = 2 * (uint64_t{t.num_producers} + (entry ? 1 : 0));
+  DepPool& deps = deps_[ring];
+  if (!deps.can_reserve(dep_needed)) {
+    publish_replayed();
+    batch_first_ = index;
+    if (!reserve_deps(ring, seq, dep_needed)) return false;
+  }
+  // Producers of this batch: linked directly. Earlier ones (published, so
+  // possibly done) and the entry task: the fanout lock, under a +1 kept
+  // until the batch is published. The region's producers counted this task
+  // in their refs; the entry task is held by the region's scope.
   const uint32_t* prod = &region.producers[t.first_producer];
-  for (uint32_t k = 0; k < t.num_producers; ++k) add_producer(id, replay_ids_[prod[k]], &edges, ProducerRef::kCounted);
-  if (entry) add_producer(id, static_cast<uint64_t>(replay_entry_), &edges, ProducerRef::kHeld);
-  d.dep_end_pos = deps_[ring].top();
-  deps_[ring].publish();
-  finish_task(ring, seq, edges, max_edges, -1);
+  int32_t direct = 0, locked_max = entry ? 1 : 0;
+  for (uint32_t k = 0; k < t.num_producers; ++k) {
+    if (prod[k] >= batch_first_ && pending_) {
+      const uint64_t producer = replay_ids_[prod[k]];
+      TaskSlotState& pst = s_.slot_of(producer);
+      pst.fanout_head = make_dep_link(ring, deps.alloc(id, pst.fanout_head));
+      ++pst.fanout_count;
+      d.fanin_head = make_dep_link(ring, deps.alloc(producer, d.fanin_head));
+      ++direct;
+    } else {
+      ++locked_max;
+    }
+  }
+  int32_t edges = direct;
+  if (locked_max == 0) {
+    st.fanin_pending.store(direct, std::memory_order_relaxed);
+  } else {
+    st.fanin_pending.store(1 + direct + locked_max, std::memory_order_relaxed);
+    for (uint32_t k = 0; k < t.num_producers; ++k)
+      if (!(prod[k] >= batch_first_ && pending_)) add_producer(id, replay_ids_[prod[k]], &edges, ProducerRef::kCounted);
+    if (entry) add_producer(id, static_cast<uint64_t>(replay_entry_), &edges, ProducerRef::kHeld);
+    deferred_.emplace_back(id, 1 + locked_max - (edges - direct));
+  }
+  d.dep_end_pos = deps.top();
+  deps.publish();
+
+  d.fanin_count = edges;
+  if (s_.config.profiling) d.submit_ns = now_ns();
+  // A root is found by the schedulers' scan once the batch is published.
+  st.scan_id.store(edges == 0 && locked_max == 0 ? id | TaskSlotState::kRootBit : id, std::memory_order_release);
+  ++submitted_;
+  pending_ = true;
+  pending_ring_ = ring;
+  pending_seq_ = seq;
   prefetch_next(ring, seq + kReplayPrefetch, /*tensor_map=*/false);
   return true;
 }

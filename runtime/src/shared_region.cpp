@@ -27,11 +27,6 @@ SharedRegion::SharedRegion(const RuntimeConfig& config) : layout_(SharedRegionLa
       mmap(nullptr, layout_.total_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return;
   base_ = p;
-  // Each submit writes a fresh descriptor: with the default window the
-  // descriptors span ~90 MiB, so on 4 KiB pages nearly every submit also
-  // missed the TLB. Huge pages where the kernel allows them (advisory: the
-  // region works without).
-  (void)madvise(base_, layout_.total_bytes, MADV_HUGEPAGE);
   // Anonymous pages are zero, and all-zero is the initial state of a slot
   // (TaskSlotState); descriptors and slot states are (re)initialised when a
   // slot is allocated. So only the header and the sentinel are built here:

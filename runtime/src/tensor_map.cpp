@@ -67,7 +67,6 @@ TensorMap::TensorMap(uint64_t pool_size, uint64_t num_buckets, uint64_t window,
   void* p = mmap(nullptr, pool_size * sizeof(Entry), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p != MAP_FAILED) {
-    (void)madvise(p, pool_size * sizeof(Entry), MADV_HUGEPAGE);  // as the shared region (shared_region.cpp)
     pool_ = static_cast<Entry*>(p);
     pool_size_ = pool_size;
   }
