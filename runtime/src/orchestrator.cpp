@@ -117,6 +117,7 @@ void Orchestrator::begin_run() {
   tensor_map_->begin_run();  // the previous run drained: no task is alive
   probe_.reset();
   probe_map_.reset();
+  run_started_ = false;
   in_capture_ = false;  // the last run may have failed inside a region
   recording_.reset();
   capture_stats_ = CaptureStats{};
@@ -340,6 +341,7 @@ void Orchestrator::publish_as_noop(uint32_t ring, uint64_t seq) {
   scope_tasks_.push_back(id);
   scope_held_[ring][tr.slot(seq)] = 1;
   tr.slot_state(seq).scan_id.store(id | TaskSlotState::kRootBit, std::memory_order_release);
+  ensure_run_started();
   tr.publish(seq);
   s_.notify_work();
   ++noops_;
@@ -528,6 +530,7 @@ void Orchestrator::finish_task(uint32_t ring, uint64_t seq, int32_t edges, int32
   }
 
   // Step 8: publish.
+  ensure_run_started();
   tr.publish(seq);
   s_.notify_work();
   ++submitted_;

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,11 @@ class Orchestrator {
   int scope_depth() const { return static_cast<int>(scope_begin_.size()) - 1; }
 
   PTO2Runtime* api() { return &api_; }
+  // Called before the run's first task is published: the scheduler threads
+  // join a run only when it has work, so a run that submits nothing wakes
+  // no thread (docs/runtime.md §9).
+  void set_run_starter(std::function<void()> start) { run_starter_ = std::move(start); }
+  bool run_started() const { return run_started_; }
   // False when the TensorMap's entry pool could not be mapped.
   bool valid() const { return tensor_map_->valid(); }
 
@@ -119,6 +125,12 @@ class Orchestrator {
   void dedup_producers();
   // tensor_map: also the TensorMap entries the next submit inserts (a replay inserts none).
   void prefetch_next(uint32_t ring, uint64_t seq, bool tensor_map = true);
+
+  void ensure_run_started() {
+    if (run_started_) return;
+    run_started_ = true;
+    if (run_starter_) run_starter_();
+  }
 
   // Submit steps shared by submit_one and a replay. Each failing helper has
   // published the slot as a no-op and failed the run.
@@ -201,6 +213,9 @@ class Orchestrator {
 
   // Captured regions (docs/runtime.md §16): the recorded graphs by key, the
   // one being recorded, and the open region's state.
+  std::function<void()> run_starter_;
+  bool run_started_ = false;
+
   CaptureCache captures_;
   std::unique_ptr<CapturedRegion> recording_;
   bool in_capture_ = false;

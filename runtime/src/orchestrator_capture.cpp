@@ -288,6 +288,7 @@ void Orchestrator::release_unlinked(const CapturedRegion& region, uint32_t faile
 void Orchestrator::publish_replayed() {
   if (!pending_) return;
   pending_ = false;
+  ensure_run_started();
   s_.rings[pending_ring_].publish(pending_seq_);
   // Tasks linked to producers published earlier kept their +1 until now:
   // none of them could become ready (and run, and release an unfilled

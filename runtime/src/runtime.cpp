@@ -18,6 +18,7 @@ class RuntimeImpl {
   RuntimeImpl(const RuntimeConfig& config, Platform& platform)
       : state_(config, platform), orchestrator_(state_), scheduler_(state_, config.resolved_scheduler_threads()) {
     platform.set_wakeup(&state_);
+    orchestrator_.set_run_starter([this] { scheduler_.start_run(); });
   }
   ~RuntimeImpl() { state_.platform.set_wakeup(nullptr); }
 
@@ -50,8 +51,7 @@ RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
   state_.region.header()->orchestrator_done.store(0, std::memory_order_release);
   (void)state_.take_fault();  // a fault reported after the last run ended belongs to no run
   state_.platform.run_starting();
-  orchestrator_.begin_run();
-  scheduler_.start_run();
+  orchestrator_.begin_run();  // the scheduler threads join at the first publish
 
   const int rc = orchestration(orchestrator_.api());
   const uint64_t t1 = now_ns();
@@ -63,7 +63,8 @@ RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
   uint64_t seen = state_.completed_count.load(std::memory_order_acquire);
   uint64_t last_progress = now_ns();
   const uint64_t stall_ns = uint64_t(state_.config.stall_timeout_ms) * 1000000;
-  const bool drained = scheduler_.wait_run_finished([&] {
+  // A run that published nothing has nothing to drain and woke no thread.
+  const bool drained = !orchestrator_.run_started() || scheduler_.wait_run_finished([&] {
     const uint64_t c = state_.completed_count.load(std::memory_order_acquire);
     const uint64_t now = now_ns();
     if (c != seen) {

@@ -332,11 +332,12 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
     }).detach();
   };
   if (!inner) start_heartbeat();
-  // A chip child's L2 runtime keeps its own scheduler thread spinning after a
-  // run; if the child's main thread spun as long too, the two would hold both
-  // CPUs of a small machine and delay the parent's next dispatch. L3 children
-  // likewise run a Worker of their own.
-  const uint32_t spin_us = ep.kind == ChildKind::SUB ? cfg_.spin_us : cfg_.spin_us / 10;
+  // Every child spins its full budget for the next request: back-to-back
+  // work then costs no wake-up. A chip child's L2 runtime wakes its
+  // scheduler threads only for a run that submits tasks (docs/runtime.md
+  // §9), so an empty or tiny chip task leaves the child's main thread and
+  // the parent's driver as the only spinners on a small machine.
+  const uint32_t spin_us = cfg_.spin_us;
   ChildRunner runner(ep, pool_.bell(), pool_.owner_pid(), spin_us, inner);
   Status st;
   if (inner) st = inner->init();
