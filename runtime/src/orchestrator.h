@@ -160,6 +160,11 @@ class Orchestrator {
   bool replay_task(const CapturedRegion& region, uint32_t index, const uint64_t* function_addr);
   // Publishes the batch of replayed tasks filled so far (replay_task).
   void publish_replayed();
+  // A replayed task's parameters, its buffers rebound; its producers linked.
+  void fill_replayed_params(const CapturedRegion& region, const CapturedTask& t, uint64_t id, uint64_t base,
+                            TaskDescriptor& d);
+  int32_t link_replayed(const CapturedRegion& region, const CapturedTask& t, uint64_t id, bool entry,
+                        TaskDescriptor& d, TaskSlotState& st, bool* deferred);
   // After task `failed` of a replay could not be published: drops the
   // references its producers hold for consumers that will now never be linked.
   void release_unlinked(const CapturedRegion& region, uint32_t failed);

@@ -305,6 +305,73 @@ void Orchestrator::publish_replayed() {
   s_.notify_work();
 }
 
+void Orchestrator::fill_replayed_params(const CapturedRegion& region, const CapturedTask& t, uint64_t id,
+                                        uint64_t base, TaskDescriptor& d) {
+  const CapturedParam* p = &region.params[t.first_param];
+  for (int32_t i = 0; i < t.num_params; ++i, ++p) {
+    d.param_kind[i] = p->kind;
+    if (p->kind == PTO_PARAM_SCALAR) {
+      d.args[i] = static_cast<int64_t>(p->scalar);
+      continue;
+    }
+    Tensor& v = d.tensors[i];
+    v = p->view;
+    switch (p->source) {
+      case CaptureSource::kBinding:
+        v.addr = bind_addr_[p->ref];
+        v.owner = bind_owner_[p->ref];
+        break;
+      case CaptureSource::kOwnOutput:
+        v.addr = base + p->offset;
+        v.owner = owner_from_task(id);
+        break;
+      case CaptureSource::kInternal:
+        v.addr = replay_base_[p->ref] + p->offset;
+        v.owner = owner_from_task(replay_ids_[p->ref]);
+        break;
+    }
+    d.args[i] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&v));
+  }
+}
+
+// Producers of this batch: linked directly. Earlier ones (published, so
+// possibly done) and the entry task: the fanout lock, under a +1 kept until
+// the batch is published (deferred_). The region's producers counted this
+// task in their refs; the entry task is held by the region's scope. Returns
+// the edges made; *deferred: the task's fanin is settled when its batch is
+// published (it is no root then, whatever its edges).
+int32_t Orchestrator::link_replayed(const CapturedRegion& region, const CapturedTask& t, uint64_t id, bool entry,
+                                    TaskDescriptor& d, TaskSlotState& st, bool* deferred) {
+  const uint32_t ring = task_ring(id);
+  DepPool& deps = deps_[ring];
+  const uint32_t* prod = &region.producers[t.first_producer];
+  int32_t direct = 0, locked_max = entry ? 1 : 0;
+  for (uint32_t k = 0; k < t.num_producers; ++k) {
+    if (prod[k] >= batch_first_ && pending_) {
+      const uint64_t producer = replay_ids_[prod[k]];
+      TaskSlotState& pst = s_.slot_of(producer);
+      pst.fanout_head = make_dep_link(ring, deps.alloc(id, pst.fanout_head));
+      ++pst.fanout_count;
+      d.fanin_head = make_dep_link(ring, deps.alloc(producer, d.fanin_head));
+      ++direct;
+    } else {
+      ++locked_max;
+    }
+  }
+  int32_t edges = direct;
+  if (locked_max == 0) {
+    st.fanin_pending.store(direct, std::memory_order_relaxed);
+  } else {
+    st.fanin_pending.store(1 + direct + locked_max, std::memory_order_relaxed);
+    for (uint32_t k = 0; k < t.num_producers; ++k)
+      if (!(prod[k] >= batch_first_ && pending_)) add_producer(id, replay_ids_[prod[k]], &edges, ProducerRef::kCounted);
+    if (entry) add_producer(id, static_cast<uint64_t>(replay_entry_), &edges, ProducerRef::kHeld);
+    deferred_.emplace_back(id, 1 + locked_max - (edges - direct));
+  }
+  *deferred = locked_max != 0;
+  return edges;
+}
+
 // One recorded task, filled as submit_one would have filled it, and
 // published with its batch (publish_replayed): a producer of the same
 // unpublished batch cannot have run, so the edge from it is written without
@@ -360,31 +427,7 @@ bool Orchestrator::replay_task(const CapturedRegion& region, uint32_t index, con
   replay_ids_[index] = id;
   replay_base_[index] = base;
 
-  const CapturedParam* p = &region.params[t.first_param];
-  for (int32_t i = 0; i < t.num_params; ++i, ++p) {
-    d.param_kind[i] = p->kind;
-    if (p->kind == PTO_PARAM_SCALAR) {
-      d.args[i] = static_cast<int64_t>(p->scalar);
-      continue;
-    }
-    Tensor& v = d.tensors[i];
-    v = p->view;
-    switch (p->source) {
-      case CaptureSource::kBinding:
-        v.addr = bind_addr_[p->ref];
-        v.owner = bind_owner_[p->ref];
-        break;
-      case CaptureSource::kOwnOutput:
-        v.addr = base + p->offset;
-        v.owner = owner_from_task(id);
-        break;
-      case CaptureSource::kInternal:
-        v.addr = replay_base_[p->ref] + p->offset;
-        v.owner = owner_from_task(replay_ids_[p->ref]);
-        break;
-    }
-    d.args[i] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&v));
-  }
+  fill_replayed_params(region, t, id, base, d);
 
   const bool entry = t.after_entry && replay_entry_ >= 0;
   const uint64_t dep_needed = 2 * (uint64_t{t.num_producers} + (entry ? 1 : 0));
@@ -394,41 +437,15 @@ bool Orchestrator::replay_task(const CapturedRegion& region, uint32_t index, con
     batch_first_ = index;
     if (!reserve_deps(ring, seq, dep_needed)) return false;
   }
-  // Producers of this batch: linked directly. Earlier ones (published, so
-  // possibly done) and the entry task: the fanout lock, under a +1 kept
-  // until the batch is published. The region's producers counted this task
-  // in their refs; the entry task is held by the region's scope.
-  const uint32_t* prod = &region.producers[t.first_producer];
-  int32_t direct = 0, locked_max = entry ? 1 : 0;
-  for (uint32_t k = 0; k < t.num_producers; ++k) {
-    if (prod[k] >= batch_first_ && pending_) {
-      const uint64_t producer = replay_ids_[prod[k]];
-      TaskSlotState& pst = s_.slot_of(producer);
-      pst.fanout_head = make_dep_link(ring, deps.alloc(id, pst.fanout_head));
-      ++pst.fanout_count;
-      d.fanin_head = make_dep_link(ring, deps.alloc(producer, d.fanin_head));
-      ++direct;
-    } else {
-      ++locked_max;
-    }
-  }
-  int32_t edges = direct;
-  if (locked_max == 0) {
-    st.fanin_pending.store(direct, std::memory_order_relaxed);
-  } else {
-    st.fanin_pending.store(1 + direct + locked_max, std::memory_order_relaxed);
-    for (uint32_t k = 0; k < t.num_producers; ++k)
-      if (!(prod[k] >= batch_first_ && pending_)) add_producer(id, replay_ids_[prod[k]], &edges, ProducerRef::kCounted);
-    if (entry) add_producer(id, static_cast<uint64_t>(replay_entry_), &edges, ProducerRef::kHeld);
-    deferred_.emplace_back(id, 1 + locked_max - (edges - direct));
-  }
+  bool deferred = false;
+  const int32_t edges = link_replayed(region, t, id, entry, d, st, &deferred);
   d.dep_end_pos = deps.top();
   deps.publish();
 
   d.fanin_count = edges;
   if (s_.config.profiling) d.submit_ns = now_ns();
   // A root is found by the schedulers' scan once the batch is published.
-  st.scan_id.store(edges == 0 && locked_max == 0 ? id | TaskSlotState::kRootBit : id, std::memory_order_release);
+  st.scan_id.store(edges == 0 && !deferred ? id | TaskSlotState::kRootBit : id, std::memory_order_release);
   ++submitted_;
   pending_ = true;
   pending_ring_ = ring;
