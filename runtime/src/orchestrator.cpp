@@ -493,12 +493,14 @@ bool Orchestrator::reserve_deps(uint32_t ring, uint64_t seq, uint64_t needed) {
   return ok;
 }
 
-void Orchestrator::link_bound(uint32_t ring, uint64_t seq, int32_t max_edges) {
+[[gnu::always_inline]] inline void Orchestrator::link_bound(uint32_t ring, uint64_t seq, int32_t max_edges) {
   // The slot is on no fanout list yet, so no completion can race this store.
   s_.rings[ring].slot_state(seq).fanin_pending.store(1 + max_edges, std::memory_order_relaxed);
 }
 
-void Orchestrator::finish_task(uint32_t ring, uint64_t seq, int32_t edges, int32_t max_edges, int32_t cluster_id) {
+// Inlined into submit_one, its only caller: the hot path's steps stay in one piece.
+[[gnu::always_inline]] inline void Orchestrator::finish_task(uint32_t ring, uint64_t seq, int32_t edges,
+                                                             int32_t max_edges, int32_t cluster_id) {
   TaskRing& tr = s_.rings[ring];
   TaskSlotState& st = tr.slot_state(seq);
   TaskDescriptor& d = tr.descriptor(seq);
@@ -589,7 +591,7 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
 
   // Step 1: task slot.
   uint64_t seq = 0;
-  if (!alloc_slot(ring, &seq)) return submit_failed(params, n, extra_deps, num_extra_deps);
+  if (!tr.try_alloc(&seq) && !alloc_slot(ring, &seq)) return submit_failed(params, n, extra_deps, num_extra_deps);
   const uint64_t id = make_task_id(ring, seq);
 
   // Step 1b: reset the recycled slot.
@@ -662,7 +664,8 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
   HeapRing& heap = heaps_[ring];
   if (out_bytes > 0) {
     uint64_t base = 0;
-    if (!alloc_outputs(ring, seq, out_bytes, &base)) return submit_failed(params, n, extra_deps, num_extra_deps);
+    if (heap.try_alloc(out_bytes, &base) != HeapRing::Alloc::kOk && !alloc_outputs(ring, seq, out_bytes, &base))
+      return submit_failed(params, n, extra_deps, num_extra_deps);
     d.packed_buffer_base = base;
     d.packed_buffer_end = base + out_bytes;
     uint64_t off = 0;
@@ -689,7 +692,8 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
   // Reserve what linking and inserting will use.
   DepPool& deps = deps_[ring];
   const uint64_t dep_needed = 2 * producers_.size() + (sibling_ && first_block_owns_ ? 1 : 0);
-  if (!reserve_deps(ring, seq, dep_needed)) return submit_failed(params, n, extra_deps, num_extra_deps);
+  if (!deps.can_reserve(dep_needed) && !reserve_deps(ring, seq, dep_needed))
+    return submit_failed(params, n, extra_deps, num_extra_deps);
   uint64_t tm_needed = 0;
   for (int32_t i = 0; i < n; ++i) tm_needed += params[i].type != PTO_PARAM_SCALAR;
   if (!wait_for([&] { return tensor_map_->reserve(tm_needed); },

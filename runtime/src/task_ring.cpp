@@ -12,13 +12,6 @@ void TaskRing::init(int ring, SharedRegion& region) {
   next_seq_ = fc_->current_task_index.load(std::memory_order_relaxed);
 }
 
-bool TaskRing::try_alloc(uint64_t* seq) {
-  // One slot stays unused so that "full" and "empty" differ (docs/runtime.md §4).
-  if (next_seq_ - last_alive() >= window_ - 1) return false;
-  *seq = next_seq_++;
-  return true;
-}
-
 bool TaskRing::retire_consumed() {
   bool moved = false;
   for (;;) {

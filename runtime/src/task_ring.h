@@ -24,7 +24,12 @@ class TaskRing {
 
   // --- orchestrator side ---
   // Allocates the next seq, or returns false when the window is full.
-  bool try_alloc(uint64_t* seq);
+  bool try_alloc(uint64_t* seq) {
+    // One slot stays unused so that "full" and "empty" differ (docs/runtime.md §4).
+    if (next_seq_ - last_alive() >= window_ - 1) return false;
+    *seq = next_seq_++;
+    return true;
+  }
   // Step 8: makes every seq < seq+1 visible to scanners.
   void publish(uint64_t seq) { fc_->current_task_index.store(seq + 1, std::memory_order_release); }
   uint64_t next_seq() const { return next_seq_; }

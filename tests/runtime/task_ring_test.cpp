@@ -42,7 +42,7 @@ TEST_CASE("task ring: retire advances last_task_alive only over a consumed prefi
   SharedRegion region(cfg(8));
   TaskRing ring;
   ring.init(0, region);
-  uint64_t seq;
+  uint64_t seq = 0;
   for (uint64_t i = 0; i < 5; ++i) {
     REQUIRE(ring.try_alloc(&seq));
     publish(ring, seq, 1000 * (i + 1), 10 * (i + 1));
