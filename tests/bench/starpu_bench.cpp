@@ -293,7 +293,7 @@ int main(int argc, char** argv) {
     worst = std::min(worst, ratio);
     std::printf("%-12s %16.0f %16.0f %7.2fx\n", shapes[i], sp_rate[i], pto2_rate[i], ratio);
   }
-  std::printf("lowest ratio %.2fx (target >= 3x on every shape)\n", worst);
+  std::printf("lowest ratio %.2fx (target >= 10x on every shape)\n", worst);
   std::error_code ec;
   std::filesystem::remove_all(home, ec);
   return 0;
