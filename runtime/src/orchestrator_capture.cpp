@@ -37,7 +37,11 @@ int32_t Orchestrator::capture_begin(uint64_t key, Tensor* const* bindings, int32
          fmt::format("captured region {:#x} opened inside another: PTO2_CAPTURE regions do not nest", key));
     return 0;
   }
-  if (!error_.ok() || done_) {
+  if (error_.ok() && done_) {
+    fail(kOrchestrationDone, fmt::format("captured region {:#x} opened after pto2_rt_orchestration_done", key));
+    return 0;
+  }
+  if (!error_.ok()) {
     // Nothing more is submitted: skip the code, unless a sizing probe is
     // measuring the rest of the run (then the code runs, unrecorded).
     if (!probe_) return 0;

@@ -238,6 +238,17 @@ TEST_CASE("what a replay cannot reproduce is refused by name - the runtime stays
     Tensor* b[] = {&Y, &Y};
     PTO2_CAPTURE(rt, 7, b, 2) {}
   });
+  {
+    RunResult res = chip.runtime->run([&](PTO2Runtime* rt) {
+      Tensor Y = make_tensor_external(buf.data(), ys, 1, PTO2_INT64);
+      Tensor* b[] = {&Y};
+      pto2_rt_orchestration_done(rt);
+      PTO2_CAPTURE(rt, 9, b, 1) {}
+      return 0;
+    });
+    CHECK(res.status.code == kOrchestrationDone);
+    CHECK_THAT(res.status.message, Catch::Contains("opened after pto2_rt_orchestration_done"));
+  }
   expect_error("binding 0 has no storage", [&](PTO2Runtime* rt, Tensor&, Tensor&) {
     Tensor T = make_tensor(ys, 1, PTO2_INT64);
     Tensor* b[] = {&T};
