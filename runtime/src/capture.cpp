@@ -38,8 +38,13 @@ CapturedRegion::CapturedRegion(uint64_t k, Tensor* const* b, int32_t n) : key(k)
   for (int32_t i = 0; i < n; ++i) bindings.push_back(*b[i]);
   binding_written.assign(static_cast<size_t>(n), 0);
   overlaps.assign(static_cast<size_t>(n) * static_cast<size_t>(n), 0);
-  for (int32_t i = 0; i < n; ++i)
-    for (int32_t j = 0; j < n; ++j) overlaps[i * n + j] = i != j && buffers_overlap(*b[i], *b[j]);
+  deltas.assign(static_cast<size_t>(n) * static_cast<size_t>(n), 0);
+  for (int32_t i = 0; i < n; ++i) {
+    for (int32_t j = 0; j < n; ++j) {
+      overlaps[i * n + j] = i != j && buffers_overlap(*b[i], *b[j]);
+      if (overlaps[i * n + j]) deltas[i * n + j] = static_cast<int64_t>(b[j]->addr - b[i]->addr);
+    }
+  }
 }
 
 std::string CapturedRegion::mismatch(Tensor* const* b, int32_t n) const {
@@ -50,12 +55,18 @@ std::string CapturedRegion::mismatch(Tensor* const* b, int32_t n) const {
       return fmt::format("binding {} is {}, recorded as {}", i, describe(*b[i]), describe(bindings[i]));
   }
   // The recorded edges between tasks on different bindings came from how
-  // the bindings overlapped then; a replay is exact only if they still do.
+  // the bindings overlapped then; a replay is exact only if they still
+  // overlap the same way: not at all, or at the same distance.
   for (int32_t i = 0; i < n; ++i) {
     for (int32_t j = i + 1; j < n; ++j) {
-      if (buffers_overlap(*b[i], *b[j]) != (overlaps[i * n + j] != 0))
-        return fmt::format("bindings {} and {} {} overlap, and did {}when recorded", i, j,
-                           overlaps[i * n + j] ? "no longer" : "now", overlaps[i * n + j] ? "" : "not ");
+      const bool now = buffers_overlap(*b[i], *b[j]), then = overlaps[i * n + j] != 0;
+      if (now != then)
+        return fmt::format("bindings {} and {} {} overlap, and did {}when recorded", i, j, then ? "no longer" : "now",
+                           then ? "" : "not ");
+      const auto delta = static_cast<int64_t>(b[j]->addr - b[i]->addr);
+      if (now && delta != deltas[i * n + j])
+        return fmt::format("bindings {} and {} overlap {} bytes apart, {} when recorded", i, j, delta,
+                           deltas[i * n + j]);
     }
   }
   return {};

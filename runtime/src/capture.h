@@ -72,6 +72,7 @@ struct CapturedRegion {
   std::vector<Tensor> bindings;          // the recording's bindings (addr and owner are not compared)
   std::vector<uint8_t> binding_written;  // per binding: some task writes it
   std::vector<uint8_t> overlaps;         // n x n: the bindings' buffers overlap
+  std::vector<int64_t> deltas;           // n x n: for an overlapping pair, how far apart their bases are
   struct Kernel {
     int32_t id;
     int32_t worker_type;

@@ -29,7 +29,7 @@ int32_t api_allocate_cluster(PTO2Runtime* rt) { return self(rt)->allocate_cluste
 void api_free_cluster(PTO2Runtime* rt, int32_t id) { self(rt)->free_cluster(id); }
 void api_scope_begin(PTO2Runtime* rt) { self(rt)->scope_begin(); }
 void api_scope_end(PTO2Runtime* rt) { self(rt)->scope_end(); }
-void api_done(PTO2Runtime* rt) { self(rt)->orchestration_done(); }
+void api_done(PTO2Runtime* rt) { self(rt)->api_orchestration_done(); }
 int32_t api_read(PTO2Runtime* rt, const Tensor* t, void* dst, uint64_t n) { return self(rt)->read_tensor(t, dst, n); }
 int32_t api_capture_begin(PTO2Runtime* rt, uint64_t key, Tensor* const* bindings, int32_t n) {
   return self(rt)->capture_begin(key, bindings, n);
@@ -119,7 +119,6 @@ void Orchestrator::begin_run() {
   probe_map_.reset();
   run_started_ = false;
   in_capture_ = false;  // the last run may have failed inside a region
-  recording_.reset();
   capture_stats_ = CaptureStats{};
 }
 
@@ -130,6 +129,10 @@ void Orchestrator::end_run() {
         ->warn("orchestration returned with {} scope(s) still open; closing them", scope_begin_.size() - 1);
   }
   while (!scope_begin_.empty()) close_innermost_scope();
+  // A region the orchestration never ended: its recording's hold would keep
+  // its tasks from retiring, so the run could not drain.
+  drop_recording();
+  in_capture_ = false;
   orchestration_done();
 }
 
@@ -168,6 +171,11 @@ void Orchestrator::close_innermost_scope() {
     s_.release(id);
   }
   scope_tasks_.resize(begin);
+}
+
+void Orchestrator::api_orchestration_done() {
+  if (!refuse_in_capture("pto2_rt_orchestration_done")) return;
+  orchestration_done();
 }
 
 void Orchestrator::orchestration_done() {
@@ -296,7 +304,9 @@ bool Orchestrator::ring_blocked_by_scope(uint32_t ring, uint64_t below) const {
   if (la >= below) return true;  // nothing older is live: waiting frees nothing more
   const uint64_t slot = tr.slot(la);
   if (s_.rings[ring].descriptor(la).task_id != make_task_id(ring, la)) return false;
-  return scope_held_[ring][slot] != 0;
+  // A task held by the region being recorded counts as scope-held: only the
+  // region's end releases it.
+  return scope_held_[ring][slot] != 0 || (recording_ && recording_->index_of.count(make_task_id(ring, la)) != 0);
 }
 
 Status Orchestrator::diagnose_task_ring(uint32_t ring) {

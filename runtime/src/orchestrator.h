@@ -56,6 +56,8 @@ class Orchestrator {
   void scope_begin();
   void scope_end();
   void orchestration_done();
+  // pto2_rt_orchestration_done from the orchestration (refused in a captured region).
+  void api_orchestration_done();
   int32_t read_tensor(const Tensor* t, void* dst, uint64_t dst_bytes);
   // Captured regions (docs/runtime.md §16, orchestrator_capture.cpp): 1 when
   // the caller must run the region's code (recording, or capture off), 0
@@ -155,6 +157,8 @@ class Orchestrator {
   // Capture (orchestrator_capture.cpp).
   // Fails the run when a captured region is open: what cannot be replayed.
   bool refuse_in_capture(const char* what);
+  // Drops the recording in progress and the hold it has on its tasks.
+  void drop_recording();
   void record_task(const PTO2TaskSpec& spec, uint64_t id);
   bool replay(CapturedRegion& region, Tensor* const* bindings);
   bool replay_task(const CapturedRegion& region, uint32_t index, const uint64_t* function_addr);

@@ -21,13 +21,19 @@ constexpr uint64_t kReplayPrefetch = 6;
 constexpr uint32_t kReplayBatch = 32;
 }  // namespace
 
+void Orchestrator::drop_recording() {
+  if (!recording_) return;
+  for (const auto& entry : recording_->index_of) s_.release(entry.first);
+  recording_.reset();
+}
+
 bool Orchestrator::refuse_in_capture(const char* what) {
   if (!in_capture_) return true;
   fail(kInvalidArgument,
        fmt::format("{} inside a captured region (PTO2_CAPTURE): a replay skips the region's code, so it cannot be "
                    "replayed; move it out of the region",
                    what));
-  recording_.reset();
+  drop_recording();
   return false;
 }
 
@@ -108,8 +114,12 @@ void Orchestrator::capture_end(bool completed) {
   while (scope_begin_.size() > capture_depth_) close_innermost_scope();
   close_innermost_scope();  // the region's own scope
   in_capture_ = false;
+  if (!recording_ || !error_.ok() || !completed) {
+    drop_recording();
+    return;
+  }
+  for (const auto& entry : recording_->index_of) s_.release(entry.first);  // the recording's hold (record_task)
   std::unique_ptr<CapturedRegion> r = std::move(recording_);
-  if (!r || !error_.ok() || !completed) return;
   r->finalize();
   ++capture_stats_.regions_recorded;
   if (s_.config.capture_mode == CaptureMode::kVerify) {
@@ -147,7 +157,7 @@ void Orchestrator::record_task(const PTO2TaskSpec& spec, uint64_t id) {
   const uint32_t index = static_cast<uint32_t>(r.tasks.size());
   auto refuse = [&](std::string why) {
     fail(kInvalidArgument, fmt::format("captured region {:#x}, its task {}: {}", r.key, index, why));
-    recording_.reset();
+    drop_recording();
   };
   for (int32_t i = 0; i < d.num_params; ++i) {
     CapturedParam p;
@@ -175,6 +185,10 @@ void Orchestrator::record_task(const PTO2TaskSpec& spec, uint64_t id) {
             fmt::format("param {} names a buffer at {:#x} that is neither one of the region's bindings nor "
                         "allocated inside it; pass its tensor among the bindings so a replay can rebind it",
                         i, p.view.addr));
+      if (pto2_tensor_buffer_bytes(&p.view) > pto2_tensor_buffer_bytes(&r.bindings[k]))
+        return refuse(fmt::format("param {} views the buffer of binding {} as {} bytes, more than the binding's {}; "
+                                  "the binding must cover every byte the region touches",
+                                  i, k, pto2_tensor_buffer_bytes(&p.view), pto2_tensor_buffer_bytes(&r.bindings[k])));
       p.source = CaptureSource::kBinding;
       p.ref = static_cast<uint32_t>(k);
       t.touches_binding = true;
@@ -195,6 +209,11 @@ void Orchestrator::record_task(const PTO2TaskSpec& spec, uint64_t id) {
     if (it != r.index_of.end()) r.producers.push_back(it->second);
   }
   t.num_producers = static_cast<uint32_t>(r.producers.size()) - t.first_producer;
+  // Held until the region ends (capture_end), so that no task of the region
+  // retires while it is recorded: the TensorMap forgets retired tasks, and an
+  // edge from one (say, of an inner scope that has ended) must still be
+  // recorded, because on a replay that task may still be running.
+  s_.slot_of(id).refs.fetch_add(1, std::memory_order_relaxed);
   r.index_of.emplace(id, index);
   r.packed_base.push_back(d.packed_buffer_base);
   r.tasks.push_back(t);
@@ -255,12 +274,12 @@ bool Orchestrator::replay(CapturedRegion& region, Tensor* const* bindings) {
   for (uint32_t i = 0; ok && i < n; ++i) {
     if (ev < region.scopes.size() && region.scopes[ev].before_task == i) publish_replayed();
     for (; ev < region.scopes.size() && region.scopes[ev].before_task == i; ++ev)
-      region.scopes[ev].begin ? scope_begin() : scope_end();
+      region.scopes[ev].begin ? scope_begin() : close_innermost_scope();
     ok = replay_task(region, i, function_addr);
     if (!ok) release_unlinked(region, i);
   }
   publish_replayed();
-  for (; ok && ev < region.scopes.size(); ++ev) region.scopes[ev].begin ? scope_begin() : scope_end();
+  for (; ok && ev < region.scopes.size(); ++ev) region.scopes[ev].begin ? scope_begin() : close_innermost_scope();
   if (ok && nb > 0) {
     // Exit: what comes after the region finds it in the TensorMap as the
     // accessor of every binding; it completes after the region's accesses.
@@ -397,12 +416,6 @@ bool Orchestrator::replay_task(const CapturedRegion& region, uint32_t index, con
   const uint64_t id = make_task_id(ring, seq);
   TaskSlotState& st = tr.slot_state(seq);
   reset_slot(st, static_cast<uint32_t>(t.block_dim));
-  // Its references: its own completion and its consumers in the region,
-  // counted now so that they link without touching them. No scope
-  // reference: nothing but those consumers can name its buffers (the region
-  // is a scope of its own), so it may retire as soon as they are done, and
-  // the region's end has nothing to release for it.
-  st.refs.store(1 + static_cast<int32_t>(t.num_consumers), std::memory_order_relaxed);
   tensor_map_->before_slot_reuse(ring, seq);
 
   TaskDescriptor& d = tr.descriptor(seq);
@@ -441,6 +454,13 @@ bool Orchestrator::replay_task(const CapturedRegion& region, uint32_t index, con
     batch_first_ = index;
     if (!reserve_deps(ring, seq, dep_needed)) return false;
   }
+  // Its references, set after the last wait (a slot whose wait fails is
+  // published as a no-op holding reset_slot's two): its own completion and
+  // its consumers in the region, counted now so that they link without
+  // touching them. No scope reference: nothing but those consumers can name
+  // its buffers (the region is a scope of its own), and the region's end has
+  // nothing to release for it.
+  st.refs.store(1 + static_cast<int32_t>(t.num_consumers), std::memory_order_relaxed);
   bool deferred = false;
   const int32_t edges = link_replayed(region, t, id, entry, d, st, &deferred);
   d.dep_end_pos = deps.top();

@@ -70,6 +70,7 @@ int32_t Orchestrator::allocate_cluster() {
 
 void Orchestrator::free_cluster(int32_t cluster_id) {
   if (!error_.ok()) return;
+  if (!refuse_in_capture("pto2_rt_free_cluster")) return;
   if (cluster_id < 0 || cluster_id >= s_.clusters || cluster_held_[cluster_id] == 0) {
     fail(kInvalidArgument,
          fmt::format("pto2_rt_free_cluster({}): not a cluster this orchestration holds (clusters 0..{}; allocate "

@@ -3,11 +3,13 @@
 // compute exactly what plain submission computes; what cannot be replayed is
 // refused by name; a recording that no longer fits is recorded again.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pto2/runtime.h"
@@ -249,6 +251,25 @@ TEST_CASE("what a replay cannot reproduce is refused by name - the runtime stays
     CHECK(res.status.code == kOrchestrationDone);
     CHECK_THAT(res.status.message, Catch::Contains("opened after pto2_rt_orchestration_done"));
   }
+  expect_error("pto2_rt_orchestration_done inside a captured region", [&](PTO2Runtime* rt, Tensor& Y, Tensor&) {
+    Tensor* b[] = {&Y};
+    PTO2_CAPTURE(rt, 10, b, 1) { pto2_rt_orchestration_done(rt); }
+  });
+  expect_error("pto2_rt_free_cluster inside a captured region", [&](PTO2Runtime* rt, Tensor& Y, Tensor&) {
+    Tensor* b[] = {&Y};
+    PTO2_CAPTURE(rt, 11, b, 1) { pto2_rt_free_cluster(rt, 0); }
+  });
+  std::vector<int64_t> room(2 * kCols, 0);  // the refused task still runs: it writes all of this
+  expect_error("more than the binding's", [&](PTO2Runtime* rt, Tensor&, Tensor&) {
+    Tensor R = make_tensor_external(room.data(), ys, 1, PTO2_INT64);
+    Tensor* b[] = {&R};
+    PTO2_CAPTURE(rt, 12, b, 1) {
+      const uint32_t wide[1] = {2 * kCols};  // the same base, a buffer twice the binding's
+      Tensor W = make_tensor_external(room.data(), wide, 1, PTO2_INT64);
+      PTOParam f[] = {make_output_param(W), make_scalar_param(1)};
+      pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, f, 2);
+    }
+  });
   expect_error("binding 0 has no storage", [&](PTO2Runtime* rt, Tensor&, Tensor&) {
     Tensor T = make_tensor(ys, 1, PTO2_INT64);
     Tensor* b[] = {&T};
@@ -340,4 +361,140 @@ TEST_CASE("a replay that cannot finish fails the run with the deadlock's diagnos
   res = chip.runtime->run(orchestration(0));
   CHECK(res.ok());
   CHECK(res.stats.regions_replayed == 1);
+}
+
+TEST_CASE("a replayed task whose output allocation deadlocks fails the run with the diagnosis - the next run works",
+          "[capture]") {
+  RuntimeConfig c = config(CaptureMode::kReplay, 2);
+  c.task_window = 64;
+  c.heap_size = 60 * 1024;
+  c.stall_timeout_ms = 20000;
+  Chip chip(c, 0);
+  REQUIRE(chip.runtime);
+  std::vector<int64_t> buf(kCols, 1);
+  const uint32_t ys[1] = {kCols}, kib[1] = {128};
+  // At depth 3 (ring 3), `held` tasks of an open scope hold 1 KiB of heap
+  // each; the region's first task needs 1 KiB more and has 23 consumers.
+  auto orchestration = [&](int held) {
+    return [&, held](PTO2Runtime* rt) {
+      Tensor Y = make_tensor_external(buf.data(), ys, 1, PTO2_INT64);
+      PTO2_SCOPE(rt) {
+        PTO2_SCOPE(rt) {
+          PTO2_SCOPE(rt) {
+            for (int i = 0; i < held; ++i) {
+              Tensor h = make_tensor(kib, 1, PTO2_INT64);
+              PTOParam p[] = {make_output_param(h), make_scalar_param(static_cast<uint64_t>(i))};
+              pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, p, 2);
+            }
+            Tensor* b[] = {&Y};
+            PTO2_CAPTURE(rt, 1, b, 1) {
+              Tensor t = make_tensor(ys, 1, PTO2_INT64);
+              PTOParam f[] = {make_output_param(t), make_scalar_param(1)};
+              pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, f, 2);
+              for (int i = 0; i < 22; ++i) {
+                PTOParam m[] = {make_inout_param(t), make_input_param(Y), make_scalar_param(static_cast<uint64_t>(i))};
+                pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, m, 3);
+              }
+              PTOParam m[] = {make_inout_param(Y), make_input_param(t), make_scalar_param(99)};
+              pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, m, 3);
+            }
+          }
+        }
+      }
+      return pto2_rt_error(rt);
+    };
+  };
+  REQUIRE(chip.runtime->run(orchestration(0)).ok());  // recorded
+  RunResult res = chip.runtime->run(orchestration(60));
+  INFO(res.status.message);
+  CHECK(res.status.code == kHeapRingDeadlock);
+  res = chip.runtime->run(orchestration(0));
+  CHECK(res.ok());
+  CHECK(res.stats.regions_replayed == 1);
+}
+
+TEST_CASE("an edge from an inner scope's task that finished before the region read its output is recorded - the "
+          "replay waits for it",
+          "[capture]") {
+  Chip chip(config(CaptureMode::kReplay, 2), 2);
+  REQUIRE(chip.runtime);
+  const uint32_t ys[1] = {kCols};
+  for (int run = 0; run < 3; ++run) {
+    INFO("run " << run);
+    std::vector<int64_t> src(kCols, 7), x(kCols, 1), w(kCols, 3);
+    RunResult res = chip.runtime->run([&](PTO2Runtime* rt) {
+      Tensor S = make_tensor_external(src.data(), ys, 1, PTO2_INT64);
+      Tensor X = make_tensor_external(x.data(), ys, 1, PTO2_INT64);
+      Tensor W = make_tensor_external(w.data(), ys, 1, PTO2_INT64);
+      Tensor* b[] = {&S, &X, &W};
+      PTO2_CAPTURE(rt, 1, b, 3) {
+        PTO2_SCOPE(rt) {
+          // X = S after 20 ms: slow, so that a reader not ordered after it sees the old X.
+          PTOParam c[] = {make_input_param(S), make_output_param(X), make_scalar_param(20000)};
+          pto2_rt_submit_task(rt, kSlowCopy, PTO2_WORKER_VECTOR, c, 3);
+        }
+        // While recording, the copy finishes (and, without the recording's
+        // hold, retires) before the reader is submitted.
+        std::this_thread::sleep_for(std::chrono::milliseconds(60));
+        PTOParam m[] = {make_inout_param(W), make_input_param(X), make_scalar_param(1)};
+        pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, m, 3);
+      }
+      return pto2_rt_error(rt);
+    });
+    REQUIRE(res.ok());
+    CHECK(res.stats.regions_replayed == (run == 0 ? 0u : 1u));
+    for (int64_t v : w) CHECK(v == mix_step(3, 7, 1));
+  }
+}
+
+TEST_CASE("a region recorded inside a scope replays at the top level, and the other way round", "[capture]") {
+  Chip chip(config(CaptureMode::kReplay, 2), 0);
+  REQUIRE(chip.runtime);
+  for (int run = 0; run < 4; ++run) {
+    const bool nested = run % 2 == 0;
+    Buffers got(static_cast<size_t>(run) * 8), want(0);
+    RunResult res = chip.runtime->run([&](PTO2Runtime* rt) {
+      if (!nested) return orchestrate(rt, got, 4, 1);
+      int rc = 0;
+      PTO2_SCOPE(rt) { rc = orchestrate(rt, got, 4, 1); }
+      return rc;
+    });
+    INFO("run " << run << ": " << res.status.message);
+    REQUIRE(res.ok());
+    CHECK(res.stats.regions_replayed == (run == 0 ? 0u : 1u));
+    expected(want, 4, 1);
+    CHECK(same(got, want));
+  }
+}
+
+TEST_CASE("bindings that overlap at another distance than recorded are recorded again", "[capture]") {
+  Chip chip(config(CaptureMode::kReplay, 2), 0);
+  REQUIRE(chip.runtime);
+  std::vector<int64_t> mem(2048, 0);
+  const uint32_t shape[1] = {1024}, half[1] = {512}, quarter[1] = {256};
+  // Task 1 writes A[0..512), task 2 reads B[0..256): apart by 768 they do not
+  // meet (no edge is recorded); apart by 256 they do.
+  for (size_t apart : {768, 768, 256}) {
+    INFO("apart " << apart);
+    RunResult res = chip.runtime->run([&](PTO2Runtime* rt) {
+      Tensor A = make_tensor_external(mem.data(), shape, 1, PTO2_INT64);
+      Tensor B = make_tensor_external(mem.data() + apart, shape, 1, PTO2_INT64);
+      Tensor* b[] = {&A, &B};
+      PTO2_CAPTURE(rt, 1, b, 2) {
+        const uint32_t zero[1] = {0};
+        Tensor a = tensor_view(A, zero, half), bq = tensor_view(B, zero, quarter);
+        PTOParam f[] = {make_output_param(a), make_scalar_param(5)};
+        pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, f, 2);
+        Tensor t = make_tensor(quarter, 1, PTO2_INT64);
+        PTOParam c[] = {make_input_param(bq), make_output_param(t), make_scalar_param(0)};
+        pto2_rt_submit_task(rt, kSlowCopy, PTO2_WORKER_VECTOR, c, 3);
+      }
+      return pto2_rt_error(rt);
+    });
+    REQUIRE(res.ok());
+    if (apart == 256) {
+      CHECK(res.stats.capture_mismatches == 1);
+      CHECK(res.stats.regions_recorded == 1);
+    }
+  }
 }
