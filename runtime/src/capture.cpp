@@ -27,6 +27,23 @@ std::string describe(const Tensor& t) {
                      dims(t.offsets, t.ndim), dims(t.shapes, t.ndim));
 }
 
+// The bytes from the buffer's base that a view's elements span, [lo, hi).
+void view_span(const Tensor& v, uint64_t* lo, uint64_t* hi) {
+  const uint64_t esz = pto2_dtype_size(v.dtype);
+  uint64_t first = 0, last = 0;
+  for (int32_t d = 0; d < v.ndim && d < PTO2_MAX_DIMS; ++d) {
+    if (v.shapes[d] == 0) {
+      *lo = *hi = 0;
+      return;
+    }
+    const uint64_t stride = pto2_tensor_stride(&v, d);
+    first += uint64_t(v.offsets[d]) * stride;
+    last += uint64_t(v.offsets[d] + v.shapes[d] - 1) * stride;
+  }
+  *lo = first * esz;
+  *hi = (last + 1) * esz;
+}
+
 }  // namespace
 
 bool buffers_overlap(const Tensor& a, const Tensor& b) {
@@ -37,6 +54,7 @@ bool buffers_overlap(const Tensor& a, const Tensor& b) {
 CapturedRegion::CapturedRegion(uint64_t k, Tensor* const* b, int32_t n) : key(k) {
   for (int32_t i = 0; i < n; ++i) bindings.push_back(*b[i]);
   binding_written.assign(static_cast<size_t>(n), 0);
+  accesses.assign(static_cast<size_t>(n), {});
   overlaps.assign(static_cast<size_t>(n) * static_cast<size_t>(n), 0);
   deltas.assign(static_cast<size_t>(n) * static_cast<size_t>(n), 0);
   for (int32_t i = 0; i < n; ++i) {
@@ -79,6 +97,24 @@ int32_t CapturedRegion::kernel_slot(int32_t id, int32_t worker_type) {
   return static_cast<int32_t>(kernels.size() - 1);
 }
 
+void CapturedRegion::binding_edges(uint32_t binding, uint32_t task, const Tensor& view, bool writer,
+                                   std::vector<uint32_t>* producers) {
+  uint64_t lo = 0, hi = 0;
+  view_span(view, &lo, &hi);
+  if (lo == hi) return;
+  std::vector<Access>& list = accesses[binding];
+  size_t kept = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Access a = list[i];
+    const bool overlap = a.lo < hi && lo < a.hi;
+    if (overlap && (writer || a.writer) && a.task != task) producers->push_back(a.task);
+    if (writer && overlap && lo <= a.lo && a.hi <= hi) continue;  // covered: reached through this task
+    list[kept++] = a;
+  }
+  list.resize(kept);
+  list.push_back({task, lo, hi, writer});
+}
+
 void CapturedRegion::finalize() {
   // Entry: a task that touches a binding waits for the entry task (which
   // waits for everything outside the region that touched the bindings)
@@ -114,6 +150,8 @@ void CapturedRegion::finalize() {
   index_of.clear();
   packed_base.clear();
   packed_base.shrink_to_fit();
+  accesses.clear();
+  accesses.shrink_to_fit();
 }
 
 std::string CapturedRegion::first_difference(const CapturedRegion& o) const {

@@ -84,9 +84,17 @@ struct CapturedRegion {
   std::vector<uint32_t> exit_deps;  // tasks the replay's exit task waits for
   std::vector<ScopeEvent> scopes;
 
-  // While recording: task id -> index, and each task's packed output base.
+  // While recording: task id -> index, each task's packed output base, and
+  // per binding the accesses of the region's tasks (byte spans from the
+  // binding's base), from which binding_edges() orders them.
   std::unordered_map<uint64_t, uint32_t> index_of;
   std::vector<uint64_t> packed_base;
+  struct Access {
+    uint32_t task;
+    uint64_t lo, hi;
+    bool writer;
+  };
+  std::vector<std::vector<Access>> accesses;
 
   // A new recording with these bindings (validated by the caller).
   CapturedRegion(uint64_t k, Tensor* const* b, int32_t n);
@@ -99,6 +107,16 @@ struct CapturedRegion {
   // The first difference between two recordings of one key ("" if none).
   std::string first_difference(const CapturedRegion& other) const;
   int32_t kernel_slot(int32_t id, int32_t worker_type);
+  // Task `task` accesses binding `binding` through `view`: appends to
+  // *producers the earlier tasks of the region whose accesses of that
+  // binding conflict with it (a writer with anything, a reader with
+  // writers; byte spans overlapping), then records the access. The
+  // TensorMap's answer is not enough while recording: it forgets a task
+  // that has retired (one of an inner scope that has ended, say), and on a
+  // replay that task may still be running. A writer's access drops the
+  // older accesses it covers: later ones are ordered through it.
+  void binding_edges(uint32_t binding, uint32_t task, const Tensor& view, bool writer,
+                     std::vector<uint32_t>* producers);
 };
 
 // Whether two buffers' byte extents overlap.

@@ -304,9 +304,7 @@ bool Orchestrator::ring_blocked_by_scope(uint32_t ring, uint64_t below) const {
   if (la >= below) return true;  // nothing older is live: waiting frees nothing more
   const uint64_t slot = tr.slot(la);
   if (s_.rings[ring].descriptor(la).task_id != make_task_id(ring, la)) return false;
-  // A task held by the region being recorded counts as scope-held: only the
-  // region's end releases it.
-  return scope_held_[ring][slot] != 0 || (recording_ && recording_->index_of.count(make_task_id(ring, la)) != 0);
+  return scope_held_[ring][slot] != 0;
 }
 
 Status Orchestrator::diagnose_task_ring(uint32_t ring) {
@@ -428,79 +426,6 @@ void Orchestrator::add_lifetime_ref(uint64_t consumer, uint64_t producer) {
   if (!take_fanout_ref(producer)) return;  // already consumed: nothing of it is used any more
   TaskDescriptor& cd = s_.descriptor_of(consumer);
   cd.fanin_head = make_dep_link(task_ring(consumer), deps_[task_ring(consumer)].alloc(producer, cd.fanin_head));
-}
-
-// --- the submit steps a replay shares (orchestrator_capture.cpp) ---
-
-bool Orchestrator::alloc_slot(uint32_t ring, uint64_t* seq) {
-  TaskRing& tr = s_.rings[ring];
-  if (tr.try_alloc(seq)) return true;
-  return wait_for([&] { return tr.try_alloc(seq); }, [&] { return diagnose_task_ring(ring); },
-                  [&] {
-                    const uint64_t active = tr.next_seq() - tr.last_alive();
-                    return fmt::format(
-                        "[TaskRing] BLOCKED (Flow Control): ring={} current={}, last_alive={}, "
-                        "active={}/{} ({:.1f}%)",
-                        ring, tr.next_seq(), tr.last_alive(), active, tr.window(),
-                        100.0 * double(active) / double(tr.window()));
-                  });
-}
-
-bool Orchestrator::alloc_outputs(uint32_t ring, uint64_t seq, uint64_t bytes, uint64_t* base) {
-  HeapRing& heap = heaps_[ring];
-  if (heap.try_alloc(bytes, base) == HeapRing::Alloc::kOk) return true;
-  if (bytes > heap.size()) {
-    publish_as_noop(ring, seq);
-    fail(kHeapRequestTooLarge, fmt::format("task needs {} bytes of packed outputs but heap ring {} has {} bytes in "
-                                           "all.",
-                                           bytes, ring, heap.size()));
-    return false;
-  }
-  TaskRing& tr = s_.rings[ring];
-  const bool ok =
-      wait_for([&] { return heap.try_alloc(bytes, base) == HeapRing::Alloc::kOk; },
-               [&]() -> Status {
-                 if (!ring_blocked_by_scope(ring, seq)) return Status::Ok();
-                 return Status::Error(
-                     kHeapRingDeadlock,
-                     fmt::format("FATAL: Heap ring {} deadlock: requesting {} bytes, used {} of {} (top={}, tail={}); "
-                                 "the oldest live task {} is held by an open scope, so nothing can be reclaimed.",
-                                 ring, bytes, heap.used(), heap.size(), heap.top(), heap.tail(),
-                                 make_task_id(ring, tr.last_alive())));
-               },
-               [&] {
-                 return fmt::format("[HeapRing] BLOCKED: ring={} requesting {} bytes, used={}/{}, top={}, tail={}",
-                                    ring, bytes, heap.used(), heap.size(), heap.top(), heap.tail());
-               });
-  if (!ok) publish_as_noop(ring, seq);
-  return ok;
-}
-
-bool Orchestrator::reserve_deps(uint32_t ring, uint64_t seq, uint64_t needed) {
-  DepPool& deps = deps_[ring];
-  if (deps.can_reserve(needed)) return true;
-  if (needed > deps.size()) {
-    publish_as_noop(ring, seq);
-    fail(kDepPoolDeadlock, fmt::format("task needs {} dependency-list entries (two per producer), but the pool of "
-                                       "ring {} has {}.",
-                                       needed, ring, deps.size()));
-    return false;
-  }
-  const bool ok = wait_for([&] { return deps.can_reserve(needed); },
-                           [&]() -> Status {
-                             if (!ring_blocked_by_scope(ring, seq)) return Status::Ok();
-                             return Status::Error(
-                                 kDepPoolDeadlock,
-                                 fmt::format("FATAL: Dependency list pool of ring {} deadlock: task needs {} entries, "
-                                             "{} of {} in use by tasks that cannot retire while their scope is open.",
-                                             ring, needed, deps.used(), deps.size()));
-                           },
-                           [&] {
-                             return fmt::format("[DepPool] BLOCKED: ring={} requesting {} entries, used={}/{}", ring,
-                                                needed, deps.used(), deps.size());
-                           });
-  if (!ok) publish_as_noop(ring, seq);
-  return ok;
 }
 
 [[gnu::always_inline]] inline void Orchestrator::link_bound(uint32_t ring, uint64_t seq, int32_t max_edges) {

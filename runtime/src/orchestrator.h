@@ -157,7 +157,7 @@ class Orchestrator {
   // Capture (orchestrator_capture.cpp).
   // Fails the run when a captured region is open: what cannot be replayed.
   bool refuse_in_capture(const char* what);
-  // Drops the recording in progress and the hold it has on its tasks.
+  // Drops the recording in progress.
   void drop_recording();
   void record_task(const PTO2TaskSpec& spec, uint64_t id);
   bool replay(CapturedRegion& region, Tensor* const* bindings);
@@ -228,6 +228,7 @@ class Orchestrator {
   CaptureCache captures_;
   std::unique_ptr<CapturedRegion> recording_;
   bool in_capture_ = false;
+  std::vector<uint32_t> binding_producers_;  // scratch of record_task: the task's producers in the region
   size_t capture_depth_ = 0;           // scope depth the open region's scope sits at
   std::vector<uint64_t> replay_ids_;   // per task of the region being replayed: its id and
   std::vector<uint64_t> replay_base_;  // its packed output buffer

@@ -3,6 +3,8 @@
 // them later without the region's code, the TensorMap or validation — only
 // the ring allocations, the descriptors with rebound addresses, the recorded
 // edges and publication.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "log.h"
@@ -21,11 +23,7 @@ constexpr uint64_t kReplayPrefetch = 6;
 constexpr uint32_t kReplayBatch = 32;
 }  // namespace
 
-void Orchestrator::drop_recording() {
-  if (!recording_) return;
-  for (const auto& entry : recording_->index_of) s_.release(entry.first);
-  recording_.reset();
-}
+void Orchestrator::drop_recording() { recording_.reset(); }
 
 bool Orchestrator::refuse_in_capture(const char* what) {
   if (!in_capture_) return true;
@@ -118,7 +116,6 @@ void Orchestrator::capture_end(bool completed) {
     drop_recording();
     return;
   }
-  for (const auto& entry : recording_->index_of) s_.release(entry.first);  // the recording's hold (record_task)
   std::unique_ptr<CapturedRegion> r = std::move(recording_);
   r->finalize();
   ++capture_stats_.regions_recorded;
@@ -154,6 +151,7 @@ void Orchestrator::record_task(const PTO2TaskSpec& spec, uint64_t id) {
   t.block_num = d.block_num;
   t.out_bytes = d.packed_buffer_end - d.packed_buffer_base;
   t.first_param = static_cast<uint32_t>(r.params.size());
+  binding_producers_.clear();
   const uint32_t index = static_cast<uint32_t>(r.tasks.size());
   auto refuse = [&](std::string why) {
     fail(kInvalidArgument, fmt::format("captured region {:#x}, its task {}: {}", r.key, index, why));
@@ -191,6 +189,7 @@ void Orchestrator::record_task(const PTO2TaskSpec& spec, uint64_t id) {
                                   i, k, pto2_tensor_buffer_bytes(&p.view), pto2_tensor_buffer_bytes(&r.bindings[k])));
       p.source = CaptureSource::kBinding;
       p.ref = static_cast<uint32_t>(k);
+      r.binding_edges(p.ref, index, p.view, p.kind != PTO_PARAM_INPUT, &binding_producers_);
       t.touches_binding = true;
       if (p.kind != PTO_PARAM_INPUT) r.binding_written[k] = 1;
     }
@@ -206,14 +205,12 @@ void Orchestrator::record_task(const PTO2TaskSpec& spec, uint64_t id) {
   t.first_producer = static_cast<uint32_t>(r.producers.size());
   for (uint64_t p : producers_) {
     auto it = r.index_of.find(p);
-    if (it != r.index_of.end()) r.producers.push_back(it->second);
+    if (it != r.index_of.end()) binding_producers_.push_back(it->second);
   }
+  std::sort(binding_producers_.begin(), binding_producers_.end());
+  binding_producers_.erase(std::unique(binding_producers_.begin(), binding_producers_.end()), binding_producers_.end());
+  r.producers.insert(r.producers.end(), binding_producers_.begin(), binding_producers_.end());
   t.num_producers = static_cast<uint32_t>(r.producers.size()) - t.first_producer;
-  // Held until the region ends (capture_end), so that no task of the region
-  // retires while it is recorded: the TensorMap forgets retired tasks, and an
-  // edge from one (say, of an inner scope that has ended) must still be
-  // recorded, because on a replay that task may still be running.
-  s_.slot_of(id).refs.fetch_add(1, std::memory_order_relaxed);
   r.index_of.emplace(id, index);
   r.packed_base.push_back(d.packed_buffer_base);
   r.tasks.push_back(t);

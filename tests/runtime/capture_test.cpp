@@ -314,103 +314,87 @@ TEST_CASE("a region left early is not kept - the next execution records it whole
   }
 }
 
-TEST_CASE("a replay that cannot finish fails the run with the deadlock's diagnosis - the next run works",
-          "[capture]") {
-  RuntimeConfig c = config(CaptureMode::kReplay, 2);
+namespace {
+
+// Three nested scopes (depth 3, ring 3): `hold(rt, held)` submits what an
+// open scope holds there, then the region (depth 4, also ring 3): a
+// runtime-allocated tile filled, mixed 22 times, then mixed into Y — its
+// first task has 23 consumers.
+using Hold = std::function<void(PTO2Runtime*, int)>;
+OrchestrationFn deep_region(std::vector<int64_t>& buf, int held, const Hold& hold) {
+  return [&buf, held, hold](PTO2Runtime* rt) {
+    const uint32_t ys[1] = {kCols};
+    Tensor Y = make_tensor_external(buf.data(), ys, 1, PTO2_INT64);
+    PTO2_SCOPE(rt) {
+      PTO2_SCOPE(rt) {
+        PTO2_SCOPE(rt) {
+          hold(rt, held);
+          Tensor* b[] = {&Y};
+          PTO2_CAPTURE(rt, 1, b, 1) {
+            Tensor t = make_tensor(ys, 1, PTO2_INT64);
+            PTOParam f[] = {make_output_param(t), make_scalar_param(1)};
+            pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, f, 2);
+            for (int i = 0; i < 22; ++i) {
+              PTOParam m[] = {make_inout_param(t), make_input_param(Y), make_scalar_param(static_cast<uint64_t>(i))};
+              pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, m, 3);
+            }
+            PTOParam m[] = {make_inout_param(Y), make_input_param(t), make_scalar_param(99)};
+            pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, m, 3);
+          }
+        }
+      }
+    }
+    return pto2_rt_error(rt);
+  };
+}
+
+// Records the region, replays it with `held` tasks in its ring (it fails
+// with `code`, or at least not STALLED when code is kOk), then replays it
+// again with nothing held.
+void replay_fails_then_works(RuntimeConfig c, int held, int32_t code, const Hold& hold) {
   c.task_window = 64;
   c.stall_timeout_ms = 20000;
   Chip chip(c, 0);
   REQUIRE(chip.runtime);
   std::vector<int64_t> buf(kCols, 1);
-  const uint32_t ys[1] = {kCols};
-  // depth 3 (ring 3) holds `held` tasks of an open scope, then the region
-  // (at depth 4, also ring 3) adds a 24-task chain.
-  auto orchestration = [&](int held) {
-    return [&, held](PTO2Runtime* rt) {
-      Tensor Y = make_tensor_external(buf.data(), ys, 1, PTO2_INT64);
-      PTO2_SCOPE(rt) {
-        PTO2_SCOPE(rt) {
-          PTO2_SCOPE(rt) {
-            for (int i = 0; i < held; ++i) {
-              PTOParam p[] = {make_scalar_param(static_cast<uint64_t>(i))};
-              pto2_rt_submit_task(rt, kRecord, PTO2_WORKER_VECTOR, p, 1);
-            }
-            Tensor* b[] = {&Y};
-            PTO2_CAPTURE(rt, 1, b, 1) {
-              Tensor t = make_tensor(ys, 1, PTO2_INT64);
-              PTOParam f[] = {make_output_param(t), make_scalar_param(1)};
-              pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, f, 2);
-              for (int i = 0; i < 22; ++i) {
-                PTOParam m[] = {make_inout_param(t), make_input_param(Y), make_scalar_param(static_cast<uint64_t>(i))};
-                pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, m, 3);
-              }
-              PTOParam m[] = {make_inout_param(Y), make_input_param(t), make_scalar_param(99)};
-              pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, m, 3);
-            }
-          }
-        }
-      }
-      return pto2_rt_error(rt);
-    };
-  };
-  REQUIRE(chip.runtime->run(orchestration(0)).ok());  // recorded
-  RunResult res = chip.runtime->run(orchestration(50));
+  REQUIRE(chip.runtime->run(deep_region(buf, 0, hold)).ok());  // recorded
+  RunResult res = chip.runtime->run(deep_region(buf, held, hold));
   INFO(res.status.message);
   CHECK(res.status.code != kOk);
   CHECK(res.status.code != kStalled);  // diagnosed, not timed out
-  res = chip.runtime->run(orchestration(0));
+  if (code != kOk) CHECK(res.status.code == code);
+  res = chip.runtime->run(deep_region(buf, 0, hold));
   CHECK(res.ok());
   CHECK(res.stats.regions_replayed == 1);
 }
 
+}  // namespace
+
+TEST_CASE("a replay that cannot finish fails the run with the deadlock's diagnosis - the next run works",
+          "[capture]") {
+  // 50 held tasks + the entry + the region's tasks overflow the 64-slot window.
+  replay_fails_then_works(config(CaptureMode::kReplay, 2), 50, kOk, [](PTO2Runtime* rt, int held) {
+    for (int i = 0; i < held; ++i) {
+      PTOParam p[] = {make_scalar_param(static_cast<uint64_t>(i))};
+      pto2_rt_submit_task(rt, kRecord, PTO2_WORKER_VECTOR, p, 1);
+    }
+  });
+}
+
 TEST_CASE("a replayed task whose output allocation deadlocks fails the run with the diagnosis - the next run works",
           "[capture]") {
+  // 60 held tasks hold 1 KiB each of a 60 KiB heap: the region's first task,
+  // with 23 consumers, waits for 1 KiB more.
   RuntimeConfig c = config(CaptureMode::kReplay, 2);
-  c.task_window = 64;
   c.heap_size = 60 * 1024;
-  c.stall_timeout_ms = 20000;
-  Chip chip(c, 0);
-  REQUIRE(chip.runtime);
-  std::vector<int64_t> buf(kCols, 1);
-  const uint32_t ys[1] = {kCols}, kib[1] = {128};
-  // At depth 3 (ring 3), `held` tasks of an open scope hold 1 KiB of heap
-  // each; the region's first task needs 1 KiB more and has 23 consumers.
-  auto orchestration = [&](int held) {
-    return [&, held](PTO2Runtime* rt) {
-      Tensor Y = make_tensor_external(buf.data(), ys, 1, PTO2_INT64);
-      PTO2_SCOPE(rt) {
-        PTO2_SCOPE(rt) {
-          PTO2_SCOPE(rt) {
-            for (int i = 0; i < held; ++i) {
-              Tensor h = make_tensor(kib, 1, PTO2_INT64);
-              PTOParam p[] = {make_output_param(h), make_scalar_param(static_cast<uint64_t>(i))};
-              pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, p, 2);
-            }
-            Tensor* b[] = {&Y};
-            PTO2_CAPTURE(rt, 1, b, 1) {
-              Tensor t = make_tensor(ys, 1, PTO2_INT64);
-              PTOParam f[] = {make_output_param(t), make_scalar_param(1)};
-              pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, f, 2);
-              for (int i = 0; i < 22; ++i) {
-                PTOParam m[] = {make_inout_param(t), make_input_param(Y), make_scalar_param(static_cast<uint64_t>(i))};
-                pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, m, 3);
-              }
-              PTOParam m[] = {make_inout_param(Y), make_input_param(t), make_scalar_param(99)};
-              pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, m, 3);
-            }
-          }
-        }
-      }
-      return pto2_rt_error(rt);
-    };
-  };
-  REQUIRE(chip.runtime->run(orchestration(0)).ok());  // recorded
-  RunResult res = chip.runtime->run(orchestration(60));
-  INFO(res.status.message);
-  CHECK(res.status.code == kHeapRingDeadlock);
-  res = chip.runtime->run(orchestration(0));
-  CHECK(res.ok());
-  CHECK(res.stats.regions_replayed == 1);
+  replay_fails_then_works(c, 60, kHeapRingDeadlock, [](PTO2Runtime* rt, int held) {
+    const uint32_t kib[1] = {128};
+    for (int i = 0; i < held; ++i) {
+      Tensor h = make_tensor(kib, 1, PTO2_INT64);
+      PTOParam p[] = {make_output_param(h), make_scalar_param(static_cast<uint64_t>(i))};
+      pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, p, 2);
+    }
+  });
 }
 
 TEST_CASE("an edge from an inner scope's task that finished before the region read its output is recorded - the "
