@@ -327,7 +327,7 @@ void Orchestrator::publish_replayed() {
 
 void Orchestrator::fill_replayed_params(const CapturedRegion& region, const CapturedTask& t, uint64_t id,
                                         uint64_t base, TaskDescriptor& d) {
-  const CapturedParam* p = &region.params[t.first_param];
+  const CapturedParam* p = region.params.data() + t.first_param;
   for (int32_t i = 0; i < t.num_params; ++i, ++p) {
     d.param_kind[i] = p->kind;
     if (p->kind == PTO_PARAM_SCALAR) {
@@ -364,7 +364,7 @@ int32_t Orchestrator::link_replayed(const CapturedRegion& region, const Captured
                                     TaskDescriptor& d, TaskSlotState& st, bool* deferred) {
   const uint32_t ring = task_ring(id);
   DepPool& deps = deps_[ring];
-  const uint32_t* prod = &region.producers[t.first_producer];
+  const uint32_t* prod = region.producers.data() + t.first_producer;
   int32_t direct = 0, locked_max = entry ? 1 : 0;
   for (uint32_t k = 0; k < t.num_producers; ++k) {
     if (prod[k] >= batch_first_ && pending_) {
