@@ -129,9 +129,9 @@ void Orchestrator::end_run() {
         ->warn("orchestration returned with {} scope(s) still open; closing them", scope_begin_.size() - 1);
   }
   while (!scope_begin_.empty()) close_innermost_scope();
-  // A region the orchestration never ended: its recording's hold would keep
-  // its tasks from retiring, so the run could not drain.
-  drop_recording();
+  // A region the orchestration never ended (the C API without
+  // pto2_rt_capture_end) is not kept, and the next run starts outside it.
+  recording_.reset();
   in_capture_ = false;
   orchestration_done();
 }

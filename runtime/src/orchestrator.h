@@ -157,8 +157,6 @@ class Orchestrator {
   // Capture (orchestrator_capture.cpp).
   // Fails the run when a captured region is open: what cannot be replayed.
   bool refuse_in_capture(const char* what);
-  // Drops the recording in progress.
-  void drop_recording();
   void record_task(const PTO2TaskSpec& spec, uint64_t id);
   bool replay(CapturedRegion& region, Tensor* const* bindings);
   bool replay_task(const CapturedRegion& region, uint32_t index, const uint64_t* function_addr);
@@ -173,7 +171,7 @@ class Orchestrator {
   // references its producers hold for consumers that will now never be linked.
   void release_unlinked(const CapturedRegion& region, uint32_t failed);
   // The whole-buffer views of the bindings a replay's entry and exit tasks name.
-  int32_t binding_params(const CapturedRegion& region, Tensor* const* bindings, Tensor* views, PTOParam* params);
+  void binding_params(const CapturedRegion& region, Tensor* const* bindings, Tensor* views, PTOParam* params);
 
   // After a failure: sizing failures start measuring the rest of the run
   // (SizingProbe); every later submit is measured instead of run.
@@ -220,19 +218,20 @@ class Orchestrator {
   bool first_block_owns_ = false;
   std::vector<int64_t> block_ids_;
 
-  // Captured regions (docs/runtime.md §16): the recorded graphs by key, the
-  // one being recorded, and the open region's state.
   std::function<void()> run_starter_;
   bool run_started_ = false;
 
+  // Captured regions (docs/runtime.md §16): the recorded graphs by key, the
+  // one being recorded, and the open region's state.
   CaptureCache captures_;
   std::unique_ptr<CapturedRegion> recording_;
   bool in_capture_ = false;
-  std::vector<uint32_t> binding_producers_;  // scratch of record_task: the task's producers in the region
+  std::vector<uint32_t> region_producers_;  // scratch of record_task: the task's producers in the region
   size_t capture_depth_ = 0;           // scope depth the open region's scope sits at
   std::vector<uint64_t> replay_ids_;   // per task of the region being replayed: its id and
   std::vector<uint64_t> replay_base_;  // its packed output buffer
   int64_t replay_entry_ = -1;          // the replay's entry task (-1: the region has no bindings)
+  std::vector<uint64_t> replay_addr_;  // the replayed region's kernels, resolved by capture_begin
   // The batch of replayed tasks filled but not yet published: its first task
   // (region index), ring and last seq, and its tasks whose fanin keeps a +1
   // until it is published (id, what to subtract then).

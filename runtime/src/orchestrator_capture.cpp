@@ -23,15 +23,13 @@ constexpr uint64_t kReplayPrefetch = 6;
 constexpr uint32_t kReplayBatch = 32;
 }  // namespace
 
-void Orchestrator::drop_recording() { recording_.reset(); }
-
 bool Orchestrator::refuse_in_capture(const char* what) {
   if (!in_capture_) return true;
   fail(kInvalidArgument,
        fmt::format("{} inside a captured region (PTO2_CAPTURE): a replay skips the region's code, so it cannot be "
                    "replayed; move it out of the region",
                    what));
-  drop_recording();
+  recording_.reset();
   return false;
 }
 
@@ -82,9 +80,9 @@ int32_t Orchestrator::capture_begin(uint64_t key, Tensor* const* bindings, int32
   if (mode == CaptureMode::kReplay) {
     if (CapturedRegion* r = captures_.find(key)) {
       std::string why = r->mismatch(bindings, n);
+      replay_addr_.resize(r->kernels.size());  // resolved here, once, for the replay
       for (size_t k = 0; k < r->kernels.size() && why.empty(); ++k) {
-        uint64_t addr = 0;
-        if (!resolve_kernel(r->kernels[k].id, r->kernels[k].worker_type, &addr))
+        if (!resolve_kernel(r->kernels[k].id, r->kernels[k].worker_type, &replay_addr_[k]))
           why = fmt::format("kernel {} is no longer registered", r->kernels[k].id);
       }
       if (why.empty()) {
@@ -113,7 +111,7 @@ void Orchestrator::capture_end(bool completed) {
   close_innermost_scope();  // the region's own scope
   in_capture_ = false;
   if (!recording_ || !error_.ok() || !completed) {
-    drop_recording();
+    recording_.reset();
     return;
   }
   std::unique_ptr<CapturedRegion> r = std::move(recording_);
@@ -151,11 +149,11 @@ void Orchestrator::record_task(const PTO2TaskSpec& spec, uint64_t id) {
   t.block_num = d.block_num;
   t.out_bytes = d.packed_buffer_end - d.packed_buffer_base;
   t.first_param = static_cast<uint32_t>(r.params.size());
-  binding_producers_.clear();
+  region_producers_.clear();
   const uint32_t index = static_cast<uint32_t>(r.tasks.size());
   auto refuse = [&](std::string why) {
     fail(kInvalidArgument, fmt::format("captured region {:#x}, its task {}: {}", r.key, index, why));
-    drop_recording();
+    recording_.reset();
   };
   for (int32_t i = 0; i < d.num_params; ++i) {
     CapturedParam p;
@@ -189,7 +187,7 @@ void Orchestrator::record_task(const PTO2TaskSpec& spec, uint64_t id) {
                                   i, k, pto2_tensor_buffer_bytes(&p.view), pto2_tensor_buffer_bytes(&r.bindings[k])));
       p.source = CaptureSource::kBinding;
       p.ref = static_cast<uint32_t>(k);
-      r.binding_edges(p.ref, index, p.view, p.kind != PTO_PARAM_INPUT, &binding_producers_);
+      r.binding_edges(p.ref, index, p.view, p.kind != PTO_PARAM_INPUT, &region_producers_);
       t.touches_binding = true;
       if (p.kind != PTO_PARAM_INPUT) r.binding_written[k] = 1;
     }
@@ -205,19 +203,19 @@ void Orchestrator::record_task(const PTO2TaskSpec& spec, uint64_t id) {
   t.first_producer = static_cast<uint32_t>(r.producers.size());
   for (uint64_t p : producers_) {
     auto it = r.index_of.find(p);
-    if (it != r.index_of.end()) binding_producers_.push_back(it->second);
+    if (it != r.index_of.end()) region_producers_.push_back(it->second);
   }
-  std::sort(binding_producers_.begin(), binding_producers_.end());
-  binding_producers_.erase(std::unique(binding_producers_.begin(), binding_producers_.end()), binding_producers_.end());
-  r.producers.insert(r.producers.end(), binding_producers_.begin(), binding_producers_.end());
+  std::sort(region_producers_.begin(), region_producers_.end());
+  region_producers_.erase(std::unique(region_producers_.begin(), region_producers_.end()), region_producers_.end());
+  r.producers.insert(r.producers.end(), region_producers_.begin(), region_producers_.end());
   t.num_producers = static_cast<uint32_t>(r.producers.size()) - t.first_producer;
   r.index_of.emplace(id, index);
   r.packed_base.push_back(d.packed_buffer_base);
   r.tasks.push_back(t);
 }
 
-int32_t Orchestrator::binding_params(const CapturedRegion& region, Tensor* const* bindings, Tensor* views,
-                                     PTOParam* params) {
+void Orchestrator::binding_params(const CapturedRegion& region, Tensor* const* bindings, Tensor* views,
+                                  PTOParam* params) {
   const auto n = static_cast<int32_t>(region.bindings.size());
   for (int32_t k = 0; k < n; ++k) {
     views[k] = *bindings[k];
@@ -227,21 +225,11 @@ int32_t Orchestrator::binding_params(const CapturedRegion& region, Tensor* const
     }
     params[k] = region.binding_written[k] ? make_inout_param(views[k]) : make_input_param(views[k]);
   }
-  return n;
 }
 
 bool Orchestrator::replay(CapturedRegion& region, Tensor* const* bindings) {
   const size_t n = region.tasks.size();
   const auto nb = static_cast<int32_t>(region.bindings.size());
-  uint64_t addrs[64];
-  std::vector<uint64_t> more;
-  uint64_t* function_addr = addrs;
-  if (region.kernels.size() > 64) {
-    more.resize(region.kernels.size());
-    function_addr = more.data();
-  }
-  for (size_t k = 0; k < region.kernels.size(); ++k)
-    resolve_kernel(region.kernels[k].id, region.kernels[k].worker_type, &function_addr[k]);
   for (int32_t k = 0; k < nb; ++k) {
     bind_addr_[k] = bindings[k]->addr;
     bind_owner_[k] = bindings[k]->owner;
@@ -272,7 +260,7 @@ bool Orchestrator::replay(CapturedRegion& region, Tensor* const* bindings) {
     if (ev < region.scopes.size() && region.scopes[ev].before_task == i) publish_replayed();
     for (; ev < region.scopes.size() && region.scopes[ev].before_task == i; ++ev)
       region.scopes[ev].begin ? scope_begin() : close_innermost_scope();
-    ok = replay_task(region, i, function_addr);
+    ok = replay_task(region, i, replay_addr_.data());
     if (!ok) release_unlinked(region, i);
   }
   publish_replayed();
