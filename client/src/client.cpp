@@ -276,6 +276,14 @@ Result<pto::v1::SubmitReply> Client::submit(const pto::v1::SubmitRequest& req) {
   });
 }
 
+Result<pto::v1::SubmitBatchReply> Client::submit_batch(const pto::v1::SubmitBatchRequest& req) {
+  return unary<pto::v1::SubmitBatchReply>([&](grpc::ClientContext* ctx, auto* out) {
+    if (req.wait_ms())
+      ctx->set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::milliseconds(req.wait_ms()));
+    return jobs_->SubmitBatch(ctx, req, out);
+  });
+}
+
 Result<pto::v1::JobResult> Client::watch(uint64_t job_id, const Progress& progress) {
   Result<pto::v1::JobResult> r;
   grpc::ClientContext ctx;

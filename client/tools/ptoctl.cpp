@@ -147,6 +147,8 @@ void add_job_commands(CLI::App& app, Options& o, Commands& cmds) {
       ->check(CLI::IsMember({"low", "normal", "high"}));
   submit->add_option("--label", o.submit.label, "free text shown by 'ptoctl jobs'");
   submit->add_flag("-d,--detach", o.submit.detach, "print the job id and return");
+  submit->add_option("--count", o.submit.count, "submit that many copies in one call (all queued or none)")
+      ->check(CLI::Range(1, 10000));
   cmds.push_back({submit, [&o](Client& c, bool json) { return cmd_submit(c, o.submit, json); }});
 
   auto* watch = app.add_subcommand("watch", "follow a job to its end");

@@ -288,6 +288,35 @@ int cmd_tensors(Client& c, bool json) {
   return kExitOk;
 }
 
+namespace {
+
+// `submit --count N`: N copies of one job in one SubmitBatch call; their ids
+// (--detach), or once all ended a line per state.
+int submit_copies(Client& c, const v1::SubmitRequest& req, const SubmitOptions& o, bool json) {
+  v1::SubmitBatchRequest batch;
+  for (uint32_t i = 0; i < o.count; ++i) *batch.add_jobs() = req;
+  if (!o.detach) batch.set_wait_ms(24u * 3600 * 1000);  // the client's own deadline bounds it too
+  auto r = c.submit_batch(batch);
+  if (!r.ok()) return report(r.status, "submit");
+  if (json) {
+    print_json(r.value);
+  } else if (o.detach) {
+    for (const auto& j : r.value.jobs()) std::printf("%llu\n", (unsigned long long)j.job_id());
+  }
+  std::map<std::string, uint32_t> by_state;
+  for (const auto& j : r.value.jobs()) ++by_state[v1::JobState_Name(j.state())];
+  if (o.detach) return kExitOk;
+  if (!json) {
+    std::printf("%u jobs (%llu..%llu):", o.count, (unsigned long long)r.value.jobs(0).job_id(),
+                (unsigned long long)r.value.jobs(r.value.jobs_size() - 1).job_id());
+    for (const auto& [state, n] : by_state) std::printf(" %u %s", n, state.c_str());
+    std::printf("\n");
+  }
+  return by_state.size() == 1 && by_state.count("SUCCEEDED") ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
 int cmd_submit(Client& c, const SubmitOptions& o, bool json) {
   v1::SubmitRequest req;
   *req.mutable_callable() = callable_ref(o.callable);
@@ -310,6 +339,7 @@ int cmd_submit(Client& c, const SubmitOptions& o, bool json) {
   req.set_priority(o.priority == "low"    ? v1::PRIORITY_LOW
                    : o.priority == "high" ? v1::PRIORITY_HIGH
                                           : v1::PRIORITY_NORMAL);
+  if (o.count > 1) return submit_copies(c, req, o, json);
   if (o.detach) {
     auto r = c.submit(req);
     if (!r.ok()) return report(r.status, "submit");

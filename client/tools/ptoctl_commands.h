@@ -47,6 +47,7 @@ struct SubmitOptions {
   std::string priority;      // low | normal | high
   std::string label;
   bool detach = false;
+  uint32_t count = 1;  // > 1: that many copies in one SubmitBatch call
 };
 
 struct ResultOptions {

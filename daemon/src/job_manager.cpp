@@ -63,7 +63,7 @@ pto::v1::JobResult to_proto(const pto::RunResult& r) {
 
 JobManager::JobManager(pto::Worker& w, TensorStore& tensors, const pto::RunnerPool& runners, const DaemonConfig& cfg,
                        StateDb& db)
-    : w_(w), tensors_(tensors), runners_(runners), cfg_(cfg), db_(db), ids_(db, "job") {}
+    : w_(w), tensors_(tensors), runners_(runners), cfg_(cfg), db_(db), ids_(db, "job"), records_(db) {}
 
 namespace {
 uint64_t wall_ms() {
@@ -98,7 +98,7 @@ Status JobManager::restore() {
       ++interrupted;
     }
     j.state = j.result.state();
-    persist_locked(j);
+    if (Status s = db_.put_job(row_locked(j)); !s.ok()) return s;
     finished_order_.push_back(j.id);
     jobs_.emplace(j.id, std::move(j));
   }
@@ -107,18 +107,6 @@ Status JobManager::restore() {
     log("jobs")->info("restored {} job record(s); {} were queued or running when the daemon stopped: FAILED",
                       rows.size(), interrupted);
   return Status::Ok();
-}
-
-void JobManager::persist_locked(const Job& j) {
-  JobRow row;
-  row.id = j.id;
-  row.owner = j.spec.options.principal;
-  row.state = j.state;
-  pto::v1::JobResult r;
-  fill_result_locked(j, &r);
-  row.record = r.SerializeAsString();
-  if (Status s = db_.put_job(row); !s.ok())
-    log("jobs")->error("job {}: its record is not written: {}", j.id, s.message);
 }
 
 const JobManager::Job* JobManager::visible_locked(const Principal& who, uint64_t id) const {
@@ -134,6 +122,7 @@ void JobManager::stop(std::chrono::milliseconds wait) {
   {
     std::lock_guard<std::mutex> g(mu_);
     stop_ = true;
+    for (auto& [id, j] : jobs_) j.changed->notify_all();  // watchers learn the daemon is stopping
     for (auto& [id, j] : jobs_)
       if (!final_state(j.state)) {
         if (j.run.valid())
@@ -148,69 +137,145 @@ void JobManager::stop(std::chrono::milliseconds wait) {
 }
 
 Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position) {
-  std::unique_lock<std::mutex> lk(mu_);
-  if (draining_ || stop_) return Status::Error(pto::kUnavailable, "the daemon is draining: it accepts no new jobs");
-  if (counts_.queued >= cfg_.max_queued)
-    return Status::Error(pto::kQueueFull,
-                         fmt::format("the job queue is full ({} jobs; [jobs] max_queued)", counts_.queued));
-  const std::string& owner = spec.options.principal;
-  if (const uint32_t q = cfg_.quota_for(owner).queued_jobs; q && queued_by_owner_[owner] >= q)
-    return Status::Error(pto::kQuotaExceeded, fmt::format("{} has {} queued job(s): its quota is {} ([quotas] "
-                                                          "queued_jobs)",
-                                                          owner, queued_by_owner_[owner], q));
-  Job j;
-  if (Status s = ids_.next(&j.id); !s.ok()) return Status::Error(s.code, "cannot give the job an id: " + s.message);
-  j.spec = std::move(spec);
-  j.submit_ns = now_ns();
-  j.submit_ms = wall_ms();
-  if (!j.spec.options.deadline_ms && cfg_.default_deadline_s)
-    j.spec.options.deadline_ms = uint64_t(cfg_.default_deadline_s) * 1000;
-  *id = j.id;
-  *position = static_cast<uint32_t>(counts_.queued);
-  ++counts_.queued;
-  ++queued_by_owner_[j.spec.options.principal];
-  ++counts_.submitted_total;
-  pto::CallConfig cfg = j.spec.config;
-  // A trace goes under the state directory, never where a client says.
-  std::memset(cfg.output_prefix, 0, sizeof cfg.output_prefix);
-  if (cfg.enable_profiling) {
-    const std::string prefix = fmt::format("{}/traces/job-{}", cfg_.state_dir, j.id);
-    std::snprintf(cfg.output_prefix, sizeof cfg.output_prefix, "%s", prefix.c_str());
-    j.result.set_trace_path(prefix + ".json");
-  }
-  const RegisteredCallable& c = j.spec.callable;
-  log("jobs")->info("job {} queued: {} ({}), {} priority{}{}", j.id, c.name.empty() ? c.handle.id.short_hex() : c.name,
-                    pto::abi_name(c.abi), pto::priority_name(j.spec.options.priority),
-                    j.spec.options.deadline_ms ? fmt::format(", deadline {} ms", j.spec.options.deadline_ms) : "",
-                    j.spec.label.empty() ? "" : ", label " + j.spec.label);
-  // An orchestration receives the job's arguments; a chip or sub job is one
-  // task that carries them.
-  const pto::TaskArgs run_args = c.abi == pto::EntryAbi::ORCHESTRATION && c.runs_here ? j.spec.args : pto::TaskArgs();
-  const pto::RunOptions options = j.spec.options;
-  const uint64_t jid = j.id;
-  persist_locked(j);  // acknowledged below: its record is written first
-  jobs_.emplace(jid, std::move(j));
-  cv_.notify_all();
-  lk.unlock();
-  pto::RunHandle h =
-      w_.submit_function([this, jid](pto::Orchestrator& o, const pto::TaskArgsView& view,
-                                     const pto::CallConfig& cc) { return execute(jid, o, view, cc); },
-                         run_args, cfg, [this, jid](const pto::RunResult& r) { run_ended(jid, r); }, options);
-  std::string pending;
-  lk.lock();
-  if (auto it = jobs_.find(jid); it != jobs_.end()) {
-    it->second.run = h;
-    pending = it->second.cancel_pending;  // a cancel that came before the handle
-  }
-  lk.unlock();
-  if (!pending.empty()) (void)h.cancel(pending);
+  std::vector<JobSpec> one;
+  one.push_back(std::move(spec));
+  std::vector<Queued> q;
+  if (Status s = submit_batch(std::move(one), &q); !s.ok()) return s;
+  *id = q.front().id;
+  *position = q.front().position;
   return Status::Ok();
+}
+
+Status JobManager::admit_locked(const std::vector<JobSpec>& specs) const {
+  if (draining_ || stop_) return Status::Error(pto::kUnavailable, "the daemon is draining: it accepts no new jobs");
+  if (counts_.queued + specs.size() > cfg_.max_queued)
+    return Status::Error(pto::kQueueFull,
+                         specs.size() == 1
+                             ? fmt::format("the job queue is full ({} jobs; [jobs] max_queued)", counts_.queued)
+                             : fmt::format("the job queue holds {} jobs: {} more do not fit ([jobs] max_queued = {})",
+                                           counts_.queued, specs.size(), cfg_.max_queued));
+  std::map<std::string, uint64_t> adding;
+  for (const JobSpec& spec : specs) ++adding[spec.options.principal];
+  for (const auto& [owner, n] : adding) {
+    const uint32_t q = cfg_.quota_for(owner).queued_jobs;
+    auto it = queued_by_owner_.find(owner);
+    const uint64_t has = it == queued_by_owner_.end() ? 0 : it->second;
+    if (q && has + n > q)
+      return Status::Error(pto::kQuotaExceeded,
+                           fmt::format("{} has {} queued job(s){}: its quota is {} ([quotas] queued_jobs)", owner, has,
+                                       n == 1 ? "" : fmt::format(" and submits {} more", n), q));
+  }
+  return Status::Ok();
+}
+
+Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued) {
+  std::vector<Job> fresh;
+  std::vector<JobRow> rows;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (Status s = admit_locked(specs); !s.ok()) return s;
+    for (JobSpec& spec : specs) {
+      Job j;
+      if (Status s = ids_.next(&j.id); !s.ok()) {
+        for (Job& k : fresh) uncount_queued_locked(k);
+        return Status::Error(s.code, "cannot give the job an id: " + s.message);
+      }
+      j.spec = std::move(spec);
+      j.submit_ns = now_ns();
+      j.submit_ms = wall_ms();
+      if (!j.spec.options.deadline_ms && cfg_.default_deadline_s)
+        j.spec.options.deadline_ms = uint64_t(cfg_.default_deadline_s) * 1000;
+      // A trace goes under the state directory, never where a client says.
+      std::memset(j.spec.config.output_prefix, 0, sizeof j.spec.config.output_prefix);
+      if (j.spec.config.enable_profiling) {
+        const std::string prefix = fmt::format("{}/traces/job-{}", cfg_.state_dir, j.id);
+        std::snprintf(j.spec.config.output_prefix, sizeof j.spec.config.output_prefix, "%s", prefix.c_str());
+        j.result.set_trace_path(prefix + ".json");
+      }
+      queued->push_back({j.id, static_cast<uint32_t>(counts_.queued)});
+      ++counts_.queued;
+      ++queued_by_owner_[j.spec.options.principal];
+      ++counts_.submitted_total;
+      rows.push_back(row_locked(j));
+      fresh.push_back(std::move(j));
+    }
+  }
+  // Acknowledged only once its record is written.
+  Status written = records_.put(std::move(rows), take_gone());
+  struct Start {
+    uint64_t id;
+    pto::TaskArgs args;
+    pto::CallConfig config;
+    pto::RunOptions options;
+  };
+  std::vector<Start> starts;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!written.ok()) {
+      for (Job& j : fresh) uncount_queued_locked(j);
+      queued->clear();
+      return Status::Error(written.code, "the job is not queued: its record is not written: " + written.message);
+    }
+    for (Job& j : fresh) {
+      const RegisteredCallable& c = j.spec.callable;
+      log("jobs")->debug("job {} queued: {} ({}), {} priority{}{}", j.id,
+                         c.name.empty() ? c.handle.id.short_hex() : c.name, pto::abi_name(c.abi),
+                         pto::priority_name(j.spec.options.priority),
+                         j.spec.options.deadline_ms ? fmt::format(", deadline {} ms", j.spec.options.deadline_ms) : "",
+                         j.spec.label.empty() ? "" : ", label " + j.spec.label);
+      if (draining_ || stop_) j.cancel_pending = "not started: the daemon is draining";
+      // An orchestration receives the job's arguments; a chip or sub job is
+      // one task that carries them.
+      starts.push_back({j.id, c.abi == pto::EntryAbi::ORCHESTRATION && c.runs_here ? j.spec.args : pto::TaskArgs(),
+                        j.spec.config, j.spec.options});
+      const uint64_t jid = j.id;
+      jobs_.emplace(jid, std::move(j));
+    }
+  }
+  // Queued with the Worker without mu_ (a run refused at once ends inside
+  // submit_function, and run_ended takes mu_).
+  std::vector<pto::RunHandle> handles;
+  handles.reserve(starts.size());
+  for (Start& st : starts) {
+    const uint64_t jid = st.id;
+    handles.push_back(w_.submit_function([this, jid](pto::Orchestrator& o, const pto::TaskArgsView& view,
+                                                     const pto::CallConfig& cc) { return execute(jid, o, view, cc); },
+                                         std::move(st.args), st.config,
+                                         [this, jid](const pto::RunResult& r) { run_ended(jid, r); }, st.options));
+  }
+  std::vector<std::pair<pto::RunHandle, std::string>> pending;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (size_t i = 0; i < starts.size(); ++i)
+      if (auto it = jobs_.find(starts[i].id); it != jobs_.end()) {
+        it->second.run = handles[i];
+        // A cancel that came before the handle.
+        if (!it->second.cancel_pending.empty()) pending.emplace_back(handles[i], it->second.cancel_pending);
+      }
+  }
+  for (auto& [h, why] : pending) (void)h.cancel(why);
+  return Status::Ok();
+}
+
+void JobManager::uncount_queued_locked(const Job& j) {
+  --counts_.queued;
+  --queued_by_owner_[j.spec.options.principal];
+  --counts_.submitted_total;
+}
+
+std::vector<uint64_t> JobManager::take_gone() {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<uint64_t> out;
+  out.swap(gone_);
+  return out;
 }
 
 int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc) {
   RegisteredCallable c;
   pto::TaskArgs args;
   {
+    // RUNNING is not written to the state database: after a crash a queued
+    // and a running job read the same ("interrupted: the daemon stopped").
     std::lock_guard<std::mutex> g(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return 1;
@@ -218,15 +283,13 @@ int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsVi
     j.state = pto::v1::RUNNING;
     j.start_ns = now_ns();
     j.start_ms = wall_ms();
-    ++j.version;
     --counts_.queued;
     --queued_by_owner_[j.spec.options.principal];
     ++counts_.running;
-    persist_locked(j);
+    changed_locked(j);
     c = j.spec.callable;
     args = j.spec.args;
   }
-  cv_.notify_all();
   return run_registered(c, runners_, o, args, view, cc);
 }
 
@@ -239,6 +302,48 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
     }
     tensors_.sync(outputs);
   }
+  const pto::v1::JobState st = r.ok()                                   ? pto::v1::SUCCEEDED
+                               : r.status.code == pto::kWorkerCancelled ? pto::v1::CANCELLED
+                                                                        : pto::v1::FAILED;
+  // The final record is committed before the final state is visible: what a
+  // client was told survives a crash.
+  Ending e;
+  e.state = st;
+  e.end_ns = now_ns();
+  e.end_ms = wall_ms();
+  e.result = to_proto(r);
+  e.result.set_message(r.status.message);
+  JobRow row;
+  bool more_queued = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return;
+    // A job that never started ends on its canceller's thread: commit there.
+    more_queued = it->second.start_ns != 0 && counts_.queued > 0;
+    const std::string& trace = it->second.result.trace_path();
+    if (!trace.empty() && r.ok()) e.result.set_trace_path(trace);
+    row = row_locked(it->second, &e);
+  }
+  auto level = st == pto::v1::SUCCEEDED ? spdlog::level::debug : spdlog::level::info;
+  log("jobs")->log(level, "job {} {}: {} tasks ({} ok, {} failed, {} skipped, {} stopped) in {:.3f} ms{}", id,
+                   pto::v1::JobState_Name(st), r.tasks_submitted, r.tasks_succeeded, r.tasks_failed, r.tasks_skipped,
+                   r.tasks_stopped, double(r.wall_ns) / 1e6, r.ok() ? "" : ": " + r.status.message);
+  // Applied once the record is committed, here or on the thread committing
+  // it (this run's thread goes on to the next run meanwhile).
+  auto then = [this, id, e = std::move(e)](const Status& written) mutable {
+    if (!written.ok()) log("jobs")->error("job {}: its final record is not written: {}", id, written.message);
+    apply_ending(id, std::move(e));
+  };
+  // With more jobs queued this run's thread has work right behind: the
+  // writer thread gathers the records of many ends into one commit.
+  if (more_queued)
+    records_.defer({std::move(row)}, take_gone(), std::move(then));
+  else
+    records_.write({std::move(row)}, take_gone(), std::move(then));
+}
+
+void JobManager::apply_ending(uint64_t id, Ending e) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
@@ -249,36 +354,27 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
     --counts_.queued;
     --queued_by_owner_[done.spec.options.principal];
   }
-  const std::string trace = done.result.trace_path();
-  done.result = to_proto(r);
-  if (!trace.empty() && r.ok()) done.result.set_trace_path(trace);
-  const pto::v1::JobState st = r.ok()                                   ? pto::v1::SUCCEEDED
-                               : r.status.code == pto::kWorkerCancelled ? pto::v1::CANCELLED
-                                                                        : pto::v1::FAILED;
-  finish_locked(done, st, r.status.message);
-  log("jobs")->info("job {} {}: {} tasks ({} ok, {} failed, {} skipped, {} stopped) in {:.3f} ms{}", id,
-                    pto::v1::JobState_Name(st), r.tasks_submitted, r.tasks_succeeded, r.tasks_failed, r.tasks_skipped,
-                    r.tasks_stopped, double(r.wall_ns) / 1e6, r.ok() ? "" : ": " + r.status.message);
-  cv_.notify_all();
-}
-
-void JobManager::finish_locked(Job& j, pto::v1::JobState state, const std::string& message) {
-  j.state = state;
-  j.end_ns = now_ns();
-  j.end_ms = wall_ms();
-  j.result.set_message(message);
-  ++j.version;
-  persist_locked(j);
-  for (uint64_t t : j.spec.pinned) tensors_.pin(t, -1);
-  j.spec.pinned.clear();
-  if (state == pto::v1::SUCCEEDED)
+  done.state = e.state;
+  done.end_ns = e.end_ns;
+  done.end_ms = e.end_ms;
+  done.result = std::move(e.result);
+  for (uint64_t t : done.spec.pinned) tensors_.pin(t, -1);
+  done.spec.pinned.clear();
+  if (done.state == pto::v1::SUCCEEDED)
     ++counts_.succeeded_total;
-  else if (state == pto::v1::FAILED)
+  else if (done.state == pto::v1::FAILED)
     ++counts_.failed_total;
   else
     ++counts_.cancelled_total;
-  finished_order_.push_back(j.id);
+  changed_locked(done);
+  finished_order_.push_back(id);
   trim_locked();
+  if (live_locked() == 0) cv_.notify_all();  // wait_idle
+}
+
+void JobManager::changed_locked(Job& j) {
+  ++j.version;
+  j.changed->notify_all();
 }
 
 void JobManager::trim_locked() {
@@ -287,30 +383,44 @@ void JobManager::trim_locked() {
     if (it != jobs_.end()) {
       // A job's trace lives as long as the job is retained.
       if (!it->second.result.trace_path().empty()) std::remove(it->second.result.trace_path().c_str());
-      (void)db_.delete_job(it->first);
+      gone_.push_back(it->first);  // deleted with the next commit of records
+      it->second.changed->notify_all();
       jobs_.erase(it);
     }
     finished_order_.pop_front();
   }
 }
 
-void JobManager::fill_result_locked(const Job& j, pto::v1::JobResult* out) const {
-  *out = j.result;
+JobRow JobManager::row_locked(const Job& j, const Ending* e) const {
+  JobRow row;
+  row.id = j.id;
+  row.owner = j.spec.options.principal;
+  pto::v1::JobResult r;
+  fill_result_locked(j, &r, e);
+  row.state = r.state();
+  row.record = r.SerializeAsString();
+  return row;
+}
+
+void JobManager::fill_result_locked(const Job& j, pto::v1::JobResult* out, const Ending* e) const {
+  *out = e ? e->result : j.result;
   if (j.restored) return;  // the record as the last daemon left it
+  const pto::v1::JobState state = e ? e->state : j.state;
+  const uint64_t end_ns = e ? e->end_ns : j.end_ns;
   const RegisteredCallable& c = j.spec.callable;
   out->set_owner(j.spec.options.principal);
   out->set_callable(c.name.empty() ? pto::to_hex(c.handle.id.digest) : c.name);
   out->set_submit_time_ms(j.submit_ms);
   out->set_start_time_ms(j.start_ms);
-  out->set_end_time_ms(j.end_ms);
+  out->set_end_time_ms(e ? e->end_ms : j.end_ms);
   out->set_job_id(j.id);
-  out->set_state(j.state);
+  out->set_state(state);
   out->set_label(j.spec.label);
   out->set_priority(to_wire(j.spec.options.priority));
   out->set_deadline_ms(static_cast<uint32_t>(std::min<uint64_t>(j.spec.options.deadline_ms, UINT32_MAX)));
   const uint64_t now = now_ns();
-  out->set_queued_ns((j.start_ns ? j.start_ns : (j.end_ns ? j.end_ns : now)) - j.submit_ns);
-  if (j.start_ns) out->set_run_ns((j.end_ns ? j.end_ns : now) - j.start_ns);
+  out->set_queued_ns((j.start_ns ? j.start_ns : (end_ns ? end_ns : now)) - j.submit_ns);
+  if (j.start_ns) out->set_run_ns((end_ns ? end_ns : now) - j.start_ns);
   for (const TensorEntry& e : j.spec.outputs) to_proto(e, out->add_outputs());
 }
 
@@ -344,8 +454,21 @@ Status JobManager::cancel(const Principal& who, uint64_t id, pto::v1::JobState* 
   // Queued: it leaves the queue (CANCELLED at once). Running: its tasks are
   // stopped and its runner killed; it ends CANCELLED within moments.
   if (h.valid()) (void)h.cancel("cancelled by a client");
-  std::lock_guard<std::mutex> g(mu_);
-  if (auto it = jobs_.find(id); it != jobs_.end()) *state = it->second.state;
+  std::unique_lock<std::mutex> lk(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Status::Ok();
+  if (it->second.state == pto::v1::QUEUED && h.valid()) {
+    // It left the queue; its end shows once its record is committed (another
+    // thread's commit may carry it): moments, bounded here.
+    const std::shared_ptr<std::condition_variable> changed = it->second.changed;
+    changed->wait_for(lk, std::chrono::seconds(5), [&] {
+      auto j = jobs_.find(id);
+      return j == jobs_.end() || j->second.state != pto::v1::QUEUED;
+    });
+    it = jobs_.find(id);
+    if (it == jobs_.end()) return Status::Ok();
+  }
+  *state = it->second.state;
   return Status::Ok();
 }
 
@@ -356,7 +479,9 @@ Status JobManager::wait_event(const Principal& who, uint64_t id, uint64_t* versi
     std::unique_lock<std::mutex> lk(mu_);
     if (!visible_locked(who, id)) return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {}", id));
     auto it = jobs_.find(id);
-    cv_.wait_for(lk, timeout, [&] {
+    // The job's own condition: a change of one job wakes only its waiters.
+    const std::shared_ptr<std::condition_variable> changed = it->second.changed;
+    changed->wait_for(lk, timeout, [&] {
       auto j = jobs_.find(id);
       return j == jobs_.end() || j->second.version != *version || stop_;
     });

@@ -9,8 +9,9 @@
 // Every change bumps the job's version, so watchers wait for "newer than
 // what I saw". Finished jobs are kept (retain_finished) for Result / List.
 // A job belongs to the principal that submitted it (RunOptions::principal):
-// others are told it does not exist, unless they are admin. Each change of
-// state is written to the state database before it is visible, so after a
+// others are told it does not exist, unless they are admin. A job's record
+// is written to the state database (group commit, JobRecords) before its id
+// is returned and again before its final state is visible, so after a
 // restart a job's record is there; one that was queued or running when the
 // daemon died is FAILED "interrupted: the daemon stopped".
 #pragma once
@@ -28,6 +29,7 @@
 
 #include "callable_registry.h"
 #include "config.h"
+#include "job_records.h"
 #include "pto/base/clock.h"
 #include "pto/runner.h"
 #include "pto/v1/ptod.pb.h"
@@ -66,6 +68,13 @@ class JobManager {
   // spec.pinned: tensors the caller pinned; the job unpins them when it ends
   // (on error they stay the caller's to unpin). spec.options.principal owns it.
   Status submit(JobSpec spec, uint64_t* id, uint32_t* queue_position);
+  // Several jobs at once, all or none: admitted together (queue and quotas),
+  // their records written in one commit, then queued in order.
+  struct Queued {
+    uint64_t id = 0;
+    uint32_t position = 0;  // jobs queued before it
+  };
+  Status submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued);
   Status cancel(const Principal& who, uint64_t id, pto::v1::JobState* state);
   Status result(const Principal& who, uint64_t id, pto::v1::JobResult* out) const;
   // Waits until the job changed after *version (or timeout), then fills ev
@@ -98,15 +107,31 @@ class JobManager {
     bool restored = false;                             // from the state database: `result` is the whole record
     pto::RunHandle run;                                // set once the run is queued with the Worker
     std::string cancel_pending;                        // a cancel that came before `run` was set
+    // Notified (with mu_) at every change of version; shared so that a
+    // waiter outlives the job's trimming.
+    std::shared_ptr<std::condition_variable> changed = std::make_shared<std::condition_variable>();
+  };
+  // A job's end, committed to the state database before it is applied.
+  struct Ending {
+    pto::v1::JobState state = pto::v1::FAILED;
+    uint64_t end_ns = 0, end_ms = 0;
+    pto::v1::JobResult result;
   };
   // The orchestration function of a job's run (on a Worker run thread).
   int execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc);
   void run_ended(uint64_t id, const pto::RunResult& r);
-  void finish_locked(Job& j, pto::v1::JobState state, const std::string& message);
-  void fill_result_locked(const Job& j, pto::v1::JobResult* out) const;
+  // The job's end, its record committed: visible from here on.
+  void apply_ending(uint64_t id, Ending e);
+  Status admit_locked(const std::vector<JobSpec>& specs) const;
+  void uncount_queued_locked(const Job& j);
+  // As clients see it; with `e`, as it will be once that ending is applied.
+  void fill_result_locked(const Job& j, pto::v1::JobResult* out, const Ending* e = nullptr) const;
+  JobRow row_locked(const Job& j, const Ending* e = nullptr) const;
+  void changed_locked(Job& j);
+  // Drops the oldest finished jobs beyond retain_finished; their records go
+  // with the next commit (gone_).
   void trim_locked();
-  // Writes the job's record; a failure is logged (the job goes on).
-  void persist_locked(const Job& j);
+  std::vector<uint64_t> take_gone();
   // The job, if `who` may see it.
   const Job* visible_locked(const Principal& who, uint64_t id) const;
   uint64_t live_locked() const { return counts_.queued + counts_.running; }
@@ -116,15 +141,19 @@ class JobManager {
   const pto::RunnerPool& runners_;
   const DaemonConfig& cfg_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // any job changed
+  std::condition_variable cv_;  // no job is live any more (wait_idle), or stopping
   std::map<uint64_t, Job> jobs_;
   std::deque<uint64_t> finished_order_;
   StateDb& db_;
+  std::vector<uint64_t> gone_;  // trimmed jobs whose records are still to delete
   IdSequence ids_;
   std::map<std::string, uint64_t> queued_by_owner_;  // the queued_jobs quota's measure
   JobCounts counts_;                                 // queued and running are live counts
   std::atomic<bool> draining_{false};
   bool stop_ = false;
+  // Last: destroyed first, its final commits' continuations still find the
+  // members above.
+  JobRecords records_;
 };
 
 pto::v1::JobResult to_proto(const pto::RunResult& r);

@@ -237,62 +237,117 @@ grpc::Status TensorsService::List(grpc::ServerContext* ctx, const pto::v1::ListT
 
 // -------------------------------------------------------------------- Jobs
 
+grpc::Status JobsService::job_spec(const Principal& who, const pto::v1::SubmitRequest& req, JobSpec* spec) {
+  if (Status s = p_.registry.find(who, req.callable(), &spec->callable); !s.ok()) return to_grpc(s);
+  if (Status s = check_name("label", req.label()); !s.ok()) return to_grpc(s);
+  const auto& c = req.config();
+  if (!c.output_prefix().empty()) {
+    // ptod decides where a job's files go (its trace under the state directory).
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "config.output_prefix is chosen by ptod (the trace goes under its state directory); leave it "
+                        "empty");
+  }
+  JobArgs job;
+  const auto resolve = [&](const pto::v1::TensorRef& ref, pto::ContinuousTensor* t, TensorEntry* e) {
+    return p_.tensors.view_and_pin(who, ref.tensor().id(), ref.tensor().name(), ref.offset_bytes(),
+                                   std::vector<uint32_t>(ref.shape().begin(), ref.shape().end()), ref.dtype(),
+                                   ref.has_dtype(), t, e);
+  };
+  if (Status s = job_args_from_proto(req.args(), resolve, &job); !s.ok()) {
+    for (uint64_t id : job.pinned) p_.tensors.pin(id, -1);
+    return to_grpc(s);
+  }
+  spec->args = std::move(job.args);
+  spec->outputs = std::move(job.outputs);
+  spec->config.block_dim = c.block_dim();
+  spec->config.aicpu_thread_num = c.aicpu_thread_num();
+  spec->config.enable_profiling = c.enable_profiling();
+  spec->config.timeout_ms = c.timeout_ms();
+  spec->label = req.label();
+  spec->options.priority = from_wire(req.priority());
+  spec->options.deadline_ms = req.deadline_ms();
+  spec->options.principal = who.name;  // fair sharing and ownership
+  // The job manager takes over the pins (and releases them when the job ends).
+  spec->pinned = std::move(job.pinned);
+  return grpc::Status::OK;
+}
+
+void JobsService::wait_reply(grpc::ServerContext* ctx, const Principal& who,
+                             std::chrono::steady_clock::time_point until, pto::v1::SubmitReply* reply) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+  pto::v1::JobResult r;
+  if (Status s = wait_final(ctx, who, reply->job_id(), static_cast<uint32_t>(std::max<int64_t>(left.count(), 0)), &r);
+      s.ok()) {
+    reply->set_state(r.state());
+    if (final_state(r.state())) *reply->mutable_result() = r;
+  }
+}
+
 grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::SubmitRequest* req,
                                  pto::v1::SubmitReply* reply) {
   if (p_.draining) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is draining: it accepts no new jobs");
   Principal who;
   if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
   JobSpec spec;
-  if (Status s = p_.registry.find(who, req->callable(), &spec.callable); !s.ok()) return to_grpc(s);
-  if (Status s = check_name("label", req->label()); !s.ok()) return to_grpc(s);
-  JobArgs job;
-  auto unpin = [&] {
-    for (uint64_t id : job.pinned) p_.tensors.pin(id, -1);
-  };
-  const auto resolve = [&](const pto::v1::TensorRef& ref, pto::ContinuousTensor* t, TensorEntry* e) {
-    return p_.tensors.view_and_pin(who, ref.tensor().id(), ref.tensor().name(), ref.offset_bytes(),
-                                   std::vector<uint32_t>(ref.shape().begin(), ref.shape().end()), ref.dtype(),
-                                   ref.has_dtype(), t, e);
-  };
-  if (Status s = job_args_from_proto(req->args(), resolve, &job); !s.ok()) {
-    unpin();
-    return to_grpc(s);
-  }
-  spec.args = std::move(job.args);
-  spec.outputs = std::move(job.outputs);
-  const auto& c = req->config();
-  spec.config.block_dim = c.block_dim();
-  spec.config.aicpu_thread_num = c.aicpu_thread_num();
-  spec.config.enable_profiling = c.enable_profiling();
-  spec.config.timeout_ms = c.timeout_ms();
-  if (!c.output_prefix().empty()) {
-    // ptod decides where a job's files go (its trace under the state directory).
-    unpin();
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "config.output_prefix is chosen by ptod (the trace goes under its state directory); leave it "
-                        "empty");
-  }
-  spec.label = req->label();
-  spec.options.priority = from_wire(req->priority());
-  spec.options.deadline_ms = req->deadline_ms();
-  spec.options.principal = who.name;  // fair sharing and ownership
+  if (grpc::Status bad = job_spec(who, *req, &spec); !bad.ok()) return bad;
+  const std::vector<uint64_t> pinned = spec.pinned;
   uint64_t id = 0;
   uint32_t pos = 0;
-  // The job manager takes over the pins (and releases them when the job ends).
-  spec.pinned = job.pinned;
   if (Status s = p_.jobs.submit(std::move(spec), &id, &pos); !s.ok()) {
-    unpin();
+    for (uint64_t t : pinned) p_.tensors.pin(t, -1);
     return to_grpc(s);
   }
   reply->set_job_id(id);
   reply->set_queue_position(pos);
   reply->set_state(pto::v1::QUEUED);
-  if (req->wait_ms() > 0) {
-    pto::v1::JobResult r;
-    if (Status s = wait_final(ctx, who, id, req->wait_ms(), &r); s.ok()) {
-      reply->set_state(r.state());
-      if (final_state(r.state())) *reply->mutable_result() = r;
+  if (req->wait_ms() > 0) wait_reply(ctx, who, std::chrono::steady_clock::now() + std::chrono::milliseconds(req->wait_ms()), reply);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobsService::SubmitBatch(grpc::ServerContext* ctx, const pto::v1::SubmitBatchRequest* req,
+                                      pto::v1::SubmitBatchReply* reply) {
+  if (p_.draining) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is draining: it accepts no new jobs");
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
+  const int n = req->jobs_size();
+  if (n == 0 || n > kMaxBatchJobs)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        fmt::format("a batch holds 1 to {} jobs, not {}", kMaxBatchJobs, n));
+  std::vector<JobSpec> specs(static_cast<size_t>(n));
+  std::vector<uint64_t> pinned;
+  const auto release = [&] {
+    for (uint64_t t : pinned) p_.tensors.pin(t, -1);
+  };
+  for (int i = 0; i < n; ++i) {
+    const pto::v1::SubmitRequest& one = req->jobs(i);
+    grpc::Status bad = one.wait_ms() ? grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                                    fmt::format("wait_ms is {}: set it on the batch, not on a job",
+                                                                one.wait_ms()))
+                                     : job_spec(who, one, &specs[size_t(i)]);
+    if (!bad.ok()) {
+      release();
+      return grpc::Status(bad.error_code(), fmt::format("jobs[{}]: {}", i, bad.error_message()));
     }
+    pinned.insert(pinned.end(), specs[size_t(i)].pinned.begin(), specs[size_t(i)].pinned.end());
+  }
+  std::vector<JobManager::Queued> queued;
+  if (Status s = p_.jobs.submit_batch(std::move(specs), &queued); !s.ok()) {
+    release();
+    return to_grpc(s);
+  }
+  for (const JobManager::Queued& q : queued) {
+    pto::v1::SubmitReply* r = reply->add_jobs();
+    r->set_job_id(q.id);
+    r->set_queue_position(q.position);
+    r->set_state(pto::v1::QUEUED);
+  }
+  if (req->wait_ms() > 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(req->wait_ms());
+    // The last job first: jobs start in order, so once it has ended the
+    // others mostly have too, and this thread wakes about once per batch
+    // instead of once per job.
+    auto& jobs = *reply->mutable_jobs();
+    for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) wait_reply(ctx, who, until, &*it);
   }
   return grpc::Status::OK;
 }

@@ -15,6 +15,9 @@
 
 namespace ptod {
 
+// The most jobs one SubmitBatch call may carry.
+constexpr int kMaxBatchJobs = 10000;
+
 grpc::Status to_grpc(const Status& s);
 
 struct DaemonParts {
@@ -62,6 +65,8 @@ class JobsService final : public pto::v1::Jobs::Service {
  public:
   explicit JobsService(DaemonParts p) : p_(p) {}
   grpc::Status Submit(grpc::ServerContext*, const pto::v1::SubmitRequest*, pto::v1::SubmitReply*) override;
+  grpc::Status SubmitBatch(grpc::ServerContext*, const pto::v1::SubmitBatchRequest*,
+                           pto::v1::SubmitBatchReply*) override;
   grpc::Status Watch(grpc::ServerContext*, const pto::v1::WatchRequest*,
                      grpc::ServerWriter<pto::v1::JobEvent>*) override;
   grpc::Status Cancel(grpc::ServerContext*, const pto::v1::CancelRequest*, pto::v1::CancelReply*) override;
@@ -72,6 +77,12 @@ class JobsService final : public pto::v1::Jobs::Service {
   // Waits (bounded by wait_ms and the client's deadline) for a final state.
   Status wait_final(grpc::ServerContext* ctx, const Principal& who, uint64_t id, uint32_t wait_ms,
                     pto::v1::JobResult* out);
+  // The job a request describes, its tensors pinned (spec->pinned); on error
+  // nothing stays pinned.
+  grpc::Status job_spec(const Principal& who, const pto::v1::SubmitRequest& req, JobSpec* spec);
+  // Fills reply's state and result once the job ended, waiting up to `until`.
+  void wait_reply(grpc::ServerContext* ctx, const Principal& who, std::chrono::steady_clock::time_point until,
+                  pto::v1::SubmitReply* reply);
   DaemonParts p_;
 };
 

@@ -190,6 +190,10 @@ Status StateDb::put_tensor(const TensorRow& r) {
 
 Status StateDb::delete_row(const char* sql, uint64_t id, const char* what) {
   std::lock_guard<std::mutex> g(mu_);
+  return delete_row_locked(sql, id, what);
+}
+
+Status StateDb::delete_row_locked(const char* sql, uint64_t id, const char* what) {
   Status st;
   sqlite3_stmt* q = stmt(sql, &st);
   if (!q) return st;
@@ -272,6 +276,30 @@ Status StateDb::callables(std::vector<CallableRow>* out) {
 
 Status StateDb::put_job(const JobRow& r) {
   std::lock_guard<std::mutex> g(mu_);
+  return put_job_locked(r);
+}
+
+Status StateDb::put_jobs(const std::vector<JobRow>& rows, const std::vector<uint64_t>& gone) {
+  std::lock_guard<std::mutex> g(mu_);
+  Status st;
+  sqlite3_stmt* begin = stmt("BEGIN", &st);
+  sqlite3_stmt* commit = begin ? stmt("COMMIT", &st) : nullptr;
+  if (!commit) return st;
+  if (st = step_done(begin, "beginning a transaction"); !st.ok()) return st;
+  for (const JobRow& r : rows)
+    if (st = put_job_locked(r); !st.ok()) break;
+  for (uint64_t id : gone) {
+    if (!st.ok()) break;
+    st = delete_row_locked("DELETE FROM jobs WHERE id = ?1", id, "deleting a job record");
+  }
+  if (!st.ok()) {
+    (void)exec("ROLLBACK");
+    return st;
+  }
+  return step_done(commit, "committing job records");
+}
+
+Status StateDb::put_job_locked(const JobRow& r) {
   Status st;
   sqlite3_stmt* q = stmt("INSERT OR REPLACE INTO jobs (id, owner, state, record) VALUES (?1, ?2, ?3, ?4)", &st);
   if (!q) return st;

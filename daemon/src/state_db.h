@@ -77,6 +77,9 @@ class StateDb {
   Status callables(std::vector<CallableRow>* out);
 
   Status put_job(const JobRow& r);
+  // Writes `rows` and deletes the records `gone` in one transaction: one
+  // commit for many jobs (JobRecords' group commit).
+  Status put_jobs(const std::vector<JobRow>& rows, const std::vector<uint64_t>& gone);
   Status delete_job(uint64_t id);
   // Every record older than `id` (beyond the retention a restart keeps).
   Status delete_jobs_before(uint64_t id);
@@ -89,6 +92,8 @@ class StateDb {
   sqlite3_stmt* stmt(const char* sql, Status* st);
   Status step_done(sqlite3_stmt* s, const char* what);
   Status delete_row(const char* sql, uint64_t id, const char* what);
+  Status put_job_locked(const JobRow& r);
+  Status delete_row_locked(const char* sql, uint64_t id, const char* what);
   Status error(const std::string& what);
   std::mutex mu_;
   sqlite3* db_ = nullptr;

@@ -15,7 +15,7 @@ proto/pto/v1/ptod.proto.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
@@ -77,9 +77,10 @@ def _ref(name_or_digest: str) -> "pb.CallableRef":
 class Job:
     """A submitted job: ``id``, ``watch()``, ``result()``, ``cancel()``."""
 
-    def __init__(self, client: "Client", job_id: int) -> None:
+    def __init__(self, client: "Client", job_id: int, final: Optional["pb.JobResult"] = None) -> None:
         self._c = client
         self.id = job_id
+        self._final = final  # the result a batch waited for
 
     def watch(self) -> Iterator["pb.JobEvent"]:
         """Its progress: the current state, each change (tasks_done /
@@ -92,6 +93,8 @@ class Job:
 
     def result(self, wait_s: float = 0) -> "pb.JobResult":
         """Its result now, or once it ends within ``wait_s`` seconds."""
+        if self._final is not None:
+            return self._final
         return _call(self._c._jobs.Result, pb.ResultRequest(job_id=self.id, wait_ms=int(wait_s * 1000)),
                      metadata=self._c._md, timeout=self._c.timeout + wait_s)
 
@@ -251,6 +254,27 @@ class Client:
         fields (block_dim, aicpu_thread_num, timeout_ms, enable_profiling).
         ``priority``: ``"low"``, ``"normal"`` or ``"high"``.
         """
+        req = self._request(callable, tensors, scalars, config, label, priority, deadline_ms)
+        return Job(self, self._unary(self._jobs.Submit, req).job_id)
+
+    def submit_many(self, jobs: Iterable[Union[str, dict]], wait_s: float = 0) -> List[Job]:
+        """Many jobs in one call (``Jobs.SubmitBatch``): all are queued or none.
+
+        Each item is a callable's name or a dict of :meth:`submit`'s keyword
+        arguments (``{"callable": "add_one", "tensors": [("x", "inout")]}``).
+        A refusal names the job (``jobs[i]: ...``). With ``wait_s`` the call
+        returns once every job has ended (or the time passed); their
+        ``result()`` is then at hand without another call.
+        """
+        batch = pb.SubmitBatchRequest(wait_ms=int(wait_s * 1000))
+        for j in jobs:
+            batch.jobs.append(self._request(**({"callable": j} if isinstance(j, str) else j)))
+        reply = _call(self._jobs.SubmitBatch, batch, metadata=self._md, timeout=self.timeout + wait_s)
+        return [Job(self, r.job_id, r.result if r.HasField("result") else None) for r in reply.jobs]
+
+    def _request(self, callable: str, tensors: Sequence[Union[Tensor, Tuple[Tensor, Any]]] = (),
+                 scalars: Sequence[int] = (), config: Optional[dict] = None, label: str = "",
+                 priority: str = "normal", deadline_ms: int = 0) -> "pb.SubmitRequest":
         args = pb.TaskArgs(scalars=[int(s) & (2**64 - 1) for s in scalars])
         for t in tensors:
             tensor, tag = t if isinstance(t, tuple) else (t, "in")
@@ -261,9 +285,8 @@ class Client:
         priorities = {"low": pb.PRIORITY_LOW, "normal": pb.PRIORITY_NORMAL, "high": pb.PRIORITY_HIGH}
         if priority not in priorities:
             raise ValueError(f"priority {priority!r} is not low, normal or high")
-        req = pb.SubmitRequest(callable=_ref(callable), args=args, config=pb.CallConfig(**(config or {})),
-                               label=label, priority=priorities[priority], deadline_ms=deadline_ms)
-        return Job(self, self._unary(self._jobs.Submit, req).job_id)
+        return pb.SubmitRequest(callable=_ref(callable), args=args, config=pb.CallConfig(**(config or {})),
+                                label=label, priority=priorities[priority], deadline_ms=deadline_ms)
 
     def run(self, callable: str, tensors: Sequence[Any] = (), scalars: Sequence[int] = (), **kw: Any) -> "pb.JobResult":
         """Submits and waits for the result (``watch`` until the final event)."""

@@ -1,7 +1,8 @@
 // ptod from a client's side (issue 5's figures): a real daemon subprocess,
 //   * a trivial job (one no-op sub task), submit -> result in one call, p50 / p99,
 //     over the unix socket and over TCP loopback
-//   * jobs per second with 1 and 8 concurrent clients
+//   * jobs per second with 1 and 8 concurrent clients, and in batches of
+//     1,000 jobs per SubmitBatch call
 //   * upload and download bandwidth of a 256 MiB tensor in 1 MiB / 4 MiB chunks
 //   * fairness: a one-task job's latency while a long job (2,000 sub tasks
 //     of 1 ms, an orchestration in a runner) runs, against its idle latency
@@ -38,7 +39,7 @@ v1::SubmitRequest trivial() {
   return req;
 }
 
-void latency(const char* what, const std::string& address) {
+double latency(const char* what, const std::string& address) {
   Client c(options(address));
   std::vector<double> us;
   for (int i = 0; i < 2200; ++i) {
@@ -56,10 +57,11 @@ void latency(const char* what, const std::string& address) {
       "trivial job, submit -> result, %s: p50 %.0f us, p99 %.0f us (%zu jobs)   [target p50 <= 300 us; "
       "Ray sync task ~1000 us]\n",
       what, us[us.size() / 2], us[us.size() * 99 / 100], us.size());
+  return us[us.size() / 2];
 }
 
 // The floor under a job: one unary call that does nothing (Node.Version).
-void unary_floor(const char* what, const std::string& address) {
+double unary_floor(const char* what, const std::string& address) {
   Client c(options(address));
   std::vector<double> us;
   for (int i = 0; i < 2200; ++i) {
@@ -70,18 +72,36 @@ void unary_floor(const char* what, const std::string& address) {
   std::sort(us.begin(), us.end());
   std::printf("gRPC unary floor (Node.Version), %s: p50 %.0f us, p99 %.0f us\n", what, us[us.size() / 2],
               us[us.size() * 99 / 100]);
+  return us[us.size() / 2];
 }
 
-void throughput(int clients, const std::string& address) {
+// Jobs per second from `clients` clients, each submitting `batch` jobs per
+// call (1: Submit with wait_ms; more: SubmitBatch with wait_ms).
+double throughput(int clients, int batch, const std::string& address) {
   std::atomic<uint64_t> done{0};
   std::atomic<bool> stop{false};
   std::vector<std::thread> ts;
+  v1::SubmitBatchRequest many;
+  many.set_wait_ms(30000);
+  for (int i = 0; i < batch; ++i) {
+    *many.add_jobs() = trivial();
+    many.mutable_jobs(i)->set_wait_ms(0);
+  }
   for (int i = 0; i < clients; ++i)
     ts.emplace_back([&] {
       Client c(options(address));
       while (!stop.load()) {
-        auto r = c.submit(trivial());
-        if (r.ok() && r.value.result().state() == v1::SUCCEEDED) ++done;
+        if (batch == 1) {
+          auto r = c.submit(trivial());
+          if (r.ok() && r.value.result().state() == v1::SUCCEEDED) ++done;
+          continue;
+        }
+        auto r = c.submit_batch(many);
+        if (!r.ok()) {
+          std::fprintf(stderr, "batch failed: %s\n", r.status.message.c_str());
+          std::exit(1);
+        }
+        for (const auto& j : r.value.jobs()) done += j.result().state() == v1::SUCCEEDED;
       }
     });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // warm up
@@ -92,8 +112,10 @@ void throughput(int clients, const std::string& address) {
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   stop = true;
   for (auto& t : ts) t.join();
-  std::printf("trivial jobs per second, %d client(s): %.0f   [Ray: ~981 sync tasks/s per client]\n", clients,
-              double(d1 - d0) / secs);
+  const double rate = double(d1 - d0) / secs;
+  std::printf("trivial jobs per second, %d client(s), %d job(s) per call: %.0f   [Ray: ~981 sync tasks/s per client]\n",
+              clients, batch, rate);
+  return rate;
 }
 
 void bandwidth(const std::string& address) {
@@ -192,11 +214,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("ptod bench: 1 chip, 2 sub workers; a trivial job = one no-op sub task\n");
-  unary_floor("unix socket", d.address());
-  latency("unix socket", d.address());
+  const double floor_us = unary_floor("unix socket", d.address());
+  const double job_us = latency("unix socket", d.address());
+  std::printf("trivial job p50 / unary floor p50, unix socket: %.2fx   [target <= 1.3x]\n", job_us / floor_us);
   latency("TCP loopback", "127.0.0.1:" + std::to_string(d.grpc_port()));
-  throughput(1, d.address());
-  throughput(8, d.address());
+  const double one = throughput(1, 1, d.address());
+  const double eight = throughput(8, 1, d.address());
+  std::printf("8 clients / 1 client: %.2fx   [target >= 1.5x]\n", eight / one);
+  const double batched = throughput(1, 1000, d.address());
+  std::printf("batched submission / one job per call: %.2fx (%.0f jobs/s)   [target >= 50,000 jobs/s]\n",
+              batched / one, batched);
   bandwidth(d.address());
   fairness(d.address());
   return d.stop() == 0 ? 0 : 1;

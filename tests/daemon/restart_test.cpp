@@ -61,15 +61,6 @@ bool set_meta(const std::string& db_path, const std::string& key, const std::str
   return ok;
 }
 
-// SIGKILL and a start on the same state directory; a client once it serves.
-std::unique_ptr<pto::client::Client> restart(DaemonProcess& d) {
-  d.restart();
-  REQUIRE(d.up());
-  // (A client's first call may still meet the old connection: gRPC shares it.)
-  REQUIRE(eventually([&] { return connect(d)->health().value == "SERVING"; }));
-  return connect(d);
-}
-
 }  // namespace
 
 TEST_CASE("after SIGKILL and a restart: registrations, tensors byte-identical, job records - interrupted jobs FAILED") {

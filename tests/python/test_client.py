@@ -113,3 +113,21 @@ def test_a_token_names_the_principal_and_an_unknown_one_is_refused(tmp_path):
             assert e.value.name == "UNAUTHENTICATED"
     finally:
         assert d.stop() == 0
+
+
+def test_many_jobs_in_one_call_each_with_its_result_and_a_refusal_naming_the_job(ptod, native_subs):
+    with pto.client.Client(ptod.address) as c:
+        c.register_import(native_subs, "pto_test_add_one", name="add_one")
+        for i in range(8):
+            c.upload(np.full(256, float(i), dtype=np.float32), name=f"x{i}")
+        jobs = c.submit_many([{"callable": "add_one", "tensors": [(f"x{i}", "inout")]} for i in range(8)],
+                             wait_s=30)
+        assert [j.id for j in jobs] == sorted(j.id for j in jobs)
+        assert all(j.result().state == pto.v1.ptod_pb2.SUCCEEDED for j in jobs)
+        for i in range(8):
+            assert np.array_equal(c.download(f"x{i}"), np.full(256, i + 1.0, dtype=np.float32))
+        before = len(c.jobs())
+        with pytest.raises(pto.client.RpcError) as e:
+            c.submit_many(["add_one", "no_such_callable"])
+        assert "jobs[1]: " in str(e.value)
+        assert len(c.jobs()) == before  # nothing was queued

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -28,6 +29,9 @@ struct RunState {
   std::deque<std::unique_ptr<TaskNode>> nodes;
   uint64_t unconsumed = 0;  // nodes not consumed yet
   std::atomic<uint64_t> pending{0};  // tasks submitted and not final (read without the lock by its drainer)
+  // Notified when pending reaches 0: the run's own thread waits on it (a
+  // shared condition would wake every run's thread at every run's end).
+  std::condition_variable drained;
   RunResult result;
   std::string cancelled;  // non-empty: cancelled, why
   bool ended = false;

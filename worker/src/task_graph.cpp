@@ -444,7 +444,7 @@ void TaskGraph::finalize(TaskNode* first, Outcome first_outcome) {
     for (TaskNode* p : s->holds) unref(p);
     for (TaskNode* p : s->buffer_holds) unref(p);
     unref(s);
-    if (run->pending == 0) lock_.idle.notify_all();
+    if (run->pending == 0) run->drained.notify_all();
   }
 }
 

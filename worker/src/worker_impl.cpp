@@ -190,7 +190,7 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
     scheduler_.help_drain(run);
     lk.lock();
   }
-  while (run->pending > 0) lock_.idle.wait_for(lk, std::chrono::milliseconds(100));
+  while (run->pending > 0) run->drained.wait_for(lk, std::chrono::milliseconds(100));
   bind_slot(run->slot, nullptr);
   RunResult r = graph_.end_run(run);
   lk.unlock();

@@ -84,6 +84,9 @@ class Client {
 
   // Jobs
   Result<pto::v1::SubmitReply> submit(const pto::v1::SubmitRequest& req);
+  // Many jobs in one call: all queued or none (the status names the first
+  // job refused, "jobs[i]: ..."); with req.wait_ms, their results too.
+  Result<pto::v1::SubmitBatchReply> submit_batch(const pto::v1::SubmitBatchRequest& req);
   // Submits, then follows the job to its end, calling progress on each event.
   Result<pto::v1::JobResult> run(const pto::v1::SubmitRequest& req, const Progress& progress = {});
   std::future<Result<pto::v1::JobResult>> run_async(pto::v1::SubmitRequest req, Progress progress = {});

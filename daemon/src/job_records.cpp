@@ -1,0 +1,100 @@
+#include "job_records.h"
+
+namespace ptod {
+
+JobRecords::JobRecords(StateDb& db) : db_(db), writer_([this] { writer(); }) {}
+
+JobRecords::~JobRecords() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  writer_.join();
+}
+
+void JobRecords::push_locked(std::vector<JobRow>& rows, std::vector<uint64_t>& gone, Then then) {
+  for (JobRow& r : rows) rows_.push_back(std::move(r));
+  gone_.insert(gone_.end(), gone.begin(), gone.end());
+  then_.push_back(std::move(then));
+}
+
+void JobRecords::commit_rounds(std::unique_lock<std::mutex>& lk) {
+  // Every round takes all that is queued; it ends when a round finds none.
+  while (!then_.empty()) {
+    std::vector<JobRow> batch;
+    std::vector<uint64_t> batch_gone;
+    std::vector<Then> done;
+    batch.swap(rows_);
+    batch_gone.swap(gone_);
+    done.swap(then_);
+    deferred_ = false;
+    lk.unlock();
+    const Status s = batch.empty() && batch_gone.empty() ? Status::Ok() : db_.put_jobs(batch, batch_gone);
+    for (auto& f : done) f(s);
+    lk.lock();
+  }
+  committing_ = false;
+  if (stop_) wake_.notify_one();  // the writer thread ends once no commit is under way
+}
+
+void JobRecords::write(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then) {
+  std::unique_lock<std::mutex> lk(mu_);
+  push_locked(rows, gone, std::move(then));
+  if (committing_) return;  // the committing thread takes ours with its next round
+  committing_ = true;
+  commit_rounds(lk);
+}
+
+void JobRecords::defer(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then) {
+  std::unique_lock<std::mutex> lk(mu_);
+  push_locked(rows, gone, std::move(then));
+  if (committing_ || deferred_) return;  // taken by the commit under way, or the writer is on its way
+  deferred_ = true;
+  lk.unlock();
+  wake_.notify_one();
+}
+
+void JobRecords::writer() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    wake_.wait(lk, [&] { return !committing_ && (stop_ || deferred_); });
+    if (then_.empty()) {
+      deferred_ = false;
+      if (stop_) return;
+      continue;
+    }
+    if (!stop_) {
+      // Gather: the callers that defer have more work queued right behind.
+      lk.unlock();
+      std::this_thread::sleep_for(kGather);
+      lk.lock();
+      if (committing_) continue;  // a write() caller took over: it commits ours too
+    }
+    committing_ = true;
+    commit_rounds(lk);
+  }
+}
+
+Status JobRecords::put(std::vector<JobRow> rows, std::vector<uint64_t> gone) {
+  struct Wait {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+  };
+  auto w = std::make_shared<Wait>();
+  write(std::move(rows), std::move(gone), [w](const Status& s) {
+    std::lock_guard<std::mutex> g(w->mu);
+    w->status = s;
+    w->done = true;
+    w->cv.notify_all();
+  });
+  // Bounded by the commit under way and the rounds before ours: each is one
+  // SQLite transaction (its busy timeout bounds a stuck one).
+  std::unique_lock<std::mutex> lk(w->mu);
+  w->cv.wait(lk, [&] { return w->done; });
+  return w->status;
+}
+
+}  // namespace ptod

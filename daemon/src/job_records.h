@@ -1,0 +1,67 @@
+// Job records written with group commit. A job's record is committed before
+// the change it records is acknowledged (a job id returned, a final state
+// shown), and many jobs submitted or ending at once share one SQLite
+// transaction.
+//
+// Two ways in. write() commits on the caller's thread when no commit is
+// under way (a lone job pays one commit and no thread hop), and the
+// committing thread goes on with whatever others queued meanwhile until
+// nothing is left. defer() queues for the writer thread, which gathers
+// for a moment (kGather) and commits everything in one transaction: for a
+// caller with more work waiting (a Worker run thread with more jobs queued),
+// which must not spend its time on commits of one record each. Either way a
+// caller that finds a commit under way only queues; the record's
+// continuation runs on the committing thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "state_db.h"
+
+namespace ptod {
+
+class JobRecords {
+ public:
+  using Then = std::function<void(const Status&)>;
+  explicit JobRecords(StateDb& db);
+  ~JobRecords();  // commits what is queued, then stops the writer thread
+  JobRecords(const JobRecords&) = delete;
+  JobRecords& operator=(const JobRecords&) = delete;
+
+  // Writes `rows` and deletes `gone` (trimmed records); `then` runs once
+  // they are committed (or the commit failed), on this thread or on the
+  // thread committing them. `then` must not call write(), defer() or put().
+  void write(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then);
+  // The same through the writer thread: returns at once.
+  void defer(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then);
+  // write() and wait for the commit.
+  Status put(std::vector<JobRow> rows, std::vector<uint64_t> gone = {});
+
+  // How long the writer thread gathers records before a commit.
+  static constexpr std::chrono::microseconds kGather{200};
+
+ private:
+  void push_locked(std::vector<JobRow>& rows, std::vector<uint64_t>& gone, Then then);
+  // Commits rounds until none is queued; mu_ held on entry and exit.
+  void commit_rounds(std::unique_lock<std::mutex>& lk);
+  void writer();
+
+  StateDb& db_;
+  std::mutex mu_;
+  std::condition_variable wake_;  // the writer thread: deferred records, or stop
+  std::vector<JobRow> rows_;      // queued for the next commit
+  std::vector<uint64_t> gone_;
+  std::vector<Then> then_;
+  bool committing_ = false;
+  bool deferred_ = false;  // defer() queued something the writer thread has not taken
+  bool stop_ = false;
+  std::thread writer_;
+};
+
+}  // namespace ptod
