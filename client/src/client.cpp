@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "fd_channel.h"
 #include "pto/package/chip_package.h"
 
 namespace pto::client {
@@ -173,9 +174,108 @@ Result<pto::v1::ListCallablesReply> Client::callables() {
 
 // ----------------------------------------------------------------- Tensors
 
+Client::~Client() = default;
+
+bool Client::fd_socket() {
+  std::lock_guard<std::mutex> g(fd_mu_);
+  return fd_socket_locked();
+}
+
+bool Client::fd_socket_locked() {
+  if (!o_.fd_transfers) return false;
+  if (fd_ && fd_->connected()) return true;
+  if (fd_tried_) return false;  // no fd socket at this address: gRPC from now on
+  const std::string path = unix_socket_path(o_.address);
+  if (!fd_) fd_ = std::make_unique<FdChannel>();
+  if (!path.empty() && fd_->connect(path + ".fd")) return true;
+  fd_tried_ = true;
+  return false;
+}
+
+Result<pto::v1::FdReply> Client::fd_call_locked(const pto::v1::FdRequest& req, int fd, uint64_t bytes) {
+  pto::v1::FdRequest with_token = req;
+  with_token.set_token(o_.token);
+  // As a gRPC upload: the per-call timeout plus one second per 50 MB.
+  return fd_->call(with_token, fd, o_.timeout + std::chrono::milliseconds(bytes / 50000));
+}
+
+namespace {
+
+Result<pto::v1::TensorInfo> from_fd_reply(Result<pto::v1::FdReply> r) {
+  Result<pto::v1::TensorInfo> out;
+  out.status = r.status;
+  if (r.ok() && r.value.code() != 0) out.status = Status::Error(r.value.code(), r.value.message());
+  out.value = r.value.tensor();
+  return out;
+}
+
+pto::v1::FdRequest upload_request(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype,
+                                  uint64_t offset) {
+  pto::v1::FdRequest req;
+  req.set_op(pto::v1::FdRequest::UPLOAD);
+  req.set_name(name);
+  for (uint32_t d : shape) req.add_shape(d);
+  req.set_dtype(static_cast<pto::v1::DataType>(dtype));
+  req.set_fd_offset(offset);
+  return req;
+}
+
+pto::v1::FdRequest download_request(const pto::v1::TensorHandle& t, uint64_t offset) {
+  pto::v1::FdRequest req;
+  req.set_op(pto::v1::FdRequest::DOWNLOAD);
+  *req.mutable_tensor() = t;
+  req.set_fd_offset(offset);
+  return req;
+}
+
+const int kUnavailable = static_cast<int>(grpc::StatusCode::UNAVAILABLE);
+
+Status no_fd_socket() {
+  return Status::Error(static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION),
+                       "a shared buffer moves through the daemon's fd socket: it needs a unix socket address "
+                       "whose daemon has one, and ClientOptions::fd_transfers");
+}
+
+// shape x dtype in bytes, 0 when it has no size (an unknown dtype).
+uint64_t tensor_bytes(const std::vector<uint32_t>& shape, int32_t dtype) {
+  uint64_t n = pto_dtype_size(dtype);
+  for (uint32_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+Result<pto::v1::TensorInfo> Client::upload(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype,
+                                           const SharedBuffer& from, uint64_t offset) {
+  std::lock_guard<std::mutex> g(fd_mu_);
+  if (!fd_socket_locked()) return {no_fd_socket(), {}};
+  return from_fd_reply(fd_call_locked(upload_request(name, shape, dtype, offset), from.fd(), from.size()));
+}
+
+Result<pto::v1::TensorInfo> Client::download(const pto::v1::TensorHandle& t, SharedBuffer& into, uint64_t offset) {
+  std::lock_guard<std::mutex> g(fd_mu_);
+  if (!fd_socket_locked()) return {no_fd_socket(), {}};
+  return from_fd_reply(fd_call_locked(download_request(t, offset), into.fd(), into.size()));
+}
+
 Result<pto::v1::TensorInfo> Client::upload(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype,
                                            const void* data, uint64_t bytes, uint32_t chunk_bytes) {
   Result<pto::v1::TensorInfo> r;
+  {
+    // Through the fd socket: one copy here into the reused staging buffer,
+    // one in the daemon into the arena.
+    std::lock_guard<std::mutex> g(fd_mu_);
+    if (bytes > 0 && bytes == tensor_bytes(shape, dtype) && fd_socket_locked()) {
+      if (staging_.size() < bytes) {
+        auto b = SharedBuffer::create(bytes);
+        if (!b.ok()) return {b.status, {}};
+        staging_ = std::move(b.value);
+      }
+      std::memcpy(staging_.data(), data, bytes);
+      r = from_fd_reply(fd_call_locked(upload_request(name, shape, dtype, 0), staging_.fd(), bytes));
+      if (r.status.code != kUnavailable) return r;  // the socket broke: the gRPC stream below
+    }
+  }
   if (chunk_bytes == 0) chunk_bytes = 1u << 20;
   grpc::ClientContext ctx;
   prepare(&ctx, true);
@@ -217,6 +317,26 @@ Result<pto::v1::TensorInfo> Client::alloc(const std::string& name, const std::ve
 Result<pto::v1::TensorInfo> Client::download(const pto::v1::TensorHandle& t, std::vector<uint8_t>* out,
                                              uint32_t chunk_bytes) {
   Result<pto::v1::TensorInfo> r;
+  {
+    // Through the fd socket into the staging buffer (grown to the tensor's
+    // size when the daemon says it does not fit), then one copy out.
+    std::lock_guard<std::mutex> g(fd_mu_);
+    for (int attempt = 0; attempt < 2 && fd_socket_locked(); ++attempt) {
+      if (staging_.size() == 0 || (attempt == 1 && staging_.size() < r.value.bytes())) {
+        auto b = SharedBuffer::create(std::max<uint64_t>(r.value.bytes(), 1u << 20));
+        if (!b.ok()) return {b.status, {}};
+        staging_ = std::move(b.value);
+      }
+      r = from_fd_reply(fd_call_locked(download_request(t, 0), staging_.fd(), staging_.size()));
+      if (r.status.code == static_cast<int>(grpc::StatusCode::OUT_OF_RANGE)) continue;
+      if (r.status.code == kUnavailable) break;  // the socket broke: the gRPC stream below
+      if (r.ok()) out->assign(static_cast<const uint8_t*>(staging_.data()),
+                              static_cast<const uint8_t*>(staging_.data()) + r.value.bytes());
+      return r;
+    }
+    r.status = Status::Ok();
+    r.value.Clear();
+  }
   grpc::ClientContext ctx;
   prepare(&ctx, true);
   // The size is known only from the first chunk: allow ten minutes on top.

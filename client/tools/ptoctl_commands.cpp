@@ -233,6 +233,7 @@ int cmd_upload(Client& c, const UploadOptions& o, bool json) {
   auto r = c.upload(o.name, sh, dtype, arr.data.data(), arr.data.size());
   if (!r.ok()) return report(r.status, "upload");
   print_tensor_info(r.value, json);
+  if (!json) std::printf("  moved %s\n", c.fd_socket() ? "through the fd socket" : "over gRPC");
   return kExitOk;
 }
 
@@ -264,7 +265,8 @@ int cmd_download(Client& c, const DownloadOptions& o, bool json) {
   if (json)
     print_json(r.value);
   else
-    std::printf("%s: %llu bytes\n", o.out_file.c_str(), (unsigned long long)data.size());
+    std::printf("%s: %llu bytes, moved %s\n", o.out_file.c_str(), (unsigned long long)data.size(),
+                c.fd_socket() ? "through the fd socket" : "over gRPC");
   return kExitOk;
 }
 

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "callable_registry.h"
+#include "fd_transfers.h"
 #include "job_manager.h"
 #include "log.h"
 #include "metrics.h"
@@ -82,7 +83,8 @@ Status check_last_stop(StateDb& db, bool* drop_unsynced);
 // directory exists and is this daemon's alone (its lock), and the socket's
 // path is free or stale. Uploaded code lives in the state directory, so only
 // this user may read it.
-Status prepare(DaemonConfig& cfg, StateDirLock& lock, SocketPath& socket, StateDb& db, bool* drop_unsynced) {
+Status prepare(DaemonConfig& cfg, StateDirLock& lock, SocketPath& socket, SocketPath& fd_socket, StateDb& db,
+               bool* drop_unsynced) {
   if (Status s = cfg.validate(); !s.ok()) return s;
   if (Status s = setup_logging(cfg.log_level, cfg.log_file); !s.ok()) return s;
   std::error_code ec;
@@ -98,6 +100,7 @@ Status prepare(DaemonConfig& cfg, StateDirLock& lock, SocketPath& socket, StateD
   if (!cfg.socket.empty()) {
     std::filesystem::create_directories(std::filesystem::path(cfg.socket).parent_path(), ec);
     if (Status s = socket.claim(cfg.socket); !s.ok()) return s;
+    if (Status s = fd_socket.claim(fd_socket_path(cfg.socket)); !s.ok()) return s;
   }
   return check_last_stop(db, drop_unsynced);
 }
@@ -340,7 +343,8 @@ void serve_until_signal(const DaemonConfig& cfg, asio::io_context& io, asio::sig
 // step has its own short bound; and a backstop ends the process if a step
 // still overran.
 void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Server& server, UnixListener& unix,
-                    std::unique_ptr<MetricsServer>& metrics, TensorStore& tensors, StateDb& db) {
+                    FdTransfers& fd_transfers, std::unique_ptr<MetricsServer>& metrics, TensorStore& tensors,
+                    StateDb& db) {
   auto main_log = log("main");
   const DaemonConfig& cfg = parts.cfg;
   const auto hard_end =
@@ -366,6 +370,7 @@ void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Se
   parts.jobs.stop(std::chrono::milliseconds(300));
   sessions.shutdown_all("the peer is shutting down");
   unix.stop();
+  fd_transfers.stop();
   server.Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   metrics.reset();
   // A clean stop: every tensor's bytes are on disk, so a power loss from
@@ -380,10 +385,10 @@ void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Se
 
 int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   StateDirLock state_lock;
-  SocketPath socket;
+  SocketPath socket, fd_socket;
   StateDb db;
   bool drop_unsynced = false;
-  if (Status s = prepare(cfg, state_lock, socket, db, &drop_unsynced); !s.ok()) return fail(s.message);
+  if (Status s = prepare(cfg, state_lock, socket, fd_socket, db, &drop_unsynced); !s.ok()) return fail(s.message);
 
   // The Worker forks its children now, before gRPC, Asio or the job runner
   // start any thread.
@@ -406,18 +411,23 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   DaemonParts parts{cfg, worker, tensors, registry, jobs, draining, runners, principals};
   Services services(parts);
   UnixListener unix;
+  FdTransfers fd_transfers(tensors, principals);
   if (!cfg.socket.empty()) {
     if (Status s = unix.bind(cfg.socket); !s.ok()) return fail(s.message);
     socket.bound();
+    if (Status s = fd_transfers.bind(fd_socket_path(cfg.socket)); !s.ok()) return fail(s.message);
+    fd_socket.bound();
   }
   std::unique_ptr<grpc::Server> server;
   std::vector<int> ports;
   if (Status s = start_server(cfg, services, &server, &ports); !s.ok()) return fail(s.message);
   unix.start(server.get(), &unix_peers);
+  fd_transfers.start();
   set_serving(*server, true);
   std::unique_ptr<MetricsServer> metrics;
   if (Status s = start_metrics(cfg, worker, jobs, runners, &metrics); !s.ok()) {
     unix.stop();
+    fd_transfers.stop();
     server->Shutdown();
     return fail(s.message);
   }
@@ -427,8 +437,9 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
   announce(cfg, opts, ports, metrics.get());
   serve_until_signal(cfg, io, signals);
-  drain_and_stop(parts, services.session, *server, unix, metrics, tensors, db);
+  drain_and_stop(parts, services.session, *server, unix, fd_transfers, metrics, tensors, db);
   socket.release();
+  fd_socket.release();
   return 0;
 }
 

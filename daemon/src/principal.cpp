@@ -71,8 +71,7 @@ Status Principals::resolve(const std::string& bearer, const std::string& peer, c
     uid_t uid = 0;
     pid_t pid = 0;
     if (unix_.get(std::atoi(peer.c_str() + 3), &uid, &pid)) {
-      out->name = user_name(uid);
-      out->admin = uid == 0 || uid == geteuid() || listed_admin(out->name);
+      *out = unix_user(uid);
       return Status::Ok();
     }
   }
@@ -84,6 +83,19 @@ Status Principals::resolve(const std::string& bearer, const std::string& peer, c
     return Status::Ok();
   }
   *out = {"anonymous", false};
+  return Status::Ok();
+}
+
+Principal Principals::unix_user(uid_t uid) const {
+  Principal p;
+  p.name = user_name(uid);
+  p.admin = uid == 0 || uid == geteuid() || listed_admin(p.name);
+  return p;
+}
+
+Status Principals::of_unix_peer(uid_t uid, const std::string& bearer, Principal* out) const {
+  if (!bearer.empty()) return resolve(bearer, "", "", out);
+  *out = unix_user(uid);
   return Status::Ok();
 }
 

@@ -58,11 +58,15 @@ class Principals {
   // The same from the parts of a request (what of() reads from the context).
   Status resolve(const std::string& bearer, const std::string& peer, const std::string& cert_name,
                  Principal* out) const;
+  // A connection on a unix socket of the daemon's own (the fd socket): the
+  // bearer token's principal if one is given, else the connecting user's.
+  Status of_unix_peer(uid_t uid, const std::string& bearer, Principal* out) const;
   // The principal a uid is: its user name, or "uid:N" (looked up once per uid).
   std::string user_name(uid_t uid) const;
 
  private:
   bool listed_admin(const std::string& name) const;
+  Principal unix_user(uid_t uid) const;
   const DaemonConfig& cfg_;
   const UnixPeers& unix_;
   mutable std::mutex names_mu_;

@@ -124,7 +124,6 @@ grpc::Status TensorsService::Upload(grpc::ServerContext* ctx, grpc::ServerReader
   uint64_t got = 0;
   uint32_t crc = 0;
   bool trailer = false;
-  uint8_t* dst = reinterpret_cast<uint8_t*>(e.tensor.data);
   while (reader->Read(&chunk)) {
     watched.touch();
     if (trailer) return fail(grpc::StatusCode::INVALID_ARGUMENT, "upload: a message after the trailer");
@@ -144,7 +143,8 @@ grpc::Status TensorsService::Upload(grpc::ServerContext* ctx, grpc::ServerReader
     if (d.size() > e.bytes - got)
       return fail(grpc::StatusCode::INVALID_ARGUMENT,
                   fmt::format("upload: more than the {} bytes of shape x dtype", e.bytes));
-    std::memcpy(dst + got, d.data(), d.size());  // NOLINT(bugprone-not-null-terminated-result): bytes
+    if (Status s = p_.tensors.write(e, got, d.data(), d.size()); !s.ok())
+      return fail(grpc::StatusCode::INTERNAL, "upload: " + s.message);
     crc = pto::crc32c(crc, d.data(), d.size());
     got += d.size();
   }

@@ -63,6 +63,10 @@ class TensorStore {
                       const std::vector<uint32_t>& shape, int32_t dtype, bool has_dtype, pto::ContinuousTensor* out,
                       TensorEntry* entry);
   void pin(uint64_t id, int delta);
+  // An upload's bytes into its (not yet committed) tensor, `at` bytes in.
+  Status write(const TensorEntry& e, uint64_t at, const void* src, uint64_t bytes) {
+    return w_.write(e.tensor, at, src, bytes);
+  }
   // [daemon] durable: a job wrote these tensors; their bytes go to disk.
   void sync(const std::vector<TensorEntry>& written);
   // A clean stop: every tensor's bytes to disk; false if one failed.

@@ -18,24 +18,30 @@
 
 namespace ptod {
 
-pto::Status UnixListener::bind(const std::string& path) {
+pto::Status listen_unix(const std::string& path, const char* what, int backlog, int* fd, int* wake) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (path.size() >= sizeof a.sun_path)
-    return pto::Status::Error(pto::kInvalidConfig, fmt::format("[server] socket '{}': the path is longer than {} bytes",
-                                                               path, sizeof a.sun_path - 1));
-  std::memcpy(a.sun_path, path.data(), path.size());
-  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (fd_ < 0 || wake_ < 0 || ::bind(fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 ||
-      ::listen(fd_, 128) != 0) {
-    const int err = errno;
-    stop();
     return pto::Status::Error(pto::kInvalidConfig,
-                              fmt::format("[server] socket '{}': cannot listen: {}", path, pto::errno_text(err)));
+                              fmt::format("{} '{}': the path is longer than {} bytes", what, path, sizeof a.sun_path - 1));
+  std::memcpy(a.sun_path, path.data(), path.size());
+  *fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  *wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (*fd < 0 || *wake < 0 || ::bind(*fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 ||
+      ::listen(*fd, backlog) != 0) {
+    const int err = errno;
+    if (*fd >= 0) ::close(*fd);
+    if (*wake >= 0) ::close(*wake);
+    *fd = *wake = -1;
+    return pto::Status::Error(pto::kInvalidConfig,
+                              fmt::format("{} '{}': cannot listen: {}", what, path, pto::errno_text(err)));
   }
   chmod(path.c_str(), 0660);
   return pto::Status::Ok();
+}
+
+pto::Status UnixListener::bind(const std::string& path) {
+  return listen_unix(path, "[server] socket", 128, &fd_, &wake_);
 }
 
 void UnixListener::start(grpc::Server* server, UnixPeers* peers) {

@@ -19,6 +19,12 @@ namespace ptod {
 
 class UnixPeers;
 
+// A unix stream socket of the daemon's bound at `path` (claimed first, with
+// SocketPath), listening, non-blocking, mode 0660; and an eventfd that ends
+// the loop accepting on it. `what` names it in errors. On error neither is
+// left open.
+pto::Status listen_unix(const std::string& path, const char* what, int backlog, int* fd, int* wake);
+
 class UnixListener {
  public:
   UnixListener() = default;

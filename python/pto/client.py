@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Uni
 import grpc
 import numpy as np
 
-from . import _pto
+from . import _fd, _pto
 from .v1 import ptod_pb2 as pb
 from .v1 import ptod_pb2_grpc as rpc
 
@@ -31,6 +31,7 @@ _DTYPES = {np.dtype(np.float32): pb.FLOAT32, np.dtype(np.float16): pb.FLOAT16, n
            np.dtype(np.int64): pb.INT64, np.dtype(np.int16): pb.INT16, np.dtype(np.int8): pb.INT8,
            np.dtype(np.uint8): pb.UINT8, np.dtype(np.float64): pb.FLOAT64}
 _NUMPY = {v: k for k, v in _DTYPES.items()}
+_CODES = {c.value[0]: c for c in grpc.StatusCode}  # FdReply.code -> grpc.StatusCode
 _TAGS = {"in": pb.INPUT, "out": pb.OUTPUT, "inout": pb.INOUT, "out_existing": pb.OUTPUT_EXISTING,
          "nodep": pb.NO_DEP}
 
@@ -121,10 +122,16 @@ class Client:
     """
 
     def __init__(self, address: Optional[str] = None, token: Optional[str] = None,
-                 tls: Union[None, bool, dict] = None, timeout: float = 60.0) -> None:
+                 tls: Union[None, bool, dict] = None, timeout: float = 60.0, fd_transfers: bool = True) -> None:
         self.address = address or os.environ.get("PTOD_ADDRESS") or "unix:/run/ptod/ptod.sock"
         self.timeout = timeout
         self._md = (("authorization", f"Bearer {token}"),) if token else ()
+        self._token = token or ""
+        # Tensors through the daemon's fd socket when it has one (unix addresses).
+        self._fd_path = _fd.socket_path(self.address) if fd_transfers and not tls else ""
+        self._fd: Optional[_fd.Channel] = None
+        self._shared = _fd.SharedMemory()
+        self._staging: Optional[np.ndarray] = None
         options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
         if tls:
             spec = tls if isinstance(tls, dict) else {}
@@ -144,6 +151,9 @@ class Client:
         self._node = rpc.NodeStub(self._channel)
 
     def close(self) -> None:
+        if self._fd is not None:
+            self._fd.close()
+            self._fd = None
         self._channel.close()
 
     def __enter__(self) -> "Client":
@@ -181,12 +191,97 @@ class Client:
 
     # ----------------------------------------------------------------- tensors
 
+    # ------------------------------------------------- the fd socket
+
+    @property
+    def fd_socket(self) -> bool:
+        """Whether tensors move through the daemon's fd socket (connecting on
+        first use): the daemon copies between this process's memory and its
+        arena, no byte crosses a socket."""
+        if self._fd is None and self._fd_path:
+            try:
+                self._fd = _fd.Channel(self._fd_path)
+            except OSError:
+                self._fd_path = ""  # none there: gRPC from now on
+        return self._fd is not None
+
+    def shared_array(self, shape: Sequence[int], dtype: Any) -> np.ndarray:
+        """A zero-filled array in memory shared with the daemon (a memfd):
+        ``upload`` from it and ``download(..., out=it)`` move its bytes with
+        the daemon's one copy and none here."""
+        return self._shared.array(tuple(int(d) for d in shape), dtype)
+
+    def _fd_call(self, req: "pb.FdRequest", fd: int, nbytes: int) -> Optional["pb.FdReply"]:
+        """The reply, or None when the socket broke (the caller uses gRPC)."""
+        req.token = self._token
+        try:
+            return self._fd.call(req, fd, self.timeout + nbytes / 50e6)
+        except OSError:
+            self._fd.close()
+            self._fd = None
+            return None
+
+    def _staging_for(self, nbytes: int) -> np.ndarray:
+        if self._staging is None or self._staging.nbytes < nbytes:
+            self._staging = self._shared.array((max(nbytes, 1 << 20),), np.uint8)
+        return self._staging
+
+    def _upload_fd(self, a: np.ndarray, name: str) -> Optional["pb.TensorInfo"]:
+        where = self._shared.find(a)
+        if where is None:  # plain memory: one copy into the staging memfd
+            staging = self._staging_for(a.nbytes)
+            staging[:a.nbytes] = a.reshape(-1).view(np.uint8)
+            where = self._shared.find(staging)
+        fd, offset = where
+        req = pb.FdRequest(op=pb.FdRequest.UPLOAD, name=name, shape=list(a.shape), dtype=_DTYPES[a.dtype],
+                           fd_offset=offset)
+        reply = self._fd_call(req, fd, a.nbytes)
+        if reply is None:
+            return None
+        if reply.code:
+            raise RpcError(_CODES[reply.code], reply.message)
+        return reply.tensor
+
+    def _download_fd(self, tensor: Tensor, out: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        req = pb.FdRequest(op=pb.FdRequest.DOWNLOAD, tensor=_handle(tensor))
+        where = self._shared.find(out) if out is not None else None
+        if where is not None:  # straight into the caller's shared array
+            req.fd_offset = where[1]
+            reply = self._fd_call(req, where[0], out.nbytes)
+            if reply is not None and reply.code:
+                raise RpcError(_CODES[reply.code], reply.message)
+            return None if reply is None else out
+        staging = self._staging_for(1)
+        for _ in range(2):
+            fd, offset = self._shared.find(staging)
+            req.fd_offset = offset
+            reply = self._fd_call(req, fd, staging.nbytes)
+            if reply is None:
+                return None
+            if reply.code == grpc.StatusCode.OUT_OF_RANGE.value[0]:  # grow to the tensor's size, once
+                staging = self._staging_for(reply.tensor.bytes)
+                continue
+            if reply.code:
+                raise RpcError(_CODES[reply.code], reply.message)
+            info = reply.tensor
+            result = np.empty([int(d) for d in info.shape], dtype=_NUMPY[info.dtype]) if out is None else out
+            result.reshape(-1).view(np.uint8)[:] = staging[:info.bytes]
+            return result
+        raise RpcError(grpc.StatusCode.OUT_OF_RANGE, reply.message)
+
+    # ------------------------------------------------------------- tensors
+
     def upload(self, array: np.ndarray, name: str = "", chunk_bytes: int = 4 << 20) -> "pb.TensorInfo":
-        """Uploads an array (made C-contiguous); the daemon keeps it once every
-        byte arrived and its CRC-32C matched."""
+        """Uploads an array (made C-contiguous). Through the fd socket when
+        there is one (from a ``shared_array`` without a copy here), else over
+        gRPC in chunks, kept once every byte arrived and its CRC-32C matched."""
         a = np.ascontiguousarray(array)
         if a.dtype not in _DTYPES:
             raise TypeError(f"dtype {a.dtype} has no pto.v1.DataType")
+        if self.fd_socket:
+            info = self._upload_fd(a, name)
+            if info is not None:
+                return info
         data = memoryview(a).cast("B")
         crc = _pto.crc32c(data)
         header = pb.UploadHeader(name=name, shape=list(a.shape), dtype=_DTYPES[a.dtype])
@@ -207,9 +302,21 @@ class Client:
             raise TypeError(f"dtype {dt} has no pto.v1.DataType")
         return self._unary(self._tensors.Alloc, pb.AllocRequest(name=name, shape=list(shape), dtype=_DTYPES[dt]))
 
-    def download(self, tensor: Tensor, chunk_bytes: int = 4 << 20) -> np.ndarray:
-        """The tensor as a numpy array of its shape and dtype; the CRC-32C the
-        daemon sends with the last chunk is checked (DATA_LOSS otherwise)."""
+    def download(self, tensor: Tensor, chunk_bytes: int = 4 << 20, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """The tensor as a numpy array of its shape and dtype: through the fd
+        socket when there is one (into ``out``, a ``shared_array`` of the
+        tensor's size, without a copy here), else over gRPC with the CRC-32C
+        the daemon sends checked (DATA_LOSS otherwise). With ``out`` the bytes
+        land there and ``out`` is returned."""
+        if out is not None and not out.flags.c_contiguous:
+            raise ValueError("out must be C-contiguous")
+        if self.fd_socket:
+            got = self._download_fd(tensor, out)
+            if got is not None:
+                return got
+        if out is not None:
+            out.reshape(-1).view(np.uint8)[:] = self.download(tensor, chunk_bytes).reshape(-1).view(np.uint8)
+            return out
         req = pb.DownloadRequest(tensor=_handle(tensor), chunk_bytes=chunk_bytes)
         out: Optional[np.ndarray] = None
         view: Optional[memoryview] = None

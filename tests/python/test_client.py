@@ -131,3 +131,26 @@ def test_many_jobs_in_one_call_each_with_its_result_and_a_refusal_naming_the_job
             c.submit_many(["add_one", "no_such_callable"])
         assert "jobs[1]: " in str(e.value)
         assert len(c.jobs()) == before  # nothing was queued
+
+
+def test_tensors_move_through_the_fd_socket_from_plain_and_shared_arrays(ptod):
+    x = np.random.default_rng(3).random((512, 300), dtype=np.float32)
+    with pto.client.Client(ptod.address) as c, pto.client.Client(ptod.address, fd_transfers=False) as g:
+        assert c.fd_socket and not g.fd_socket
+        c.upload(x, name="x")                      # plain memory: the client's staging memfd
+        assert np.array_equal(g.download("x"), x)  # and back over gRPC
+        g.upload(x, name="y")
+        assert np.array_equal(c.download("y"), x)  # larger than the first staging buffer: it grows
+        s = c.shared_array(x.shape, np.float32)    # shared memory: no copy on this side
+        s[...] = x
+        info = c.upload(s, name="s")
+        assert info.bytes == x.nbytes
+        out = c.shared_array(x.shape, np.float32)
+        assert c.download("s", out=out) is out
+        assert np.array_equal(out, x)
+        plain_out = np.zeros_like(x)
+        assert c.download("s", out=plain_out) is plain_out and np.array_equal(plain_out, x)
+        small = c.shared_array((10,), np.float32)
+        with pytest.raises(pto.client.RpcError) as e:
+            c.download("s", out=small)
+        assert e.value.name == "OUT_OF_RANGE"

@@ -64,6 +64,26 @@ void SharedMapping::release(uint64_t offset, uint64_t bytes) {
                     static_cast<off_t>(bytes));
 }
 
+Status SharedMapping::write(uint64_t offset, const void* src, uint64_t bytes) {
+  if (fd_ < 0) {
+    std::memcpy(base_ + offset, src, bytes);
+    return Status::Ok();
+  }
+  // The page cache is the mapping's: what pwrite puts there the mapping
+  // shows, without a fault and a zeroed page per 4 KiB first.
+  const auto* p = static_cast<const uint8_t*>(src);
+  for (uint64_t done = 0; done < bytes;) {
+    const ssize_t n = ::pwrite(fd_, p + done, std::min<uint64_t>(bytes - done, 1u << 30),
+                               static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return Status::Error(kStorageError,
+                           "writing the arena file '" + path_ + "': " + errno_text(n < 0 ? errno : ENOSPC));
+    done += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
 Status SharedMapping::sync(uint64_t offset, uint64_t bytes) {
   if (fd_ < 0 || bytes == 0) return Status::Ok();
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));

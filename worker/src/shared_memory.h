@@ -39,6 +39,8 @@ class SharedMapping {
   void release(uint64_t offset, uint64_t bytes);
   // Writes the range's dirty pages to the file and waits (msync).
   Status sync(uint64_t offset, uint64_t bytes);
+  // Copies into [offset, offset + bytes): through the file when there is one.
+  Status write(uint64_t offset, const void* src, uint64_t bytes);
   bool file_backed() const { return fd_ >= 0; }
   void reset();
   uint8_t* data() const { return base_; }

@@ -345,6 +345,13 @@ Status WorkerImpl::sync_buffer(const ContinuousTensor& t) {
   return arena_map_.sync(off, std::min<uint64_t>(tensor_bytes(t), arena_map_.size() - off));
 }
 
+Status WorkerImpl::write_buffer(const ContinuousTensor& t, uint64_t at, const void* src, uint64_t bytes) {
+  const uint64_t off = arena_offset(t);
+  if (off == UINT64_MAX || at > tensor_bytes(t) || bytes > tensor_bytes(t) - at)
+    return Status::Error(kWorkerInvalidArgument, "write: the bytes do not lie in the buffer");
+  return arena_map_.write(off + at, src, bytes);
+}
+
 RunProgress WorkerImpl::progress() const {
   std::lock_guard<std::mutex> g(lock_.mu);
   return graph_.progress();

@@ -66,6 +66,7 @@ class WorkerImpl {
   Status free_buffer(const ContinuousTensor& t);
   uint64_t arena_offset(const ContinuousTensor& t) const;
   Status sync_buffer(const ContinuousTensor& t);
+  Status write_buffer(const ContinuousTensor& t, uint64_t at, const void* src, uint64_t bytes);
   std::vector<ChildInfo> children() const;
   WorkerStats stats() const;
   RunProgress progress() const;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,11 @@ struct ClientOptions {
   std::string tls_ca;
   std::string tls_cert, tls_key;             // client certificate, when the daemon verifies them
   std::chrono::milliseconds timeout{60000};  // per call; uploads add 1 s per 50 MB, downloads 10 min
+  // On a unix socket, tensors move through the daemon's fd socket (the
+  // address + ".fd", docs/proto.md): the daemon copies between a memfd of
+  // this process and the arena, no byte crosses a socket. Falls back to the
+  // gRPC stream when the daemon has no fd socket; false: always gRPC.
+  bool fd_transfers = true;
 };
 
 template <class T>
@@ -54,9 +60,36 @@ struct Placement {
   bool publish = false;         // every principal may find and run it (not only its owners)
 };
 
+// Memory this process shares with the daemon for transfers over the fd
+// socket: a memfd sealed against shrinking, mapped read-write here. Upload
+// from it or download into it and the daemon copies straight between its
+// pages and the arena — the client copies nothing.
+class SharedBuffer {
+ public:
+  static Result<SharedBuffer> create(uint64_t bytes);
+  SharedBuffer() = default;
+  ~SharedBuffer();
+  SharedBuffer(SharedBuffer&& o) noexcept;
+  SharedBuffer& operator=(SharedBuffer&& o) noexcept;
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+  void* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  int fd() const { return fd_; }
+
+ private:
+  void reset();
+  void* data_ = nullptr;
+  uint64_t size_ = 0;
+  int fd_ = -1;
+};
+
+class FdChannel;
+
 class Client {
  public:
   explicit Client(const ClientOptions& o);
+  ~Client();
 
   // Registry
   Result<pto::v1::RegisterReply> register_chip(const std::string& kernels_toml, const std::string& name = "",
@@ -79,6 +112,13 @@ class Client {
   Result<pto::v1::TensorInfo> alloc(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype);
   Result<pto::v1::TensorInfo> download(const pto::v1::TensorHandle& t, std::vector<uint8_t>* out,
                                        uint32_t chunk_bytes = 1u << 20);
+  // Zero-copy on this side: the bytes at `offset` of a SharedBuffer, through
+  // the fd socket only (FAILED_PRECONDITION where there is none).
+  Result<pto::v1::TensorInfo> upload(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype,
+                                     const SharedBuffer& from, uint64_t offset = 0);
+  Result<pto::v1::TensorInfo> download(const pto::v1::TensorHandle& t, SharedBuffer& into, uint64_t offset = 0);
+  // Whether transfers go through the fd socket (connecting on first use).
+  bool fd_socket();
   Status free(const pto::v1::TensorHandle& t);
   Result<pto::v1::ListTensorsReply> tensors();
 
@@ -114,6 +154,15 @@ class Client {
   std::unique_ptr<pto::v1::Tensors::Stub> tensors_;
   std::unique_ptr<pto::v1::Jobs::Stub> jobs_;
   std::unique_ptr<pto::v1::Node::Stub> node_;
+  // The fd socket, its staging buffer for transfers from and to plain
+  // memory (kept and reused: its pages are already the process's), and the
+  // lock that makes one transfer at a time use them.
+  std::mutex fd_mu_;
+  std::unique_ptr<FdChannel> fd_;
+  SharedBuffer staging_;
+  bool fd_tried_ = false;
+  bool fd_socket_locked();
+  Result<pto::v1::FdReply> fd_call_locked(const pto::v1::FdRequest& req, int fd, uint64_t bytes);
 };
 
 const char* status_code_name(int code);

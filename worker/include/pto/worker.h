@@ -335,6 +335,11 @@ class Worker {
   Result<ContinuousTensor> alloc_at(uint64_t arena_offset, const std::vector<uint32_t>& shape, int32_t dtype);
   uint64_t arena_offset(const ContinuousTensor& t) const;
   Status sync(const ContinuousTensor& t);
+  // Copies `bytes` from `src` into a buffer of the arena, `at` bytes into
+  // it. The same as a memcpy, faster into a file-backed arena's untouched
+  // pages: the file is written (pwrite) instead of each page being faulted
+  // in through the mapping and zeroed before the copy.
+  Status write(const ContinuousTensor& t, uint64_t at, const void* src, uint64_t bytes);
 
   // Level >= 4: a buffer on a remote next-level worker (its worker id), for
   // tensors too large to travel with each task or that stay on the peer

@@ -1,0 +1,156 @@
+#include "fd_channel.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "pto/base/fd_passing.h"
+
+namespace pto::client {
+namespace {
+
+Status unavailable(const std::string& what) {
+  return Status::Error(static_cast<int>(grpc::StatusCode::UNAVAILABLE),
+                       fmt::format("the fd socket: {}: {}", what, pto::errno_text(errno)));
+}
+
+}  // namespace
+
+std::string unix_socket_path(const std::string& address) {
+  if (address.rfind("unix://", 0) == 0) return address.substr(7);
+  if (address.rfind("unix:", 0) == 0) return address.substr(5);
+  return "";
+}
+
+FdChannel::~FdChannel() { close_socket(); }
+
+void FdChannel::close_socket() {
+  if (sock_ >= 0) ::close(sock_);
+  sock_ = -1;
+}
+
+bool FdChannel::connect(const std::string& path) {
+  close_socket();
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof a.sun_path) return false;
+  std::memcpy(a.sun_path, path.data(), path.size());
+  sock_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sock_ < 0) return false;
+  if (::connect(sock_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+    close_socket();
+    return false;
+  }
+  return true;
+}
+
+Result<pto::v1::FdReply> FdChannel::call(const pto::v1::FdRequest& req, int fd, std::chrono::milliseconds timeout) {
+  Result<pto::v1::FdReply> r;
+  const timeval bound{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  setsockopt(sock_, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+  setsockopt(sock_, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
+  const std::string body = req.SerializeAsString();
+  std::vector<uint8_t> frame(4 + body.size());
+  const auto n = static_cast<uint32_t>(body.size());
+  for (int i = 0; i < 4; ++i) frame[size_t(i)] = static_cast<uint8_t>(n >> (8 * i));
+  std::memcpy(frame.data() + 4, body.data(), body.size());
+  // The descriptor rides with the frame's first bytes.
+  ssize_t sent = pto::send_with_fd(sock_, frame.data(), frame.size(), fd);
+  size_t off = sent > 0 ? size_t(sent) : 0;
+  while (sent > 0 && off < frame.size()) {
+    sent = ::send(sock_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
+    if (sent > 0) off += size_t(sent);
+  }
+  if (sent <= 0) {
+    r.status = unavailable("sending a request");
+    close_socket();
+    return r;
+  }
+  auto read_full = [&](uint8_t* p, size_t len) {
+    while (len > 0) {
+      const ssize_t got = ::recv(sock_, p, len, 0);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      p += got;
+      len -= size_t(got);
+    }
+    return true;
+  };
+  uint8_t head[4];
+  if (!read_full(head, 4)) {
+    r.status = unavailable("reading a reply");
+    close_socket();
+    return r;
+  }
+  const uint32_t len = uint32_t(head[0]) | uint32_t(head[1]) << 8 | uint32_t(head[2]) << 16 | uint32_t(head[3]) << 24;
+  std::vector<uint8_t> reply(len);
+  if (len > (1u << 20) || !read_full(reply.data(), len) || !r.value.ParseFromArray(reply.data(), int(len))) {
+    r.status = unavailable("reading a reply");
+    close_socket();
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------- SharedBuffer
+
+Result<SharedBuffer> SharedBuffer::create(uint64_t bytes) {
+  Result<SharedBuffer> r;
+  auto fail = [&](const char* what) {
+    r.status = Status::Error(static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED),
+                             fmt::format("a shared buffer of {} bytes: {}: {}", bytes, what, pto::errno_text(errno)));
+    return std::move(r);
+  };
+  if (bytes == 0) {
+    r.status = Status::Error(static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT), "a shared buffer of 0 bytes");
+    return r;
+  }
+  SharedBuffer b;
+  b.fd_ = memfd_create("pto-shared-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (b.fd_ < 0) return fail("memfd_create");
+  if (ftruncate(b.fd_, static_cast<off_t>(bytes)) != 0) return fail("ftruncate");
+  // The daemon maps it only if no page it maps can vanish under it.
+  if (fcntl(b.fd_, F_ADD_SEALS, F_SEAL_SHRINK) != 0) return fail("sealing");
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, b.fd_, 0);
+  if (p == MAP_FAILED) return fail("mmap");
+  b.data_ = p;
+  b.size_ = bytes;
+  r.value = std::move(b);
+  return r;
+}
+
+SharedBuffer::~SharedBuffer() { reset(); }
+
+void SharedBuffer::reset() {
+  if (data_) munmap(data_, size_);
+  if (fd_ >= 0) ::close(fd_);
+  data_ = nullptr;
+  size_ = 0;
+  fd_ = -1;
+}
+
+SharedBuffer::SharedBuffer(SharedBuffer&& o) noexcept : data_(o.data_), size_(o.size_), fd_(o.fd_) {
+  o.data_ = nullptr;
+  o.size_ = 0;
+  o.fd_ = -1;
+}
+
+SharedBuffer& SharedBuffer::operator=(SharedBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+}  // namespace pto::client

@@ -1,0 +1,37 @@
+// The client's end of ptod's fd socket (docs/proto.md, "The fd socket"): one
+// connection, one request at a time, each an FdRequest with a memfd attached
+// (SCM_RIGHTS) and an FdReply back, both framed as a little-endian uint32
+// length and the message.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "pto/client.h"
+
+namespace pto::client {
+
+class FdChannel {
+ public:
+  FdChannel() = default;
+  ~FdChannel();
+  FdChannel(const FdChannel&) = delete;
+  FdChannel& operator=(const FdChannel&) = delete;
+
+  // Connects to `path`; false when nothing listens there (a daemon without
+  // the fd socket, or a TCP address).
+  bool connect(const std::string& path);
+  bool connected() const { return sock_ >= 0; }
+  // One request with `fd` attached; a transport failure is UNAVAILABLE and
+  // closes the connection (the next connect() starts afresh).
+  Result<pto::v1::FdReply> call(const pto::v1::FdRequest& req, int fd, std::chrono::milliseconds timeout);
+
+ private:
+  void close_socket();
+  int sock_ = -1;
+};
+
+// The socket path in a "unix:..." gRPC address, "" for any other address.
+std::string unix_socket_path(const std::string& address);
+
+}  // namespace pto::client

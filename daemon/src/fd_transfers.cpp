@@ -1,0 +1,363 @@
+#include "fd_transfers.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "job_manager.h"
+#include "log.h"
+#include "principal.h"
+#include "pto/base/crc32c.h"
+#include "services.h"
+#include "tensor_store.h"
+#include "unix_listener.h"
+
+namespace ptod {
+namespace {
+
+pto::v1::FdReply reply_error(grpc::StatusCode code, const std::string& message) {
+  pto::v1::FdReply r;
+  r.set_code(static_cast<int>(code));
+  r.set_message(message);
+  return r;
+}
+
+pto::v1::FdReply reply_status(const Status& s, const std::string& what) {
+  const grpc::Status g = to_grpc(s);
+  return reply_error(g.error_code(), what + ": " + g.error_message());
+}
+
+// Reads exactly n bytes by `deadline`; false on EOF, error or time out.
+bool read_full(int c, uint8_t* p, size_t n, std::chrono::steady_clock::time_point deadline) {
+  while (n > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd pf{c, POLLIN, 0};
+    if (::poll(&pf, 1, static_cast<int>(left.count())) <= 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    const ssize_t got = ::recv(c, p, n, 0);
+    if (got <= 0) {
+      if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      return false;
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+bool write_frame(int c, const pto::v1::FdReply& r) {
+  const std::string body = r.SerializeAsString();
+  std::vector<uint8_t> out(4 + body.size());
+  const auto n = static_cast<uint32_t>(body.size());
+  for (int i = 0; i < 4; ++i) out[size_t(i)] = static_cast<uint8_t>(n >> (8 * i));
+  std::memcpy(out.data() + 4, body.data(), body.size());
+  size_t off = 0;
+  while (off < out.size()) {
+    const ssize_t w = ::send(c, out.data() + off, out.size() - off, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;  // SO_SNDTIMEO bounds a client that does not read
+    off += static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+// The memfds a connection sent, kept mapped: a client sends the same buffer
+// again and again (its staging buffer, its shared buffers), and mapping 256
+// MiB of 4 KiB pages costs about as much as copying them. Populated at once
+// (one call sets up every page instead of a fault per page).
+class FdTransfers::Mappings {
+ public:
+  static constexpr size_t kMax = 4;  // per connection
+  Mappings() = default;
+  ~Mappings() {
+    for (const M& m : ms_) munmap(m.base, m.size);
+  }
+  Mappings(const Mappings&) = delete;
+  Mappings& operator=(const Mappings&) = delete;
+
+  // The whole of memfd `fd` (of `st`), mapped for writing too when `writable`.
+  uint8_t* map(int fd, const struct stat& st, bool writable, int* err) {
+    ++tick_;
+    for (M& m : ms_)
+      if (m.dev == st.st_dev && m.ino == st.st_ino && m.size == uint64_t(st.st_size) && (m.writable || !writable)) {
+        m.used = tick_;
+        return m.base;
+      }
+    const auto size = static_cast<uint64_t>(st.st_size);
+    bool rw = true;  // both ways when the descriptor allows it, so that the next transfer finds it
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (p == MAP_FAILED && !writable) {
+      rw = false;
+      p = mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    }
+    if (p == MAP_FAILED) {
+      *err = errno;
+      return nullptr;
+    }
+    if (ms_.size() == kMax) {
+      auto oldest = std::min_element(ms_.begin(), ms_.end(), [](const M& x, const M& y) { return x.used < y.used; });
+      munmap(oldest->base, oldest->size);
+      ms_.erase(oldest);
+    }
+    ms_.push_back({st.st_dev, st.st_ino, size, static_cast<uint8_t*>(p), rw, tick_});
+    return static_cast<uint8_t*>(p);
+  }
+
+ private:
+  struct M {
+    dev_t dev;
+    ino_t ino;
+    uint64_t size;
+    uint8_t* base;
+    bool writable;
+    uint64_t used;
+  };
+  std::vector<M> ms_;
+  uint64_t tick_ = 0;
+};
+
+pto::Status FdTransfers::bind(const std::string& path) { return listen_unix(path, "the fd socket", 64, &fd_, &wake_); }
+
+void FdTransfers::start() {
+  if (fd_ >= 0) accept_ = std::thread([this] { accept_loop(); });
+}
+
+void FdTransfers::accept_loop() {
+  for (;;) {
+    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_, POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
+    if (p[1].revents) break;
+    if (!(p[0].revents & POLLIN)) continue;
+    const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        log("tensors")->warn("fd socket: cannot accept a connection: {}", pto::errno_text(errno));
+        ::poll(p + 1, 1, 100);  // out of descriptors: let some close instead of spinning
+      }
+      continue;
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    reap_locked();
+    if (threads_.size() >= size_t(kMaxConnections)) {
+      log("tensors")->warn("fd socket: {} connections are open; one more is closed", threads_.size());
+      ::close(c);
+      continue;
+    }
+    const uint64_t id = ++next_id_;
+    threads_.emplace(id, std::thread([this, c, id] {
+                       connection(c);
+                       ::close(c);
+                       std::lock_guard<std::mutex> g2(mu_);
+                       ended_.push_back(id);
+                     }));
+  }
+}
+
+void FdTransfers::reap_locked() {
+  for (uint64_t id : ended_) {
+    auto it = threads_.find(id);
+    it->second.join();  // it has ended (it said so last)
+    threads_.erase(it);
+  }
+  ended_.clear();
+}
+
+void FdTransfers::connection(int c) {
+  Mappings mappings;
+  ucred cr{};
+  socklen_t len = sizeof cr;
+  if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) return;
+  const timeval send_bound{static_cast<time_t>(kFrameTimeout.count()), 0};
+  setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &send_bound, sizeof send_bound);
+  for (;;) {
+    pollfd p[2] = {{c, POLLIN, 0}, {wake_, POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (p[1].revents) return;  // the daemon stops
+    // The first bytes of a frame, and the descriptor that comes with them.
+    uint8_t head[4];
+    iovec iov{head, sizeof head};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    const ssize_t got = ::recvmsg(c, &m, MSG_CMSG_CLOEXEC);
+    if (got <= 0) {
+      if (got < 0 && errno == EINTR) continue;
+      return;  // the client closed
+    }
+    int fd = -1;
+    for (cmsghdr* h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
+      if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
+        const size_t n = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        std::vector<int> fds(n);
+        std::memcpy(fds.data(), CMSG_DATA(h), n * sizeof(int));
+        for (size_t i = 0; i < n; ++i) {
+          if (fd < 0)
+            fd = fds[i];
+          else
+            ::close(fds[i]);  // one descriptor per request: extra ones are not kept
+        }
+      }
+    const auto deadline = std::chrono::steady_clock::now() + kFrameTimeout;
+    const bool framed = read_full(c, head + got, sizeof head - static_cast<size_t>(got), deadline);
+    const uint32_t n = framed ? uint32_t(head[0]) | uint32_t(head[1]) << 8 | uint32_t(head[2]) << 16 |
+                                    uint32_t(head[3]) << 24
+                              : 0;
+    std::vector<uint8_t> body(n);
+    pto::v1::FdRequest req;
+    pto::v1::FdReply reply;
+    bool keep = true;
+    if (!framed || n > kMaxFrame || (m.msg_flags & MSG_CTRUNC)) {
+      reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT,
+                          framed && n > kMaxFrame ? fmt::format("a request of {} bytes: at most {}", n, kMaxFrame)
+                                                  : "a request frame that is cut short or carries too many descriptors");
+      keep = false;  // the framing is lost
+    } else if (!read_full(c, body.data(), n, deadline) || !req.ParseFromArray(body.data(), static_cast<int>(n))) {
+      reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT, "a request that is cut short or is not an FdRequest");
+      keep = false;
+    } else if (fd < 0) {
+      reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT,
+                          "no descriptor came with the request (a memfd, attached with SCM_RIGHTS)");
+    } else {
+      reply = serve(req, fd, cr.uid, &mappings);
+      fd = -1;  // serve() closed it
+    }
+    if (fd >= 0) ::close(fd);
+    if (!write_frame(c, reply) || !keep) return;
+  }
+}
+
+pto::v1::FdReply FdTransfers::serve(const pto::v1::FdRequest& req, int fd, uid_t uid, Mappings* mappings) {
+  Mappings own;
+  if (!mappings) mappings = &own;
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_at_end{fd};
+  Principal who;
+  if (Status s = principals_.of_unix_peer(uid, req.token(), &who); !s.ok()) return reply_status(s, "fd socket");
+  // Only a memfd can carry seals; F_SEAL_SHRINK keeps every page the daemon
+  // maps in existence until it unmaps it.
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK))
+    return reply_error(grpc::StatusCode::INVALID_ARGUMENT,
+                       "the descriptor must be a memfd sealed against shrinking (memfd_create with "
+                       "MFD_ALLOW_SEALING, then F_ADD_SEALS F_SEAL_SHRINK)");
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return reply_error(grpc::StatusCode::INVALID_ARGUMENT, "the descriptor cannot be read");
+  switch (req.op()) {
+    case pto::v1::FdRequest::UPLOAD: return upload(req, fd, st, who, *mappings);
+    case pto::v1::FdRequest::DOWNLOAD: return download(req, fd, st, who, *mappings);
+    default:
+      return reply_error(grpc::StatusCode::INVALID_ARGUMENT,
+                         fmt::format("op {} is neither UPLOAD (1) nor DOWNLOAD (2)", static_cast<int>(req.op())));
+  }
+}
+
+pto::v1::FdReply FdTransfers::upload(const pto::v1::FdRequest& req, int fd, const struct stat& st,
+                                     const Principal& who, Mappings& mappings) {
+  const auto fd_size = static_cast<uint64_t>(st.st_size);
+  TensorEntry e;
+  // Invisible, and not freeable by anyone else, until committed below.
+  if (Status s = tensors_.create(who, req.name(), std::vector<uint32_t>(req.shape().begin(), req.shape().end()),
+                                 req.dtype(), &e, true);
+      !s.ok())
+    return reply_status(s, "upload");
+  auto fail = [&](grpc::StatusCode code, const std::string& m) {
+    tensors_.abandon(e.id);
+    return reply_error(code, "upload: " + m);
+  };
+  if (req.fd_offset() > fd_size || fd_size - req.fd_offset() < e.bytes)
+    return fail(grpc::StatusCode::INVALID_ARGUMENT,
+                fmt::format("the memfd holds {} bytes; {} from offset {} do not fit", fd_size, e.bytes,
+                            req.fd_offset()));
+  int err = 0;
+  const uint8_t* src = mappings.map(fd, st, false, &err);
+  if (!src) return fail(grpc::StatusCode::INVALID_ARGUMENT, "the memfd cannot be mapped: " + pto::errno_text(err));
+  src += req.fd_offset();
+  if (Status s = tensors_.write(e, 0, src, e.bytes); !s.ok()) return fail(grpc::StatusCode::INTERNAL, s.message);
+  if (req.check_crc32c()) {
+    const uint32_t crc = pto::crc32c(0, reinterpret_cast<const void*>(e.tensor.data), e.bytes);
+    if (crc != req.crc32c())
+      return fail(grpc::StatusCode::DATA_LOSS,
+                  fmt::format("the bytes have CRC-32C {:08x}, the request says {:08x}", crc, req.crc32c()));
+  }
+  if (Status s = tensors_.commit(e.id); !s.ok()) return fail(grpc::StatusCode::INTERNAL, s.message);
+  pto::v1::FdReply r;
+  to_proto(e, r.mutable_tensor());
+  log("tensors")->debug("tensor {} uploaded through the fd socket ({} bytes)", e.id, e.bytes);
+  return r;
+}
+
+pto::v1::FdReply FdTransfers::download(const pto::v1::FdRequest& req, int fd, const struct stat& st,
+                                       const Principal& who, Mappings& mappings) {
+  const auto fd_size = static_cast<uint64_t>(st.st_size);
+  TensorEntry e;
+  if (Status s = tensors_.find_and_pin(who, req.tensor().id(), req.tensor().name(), &e); !s.ok())
+    return reply_status(s, "download");
+  struct Unpin {
+    TensorStore& t;
+    uint64_t id;
+    ~Unpin() { t.pin(id, -1); }
+  } unpin_at_end{tensors_, e.id};
+  if (req.fd_offset() > fd_size || fd_size - req.fd_offset() < e.bytes) {
+    // OUT_OF_RANGE with the tensor's description: a client can size its
+    // buffer and ask again.
+    pto::v1::FdReply r = reply_error(grpc::StatusCode::OUT_OF_RANGE,
+                                     fmt::format("download: the memfd holds {} bytes; the tensor's {} from offset {} "
+                                                 "do not fit",
+                                                 fd_size, e.bytes, req.fd_offset()));
+    to_proto(e, r.mutable_tensor());
+    return r;
+  }
+  int err = 0;
+  uint8_t* dst = mappings.map(fd, st, true, &err);
+  if (!dst)
+    return reply_error(grpc::StatusCode::INVALID_ARGUMENT,
+                       "download: the memfd cannot be mapped for writing: " + pto::errno_text(err));
+  std::memcpy(dst + req.fd_offset(), reinterpret_cast<const void*>(e.tensor.data), e.bytes);
+  pto::v1::FdReply r;
+  to_proto(e, r.mutable_tensor());
+  return r;
+}
+
+void FdTransfers::stop() {
+  if (wake_ >= 0) {
+    const uint64_t one = 1;
+    (void)!::write(wake_, &one, sizeof one);
+  }
+  if (accept_.joinable()) accept_.join();
+  // Connections end at their next wait (a transfer under way finishes first).
+  std::map<uint64_t, std::thread> left;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    left.swap(threads_);
+    ended_.clear();
+  }
+  for (auto& [id, t] : left) t.join();
+  if (fd_ >= 0) ::close(fd_);
+  if (wake_ >= 0) ::close(wake_);
+  fd_ = wake_ = -1;
+}
+
+}  // namespace ptod

@@ -1,0 +1,83 @@
+// The fd socket (docs/proto.md, "The fd socket"): tensor transfers for
+// clients on the daemon's host without the bytes travelling through a
+// socket. Beside the unix gRPC socket P, ptod listens on P + ".fd"; a client
+// sends an FdRequest with a memfd attached (SCM_RIGHTS), and the daemon
+// copies between that memfd's pages and the arena once — a gRPC message
+// cannot carry a file descriptor, hence a socket of its own.
+//
+// What a client hands over is never trusted: the descriptor must be a memfd
+// sealed against shrinking (so no page the daemon maps can vanish under it
+// and raise SIGBUS), large enough for the transfer; a frame is at most
+// kMaxFrame bytes and must arrive within kFrameTimeout once begun. A
+// connection is served by a thread of its own, at most kMaxConnections at
+// once (more are closed at accept, logged); stop() waits for each to end.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <vector>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "pto/base/status.h"
+#include "pto/v1/ptod.pb.h"
+
+namespace ptod {
+
+class Principals;
+struct Principal;
+class TensorStore;
+
+// The fd socket that goes with the unix gRPC socket at `socket`.
+inline std::string fd_socket_path(const std::string& socket) { return socket + ".fd"; }
+
+class FdTransfers {
+ public:
+  static constexpr uint32_t kMaxFrame = 64 * 1024;
+  static constexpr int kMaxConnections = 64;
+  static constexpr std::chrono::seconds kFrameTimeout{10};
+
+  FdTransfers(TensorStore& tensors, const Principals& principals) : tensors_(tensors), principals_(principals) {}
+  ~FdTransfers() { stop(); }
+  FdTransfers(const FdTransfers&) = delete;
+  FdTransfers& operator=(const FdTransfers&) = delete;
+
+  // Binds and listens (mode 0660, as the gRPC socket); the path was claimed
+  // (SocketPath) first.
+  pto::Status bind(const std::string& path);
+  void start();
+  // Ends the accept loop and every connection (their transfers finish first).
+  void stop();
+
+  class Mappings;
+  // One request, its descriptor already received (taken over: closed here);
+  // `mappings`: the connection's memfds mapped before (nullptr: none kept).
+  pto::v1::FdReply serve(const pto::v1::FdRequest& req, int fd, uid_t uid, Mappings* mappings = nullptr);
+
+ private:
+  void accept_loop();
+  void connection(int c);
+  pto::v1::FdReply upload(const pto::v1::FdRequest& req, int fd, const struct stat& st, const Principal& who,
+                          Mappings& mappings);
+  pto::v1::FdReply download(const pto::v1::FdRequest& req, int fd, const struct stat& st, const Principal& who,
+                            Mappings& mappings);
+
+  TensorStore& tensors_;
+  const Principals& principals_;
+  int fd_ = -1;
+  int wake_ = -1;  // an eventfd: the accept loop and the connections end
+  std::thread accept_;
+  std::mutex mu_;
+  std::map<uint64_t, std::thread> threads_;  // a thread per open connection
+  std::vector<uint64_t> ended_;              // threads that have ended, to join
+  uint64_t next_id_ = 0;
+  void reap_locked();
+};
+
+}  // namespace ptod

@@ -1,0 +1,262 @@
+// The fd socket (docs/proto.md, "The fd socket"): tensors moved between a
+// client's memfd and the daemon's arena without crossing a socket. The real
+// ptod; the client library, ptoctl, and raw requests on the socket for what
+// a well-behaved client never sends.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "daemon_client.h"
+#include "daemon_process.h"
+#include "pto/base/fd_passing.h"
+#include "pto/client.h"
+
+using namespace pto_test;
+namespace v1 = pto::v1;
+using SC = grpc::StatusCode;
+
+namespace {
+
+std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(g());
+  return v;
+}
+
+v1::TensorHandle named(const std::string& name) {
+  v1::TensorHandle h;
+  h.set_name(name);
+  return h;
+}
+
+std::unique_ptr<pto::client::Client> client(const std::string& address, bool fd_transfers, const std::string& token = "") {
+  pto::client::ClientOptions o;
+  o.address = address;
+  o.timeout = std::chrono::seconds(30);
+  o.fd_transfers = fd_transfers;
+  o.token = token;
+  return std::make_unique<pto::client::Client>(o);
+}
+
+// A raw connection to the fd socket: one request with an optional
+// descriptor, the reply (or a closed connection).
+struct Raw {
+  int s = -1;
+  explicit Raw(const std::string& path) {
+    s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, path.data(), path.size());
+    REQUIRE(::connect(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+    const timeval bound{10, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+  }
+  ~Raw() { ::close(s); }
+  // Sends `bytes` as one frame's content (a length prefix unless raw) with `fd` attached.
+  void send(const std::string& bytes, int fd, bool prefix = true) {
+    std::string frame = bytes;
+    if (prefix) {
+      const auto n = static_cast<uint32_t>(bytes.size());
+      frame.insert(0, std::string{char(n), char(n >> 8), char(n >> 16), char(n >> 24)});
+    }
+    REQUIRE(pto::send_with_fd(s, frame.data(), frame.size(), fd) == ssize_t(frame.size()));
+  }
+  // The reply; false when the daemon closed the connection instead.
+  bool reply(v1::FdReply* r) {
+    uint8_t head[4];
+    if (::recv(s, head, 4, MSG_WAITALL) != 4) return false;
+    const uint32_t n = head[0] | head[1] << 8 | head[2] << 16 | uint32_t(head[3]) << 24;
+    std::string body(n, '\0');
+    if (n && ::recv(s, body.data(), n, MSG_WAITALL) != ssize_t(n)) return false;
+    return r->ParseFromString(body);
+  }
+  v1::FdReply call(const v1::FdRequest& req, int fd) {
+    send(req.SerializeAsString(), fd);
+    v1::FdReply r;
+    REQUIRE(reply(&r));
+    return r;
+  }
+};
+
+int sealed_memfd(uint64_t bytes, bool seal = true) {
+  const int fd = memfd_create("test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  REQUIRE(fd >= 0);
+  REQUIRE(ftruncate(fd, off_t(bytes)) == 0);
+  if (seal) REQUIRE(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
+  return fd;
+}
+
+v1::FdRequest upload_of(const std::string& name, uint32_t elems) {
+  v1::FdRequest req;
+  req.set_op(v1::FdRequest::UPLOAD);
+  req.set_name(name);
+  req.add_shape(elems);
+  req.set_dtype(v1::UINT8);
+  return req;
+}
+
+}  // namespace
+
+TEST_CASE("through the fd socket: from plain memory and from a shared buffer, byte-identical both ways and over gRPC") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = client(d.address(), true);
+  auto g = client(d.address(), false);
+  REQUIRE(c->fd_socket());
+  REQUIRE_FALSE(g->fd_socket());
+  const uint32_t n = 3u << 20;  // larger than the client's first staging buffer (1 MiB)
+  const std::vector<uint8_t> bytes = random_bytes(n, 7);
+
+  // Plain memory in, gRPC out; gRPC in, the fd socket out.
+  auto up = c->upload("a", {n}, PTO_UINT8, bytes.data(), n);
+  INFO(up.status.message);
+  REQUIRE(up.ok());
+  CHECK(up.value.bytes() == n);
+  std::vector<uint8_t> back;
+  REQUIRE(g->download(named("a"), &back).ok());
+  CHECK(back == bytes);
+  REQUIRE(g->upload("b", {n}, PTO_UINT8, bytes.data(), n).ok());
+  back.clear();
+  auto down = c->download(named("b"), &back);
+  INFO(down.status.message);
+  REQUIRE(down.ok());
+  CHECK(back == bytes);
+  CHECK(down.value.handle().name() == "b");
+
+  // A shared buffer: the daemon copies straight from and into its pages.
+  auto shared = pto::client::SharedBuffer::create(2 * uint64_t(n));
+  REQUIRE(shared.ok());
+  std::memcpy(static_cast<uint8_t*>(shared.value.data()) + n, bytes.data(), n);
+  REQUIRE(c->upload("s", {n}, PTO_UINT8, shared.value, n).ok());
+  std::memset(shared.value.data(), 0, 2 * uint64_t(n));
+  REQUIRE(c->download(named("s"), shared.value).ok());
+  CHECK(std::memcmp(shared.value.data(), bytes.data(), n) == 0);
+  // Too small a buffer: OUT_OF_RANGE, naming the sizes.
+  auto small = pto::client::SharedBuffer::create(n / 2);
+  REQUIRE(small.ok());
+  auto refused = c->download(named("s"), small.value);
+  CHECK(static_cast<SC>(refused.status.code) == SC::OUT_OF_RANGE);
+  CHECK_THAT(refused.status.message, Catch::Contains("do not fit"));
+  // Without the fd socket a shared buffer is refused, not silently copied.
+  auto no_fd = g->upload("t", {n}, PTO_UINT8, shared.value);
+  CHECK(static_cast<SC>(no_fd.status.code) == SC::FAILED_PRECONDITION);
+
+  // ptoctl goes through it too.
+  const std::string npy = d.dir() + "/x.npy";
+  const std::vector<std::string> env = {"PTOD_ADDRESS=" + d.address()};
+  Output dl = run_command({PTOCTL_PATH, "download", "a", "-o", npy}, 60, env);
+  INFO(dl.text);
+  CHECK(dl.code == 0);
+  CHECK_THAT(dl.text, Catch::Contains("moved through the fd socket"));
+  Output ul = run_command({PTOCTL_PATH, "upload", npy, "--name", "a2"}, 60, env);
+  INFO(ul.text);
+  CHECK(ul.code == 0);
+  CHECK_THAT(ul.text, Catch::Contains("moved through the fd socket"));
+  back.clear();
+  REQUIRE(g->download(named("a2"), &back).ok());
+  CHECK(back == bytes);
+}
+
+TEST_CASE("the fd socket refuses what is not a sealed memfd, short buffers, bad checksums and bad frames") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  const std::string path = d.address().substr(5) + ".fd";  // "unix:" + the socket
+  {
+    Raw raw(path);
+    // A regular file, and a memfd without the seal.
+    const std::string file = d.dir() + "/plain";
+    std::ofstream(file) << std::string(4096, 'x');
+    const int pf = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
+    v1::FdReply r = raw.call(upload_of("p", 16), pf);
+    CHECK(static_cast<SC>(r.code()) == SC::INVALID_ARGUMENT);
+    CHECK_THAT(r.message(), Catch::Contains("must be a memfd sealed against shrinking"));
+    ::close(pf);
+    const int unsealed = sealed_memfd(4096, false);
+    r = raw.call(upload_of("p", 16), unsealed);
+    CHECK_THAT(r.message(), Catch::Contains("must be a memfd sealed against shrinking"));
+    ::close(unsealed);
+    // Too short for the tensor, from its offset.
+    const int m = sealed_memfd(4096);
+    v1::FdRequest big = upload_of("p", 4000);
+    big.set_fd_offset(1000);
+    r = raw.call(big, m);
+    CHECK(static_cast<SC>(r.code()) == SC::INVALID_ARGUMENT);
+    CHECK_THAT(r.message(), Catch::Contains("the memfd holds 4096 bytes; 4000 from offset 1000 do not fit"));
+    // A checksum that does not match: DATA_LOSS, and no tensor (its name is free).
+    v1::FdRequest crc = upload_of("p", 16);
+    crc.set_check_crc32c(true);
+    crc.set_crc32c(12345);
+    r = raw.call(crc, m);
+    CHECK(static_cast<SC>(r.code()) == SC::DATA_LOSS);
+    r = raw.call(upload_of("p", 16), m);
+    CHECK(r.code() == 0);
+    CHECK(r.tensor().handle().name() == "p");
+    // No descriptor; an unknown op.
+    r = raw.call(upload_of("q", 16), -1);
+    CHECK_THAT(r.message(), Catch::Contains("no descriptor came with the request"));
+    v1::FdRequest odd = upload_of("q", 16);
+    odd.set_op(static_cast<v1::FdRequest::Op>(7));
+    r = raw.call(odd, m);
+    CHECK_THAT(r.message(), Catch::Contains("op 7 is neither UPLOAD (1) nor DOWNLOAD (2)"));
+    // A frame longer than the limit: refused and the connection closed.
+    raw.send(std::string("\xff\xff\xff\x7f", 4), m, false);
+    REQUIRE(raw.reply(&r));
+    CHECK_THAT(r.message(), Catch::Contains("at most 65536"));
+    CHECK_FALSE(raw.reply(&r));
+    ::close(m);
+  }
+  {
+    // Bytes that are not an FdRequest: refused, the connection closed.
+    Raw raw(path);
+    raw.send(std::string(40, '\xff'), -1);
+    v1::FdReply r;
+    REQUIRE(raw.reply(&r));
+    CHECK(static_cast<SC>(r.code()) == SC::INVALID_ARGUMENT);
+    CHECK_FALSE(raw.reply(&r));
+  }
+  // The daemon goes on serving, through either way.
+  auto c = client(d.address(), true);
+  const std::vector<uint8_t> bytes = random_bytes(1000, 3);
+  REQUIRE(c->upload("after", {1000}, PTO_UINT8, bytes.data(), 1000).ok());
+  std::vector<uint8_t> back;
+  REQUIRE(c->download(named("after"), &back).ok());
+  CHECK(back == bytes);
+}
+
+TEST_CASE("the fd socket knows principals: a tensor is its owner's, an unknown token is refused") {
+  const std::string dir = make_temp_dir("ptod-fd-tenants");
+  write_secret(dir + "/tokens", "alice user alice-token-0123456789\nbob user bob-token-0123456789ab\n");
+  std::ofstream(dir + "/ptod.toml") << "[server]\ntokens_file = \"" << dir << "/tokens\"\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
+  REQUIRE(d.up());
+  auto alice = client(d.address(), true, "alice-token-0123456789");
+  auto bob = client(d.address(), true, "bob-token-0123456789ab");
+  const std::vector<uint8_t> bytes = random_bytes(4096, 5);
+  auto up = alice->upload("mine", {4096}, PTO_UINT8, bytes.data(), bytes.size());
+  REQUIRE(up.ok());
+  CHECK(up.value.owner() == "alice");
+  std::vector<uint8_t> back;
+  auto theirs = bob->download(named("mine"), &back);
+  CHECK(static_cast<SC>(theirs.status.code) == SC::NOT_FOUND);
+  v1::TensorHandle by_id;
+  by_id.set_id(up.value.handle().id());
+  CHECK(static_cast<SC>(bob->download(by_id, &back).status.code) == SC::NOT_FOUND);
+  REQUIRE(alice->download(by_id, &back).ok());
+  CHECK(back == bytes);
+  auto stranger = client(d.address(), true, "no-such-token-000000000");
+  CHECK(static_cast<SC>(stranger->upload("x", {4096}, PTO_UINT8, bytes.data(), bytes.size()).status.code) ==
+        SC::UNAUTHENTICATED);
+}
