@@ -136,11 +136,11 @@ void JobManager::stop(std::chrono::milliseconds wait) {
   (void)wait_idle(wait);  // cancelled runs end within moments: their children and runners are killed
 }
 
-Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position) {
+Status JobManager::submit(JobSpec spec, uint64_t* id, uint32_t* position, bool acknowledge_later) {
   std::vector<JobSpec> one;
   one.push_back(std::move(spec));
   std::vector<Queued> q;
-  if (Status s = submit_batch(std::move(one), &q); !s.ok()) return s;
+  if (Status s = submit_batch(std::move(one), &q, acknowledge_later); !s.ok()) return s;
   *id = q.front().id;
   *position = q.front().position;
   return Status::Ok();
@@ -168,7 +168,7 @@ Status JobManager::admit_locked(const std::vector<JobSpec>& specs) const {
   return Status::Ok();
 }
 
-Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued) {
+Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later) {
   std::vector<Job> fresh;
   std::vector<JobRow> rows;
   {
@@ -200,8 +200,16 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
       fresh.push_back(std::move(j));
     }
   }
-  // Acknowledged only once its record is written.
-  Status written = records_.put(std::move(rows), take_gone());
+  // Acknowledged only once its record is written: here, or (acknowledge
+  // later) before the caller answers. A quick job's final record then
+  // carries this one in the same commit.
+  Status written = Status::Ok();
+  if (acknowledge_later)
+    records_.queue(std::move(rows), take_gone(), [](const Status& s) {
+      if (!s.ok()) log("jobs")->error("job records are not written: {}", s.message);
+    });
+  else
+    written = records_.put(std::move(rows), take_gone());
   struct Start {
     uint64_t id;
     pto::TaskArgs args;

@@ -67,14 +67,20 @@ class JobManager {
   Status restore();
   // spec.pinned: tensors the caller pinned; the job unpins them when it ends
   // (on error they stay the caller's to unpin). spec.options.principal owns it.
-  Status submit(JobSpec spec, uint64_t* id, uint32_t* queue_position);
+  // With `acknowledge_later` the job's record is queued for the writer
+  // thread instead of committed before submit returns: for a caller that
+  // answers only once the job ended (whose final record is committed before
+  // that) or after flush_records().
+  Status submit(JobSpec spec, uint64_t* id, uint32_t* queue_position, bool acknowledge_later = false);
+  // Returns once every record queued so far is committed.
+  Status flush_records() { return records_.put({}); }
   // Several jobs at once, all or none: admitted together (queue and quotas),
   // their records written in one commit, then queued in order.
   struct Queued {
     uint64_t id = 0;
     uint32_t position = 0;  // jobs queued before it
   };
-  Status submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued);
+  Status submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later = false);
   Status cancel(const Principal& who, uint64_t id, pto::v1::JobState* state);
   Status result(const Principal& who, uint64_t id, pto::v1::JobResult* out) const;
   // Waits until the job changed after *version (or timeout), then fills ev

@@ -55,6 +55,11 @@ void JobRecords::defer(std::vector<JobRow> rows, std::vector<uint64_t> gone, The
   wake_.notify_one();
 }
 
+void JobRecords::queue(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then) {
+  std::lock_guard<std::mutex> g(mu_);
+  push_locked(rows, gone, std::move(then));
+}
+
 void JobRecords::writer() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {

@@ -40,6 +40,10 @@ class JobRecords {
   void write(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then);
   // The same through the writer thread: returns at once.
   void defer(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then);
+  // Queued for whichever commit comes next (a write(), defer() or put() of
+  // anyone): nobody is woken. For a record whose caller commits before it
+  // acknowledges anything (a put() of its own at the latest).
+  void queue(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then);
   // write() and wait for the commit.
   Status put(std::vector<JobRow> rows, std::vector<uint64_t> gone = {});
 

@@ -293,14 +293,22 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   const std::vector<uint64_t> pinned = spec.pinned;
   uint64_t id = 0;
   uint32_t pos = 0;
-  if (Status s = p_.jobs.submit(std::move(spec), &id, &pos); !s.ok()) {
+  // With a wait the id reaches the client only with this reply: the job's
+  // record may be committed with its end (one commit, not two) or by the
+  // flush below, either before the reply.
+  const bool waits = req->wait_ms() > 0;
+  if (Status s = p_.jobs.submit(std::move(spec), &id, &pos, waits); !s.ok()) {
     for (uint64_t t : pinned) p_.tensors.pin(t, -1);
     return to_grpc(s);
   }
   reply->set_job_id(id);
   reply->set_queue_position(pos);
   reply->set_state(pto::v1::QUEUED);
-  if (req->wait_ms() > 0) wait_reply(ctx, who, std::chrono::steady_clock::now() + std::chrono::milliseconds(req->wait_ms()), reply);
+  if (waits) {
+    wait_reply(ctx, who, std::chrono::steady_clock::now() + std::chrono::milliseconds(req->wait_ms()), reply);
+    if (!final_state(reply->state()))
+      if (Status s = p_.jobs.flush_records(); !s.ok()) return to_grpc(s);
+  }
   return grpc::Status::OK;
 }
 

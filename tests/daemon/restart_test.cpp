@@ -241,3 +241,32 @@ TEST_CASE("a clean stop writes every tensor to disk: a host restart after it los
   REQUIRE(connect(d)->download(h, &got).ok());
   CHECK(got == a);
 }
+
+TEST_CASE("a job whose Submit waited and answered before it ended survives SIGKILL - so does one that ended in time") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  // Ended within the wait: its record went with its end.
+  v1::SubmitRequest quick = sleep_job(1);
+  quick.set_wait_ms(30000);
+  auto q = c->submit(quick);
+  REQUIRE(q.ok());
+  REQUIRE(q.value.state() == v1::SUCCEEDED);
+  // Still running when the wait ran out: the reply came only after its
+  // record was committed (nothing else commits meanwhile).
+  v1::SubmitRequest slow = sleep_job(60000);
+  slow.set_wait_ms(300);
+  auto s = c->submit(slow);
+  REQUIRE(s.ok());
+  REQUIRE((s.value.state() == v1::QUEUED || s.value.state() == v1::RUNNING));
+  c = restart(d);
+  auto rq = c->result(q.value.job_id());
+  REQUIRE(rq.ok());
+  CHECK(rq.value.state() == v1::SUCCEEDED);
+  auto rs = c->result(s.value.job_id());
+  INFO(rs.status.message);
+  REQUIRE(rs.ok());
+  CHECK(rs.value.state() == v1::FAILED);
+  CHECK(rs.value.message() == "interrupted: the daemon stopped");
+}
