@@ -40,6 +40,7 @@ void FdChannel::close_socket() {
 
 bool FdChannel::connect(const std::string& path) {
   close_socket();
+  path_ = path;
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof a.sun_path) return false;
@@ -56,25 +57,21 @@ bool FdChannel::connect(const std::string& path) {
 Result<pto::v1::FdReply> FdChannel::call(const pto::v1::FdRequest& req, int fd, std::chrono::milliseconds timeout) {
   Result<pto::v1::FdReply> r;
   const timeval bound{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
-  setsockopt(sock_, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
   setsockopt(sock_, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
   const std::string body = req.SerializeAsString();
   std::vector<uint8_t> frame(4 + body.size());
   const auto n = static_cast<uint32_t>(body.size());
   for (int i = 0; i < 4; ++i) frame[size_t(i)] = static_cast<uint8_t>(n >> (8 * i));
   std::memcpy(frame.data() + 4, body.data(), body.size());
-  // The descriptor rides with the frame's first bytes.
-  ssize_t sent = pto::send_with_fd(sock_, frame.data(), frame.size(), fd);
-  size_t off = sent > 0 ? size_t(sent) : 0;
-  while (sent > 0 && off < frame.size()) {
-    sent = ::send(sock_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
-    if (sent > 0) off += size_t(sent);
-  }
-  if (sent <= 0) {
+  // The descriptor rides with the frame's first bytes. The daemon closes a
+  // connection idle for a minute: then connect again and send once more
+  // (nothing of the request reached it).
+  if (!send_frame(frame, fd) && !(connect(path_) && send_frame(frame, fd))) {
     r.status = unavailable("sending a request");
     close_socket();
     return r;
   }
+  setsockopt(sock_, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
   auto read_full = [&](uint8_t* p, size_t len) {
     while (len > 0) {
       const ssize_t got = ::recv(sock_, p, len, 0);
@@ -85,19 +82,32 @@ Result<pto::v1::FdReply> FdChannel::call(const pto::v1::FdRequest& req, int fd, 
     }
     return true;
   };
-  uint8_t head[4];
-  if (!read_full(head, 4)) {
-    r.status = unavailable("reading a reply");
+  // A lost reply is not UNAVAILABLE: the daemon may have done the transfer.
+  const auto lost = [&] {
+    r.status = Status::Error(static_cast<int>(grpc::StatusCode::UNKNOWN),
+                             fmt::format("the fd socket: the reply was lost ({}): the transfer may have happened",
+                                         pto::errno_text(errno)));
     close_socket();
     return r;
-  }
+  };
+  uint8_t head[4];
+  if (!read_full(head, 4)) return lost();
   const uint32_t len = uint32_t(head[0]) | uint32_t(head[1]) << 8 | uint32_t(head[2]) << 16 | uint32_t(head[3]) << 24;
+  if (len > (1u << 20)) return lost();  // bounded before anything is allocated
   std::vector<uint8_t> reply(len);
-  if (len > (1u << 20) || !read_full(reply.data(), len) || !r.value.ParseFromArray(reply.data(), int(len))) {
-    r.status = unavailable("reading a reply");
-    close_socket();
-  }
+  if (!read_full(reply.data(), len) || !r.value.ParseFromArray(reply.data(), int(len))) return lost();
   return r;
+}
+
+bool FdChannel::send_frame(const std::vector<uint8_t>& frame, int fd) {
+  if (sock_ < 0) return false;
+  ssize_t sent = pto::send_with_fd(sock_, frame.data(), frame.size(), fd);
+  size_t off = sent > 0 ? size_t(sent) : 0;
+  while (sent > 0 && off < frame.size()) {
+    sent = ::send(sock_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
+    if (sent > 0) off += size_t(sent);
+  }
+  return sent > 0;
 }
 
 // ---------------------------------------------------------------- SharedBuffer

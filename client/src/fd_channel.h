@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "pto/client.h"
 
@@ -22,13 +23,19 @@ class FdChannel {
   // the fd socket, or a TCP address).
   bool connect(const std::string& path);
   bool connected() const { return sock_ >= 0; }
-  // One request with `fd` attached; a transport failure is UNAVAILABLE and
-  // closes the connection (the next connect() starts afresh).
+  // One request with `fd` attached. A connection the daemon closed (idle)
+  // is opened again and the request sent once more. Failures close the
+  // connection: UNAVAILABLE when the request never left (nothing happened:
+  // another way may be tried), UNKNOWN when its reply was lost (the
+  // transfer may have happened).
   Result<pto::v1::FdReply> call(const pto::v1::FdRequest& req, int fd, std::chrono::milliseconds timeout);
 
  private:
   void close_socket();
+  // The whole frame, the descriptor with its first bytes; false if not sent.
+  bool send_frame(const std::vector<uint8_t>& frame, int fd);
   int sock_ = -1;
+  std::string path_;
 };
 
 // The socket path in a "unix:..." gRPC address, "" for any other address.

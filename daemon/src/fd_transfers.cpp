@@ -6,7 +6,9 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -76,34 +78,39 @@ bool write_frame(int c, const pto::v1::FdReply& r) {
 
 }  // namespace
 
-// The memfds a connection sent, kept mapped: a client sends the same buffer
-// again and again (its staging buffer, its shared buffers), and mapping 256
-// MiB of 4 KiB pages costs about as much as copying them. Populated at once
-// (one call sets up every page instead of a fault per page).
+// The ranges of memfds a connection sent, kept mapped: a client sends the
+// same buffer again and again (its staging buffer, its shared buffers), and
+// mapping 256 MiB of 4 KiB pages costs about as much as copying them. Only
+// the pages of a transfer are mapped, populated at once (one call sets up
+// every page instead of a fault per page).
 class FdTransfers::Mappings {
  public:
   static constexpr size_t kMax = 4;  // per connection
   Mappings() = default;
   ~Mappings() {
-    for (const M& m : ms_) munmap(m.base, m.size);
+    for (const M& m : ms_) munmap(m.base, m.len);
   }
   Mappings(const Mappings&) = delete;
   Mappings& operator=(const Mappings&) = delete;
 
-  // The whole of memfd `fd` (of `st`), mapped for writing too when `writable`.
-  uint8_t* map(int fd, const struct stat& st, bool writable, int* err) {
+  // [offset, offset + bytes) of memfd `fd` (of `st`), for writing too when
+  // `writable`; nullptr and *err on failure.
+  uint8_t* map(int fd, const struct stat& st, uint64_t offset, uint64_t bytes, bool writable, int* err) {
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t start = offset / page * page;
+    const uint64_t len = offset + bytes - start;
     ++tick_;
     for (M& m : ms_)
-      if (m.dev == st.st_dev && m.ino == st.st_ino && m.size == uint64_t(st.st_size) && (m.writable || !writable)) {
+      if (m.dev == st.st_dev && m.ino == st.st_ino && m.start == start && m.len == len &&
+          m.file_size == uint64_t(st.st_size) && (m.writable || !writable)) {
         m.used = tick_;
-        return m.base;
+        return m.base + (offset - start);
       }
-    const auto size = static_cast<uint64_t>(st.st_size);
     bool rw = true;  // both ways when the descriptor allows it, so that the next transfer finds it
-    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, static_cast<off_t>(start));
     if (p == MAP_FAILED && !writable) {
       rw = false;
-      p = mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+      p = mmap(nullptr, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, static_cast<off_t>(start));
     }
     if (p == MAP_FAILED) {
       *err = errno;
@@ -111,18 +118,18 @@ class FdTransfers::Mappings {
     }
     if (ms_.size() == kMax) {
       auto oldest = std::min_element(ms_.begin(), ms_.end(), [](const M& x, const M& y) { return x.used < y.used; });
-      munmap(oldest->base, oldest->size);
+      munmap(oldest->base, oldest->len);
       ms_.erase(oldest);
     }
-    ms_.push_back({st.st_dev, st.st_ino, size, static_cast<uint8_t*>(p), rw, tick_});
-    return static_cast<uint8_t*>(p);
+    ms_.push_back({st.st_dev, st.st_ino, uint64_t(st.st_size), start, len, static_cast<uint8_t*>(p), rw, tick_});
+    return static_cast<uint8_t*>(p) + (offset - start);
   }
 
  private:
   struct M {
     dev_t dev;
     ino_t ino;
-    uint64_t size;
+    uint64_t file_size, start, len;
     uint8_t* base;
     bool writable;
     uint64_t used;
@@ -151,18 +158,27 @@ void FdTransfers::accept_loop() {
       }
       continue;
     }
-    std::lock_guard<std::mutex> g(mu_);
-    reap_locked();
-    if (threads_.size() >= size_t(kMaxConnections)) {
-      log("tensors")->warn("fd socket: {} connections are open; one more is closed", threads_.size());
+    ucred cr{};
+    socklen_t len = sizeof cr;
+    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
       ::close(c);
       continue;
     }
+    std::lock_guard<std::mutex> g(mu_);
+    reap_locked();
+    if (threads_.size() >= size_t(kMaxConnections) || by_uid_[cr.uid] >= kMaxPerUser) {
+      log("tensors")->warn("fd socket: {} connections are open ({} of uid {}); one more is closed", threads_.size(),
+                           by_uid_[cr.uid], cr.uid);
+      ::close(c);
+      continue;
+    }
+    ++by_uid_[cr.uid];
     const uint64_t id = ++next_id_;
-    threads_.emplace(id, std::thread([this, c, id] {
-                       connection(c);
+    threads_.emplace(id, std::thread([this, c, id, cr] {
+                       connection(c, cr.uid);
                        ::close(c);
                        std::lock_guard<std::mutex> g2(mu_);
+                       --by_uid_[cr.uid];
                        ended_.push_back(id);
                      }));
   }
@@ -177,19 +193,18 @@ void FdTransfers::reap_locked() {
   ended_.clear();
 }
 
-void FdTransfers::connection(int c) {
+void FdTransfers::connection(int c, uid_t uid) {
   Mappings mappings;
-  ucred cr{};
-  socklen_t len = sizeof cr;
-  if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) return;
   const timeval send_bound{static_cast<time_t>(kFrameTimeout.count()), 0};
   setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &send_bound, sizeof send_bound);
   for (;;) {
     pollfd p[2] = {{c, POLLIN, 0}, {wake_, POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0) {
+    const int ready = ::poll(p, 2, static_cast<int>(std::chrono::milliseconds(kIdleTimeout).count()));
+    if (ready < 0) {
       if (errno == EINTR) continue;
       return;
     }
+    if (ready == 0) return;    // idle: the slot goes back (clients connect again)
     if (p[1].revents) return;  // the daemon stops
     // The first bytes of a frame, and the descriptor that comes with them.
     uint8_t head[4];
@@ -223,7 +238,7 @@ void FdTransfers::connection(int c) {
     const uint32_t n = framed ? uint32_t(head[0]) | uint32_t(head[1]) << 8 | uint32_t(head[2]) << 16 |
                                     uint32_t(head[3]) << 24
                               : 0;
-    std::vector<uint8_t> body(n);
+    std::vector<uint8_t> body(n <= kMaxFrame ? n : 0);  // a claimed size is bounded before anything is allocated
     pto::v1::FdRequest req;
     pto::v1::FdReply reply;
     bool keep = true;
@@ -239,7 +254,7 @@ void FdTransfers::connection(int c) {
       reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT,
                           "no descriptor came with the request (a memfd, attached with SCM_RIGHTS)");
     } else {
-      reply = serve(req, fd, cr.uid, &mappings);
+      reply = serve(req, fd, uid, &mappings);
       fd = -1;  // serve() closed it
     }
     if (fd >= 0) ::close(fd);
@@ -263,6 +278,12 @@ pto::v1::FdReply FdTransfers::serve(const pto::v1::FdRequest& req, int fd, uid_t
     return reply_error(grpc::StatusCode::INVALID_ARGUMENT,
                        "the descriptor must be a memfd sealed against shrinking (memfd_create with "
                        "MFD_ALLOW_SEALING, then F_ADD_SEALS F_SEAL_SHRINK)");
+  // tmpfs only: a hugetlbfs memfd whose pool runs dry would fault (SIGBUS)
+  // in the daemon's copy.
+  struct statfs fs {};
+  if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC)
+    return reply_error(grpc::StatusCode::INVALID_ARGUMENT,
+                       "the memfd must be of ordinary memory (tmpfs), not huge pages (MFD_HUGETLB)");
   struct stat st {};
   if (fstat(fd, &st) != 0) return reply_error(grpc::StatusCode::INVALID_ARGUMENT, "the descriptor cannot be read");
   switch (req.op()) {
@@ -292,9 +313,8 @@ pto::v1::FdReply FdTransfers::upload(const pto::v1::FdRequest& req, int fd, cons
                 fmt::format("the memfd holds {} bytes; {} from offset {} do not fit", fd_size, e.bytes,
                             req.fd_offset()));
   int err = 0;
-  const uint8_t* src = mappings.map(fd, st, false, &err);
+  const uint8_t* src = mappings.map(fd, st, req.fd_offset(), e.bytes, false, &err);
   if (!src) return fail(grpc::StatusCode::INVALID_ARGUMENT, "the memfd cannot be mapped: " + pto::errno_text(err));
-  src += req.fd_offset();
   if (Status s = tensors_.write(e, 0, src, e.bytes); !s.ok()) return fail(grpc::StatusCode::INTERNAL, s.message);
   if (req.check_crc32c()) {
     const uint32_t crc = pto::crc32c(0, reinterpret_cast<const void*>(e.tensor.data), e.bytes);
@@ -320,22 +340,25 @@ pto::v1::FdReply FdTransfers::download(const pto::v1::FdRequest& req, int fd, co
     uint64_t id;
     ~Unpin() { t.pin(id, -1); }
   } unpin_at_end{tensors_, e.id};
-  if (req.fd_offset() > fd_size || fd_size - req.fd_offset() < e.bytes) {
+  // The room the client gives: `bytes` at fd_offset, or the rest of the memfd.
+  const uint64_t rest = req.fd_offset() > fd_size ? 0 : fd_size - req.fd_offset();
+  const uint64_t room = req.bytes() ? std::min(req.bytes(), rest) : rest;
+  if (room < e.bytes) {
     // OUT_OF_RANGE with the tensor's description: a client can size its
     // buffer and ask again.
     pto::v1::FdReply r = reply_error(grpc::StatusCode::OUT_OF_RANGE,
-                                     fmt::format("download: the memfd holds {} bytes; the tensor's {} from offset {} "
-                                                 "do not fit",
-                                                 fd_size, e.bytes, req.fd_offset()));
+                                     fmt::format("download: the memfd has room for {} bytes at offset {}; the "
+                                                 "tensor's {} do not fit",
+                                                 room, req.fd_offset(), e.bytes));
     to_proto(e, r.mutable_tensor());
     return r;
   }
   int err = 0;
-  uint8_t* dst = mappings.map(fd, st, true, &err);
+  uint8_t* dst = mappings.map(fd, st, req.fd_offset(), e.bytes, true, &err);
   if (!dst)
     return reply_error(grpc::StatusCode::INVALID_ARGUMENT,
                        "download: the memfd cannot be mapped for writing: " + pto::errno_text(err));
-  std::memcpy(dst + req.fd_offset(), reinterpret_cast<const void*>(e.tensor.data), e.bytes);
+  std::memcpy(dst, reinterpret_cast<const void*>(e.tensor.data), e.bytes);
   pto::v1::FdReply r;
   to_proto(e, r.mutable_tensor());
   return r;

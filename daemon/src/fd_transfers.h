@@ -10,7 +10,8 @@
 // and raise SIGBUS), large enough for the transfer; a frame is at most
 // kMaxFrame bytes and must arrive within kFrameTimeout once begun. A
 // connection is served by a thread of its own, at most kMaxConnections at
-// once (more are closed at accept, logged); stop() waits for each to end.
+// once and kMaxPerUser per user (more are closed at accept, logged), closed
+// after kIdleTimeout without a request; stop() waits for each to end.
 #pragma once
 
 #include <sys/stat.h>
@@ -41,7 +42,9 @@ class FdTransfers {
  public:
   static constexpr uint32_t kMaxFrame = 64 * 1024;
   static constexpr int kMaxConnections = 64;
+  static constexpr int kMaxPerUser = 16;
   static constexpr std::chrono::seconds kFrameTimeout{10};
+  static constexpr std::chrono::seconds kIdleTimeout{60};  // a connection without a request is closed
 
   FdTransfers(TensorStore& tensors, const Principals& principals) : tensors_(tensors), principals_(principals) {}
   ~FdTransfers() { stop(); }
@@ -62,7 +65,7 @@ class FdTransfers {
 
  private:
   void accept_loop();
-  void connection(int c);
+  void connection(int c, uid_t uid);
   pto::v1::FdReply upload(const pto::v1::FdRequest& req, int fd, const struct stat& st, const Principal& who,
                           Mappings& mappings);
   pto::v1::FdReply download(const pto::v1::FdRequest& req, int fd, const struct stat& st, const Principal& who,
@@ -77,6 +80,7 @@ class FdTransfers {
   std::map<uint64_t, std::thread> threads_;  // a thread per open connection
   std::vector<uint64_t> ended_;              // threads that have ended, to join
   uint64_t next_id_ = 0;
+  std::map<uid_t, int> by_uid_;  // open connections per user
   void reap_locked();
 };
 

@@ -204,12 +204,14 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
   // later) before the caller answers. A quick job's final record then
   // carries this one in the same commit.
   Status written = Status::Ok();
+  std::vector<uint64_t> gone = take_gone();
+  uint64_t ticket = 0;
   if (acknowledge_later)
-    records_.queue(std::move(rows), take_gone(), [](const Status& s) {
+    ticket = records_.queue(std::move(rows), gone, [](const Status& s) {
       if (!s.ok()) log("jobs")->error("job records are not written: {}", s.message);
     });
   else
-    written = records_.put(std::move(rows), take_gone());
+    written = records_.put(std::move(rows), gone);
   struct Start {
     uint64_t id;
     pto::TaskArgs args;
@@ -221,10 +223,13 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
     std::lock_guard<std::mutex> g(mu_);
     if (!written.ok()) {
       for (Job& j : fresh) uncount_queued_locked(j);
+      gone_.insert(gone_.end(), gone.begin(), gone.end());  // still to delete, with the next commit
+      if (live_locked() == 0) cv_.notify_all();               // wait_idle
       queued->clear();
       return Status::Error(written.code, "the job is not queued: its record is not written: " + written.message);
     }
     for (Job& j : fresh) {
+      j.record_ticket = ticket;
       const RegisteredCallable& c = j.spec.callable;
       log("jobs")->debug("job {} queued: {} ({}), {} priority{}{}", j.id,
                          c.name.empty() ? c.handle.id.short_hex() : c.name, pto::abi_name(c.abi),
@@ -263,6 +268,26 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
   }
   for (auto& [h, why] : pending) (void)h.cancel(why);
   return Status::Ok();
+}
+
+Status JobManager::flush_records(uint64_t id) {
+  uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (auto it = jobs_.find(id); it != jobs_.end()) ticket = it->second.record_ticket;
+  }
+  if (!ticket) return Status::Ok();  // written before submit returned
+  Status s = records_.flush(ticket);
+  if (s.ok()) return s;
+  // Never acknowledged, never to run: a client that asks again gets a job
+  // of its own, not this one as well.
+  pto::RunHandle h;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (auto it = jobs_.find(id); it != jobs_.end() && !final_state(it->second.state)) h = it->second.run;
+  }
+  if (h.valid()) (void)h.cancel("its record could not be written");
+  return Status::Error(s.code, fmt::format("job {}: its record could not be written: {}", id, s.message));
 }
 
 void JobManager::uncount_queued_locked(const Job& j) {

@@ -72,8 +72,10 @@ class JobManager {
   // answers only once the job ended (whose final record is committed before
   // that) or after flush_records().
   Status submit(JobSpec spec, uint64_t* id, uint32_t* queue_position, bool acknowledge_later = false);
-  // Returns once every record queued so far is committed.
-  Status flush_records() { return records_.put({}); }
+  // Returns once job `id`'s record is committed (for a job submitted with
+  // acknowledge_later); if that commit failed, an error, and the job, never
+  // acknowledged, is cancelled.
+  Status flush_records(uint64_t id);
   // Several jobs at once, all or none: admitted together (queue and quotas),
   // their records written in one commit, then queued in order.
   struct Queued {
@@ -113,6 +115,7 @@ class JobManager {
     bool restored = false;                             // from the state database: `result` is the whole record
     pto::RunHandle run;                                // set once the run is queued with the Worker
     std::string cancel_pending;                        // a cancel that came before `run` was set
+    uint64_t record_ticket = 0;                        // acknowledge_later: JobRecords::flush's ticket
     // Notified (with mu_) at every change of version; shared so that a
     // waiter outlives the job's trimming.
     std::shared_ptr<std::condition_variable> changed = std::make_shared<std::condition_variable>();

@@ -19,9 +19,12 @@ void JobRecords::push_locked(std::vector<JobRow>& rows, std::vector<uint64_t>& g
   then_.push_back(std::move(then));
 }
 
-void JobRecords::commit_rounds(std::unique_lock<std::mutex>& lk) {
-  // Every round takes all that is queued; it ends when a round finds none.
-  while (!then_.empty()) {
+void JobRecords::commit_rounds(std::unique_lock<std::mutex>& lk, bool until_empty) {
+  // Every round takes all that is queued. The writer thread goes on until a
+  // round finds none; a caller of write() commits one round — its own
+  // record's — and leaves what others queued meanwhile to the writer thread,
+  // so that a stream of job ends cannot keep it from its own work.
+  do {
     std::vector<JobRow> batch;
     std::vector<uint64_t> batch_gone;
     std::vector<Then> done;
@@ -29,13 +32,19 @@ void JobRecords::commit_rounds(std::unique_lock<std::mutex>& lk) {
     batch_gone.swap(gone_);
     done.swap(then_);
     deferred_ = false;
+    const uint64_t round = ++rounds_;
     lk.unlock();
     const Status s = batch.empty() && batch_gone.empty() ? Status::Ok() : db_.put_jobs(batch, batch_gone);
     for (auto& f : done) f(s);
     lk.lock();
-  }
+    if (!s.ok()) {
+      failed_round_ = round;
+      failure_ = s;
+    }
+  } while (until_empty && !then_.empty());
   committing_ = false;
-  if (stop_) wake_.notify_one();  // the writer thread ends once no commit is under way
+  if (!then_.empty()) deferred_ = true;  // the writer thread takes the rest
+  if (stop_ || deferred_) wake_.notify_one();
 }
 
 void JobRecords::write(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then) {
@@ -43,7 +52,7 @@ void JobRecords::write(std::vector<JobRow> rows, std::vector<uint64_t> gone, The
   push_locked(rows, gone, std::move(then));
   if (committing_) return;  // the committing thread takes ours with its next round
   committing_ = true;
-  commit_rounds(lk);
+  commit_rounds(lk, false);
 }
 
 void JobRecords::defer(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then) {
@@ -55,9 +64,16 @@ void JobRecords::defer(std::vector<JobRow> rows, std::vector<uint64_t> gone, The
   wake_.notify_one();
 }
 
-void JobRecords::queue(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then) {
+uint64_t JobRecords::queue(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then) {
   std::lock_guard<std::mutex> g(mu_);
   push_locked(rows, gone, std::move(then));
+  return rounds_ + 1;  // rounds take what is queued when they start: the next one carries these
+}
+
+Status JobRecords::flush(uint64_t ticket) {
+  if (Status s = put({}); !s.ok()) return s;
+  std::lock_guard<std::mutex> g(mu_);
+  return failed_round_ >= ticket ? failure_ : Status::Ok();
 }
 
 void JobRecords::writer() {
@@ -77,7 +93,7 @@ void JobRecords::writer() {
       if (committing_) continue;  // a write() caller took over: it commits ours too
     }
     committing_ = true;
-    commit_rounds(lk);
+    commit_rounds(lk, true);
   }
 }
 

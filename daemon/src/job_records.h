@@ -4,9 +4,9 @@
 // transaction.
 //
 // Two ways in. write() commits on the caller's thread when no commit is
-// under way (a lone job pays one commit and no thread hop), and the
-// committing thread goes on with whatever others queued meanwhile until
-// nothing is left. defer() queues for the writer thread, which gathers
+// under way (a lone job pays one commit and no thread hop): one round, with
+// whatever others queued meanwhile; what they queue during it goes to the
+// writer thread. defer() queues for the writer thread, which gathers
 // for a moment (kGather) and commits everything in one transaction: for a
 // caller with more work waiting (a Worker run thread with more jobs queued),
 // which must not spend its time on commits of one record each. Either way a
@@ -42,8 +42,11 @@ class JobRecords {
   void defer(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then);
   // Queued for whichever commit comes next (a write(), defer() or put() of
   // anyone): nobody is woken. For a record whose caller commits before it
-  // acknowledges anything (a put() of its own at the latest).
-  void queue(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then);
+  // acknowledges anything: flush(the ticket returned) at the latest.
+  uint64_t queue(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then);
+  // Commits what is queued; an error if the commit that carried the records
+  // of `ticket` (or a later one) failed.
+  Status flush(uint64_t ticket);
   // write() and wait for the commit.
   Status put(std::vector<JobRow> rows, std::vector<uint64_t> gone = {});
 
@@ -52,8 +55,9 @@ class JobRecords {
 
  private:
   void push_locked(std::vector<JobRow>& rows, std::vector<uint64_t>& gone, Then then);
-  // Commits rounds until none is queued; mu_ held on entry and exit.
-  void commit_rounds(std::unique_lock<std::mutex>& lk);
+  // Commits one round, or rounds until none is queued; mu_ held on entry
+  // and exit.
+  void commit_rounds(std::unique_lock<std::mutex>& lk, bool until_empty);
   void writer();
 
   StateDb& db_;
@@ -65,6 +69,9 @@ class JobRecords {
   bool committing_ = false;
   bool deferred_ = false;  // defer() queued something the writer thread has not taken
   bool stop_ = false;
+  uint64_t rounds_ = 0;        // rounds started
+  uint64_t failed_round_ = 0;  // the newest round whose commit failed, and why
+  Status failure_;
   std::thread writer_;
 };
 

@@ -306,8 +306,7 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   reply->set_state(pto::v1::QUEUED);
   if (waits) {
     wait_reply(ctx, who, std::chrono::steady_clock::now() + std::chrono::milliseconds(req->wait_ms()), reply);
-    if (!final_state(reply->state()))
-      if (Status s = p_.jobs.flush_records(); !s.ok()) return to_grpc(s);
+    if (Status s = p_.jobs.flush_records(id); !s.ok()) return to_grpc(s);
   }
   return grpc::Status::OK;
 }

@@ -83,31 +83,64 @@ class SharedMemory:
         return fd, offset
 
 
+class NotSent(OSError):
+    """The request never reached the daemon: nothing happened."""
+
+
+class ReplyLost(OSError):
+    """The request was sent and its reply lost: the transfer may have happened."""
+
+
 class Channel:
-    """One connection to the fd socket, one request at a time."""
+    """One connection to the fd socket, one request at a time (the caller
+    holds a lock around each call)."""
 
     def __init__(self, path: str) -> None:
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._path = path
+        self._sock = self._connect()
+
+    def _connect(self) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._sock.connect(path)
+            s.connect(self._path)
         except OSError:
-            self._sock.close()
+            s.close()
             raise
+        return s
 
     def close(self) -> None:
         self._sock.close()
 
-    def call(self, req: "pb.FdRequest", fd: int, timeout: float) -> "pb.FdReply":
-        self._sock.settimeout(timeout)
-        body = req.SerializeToString()
-        frame = struct.pack("<I", len(body)) + body
+    def _send(self, frame: bytes, fd: int) -> None:
         sent = socket.send_fds(self._sock, [frame], [fd])  # the descriptor rides with the first bytes
         if sent < len(frame):
             self._sock.sendall(frame[sent:])
-        n = struct.unpack("<I", self._recv(4))[0]
-        reply = pb.FdReply()
-        reply.ParseFromString(self._recv(n))
-        return reply
+
+    def call(self, req: "pb.FdRequest", fd: int, timeout: float) -> "pb.FdReply":
+        body = req.SerializeToString()
+        frame = struct.pack("<I", len(body)) + body
+        try:
+            self._sock.settimeout(timeout)
+            self._send(frame, fd)
+        except OSError:
+            # The daemon closes a connection idle for a minute: connect again
+            # and send once more (nothing of the request reached it).
+            try:
+                self._sock.close()
+                self._sock = self._connect()
+                self._sock.settimeout(timeout)
+                self._send(frame, fd)
+            except OSError as e:
+                raise NotSent(str(e)) from None
+        try:
+            n = struct.unpack("<I", self._recv(4))[0]
+            if n > 1 << 20:
+                raise ConnectionError(f"a reply of {n} bytes")
+            reply = pb.FdReply()
+            reply.ParseFromString(self._recv(n))
+            return reply
+        except (OSError, ValueError) as e:
+            raise ReplyLost(str(e)) from None
 
     def _recv(self, n: int) -> bytes:
         chunks = []

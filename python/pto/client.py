@@ -15,6 +15,7 @@ proto/pto/v1/ptod.proto.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
@@ -132,6 +133,7 @@ class Client:
         self._fd: Optional[_fd.Channel] = None
         self._shared = _fd.SharedMemory()
         self._staging: Optional[np.ndarray] = None
+        self._fd_lock = threading.Lock()  # one transfer at a time uses the channel and the staging buffer
         options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
         if tls:
             spec = tls if isinstance(tls, dict) else {}
@@ -212,14 +214,20 @@ class Client:
         return self._shared.array(tuple(int(d) for d in shape), dtype)
 
     def _fd_call(self, req: "pb.FdRequest", fd: int, nbytes: int) -> Optional["pb.FdReply"]:
-        """The reply, or None when the socket broke (the caller uses gRPC)."""
+        """The reply, or None when the request never reached the daemon (the
+        caller uses gRPC); a lost reply is an error (it may have happened)."""
         req.token = self._token
         try:
             return self._fd.call(req, fd, self.timeout + nbytes / 50e6)
-        except OSError:
+        except _fd.NotSent:
             self._fd.close()
             self._fd = None
             return None
+        except _fd.ReplyLost as e:
+            self._fd.close()
+            self._fd = None
+            raise RpcError(grpc.StatusCode.UNKNOWN,
+                           f"the fd socket: the reply was lost ({e}): the transfer may have happened") from None
 
     def _staging_for(self, nbytes: int) -> np.ndarray:
         if self._staging is None or self._staging.nbytes < nbytes:
@@ -245,11 +253,14 @@ class Client:
     def _download_fd(self, tensor: Tensor, out: Optional[np.ndarray]) -> Optional[np.ndarray]:
         req = pb.FdRequest(op=pb.FdRequest.DOWNLOAD, tensor=_handle(tensor))
         where = self._shared.find(out) if out is not None else None
-        if where is not None:  # straight into the caller's shared array
-            req.fd_offset = where[1]
+        if where is not None:  # straight into the caller's shared array, no further than its end
+            req.fd_offset, req.bytes = where[1], out.nbytes
             reply = self._fd_call(req, where[0], out.nbytes)
             if reply is not None and reply.code:
                 raise RpcError(_CODES[reply.code], reply.message)
+            if reply is not None and reply.tensor.bytes != out.nbytes:
+                raise ValueError(f"out has {out.nbytes} bytes; the tensor has {reply.tensor.bytes} (its first "
+                                 f"bytes were written)")
             return None if reply is None else out
         staging = self._staging_for(1)
         for _ in range(2):
@@ -264,6 +275,8 @@ class Client:
             if reply.code:
                 raise RpcError(_CODES[reply.code], reply.message)
             info = reply.tensor
+            if out is not None and out.nbytes != info.bytes:
+                raise ValueError(f"out has {out.nbytes} bytes; the tensor has {info.bytes}")
             result = np.empty([int(d) for d in info.shape], dtype=_NUMPY[info.dtype]) if out is None else out
             result.reshape(-1).view(np.uint8)[:] = staging[:info.bytes]
             return result
@@ -278,10 +291,10 @@ class Client:
         a = np.ascontiguousarray(array)
         if a.dtype not in _DTYPES:
             raise TypeError(f"dtype {a.dtype} has no pto.v1.DataType")
-        if self.fd_socket:
-            info = self._upload_fd(a, name)
-            if info is not None:
-                return info
+        with self._fd_lock:
+            info = self._upload_fd(a, name) if self.fd_socket else None
+        if info is not None:
+            return info
         data = memoryview(a).cast("B")
         crc = _pto.crc32c(data)
         header = pb.UploadHeader(name=name, shape=list(a.shape), dtype=_DTYPES[a.dtype])
@@ -310,12 +323,15 @@ class Client:
         land there and ``out`` is returned."""
         if out is not None and not out.flags.c_contiguous:
             raise ValueError("out must be C-contiguous")
-        if self.fd_socket:
-            got = self._download_fd(tensor, out)
-            if got is not None:
-                return got
+        with self._fd_lock:
+            got = self._download_fd(tensor, out) if self.fd_socket else None
+        if got is not None:
+            return got
         if out is not None:
-            out.reshape(-1).view(np.uint8)[:] = self.download(tensor, chunk_bytes).reshape(-1).view(np.uint8)
+            got = self.download(tensor, chunk_bytes)
+            if got.nbytes != out.nbytes:
+                raise ValueError(f"out has {out.nbytes} bytes; the tensor has {got.nbytes}")
+            out.reshape(-1).view(np.uint8)[:] = got.reshape(-1).view(np.uint8)
             return out
         req = pb.DownloadRequest(tensor=_handle(tensor), chunk_bytes=chunk_bytes)
         out: Optional[np.ndarray] = None

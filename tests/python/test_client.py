@@ -154,3 +154,11 @@ def test_tensors_move_through_the_fd_socket_from_plain_and_shared_arrays(ptod):
         with pytest.raises(pto.client.RpcError) as e:
             c.download("s", out=small)
         assert e.value.name == "OUT_OF_RANGE"
+        # A view of a larger shared array: the daemon writes no further than its end.
+        big = c.shared_array((2 * x.size,), np.float32)
+        big[...] = 7
+        with pytest.raises(pto.client.RpcError):
+            c.download("s", out=big[:x.size // 2])
+        assert np.all(big[x.size // 2:] == 7)
+        with pytest.raises(ValueError):
+            c.download("s", out=big)  # room enough, but not the tensor's size
