@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "fd_frames.h"
 #include "job_manager.h"
 #include "log.h"
 #include "principal.h"
@@ -235,21 +236,23 @@ void FdTransfers::connection(int c, uid_t uid) {
       }
     const auto deadline = std::chrono::steady_clock::now() + kFrameTimeout;
     const bool framed = read_full(c, head + got, sizeof head - static_cast<size_t>(got), deadline);
-    const uint32_t n = framed ? uint32_t(head[0]) | uint32_t(head[1]) << 8 | uint32_t(head[2]) << 16 |
-                                    uint32_t(head[3]) << 24
-                              : 0;
-    std::vector<uint8_t> body(n <= kMaxFrame ? n : 0);  // a claimed size is bounded before anything is allocated
+    const uint32_t n = framed ? fd_frame_length(head) : 0;
+    std::vector<uint8_t> body(n <= kMaxFdFrame ? n : 0);  // a claimed size is bounded before anything is allocated
     pto::v1::FdRequest req;
     pto::v1::FdReply reply;
     bool keep = true;
-    if (!framed || n > kMaxFrame || (m.msg_flags & MSG_CTRUNC)) {
+    std::string bad;
+    if (!framed || n > kMaxFdFrame || (m.msg_flags & MSG_CTRUNC)) {
       reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT,
-                          framed && n > kMaxFrame ? fmt::format("a request of {} bytes: at most {}", n, kMaxFrame)
-                                                  : "a request frame that is cut short or carries too many descriptors");
+                          framed && n > kMaxFdFrame ? fmt::format("a request of {} bytes: at most {}", n, kMaxFdFrame)
+                                                    : "a request frame that is cut short or carries too many "
+                                                      "descriptors");
       keep = false;  // the framing is lost
     } else if (!read_full(c, body.data(), n, deadline) || !req.ParseFromArray(body.data(), static_cast<int>(n))) {
       reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT, "a request that is cut short or is not an FdRequest");
       keep = false;
+    } else if (bad = check_fd_request(req); !bad.empty()) {
+      reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT, bad);
     } else if (fd < 0) {
       reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT,
                           "no descriptor came with the request (a memfd, attached with SCM_RIGHTS)");
@@ -286,13 +289,9 @@ pto::v1::FdReply FdTransfers::serve(const pto::v1::FdRequest& req, int fd, uid_t
                        "the memfd must be of ordinary memory (tmpfs), not huge pages (MFD_HUGETLB)");
   struct stat st {};
   if (fstat(fd, &st) != 0) return reply_error(grpc::StatusCode::INVALID_ARGUMENT, "the descriptor cannot be read");
-  switch (req.op()) {
-    case pto::v1::FdRequest::UPLOAD: return upload(req, fd, st, who, *mappings);
-    case pto::v1::FdRequest::DOWNLOAD: return download(req, fd, st, who, *mappings);
-    default:
-      return reply_error(grpc::StatusCode::INVALID_ARGUMENT,
-                         fmt::format("op {} is neither UPLOAD (1) nor DOWNLOAD (2)", static_cast<int>(req.op())));
-  }
+  if (std::string bad = check_fd_request(req); !bad.empty()) return reply_error(grpc::StatusCode::INVALID_ARGUMENT, bad);
+  return req.op() == pto::v1::FdRequest::UPLOAD ? upload(req, fd, st, who, *mappings)
+                                                 : download(req, fd, st, who, *mappings);
 }
 
 pto::v1::FdReply FdTransfers::upload(const pto::v1::FdRequest& req, int fd, const struct stat& st,

@@ -8,7 +8,7 @@
 // What a client hands over is never trusted: the descriptor must be a memfd
 // sealed against shrinking (so no page the daemon maps can vanish under it
 // and raise SIGBUS), large enough for the transfer; a frame is at most
-// kMaxFrame bytes and must arrive within kFrameTimeout once begun. A
+// kMaxFdFrame bytes (fd_frames.h) and must arrive within kFrameTimeout once begun. A
 // connection is served by a thread of its own, at most kMaxConnections at
 // once and kMaxPerUser per user (more are closed at accept, logged), closed
 // after kIdleTimeout without a request; stop() waits for each to end.
@@ -40,7 +40,6 @@ inline std::string fd_socket_path(const std::string& socket) { return socket + "
 
 class FdTransfers {
  public:
-  static constexpr uint32_t kMaxFrame = 64 * 1024;
   static constexpr int kMaxConnections = 64;
   static constexpr int kMaxPerUser = 16;
   static constexpr std::chrono::seconds kFrameTimeout{10};
