@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "pto/client.h"
+#include "pto/version.h"
 #include "ptoctl_commands.h"
 
 using pto::client::Client;
@@ -209,6 +210,7 @@ bool finish_client_options(GlobalOptions& g) {
 int run(int argc, char** argv) {
   CLI::App app{"ptoctl: register callables, move tensors, run and watch jobs on a ptod daemon"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "ptoctl " PTO_VERSION_STRING);
   GlobalOptions global;
   add_global_options(app, global);
   Options o;

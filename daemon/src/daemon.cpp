@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "callable_registry.h"
+#include "pto/version.h"
 #include "fd_transfers.h"
 #include "job_manager.h"
 #include "log.h"
@@ -283,7 +284,7 @@ void announce(const DaemonConfig& cfg, const RunOptions& opts, const std::vector
     (void)split_host_port(cfg.listen[i], &host, &port);
     where += fmt::format("{}{}:{}", where.empty() ? "" : ", ", host, ports[i]);
   }
-  log("main")->info("serving on {}{}", where,
+  log("main")->info("ptod {} serving on {}{}", PTO_VERSION_STRING, where,
                     metrics
                         ? fmt::format("; metrics on {}:{}", cfg.metrics_listen.substr(0, cfg.metrics_listen.rfind(':')),
                                       metrics->bound_port())

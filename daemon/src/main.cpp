@@ -1,12 +1,14 @@
 // ptod — the per-host daemon. Usage: ptod [--config FILE] [flags]; every
 // config key is in docs/daemon.md. Exit status: 0 after a clean stop, 1 on a
 // startup error (the message names the value), 2 on bad usage.
+// --check-config validates and prints the effective configuration instead.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 
 #include "daemon.h"
+#include "pto/version.h"
 
 namespace {
 
@@ -35,6 +37,10 @@ int run(int argc, char** argv) {
   app.add_option("--tls-key", tls_key, "TLS key, PEM ([server] tls_key)");
   app.add_flag("--allow-native-blob", allow_blob, "accept uploaded native libraries ([security] allow_native_blob)");
   app.add_option("--ready-file", opts.ready_file, "write grpc_port=, metrics_port=, socket=, pid= here once serving");
+  bool check_config = false;
+  app.add_flag("--check-config", check_config,
+               "check the configuration (the file and the flags), print the effective one and exit: 0 valid, 1 not");
+  app.set_version_flag("--version", "ptod " PTO_VERSION_STRING);
   CLI11_PARSE(app, argc, argv);
 
   ptod::DaemonConfig cfg;
@@ -57,6 +63,14 @@ int run(int argc, char** argv) {
   if (!tls_cert.empty()) cfg.tls_cert = tls_cert;
   if (!tls_key.empty()) cfg.tls_key = tls_key;
   if (allow_blob) cfg.allow_native_blob = true;
+  if (check_config) {
+    if (ptod::Status s = cfg.validate(); !s.ok()) {
+      std::fprintf(stderr, "ptod: %s\n", s.message.c_str());
+      return 1;
+    }
+    std::printf("%s", cfg.effective_toml().c_str());
+    return 0;
+  }
   return ptod::run_daemon(cfg, opts);
 }
 

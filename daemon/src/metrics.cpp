@@ -6,6 +6,7 @@
 
 #include "job_manager.h"
 #include "log.h"
+#include "pto/version.h"
 #include "pto/worker.h"
 
 namespace ptod {
@@ -31,6 +32,10 @@ std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPo
   const pto::WorkerStats s = w.stats();
   const JobCounts j = jobs.counts();
   std::string o;
+  o += fmt::format(
+      "# HELP ptod_build_info The daemon's version and git revision (always 1).\n# TYPE ptod_build_info gauge\n"
+      "ptod_build_info{{version=\"{}\",revision=\"{}\"}} 1\n",
+      PTO_VERSION, PTO_GIT_REVISION);
   o += "# HELP ptod_jobs Jobs now queued or running.\n# TYPE ptod_jobs gauge\n";
   o += fmt::format("ptod_jobs{{state=\"queued\"}} {}\nptod_jobs{{state=\"running\"}} {}\n", j.queued, j.running);
   o += "# HELP ptod_jobs_total Jobs that ended, by final state; and jobs submitted.\n# TYPE ptod_jobs_total counter\n";

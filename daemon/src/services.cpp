@@ -8,13 +8,11 @@
 
 #include "log.h"
 #include "names.h"
+#include "pto/version.h"
 #include "session_service.h"
 #include "submit_args.h"
 #include "wire_enums.h"
 
-#ifndef PTO_VERSION
-#define PTO_VERSION "0.0.0"
-#endif
 
 namespace ptod {
 grpc::Status to_grpc(const Status& s) {

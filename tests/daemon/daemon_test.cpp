@@ -20,6 +20,7 @@
 #include "daemon_process.h"
 #include "eventually.h"
 #include "pto/client.h"
+#include "pto/version.h"
 
 using namespace pto_test;
 using pto::client::Client;
@@ -365,7 +366,29 @@ TEST_CASE("metrics are served in the Prometheus text format on loopback") {
   CHECK_THAT(m, Catch::Contains("ptod_mailbox_round_trip_seconds_bucket{le=\"+Inf\"} 1"));
   CHECK_THAT(m, Catch::Contains("ptod_heap_ring_used_bytes{ring=\"0\"}"));
   CHECK_THAT(m, Catch::Contains("ptod_child_restarts_total 0"));
+  CHECK_THAT(m, Catch::Contains("ptod_build_info{version=\"" PTO_VERSION "\",revision=\"" PTO_GIT_REVISION "\"} 1"));
   CHECK_THAT(http_get(d.metrics_port(), "/other"), Catch::StartsWith("HTTP/1.0 404"));
+  CHECK_THAT(d.log(), Catch::Contains("ptod " PTO_VERSION_STRING " serving on "));
+}
+
+TEST_CASE("ptod and ptoctl say their version - ptod --check-config prints the effective configuration or names the fault") {
+  Output v = run_command({PTOD_PATH, "--version"}, 30);
+  CHECK(v.code == 0);
+  CHECK_THAT(v.text, Catch::Contains("ptod " PTO_VERSION_STRING));
+  v = run_command({PTOCTL_PATH, "--version"}, 30);
+  CHECK(v.code == 0);
+  CHECK_THAT(v.text, Catch::Contains("ptoctl " PTO_VERSION_STRING));
+  const std::string dir = make_temp_dir("ptod-check");
+  std::ofstream(dir + "/good.toml") << "[jobs]\nmax_running = 3\n";
+  Output good = run_command({PTOD_PATH, "--check-config", "--config", dir + "/good.toml", "--chips", "2"}, 30);
+  INFO(good.text);
+  CHECK(good.code == 0);
+  CHECK_THAT(good.text, Catch::Contains("max_running = 3") && Catch::Contains("chips = 2"));
+  std::ofstream(dir + "/bad.toml") << "[jobs]\nmax_running = 0\n";
+  Output bad = run_command({PTOD_PATH, "--check-config", "--config", dir + "/bad.toml"}, 30);
+  CHECK(bad.code == 1);
+  CHECK_THAT(bad.text, Catch::Contains("[jobs] max_running") && Catch::Contains("(got 0)"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a config error at startup names the key or value and exits 1") {
