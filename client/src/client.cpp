@@ -469,6 +469,10 @@ Result<pto::v1::JobResult> Client::result(uint64_t job_id, uint32_t wait_ms) {
 Result<pto::v1::ListJobsReply> Client::jobs(uint32_t limit) {
   pto::v1::ListJobsRequest req;
   req.set_limit(limit);
+  return jobs(req);
+}
+
+Result<pto::v1::ListJobsReply> Client::jobs(const pto::v1::ListJobsRequest& req) {
   return unary<pto::v1::ListJobsReply>([&](auto* ctx, auto* out) { return jobs_->List(ctx, req, out); });
 }
 

@@ -45,7 +45,7 @@ struct Options {
   SubmitOptions submit;
   uint64_t watch_job = 0, cancel_job = 0;
   ResultOptions result;
-  int jobs_limit = 50;
+  JobsOptions jobs;
   ExampleOptions example;
 };
 
@@ -166,8 +166,13 @@ void add_job_commands(CLI::App& app, Options& o, Commands& cmds) {
   cmds.push_back({result, [&o](Client& c, bool json) { return cmd_result(c, o.result, json); }});
 
   auto* jobs = app.add_subcommand("jobs", "recent jobs, newest first");
-  jobs->add_option("--limit", o.jobs_limit)->capture_default_str();
-  cmds.push_back({jobs, [&o](Client& c, bool json) { return cmd_jobs(c, o.jobs_limit, json); }});
+  jobs->add_option("--limit", o.jobs.limit, "the newest that pass the filters")->capture_default_str();
+  jobs->add_option("--state", o.jobs.state, "queued | running | succeeded | failed | cancelled")
+      ->check(CLI::IsMember({"queued", "running", "succeeded", "failed", "cancelled"}));
+  jobs->add_option("--callable", o.jobs.callable, "a callable's name (or digest)");
+  jobs->add_option("--label", o.jobs.label, "the label given at submit");
+  jobs->add_option("--since", o.jobs.since, "submitted within this long: 90s, 10m, 2h, 1d");
+  cmds.push_back({jobs, [&o](Client& c, bool json) { return cmd_jobs(c, o.jobs, json); }});
 }
 
 void add_daemon_commands(CLI::App& app, Commands& cmds) {

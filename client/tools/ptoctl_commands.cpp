@@ -5,6 +5,8 @@
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -377,8 +379,42 @@ int cmd_result(Client& c, const ResultOptions& o, bool json) {
   return print_result(r.value, json);
 }
 
-int cmd_jobs(Client& c, int limit, bool json) {
-  auto r = c.jobs(static_cast<uint32_t>(limit));
+namespace {
+
+// "90s", "10m", "2h", "1d" in milliseconds; false when it is none of these.
+bool parse_duration_ms(const std::string& s, uint64_t* ms) {
+  static const std::map<char, uint64_t> unit = {{'s', 1000}, {'m', 60000}, {'h', 3600000}, {'d', 86400000}};
+  if (s.size() < 2 || !unit.count(s.back()) || s.find_first_not_of("0123456789") != s.size() - 1) return false;
+  *ms = std::stoull(s.substr(0, s.size() - 1)) * unit.at(s.back());
+  return true;
+}
+
+}  // namespace
+
+int cmd_jobs(Client& c, const JobsOptions& o, bool json) {
+  v1::ListJobsRequest req;
+  req.set_limit(static_cast<uint32_t>(o.limit));
+  if (!o.state.empty()) {
+    std::string upper = o.state;
+    for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    v1::JobState st;
+    if (v1::JobState_Parse(upper, &st)) req.set_state(st);
+  }
+  req.set_callable(o.callable);
+  req.set_label(o.label);
+  if (!o.since.empty()) {
+    uint64_t back = 0;
+    if (!parse_duration_ms(o.since, &back)) {
+      std::fprintf(stderr, "ptoctl: --since %s: a number and a unit, s, m, h or d (90s, 10m, 2h, 1d)\n",
+                   o.since.c_str());
+      return kExitUsage;
+    }
+    const auto now = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    req.set_since_ms(now > back ? now - back : 0);
+  }
+  auto r = c.jobs(req);
   if (!r.ok()) return report(r.status, "jobs");
   if (json) return print_json(r.value), kExitOk;
   std::printf("%-6s %-10s %-12s %-16s %-6s %-6s %-6s %11s  %s\n", "ID", "STATE", "OWNER", "CALLABLE", "PRIO", "TASKS",

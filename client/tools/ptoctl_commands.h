@@ -79,7 +79,14 @@ int cmd_submit(pto::client::Client& c, const SubmitOptions& o, bool json);
 int cmd_watch(pto::client::Client& c, uint64_t job, bool json);
 int cmd_cancel(pto::client::Client& c, uint64_t job);
 int cmd_result(pto::client::Client& c, const ResultOptions& o, bool json);
-int cmd_jobs(pto::client::Client& c, int limit, bool json);
+struct JobsOptions {
+  int limit = 50;
+  std::string state;     // queued | running | succeeded | failed | cancelled
+  std::string callable;  // a name, or a digest in hex
+  std::string label;
+  std::string since;     // a duration back from now: 90s, 10m, 2h, 1d
+};
+int cmd_jobs(pto::client::Client& c, const JobsOptions& o, bool json);
 
 int cmd_workers(pto::client::Client& c, bool json);
 int cmd_health(pto::client::Client& c, bool json);

@@ -542,13 +542,19 @@ Status JobManager::wait_event(const Principal& who, uint64_t id, uint64_t* versi
   return Status::Ok();
 }
 
-std::vector<pto::v1::JobResult> JobManager::list(const Principal& who, uint32_t limit) const {
+std::vector<pto::v1::JobResult> JobManager::list(const Principal& who, const pto::v1::ListJobsRequest& f) const {
+  const uint32_t limit = f.limit() ? f.limit() : 50;
   std::lock_guard<std::mutex> g(mu_);
   std::vector<pto::v1::JobResult> out;
+  pto::v1::JobResult r;
   for (auto it = jobs_.rbegin(); it != jobs_.rend() && out.size() < limit; ++it) {
     if (!who.may_use(it->second.spec.options.principal)) continue;
-    out.emplace_back();
-    fill_result_locked(it->second, &out.back());
+    fill_result_locked(it->second, &r);
+    if ((f.state() != pto::v1::JOB_STATE_UNSPECIFIED && r.state() != f.state()) ||
+        (!f.callable().empty() && r.callable() != f.callable()) || (!f.label().empty() && r.label() != f.label()) ||
+        r.submit_time_ms() < f.since_ms())
+      continue;
+    out.push_back(r);
   }
   return out;
 }

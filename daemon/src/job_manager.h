@@ -89,8 +89,8 @@ class JobManager {
   // (with live task progress while it runs) and updates *version.
   Status wait_event(const Principal& who, uint64_t id, uint64_t* version, std::chrono::milliseconds timeout,
                     pto::v1::JobEvent* ev);
-  // The newest `limit` jobs `who` may see.
-  std::vector<pto::v1::JobResult> list(const Principal& who, uint32_t limit) const;
+  // The newest `limit` jobs `who` may see that pass the request's filters.
+  std::vector<pto::v1::JobResult> list(const Principal& who, const pto::v1::ListJobsRequest& filter) const;
   JobCounts counts() const;
 
   // Drain: refuse new jobs, cancel the queued ones; running ones go on.

@@ -419,7 +419,7 @@ grpc::Status JobsService::List(grpc::ServerContext* ctx, const pto::v1::ListJobs
                                pto::v1::ListJobsReply* reply) {
   Principal who;
   if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
-  for (auto& j : p_.jobs.list(who, req->limit() ? req->limit() : 50)) *reply->add_jobs() = std::move(j);
+  for (auto& j : p_.jobs.list(who, *req)) *reply->add_jobs() = std::move(j);
   return grpc::Status::OK;
 }
 

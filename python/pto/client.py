@@ -419,8 +419,14 @@ class Client:
             final = event
         return final.result if final is not None else job.result()
 
-    def jobs(self, limit: int = 50) -> Sequence["pb.JobResult"]:
-        return self._unary(self._jobs.List, pb.ListJobsRequest(limit=limit)).jobs
+    def jobs(self, limit: int = 50, state: str = "", callable: str = "", label: str = "",
+             since_ms: int = 0) -> Sequence["pb.JobResult"]:
+        """The newest ``limit`` jobs that pass the filters (each applied when
+        given; ``state`` as "succeeded", ``since_ms`` a wall-clock time)."""
+        req = pb.ListJobsRequest(limit=limit, callable=callable, label=label, since_ms=since_ms)
+        if state:
+            req.state = pb.JobState.Value(state.upper())
+        return self._unary(self._jobs.List, req).jobs
 
     # -------------------------------------------------------------------- node
 

@@ -215,4 +215,19 @@ TEST_CASE("ptoctl submit --count N sends N copies in one call and sums up their 
   CHECK(std::count(ids.text.begin(), ids.text.end(), '\n') == 4);
   Output bad = run_command({PTOCTL_PATH, "submit", "noop", "--count", "10001"}, 60, env);
   CHECK(bad.code == 2);
+
+  // ptoctl jobs filters on the daemon's side (ListJobsRequest).
+  REQUIRE(run_command({PTOCTL_PATH, "submit", "noop", "--label", "tagged"}, 60, env).code == 0);
+  const auto rows = [](const std::string& text) { return std::count(text.begin(), text.end(), '\n') - 1; };
+  Output failed_jobs = run_command({PTOCTL_PATH, "jobs", "--state", "failed"}, 60, env);
+  INFO(failed_jobs.text);
+  CHECK(failed_jobs.code == 0);
+  CHECK_THAT(failed_jobs.text, Catch::StartsWith("ID "));  // a header row
+  CHECK(rows(failed_jobs.text) == 3);
+  CHECK(failed_jobs.text.find("SUCCEEDED") == std::string::npos);
+  Output labelled = run_command({PTOCTL_PATH, "jobs", "--callable", "noop", "--label", "tagged"}, 60, env);
+  CHECK(rows(labelled.text) == 1);
+  CHECK(rows(run_command({PTOCTL_PATH, "jobs", "--callable", "fail", "--limit", "2"}, 60, env).text) == 2);
+  CHECK(rows(run_command({PTOCTL_PATH, "jobs", "--since", "1h", "--limit", "1000"}, 60, env).text) == 58);
+  CHECK(run_command({PTOCTL_PATH, "jobs", "--since", "1x"}, 60, env).code == 2);
 }

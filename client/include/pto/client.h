@@ -134,6 +134,8 @@ class Client {
   Result<pto::v1::JobState> cancel(uint64_t job_id);
   Result<pto::v1::JobResult> result(uint64_t job_id, uint32_t wait_ms = 0);
   Result<pto::v1::ListJobsReply> jobs(uint32_t limit = 50);
+  // With filters (state, callable, label, since_ms): the newest that pass.
+  Result<pto::v1::ListJobsReply> jobs(const pto::v1::ListJobsRequest& req);
 
   // Node
   Result<pto::v1::WorkersReply> workers();
