@@ -39,6 +39,7 @@ const char* error_name(int32_t code) {
     case kStorageError: return "STORAGE_ERROR";
     case kUnauthenticated: return "UNAUTHENTICATED";
     case kQuotaExceeded: return "QUOTA_EXCEEDED";
+    case kAlreadyExists: return "ALREADY_EXISTS";
     default: return "UNKNOWN_ERROR";
   }
 }

@@ -233,6 +233,7 @@ int run(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
   if (!finish_client_options(global)) return kExitUsage;
+  set_daemon_address(global.client.address);
   Client c(global.client);
   for (const auto& cmd : commands)
     if (*cmd.sub) return cmd.run(c, global.json);

@@ -30,8 +30,20 @@ int exit_for(const Status& s) {
                                                                                         : kExitFailed;
 }
 
+std::string g_address;  // the daemon's address, for advice when it cannot be reached
+
 int report(const Status& s, const char* what) {
   std::fprintf(stderr, "ptoctl: %s: %s (%s)\n", what, s.message.c_str(), pto::client::status_code_name(s.code));
+  if (static_cast<grpc::StatusCode>(s.code) == grpc::StatusCode::UNAVAILABLE) {
+    const bool unix_socket = g_address.rfind("unix:", 0) == 0;
+    std::fprintf(stderr,
+                 "ptoctl: no daemon answered at %s. Is ptod running (systemctl status ptod)? The address comes from "
+                 "--address or PTOD_ADDRESS.%s\n",
+                 g_address.c_str(),
+                 unix_socket ? " On the unix socket your user must be in the socket's group (ptod by default: "
+                               "sudo usermod -aG ptod $USER, then log in again)."
+                             : "");
+  }
   return exit_for(s);
 }
 
@@ -167,6 +179,8 @@ void print_node(const v1::WorkerNode& n, int depth) {
 }
 
 }  // namespace
+
+void set_daemon_address(const std::string& address) { g_address = address; }
 
 int cmd_register(Client& c, RegisterKind kind, const RegisterOptions& o, bool json) {
   auto r = kind == RegisterKind::kChip     ? c.register_chip(o.path, o.name, o.where)

@@ -79,6 +79,9 @@ int cmd_submit(pto::client::Client& c, const SubmitOptions& o, bool json);
 int cmd_watch(pto::client::Client& c, uint64_t job, bool json);
 int cmd_cancel(pto::client::Client& c, uint64_t job);
 int cmd_result(pto::client::Client& c, const ResultOptions& o, bool json);
+// Where the commands' client talks to (named in the advice for UNAVAILABLE).
+void set_daemon_address(const std::string& address);
+
 struct JobsOptions {
   int limit = 50;
   std::string state;     // queued | running | succeeded | failed | cancelled

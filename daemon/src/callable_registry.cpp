@@ -19,6 +19,7 @@ namespace ptod {
 namespace {
 
 Status bad(std::string m) { return Status::Error(pto::kWorkerInvalidArgument, std::move(m)); }
+Status taken(std::string m) { return Status::Error(pto::kAlreadyExists, std::move(m)); }
 
 pto::v1::CallableIdentity to_proto(const pto::CallableIdentity& id) {
   pto::v1::CallableIdentity p;
@@ -267,7 +268,7 @@ Status CallableRegistry::add_impl(const Principal& who, const pto::v1::RegisterR
     auto it = by_digest_.find(id.digest);
     if (it != by_digest_.end()) {
       if (!req.name().empty() && req.name() != it->second.name)
-        return bad(fmt::format("callable {} is already registered as '{}'", id.short_hex(), it->second.name));
+        return taken(fmt::format("callable {} is already registered as '{}'", id.short_hex(), it->second.name));
       if (Status s = join_locked(who, req, it->second); !s.ok()) return s;
       *reply->mutable_identity() = to_proto(id);
       reply->set_name(it->second.name);
@@ -275,7 +276,7 @@ Status CallableRegistry::add_impl(const Principal& who, const pto::v1::RegisterR
       return Status::Ok();
     }
     if (!req.name().empty() && by_name_.count(req.name()))
-      return bad(fmt::format("the name '{}' is taken by another callable", req.name()));
+      return taken(fmt::format("the name '{}' is taken by another callable", req.name()));
   }
   RegisteredCallable rc;
   rc.abi = c.abi;
@@ -310,7 +311,7 @@ Status CallableRegistry::add_impl(const Principal& who, const pto::v1::RegisterR
   }
   if (!rc.name.empty() && by_name_.count(rc.name)) {
     if (!rc.runs_here) (void)w_.unregister_callable(rc.handle);
-    return bad(fmt::format("the name '{}' is taken by another callable", rc.name));
+    return taken(fmt::format("the name '{}' is taken by another callable", rc.name));
   }
   // Recorded before it is published: what a client was told exists survives a restart.
   if (Status s = persist_locked(rc); !s.ok()) {
@@ -445,7 +446,7 @@ Status CallableRegistry::commit(const pto::Digest& d) {
   }
   RegisteredCallable rc = it->second;
   if (!rc.name.empty() && by_name_.count(rc.name))
-    return bad(fmt::format("commit: the name '{}' was taken meanwhile", rc.name));
+    return taken(fmt::format("commit: the name '{}' was taken meanwhile", rc.name));
   if (Status s = persist_locked(rc); !s.ok()) return s;
   pending_.erase(it);
   by_digest_[d] = rc;

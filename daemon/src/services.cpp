@@ -34,6 +34,7 @@ grpc::Status to_grpc(const Status& s) {
     case pto::kInUse: c = grpc::StatusCode::FAILED_PRECONDITION; break;
     case pto::kUnauthenticated: c = grpc::StatusCode::UNAUTHENTICATED; break;
     case pto::kQuotaExceeded: c = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case pto::kAlreadyExists: c = grpc::StatusCode::ALREADY_EXISTS; break;
     default: break;
   }
   return grpc::Status(c, s.message);

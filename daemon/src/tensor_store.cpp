@@ -11,6 +11,7 @@ namespace ptod {
 
 namespace {
 Status bad(std::string m) { return Status::Error(pto::kWorkerInvalidArgument, std::move(m)); }
+Status taken(std::string m) { return Status::Error(pto::kAlreadyExists, std::move(m)); }
 Status not_found(std::string m) { return Status::Error(pto::kWorkerNotRegistered, std::move(m)); }
 std::string label(const TensorEntry& e) { return e.name.empty() ? std::to_string(e.id) : "'" + e.name + "'"; }
 }  // namespace
@@ -71,7 +72,7 @@ Status TensorStore::create(const Principal& who, const std::string& name, const 
   {
     std::lock_guard<std::mutex> g(mu_);
     if (!name.empty() && by_name_.count(name_key(who.name, name)))
-      return bad(fmt::format("a tensor named '{}' exists", name));
+      return taken(fmt::format("a tensor named '{}' exists", name));
     const uint64_t held = bytes_by_owner_[who.name];
     if (quota && held + bytes > quota)
       return Status::Error(pto::kQuotaExceeded,
@@ -99,7 +100,7 @@ Status TensorStore::create(const Principal& who, const std::string& name, const 
   {
     std::lock_guard<std::mutex> g(mu_);
     Status s = !name.empty() && by_name_.count(name_key(who.name, name))
-                   ? bad(fmt::format("a tensor named '{}' exists", name))
+                   ? taken(fmt::format("a tensor named '{}' exists", name))
                    : ids_.next(&e.id);
     if (!s.ok()) {
       bytes_by_owner_[who.name] -= bytes;

@@ -250,7 +250,7 @@ TEST_CASE("malformed and wrong requests get a status with a message and the daem
   CHECK(code(c->free(nothing)) == SC::NOT_FOUND);
   auto t = c->alloc("t", {16}, PTO_FLOAT32);
   REQUIRE(t.ok());
-  CHECK(code(c->alloc("t", {16}, PTO_FLOAT32).status) == SC::INVALID_ARGUMENT);  // name taken
+  CHECK(code(c->alloc("t", {16}, PTO_FLOAT32).status) == SC::ALREADY_EXISTS);  // name taken
   // Jobs
   v1::SubmitRequest unknown;
   unknown.mutable_callable()->set_name("nope");
@@ -378,6 +378,11 @@ TEST_CASE("ptod and ptoctl say their version - ptod --check-config prints the ef
   v = run_command({PTOCTL_PATH, "--version"}, 30);
   CHECK(v.code == 0);
   CHECK_THAT(v.text, Catch::Contains("ptoctl " PTO_VERSION_STRING));
+  // No daemon there: exit 3 and advice, not raw gRPC text alone.
+  v = run_command({PTOCTL_PATH, "--address", "unix:/nonexistent/ptod.sock", "jobs"}, 30);
+  CHECK(v.code == 3);
+  CHECK_THAT(v.text, Catch::Contains("no daemon answered at unix:/nonexistent/ptod.sock. Is ptod running") &&
+                         Catch::Contains("PTOD_ADDRESS") && Catch::Contains("the socket's group"));
   const std::string dir = make_temp_dir("ptod-check");
   std::ofstream(dir + "/good.toml") << "[jobs]\nmax_running = 3\n";
   Output good = run_command({PTOD_PATH, "--check-config", "--config", dir + "/good.toml", "--chips", "2"}, 30);

@@ -69,7 +69,7 @@ def test_errors_carry_the_status_and_the_servers_message(ptod, example):
         c.upload(np.zeros(4, np.float32), "t")
         with pytest.raises(pto.client.RpcError) as e:
             c.upload(np.zeros(4, np.float32), "t")
-        assert e.value.name == "INVALID_ARGUMENT" and "exists" in e.value.message
+        assert e.value.name == "ALREADY_EXISTS" and "exists" in e.value.message
         with pytest.raises(pto.Error):  # a package the client cannot read: the package reader's error
             c.register_chip("/nonexistent/kernels.toml")
         with pytest.raises(ValueError, match="tag 'sideways'"):

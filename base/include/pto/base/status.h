@@ -48,6 +48,7 @@ enum ErrorCode : int32_t {
   kStorageError = 44,     // the state directory could not be written (-> INTERNAL)
   kUnauthenticated = 45,  // a token that names no principal (-> UNAUTHENTICATED)
   kQuotaExceeded = 46,    // a principal's quota would be passed (-> RESOURCE_EXHAUSTED)
+  kAlreadyExists = 47,    // a name another tensor or callable has (-> ALREADY_EXISTS)
 };
 
 // "INVALID_ARGUMENT", "WORKER_TIMEOUT", ...; "UNKNOWN_ERROR" for other codes.
