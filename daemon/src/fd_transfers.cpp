@@ -146,25 +146,10 @@ void FdTransfers::start() {
 }
 
 void FdTransfers::accept_loop() {
-  for (;;) {
-    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_, POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
-    if (p[1].revents) break;
-    if (!(p[0].revents & POLLIN)) continue;
-    const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        log("tensors")->warn("fd socket: cannot accept a connection: {}", pto::errno_text(errno));
-        ::poll(p + 1, 1, 100);  // out of descriptors: let some close instead of spinning
-      }
-      continue;
-    }
-    ucred cr{};
-    socklen_t len = sizeof cr;
-    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
-      ::close(c);
-      continue;
-    }
+  int c = -1;
+  ucred cr{};
+  while (accept_unix(fd_, wake_, 0, "fd socket", &c, &cr)) {
+    if (c < 0) continue;
     std::lock_guard<std::mutex> g(mu_);
     reap_locked();
     if (threads_.size() >= size_t(kMaxConnections) || by_uid_[cr.uid] >= kMaxPerUser) {
@@ -257,7 +242,7 @@ void FdTransfers::connection(int c, uid_t uid) {
       reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT,
                           "no descriptor came with the request (a memfd, attached with SCM_RIGHTS)");
     } else {
-      reply = serve(req, fd, uid, &mappings);
+      reply = serve(req, fd, uid, mappings);
       fd = -1;  // serve() closed it
     }
     if (fd >= 0) ::close(fd);
@@ -265,9 +250,7 @@ void FdTransfers::connection(int c, uid_t uid) {
   }
 }
 
-pto::v1::FdReply FdTransfers::serve(const pto::v1::FdRequest& req, int fd, uid_t uid, Mappings* mappings) {
-  Mappings own;
-  if (!mappings) mappings = &own;
+pto::v1::FdReply FdTransfers::serve(const pto::v1::FdRequest& req, int fd, uid_t uid, Mappings& mappings) {
   struct Close {
     int fd;
     ~Close() { ::close(fd); }
@@ -289,9 +272,8 @@ pto::v1::FdReply FdTransfers::serve(const pto::v1::FdRequest& req, int fd, uid_t
                        "the memfd must be of ordinary memory (tmpfs), not huge pages (MFD_HUGETLB)");
   struct stat st {};
   if (fstat(fd, &st) != 0) return reply_error(grpc::StatusCode::INVALID_ARGUMENT, "the descriptor cannot be read");
-  if (std::string bad = check_fd_request(req); !bad.empty()) return reply_error(grpc::StatusCode::INVALID_ARGUMENT, bad);
-  return req.op() == pto::v1::FdRequest::UPLOAD ? upload(req, fd, st, who, *mappings)
-                                                 : download(req, fd, st, who, *mappings);
+  return req.op() == pto::v1::FdRequest::UPLOAD ? upload(req, fd, st, who, mappings)
+                                                 : download(req, fd, st, who, mappings);
 }
 
 pto::v1::FdReply FdTransfers::upload(const pto::v1::FdRequest& req, int fd, const struct stat& st,

@@ -57,12 +57,11 @@ class FdTransfers {
   // Ends the accept loop and every connection (their transfers finish first).
   void stop();
 
-  class Mappings;
-  // One request, its descriptor already received (taken over: closed here);
-  // `mappings`: the connection's memfds mapped before (nullptr: none kept).
-  pto::v1::FdReply serve(const pto::v1::FdRequest& req, int fd, uid_t uid, Mappings* mappings = nullptr);
-
  private:
+  class Mappings;
+  // One request, checked (check_fd_request), its descriptor received (taken
+  // over: closed here); `mappings`: the connection's memfds mapped before.
+  pto::v1::FdReply serve(const pto::v1::FdRequest& req, int fd, uid_t uid, Mappings& mappings);
   void accept_loop();
   void connection(int c, uid_t uid);
   pto::v1::FdReply upload(const pto::v1::FdRequest& req, int fd, const struct stat& st, const Principal& who,

@@ -35,12 +35,17 @@ void JobRecords::commit_rounds(std::unique_lock<std::mutex>& lk, bool until_empt
     const uint64_t round = ++rounds_;
     lk.unlock();
     const Status s = batch.empty() && batch_gone.empty() ? Status::Ok() : db_.put_jobs(batch, batch_gone);
-    for (auto& f : done) f(s);
     lk.lock();
     if (!s.ok()) {
       failed_round_ = round;
       failure_ = s;
     }
+    // Before the continuations: what they make visible (a job's end), a
+    // flush() then finds committed without a round of its own.
+    finished_rounds_ = round;  // rounds run one at a time, in order
+    lk.unlock();
+    for (auto& f : done) f(s);
+    lk.lock();
   } while (until_empty && !then_.empty());
   committing_ = false;
   if (!then_.empty()) deferred_ = true;  // the writer thread takes the rest
@@ -71,6 +76,11 @@ uint64_t JobRecords::queue(std::vector<JobRow> rows, std::vector<uint64_t> gone,
 }
 
 Status JobRecords::flush(uint64_t ticket) {
+  {
+    // Usually the job's end has committed it already: no round of our own.
+    std::lock_guard<std::mutex> g(mu_);
+    if (finished_rounds_ >= ticket) return failed_round_ >= ticket ? failure_ : Status::Ok();
+  }
   if (Status s = put({}); !s.ok()) return s;
   std::lock_guard<std::mutex> g(mu_);
   return failed_round_ >= ticket ? failure_ : Status::Ok();

@@ -70,6 +70,7 @@ class JobRecords {
   bool deferred_ = false;  // defer() queued something the writer thread has not taken
   bool stop_ = false;
   uint64_t rounds_ = 0;        // rounds started
+  uint64_t finished_rounds_ = 0;  // rounds whose commit is done (their continuations may still run)
   uint64_t failed_round_ = 0;  // the newest round whose commit failed, and why
   Status failure_;
   std::thread writer_;

@@ -48,27 +48,35 @@ void UnixListener::start(grpc::Server* server, UnixPeers* peers) {
   if (fd_ >= 0) thread_ = std::thread([this, server, peers] { accept_loop(server, peers); });
 }
 
+bool accept_unix(int fd, int wake, int flags, const char* what, int* conn, ucred* cr) {
+  *conn = -1;
+  pollfd p[2] = {{fd, POLLIN, 0}, {wake, POLLIN, 0}};
+  if (::poll(p, 2, -1) < 0 && errno != EINTR) return false;
+  if (p[1].revents) return false;
+  if (!(p[0].revents & POLLIN)) return true;
+  const int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC | flags);
+  if (c < 0) {
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      log("main")->warn("{}: cannot accept a connection: {}", what, pto::errno_text(errno));
+      ::poll(p + 1, 1, 100);  // out of descriptors: let some close instead of spinning
+    }
+    return true;
+  }
+  socklen_t len = sizeof *cr;
+  if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, cr, &len) != 0) {
+    ::close(c);
+    return true;
+  }
+  *conn = c;
+  return true;
+}
+
 void UnixListener::accept_loop(grpc::Server* server, UnixPeers* peers) {
-  for (;;) {
-    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_, POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
-    if (p[1].revents) break;
-    if (!(p[0].revents & POLLIN)) continue;
-    // Non-blocking, as gRPC's own endpoints are: its poller reads until EAGAIN.
-    const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (c < 0) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        log("main")->warn("unix socket: cannot accept a connection: {}", pto::errno_text(errno));
-        ::poll(p + 1, 1, 100);  // out of descriptors: let some close instead of spinning
-      }
-      continue;
-    }
-    ucred cr{};
-    socklen_t len = sizeof cr;
-    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
-      ::close(c);
-      continue;
-    }
+  int c = -1;
+  ucred cr{};
+  // Non-blocking, as gRPC's own endpoints are: its poller reads until EAGAIN.
+  while (accept_unix(fd_, wake_, SOCK_NONBLOCK, "unix socket", &c, &cr)) {
+    if (c < 0) continue;
     peers->set(c, cr.uid, cr.pid);
     grpc::AddInsecureChannelFromFd(server, c);  // the server owns c from here on
   }

@@ -5,6 +5,8 @@
 // the gRPC server, which names its peer "fd:N".
 #pragma once
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <string>
 #include <thread>
@@ -24,6 +26,12 @@ class UnixPeers;
 // the loop accepting on it. `what` names it in errors. On error neither is
 // left open.
 pto::Status listen_unix(const std::string& path, const char* what, int backlog, int* fd, int* wake);
+
+// One step of a loop accepting on such a socket: waits for a connection or
+// `wake`; false when the loop must end. *conn is the connection (accept4
+// with `flags` | SOCK_CLOEXEC) and *cr its peer's credentials, or -1 when
+// this step accepted none (a failed accept is logged, naming `what`).
+bool accept_unix(int fd, int wake, int flags, const char* what, int* conn, ucred* cr);
 
 class UnixListener {
  public:

@@ -191,9 +191,7 @@ class Client:
     def callables(self) -> Sequence["pb.CallableInfo"]:
         return self._unary(self._registry.List, pb.ListCallablesRequest()).callables
 
-    # ----------------------------------------------------------------- tensors
-
-    # ------------------------------------------------- the fd socket
+    # ----------------------------------------------------------- the fd socket
 
     @property
     def fd_socket(self) -> bool:
