@@ -18,7 +18,8 @@ PACKAGES=(
   libsystemd-dev
   libsqlite3-dev
   python3-dev pybind11-dev python3-numpy python3-pytest python3-grpcio python3-protobuf
-  iproute2
+  iproute2 file
+  lintian help2man prometheus
   libstarpu-dev
   clang clang-tidy libfuzzer-14-dev libclang-rt-14-dev
 )
