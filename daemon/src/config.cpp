@@ -326,13 +326,14 @@ Status read_jobs_daemon_metrics_security(const toml::table& doc, DaemonConfig& c
     if (s = read_int(*t, "jobs", "default_deadline_s", &c.default_deadline_s, 0, 30 * 86400); !s.ok()) return s;
   }
   if (const toml::table* t = section("daemon")) {
-    if (s = only_keys(*t, "[daemon]", {"state_dir", "durable", "drain_timeout_s", "log_level", "log_file"}); !s.ok())
+    if (s = only_keys(*t, "[daemon]", {"state_dir", "durable", "drain_timeout_s", "log_level", "log_file", "log_target"}); !s.ok())
       return s;
     if (s = read_str(*t, "daemon", "state_dir", &c.state_dir); !s.ok()) return s;
     if (s = read_bool(*t, "daemon", "durable", &c.durable); !s.ok()) return s;
     if (s = read_int(*t, "daemon", "drain_timeout_s", &c.drain_timeout_s, 0, 86400); !s.ok()) return s;
     if (s = read_str(*t, "daemon", "log_level", &c.log_level); !s.ok()) return s;
     if (s = read_str(*t, "daemon", "log_file", &c.log_file); !s.ok()) return s;
+    if (s = read_str(*t, "daemon", "log_target", &c.log_target); !s.ok()) return s;
   }
   if (const toml::table* t = section("metrics")) {
     if (s = only_keys(*t, "[metrics]", {"listen"}); !s.ok()) return s;
@@ -373,6 +374,8 @@ Status DaemonConfig::validate() {
   static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
   if (!levels.count(log_level))
     return bad(fmt::format("log_level '{}' is not one of trace, debug, info, warn, error, critical, off", log_level));
+  if (log_target != "auto" && log_target != "journal" && log_target != "stderr")
+    return bad(fmt::format("[daemon] log_target '{}' is not one of auto, journal, stderr", log_target));
   if (socket.empty() && listen.empty()) return bad("no listener: set [server] socket and/or listen");
   if (state_dir.empty()) return bad("[daemon] state_dir must not be empty");
   if ((tls_cert.empty()) != (tls_key.empty())) return bad("[server] tls_cert and tls_key go together");
@@ -461,14 +464,14 @@ std::string DaemonConfig::effective_toml() const {
           "{}\nheap_ring_bytes = {}\narena_bytes = {}\n"
           "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n\n[jobs]\n"
           "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\n\n[daemon]\n"
-          "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\n\n[metrics]\nlisten = "
+          "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\nlog_target = {}\n\n[metrics]\nlisten = "
           "{}\n\n"
           "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
           q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"), q(tokens_file),
           admin_list, max_message_bytes, upload_idle_timeout_s, level, l3_children, chips, sub_workers, heap_ring_bytes,
           arena_bytes, task_timeout_ms, spin_us, liveness_timeout_ms, runner_load_timeout_ms, max_queued,
           retain_finished, max_running, default_deadline_s, q(state_dir), durable, drain_timeout_s, q(log_level),
-          q(log_file), q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));
+          q(log_file), q(log_target), q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));
 }
 
 }  // namespace ptod

@@ -63,7 +63,10 @@ struct DaemonConfig {
   bool durable = false;  // fsync every acknowledged change: survives a power loss, not only a crash of ptod
   uint32_t drain_timeout_s = 30;
   std::string log_level = "info";
-  std::string log_file;  // "" = stderr (journald under systemd)
+  std::string log_file;  // "" = log_target decides
+  // "auto": the journal (with priorities) when stderr is connected to it
+  // (systemd's JOURNAL_STREAM), else stderr; "journal"; "stderr".
+  std::string log_target = "auto";
   // [metrics]
   std::string metrics_listen = "127.0.0.1:9464";  // "" = off; loopback only
   // [security]

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "callable_registry.h"
+#include "grpc/health/v1/health.pb.h"
 #include "pto/version.h"
 #include "fd_transfers.h"
 #include "job_manager.h"
@@ -87,7 +88,7 @@ Status check_last_stop(StateDb& db, bool* drop_unsynced);
 Status prepare(DaemonConfig& cfg, StateDirLock& lock, SocketPath& socket, SocketPath& fd_socket, StateDb& db,
                bool* drop_unsynced) {
   if (Status s = cfg.validate(); !s.ok()) return s;
-  if (Status s = setup_logging(cfg.log_level, cfg.log_file); !s.ok()) return s;
+  if (Status s = setup_logging(cfg.log_level, cfg.log_file, cfg.log_target); !s.ok()) return s;
   std::error_code ec;
   std::filesystem::create_directories(cfg.state_dir + "/callables", ec);
   if (!ec) std::filesystem::create_directories(cfg.state_dir + "/traces", ec);
@@ -222,6 +223,11 @@ Status start_server(const DaemonConfig& cfg, Services& svc, std::unique_ptr<grpc
                     std::vector<int>* ports) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // gRPC's built-in health service does not bring its .proto's descriptors;
+  // reflection finds them only in the generated pool, which holds a file
+  // only if its generated code is linked in: touching it here links it, so
+  // grpcurl can call grpc.health.v1.Health/Check through reflection.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::ServerBuilder builder;
   // Bounded threads: a flood of Watch streams cannot grow the daemon without limit.
   grpc::ResourceQuota quota("ptod");
@@ -312,7 +318,7 @@ void serve_until_signal(const DaemonConfig& cfg, asio::io_context& io, asio::sig
     if (e) return;
     if (sig == SIGHUP) {
       main_log->info("SIGHUP: reopening logs");
-      if (Status s = setup_logging(cfg.log_level, cfg.log_file); !s.ok()) main_log->error("{}", s.message);
+      if (Status s = setup_logging(cfg.log_level, cfg.log_file, cfg.log_target); !s.ok()) main_log->error("{}", s.message);
       signals.async_wait(on_signal);
       return;
     }

@@ -3,6 +3,11 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/dist_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/sinks/systemd_sink.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include <map>
 #include <mutex>
@@ -18,18 +23,33 @@ spdlog::level::level_enum g_level = spdlog::level::info;
 std::map<std::string, std::shared_ptr<spdlog::logger>> g_loggers;
 }  // namespace
 
-pto::Status setup_logging(const std::string& level, const std::string& file) {
+bool stderr_is_journal(const char* journal_stream, int stderr_fd) {
+  if (journal_stream == nullptr || *journal_stream == '\0') return false;
+  unsigned long long dev = 0, ino = 0;
+  if (std::sscanf(journal_stream, "%llu:%llu", &dev, &ino) != 2) return false;
+  struct stat st{};
+  if (fstat(stderr_fd, &st) != 0) return false;
+  return static_cast<unsigned long long>(st.st_dev) == dev && static_cast<unsigned long long>(st.st_ino) == ino;
+}
+
+pto::Status setup_logging(const std::string& level, const std::string& file, const std::string& target) {
   std::lock_guard<std::mutex> g(g_mu);
   spdlog::sink_ptr sink;
+  const bool journal =
+      file.empty() && (target == "journal" || (target == "auto" && stderr_is_journal(std::getenv("JOURNAL_STREAM"), 2)));
   try {
-    if (file.empty())
-      sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-    else
+    if (!file.empty())
       sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file, false);
+    else if (journal)
+      sink = std::make_shared<spdlog::sinks::systemd_sink_mt>("ptod", true);
+    else
+      sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
   } catch (const spdlog::spdlog_ex& e) {
     return pto::Status::Error(pto::kInvalidConfig, std::string("log file: ") + e.what());
   }
-  sink->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v");
+  // The journal stamps and ranks each entry itself (PRIORITY from the level);
+  // elsewhere a line carries its time with the zone, and its level.
+  sink->set_pattern(journal ? "[%n] %v" : "%Y-%m-%dT%H:%M:%S.%e%z %^%l%$ [%n] %v");
   g_sink->set_sinks({sink});
   g_configured = true;
   g_level = spdlog::level::from_str(level);
@@ -43,7 +63,7 @@ std::shared_ptr<spdlog::logger> log(const char* component) {
   if (it != g_loggers.end()) return it->second;
   if (!g_configured) {
     auto err = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-    err->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v");
+    err->set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%l%$ [%n] %v");
     g_sink->set_sinks({err});
     g_configured = true;
   }

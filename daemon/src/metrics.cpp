@@ -1,6 +1,14 @@
 #include "metrics.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <vector>
 
 #include <asio.hpp>
 
@@ -26,6 +34,56 @@ void histogram(std::string& out, const char* name, const char* help, const pto::
                      double(h.sum_ns) / 1e9, name, h.count);
 }
 
+
+// The standard process_* metrics (Prometheus's client libraries export the
+// same names): CPU time, memory, file descriptors, start time, from /proc.
+void process_metrics(std::string& out) {
+  static const long ticks = sysconf(_SC_CLK_TCK);
+  static const long page = sysconf(_SC_PAGESIZE);
+  double cpu_s = 0, start_s = 0;
+  uint64_t vsize = 0, rss_pages = 0;
+  if (std::ifstream f("/proc/self/stat"); f) {
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    // Fields after the command (which may hold spaces) start at the last ')'.
+    std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+    std::vector<std::string> fld((std::istream_iterator<std::string>(rest)), std::istream_iterator<std::string>());
+    // fld[0] is field 3 (state): utime 14, stime 15, starttime 22, vsize 23, rss 24.
+    if (fld.size() > 22) {
+      cpu_s = double(std::stoull(fld[11]) + std::stoull(fld[12])) / double(ticks);
+      vsize = std::stoull(fld[20]);
+      rss_pages = std::stoull(fld[21]);
+      double boot_s = 0;
+      if (std::ifstream st("/proc/stat"); st)
+        for (std::string key; st >> key;)
+          if (key == "btime") {
+            st >> boot_s;
+            break;
+          }
+      start_s = boot_s + double(std::stoull(fld[19])) / double(ticks);
+    }
+  }
+  uint64_t fds = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    ++fds;
+  rlimit nofile{};
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  out += fmt::format(
+      "# HELP process_cpu_seconds_total User and system CPU time spent in seconds.\n"
+      "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total {}\n"
+      "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+      "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}\n"
+      "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+      "# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes {}\n"
+      "# HELP process_open_fds Number of open file descriptors.\n# TYPE process_open_fds gauge\nprocess_open_fds {}\n"
+      "# HELP process_max_fds Maximum number of open file descriptors.\n# TYPE process_max_fds gauge\n"
+      "process_max_fds {}\n"
+      "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
+      "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {:.2f}\n",
+      cpu_s, rss_pages * uint64_t(page), vsize, fds, uint64_t(nofile.rlim_cur), start_s);
+}
+
 }  // namespace
 
 std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPool& runners) {
@@ -35,34 +93,40 @@ std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPo
   o += fmt::format(
       "# HELP ptod_build_info The daemon's version and git revision (always 1).\n# TYPE ptod_build_info gauge\n"
       "ptod_build_info{{version=\"{}\",revision=\"{}\"}} 1\n",
-      PTO_VERSION, PTO_GIT_REVISION);
+      label_value(PTO_VERSION), label_value(PTO_GIT_REVISION));
   o += "# HELP ptod_jobs Jobs now queued or running.\n# TYPE ptod_jobs gauge\n";
   o += fmt::format("ptod_jobs{{state=\"queued\"}} {}\nptod_jobs{{state=\"running\"}} {}\n", j.queued, j.running);
-  o += "# HELP ptod_jobs_total Jobs that ended, by final state; and jobs submitted.\n# TYPE ptod_jobs_total counter\n";
   o += fmt::format(
-      "ptod_jobs_total{{state=\"submitted\"}} {}\nptod_jobs_total{{state=\"succeeded\"}} {}\n"
-      "ptod_jobs_total{{state=\"failed\"}} {}\nptod_jobs_total{{state=\"cancelled\"}} {}\n",
-      j.submitted_total, j.succeeded_total, j.failed_total, j.cancelled_total);
+      "# HELP ptod_jobs_submitted_total Jobs accepted (queued).\n# TYPE ptod_jobs_submitted_total counter\n"
+      "ptod_jobs_submitted_total {}\n",
+      j.submitted_total);
+  o += "# HELP ptod_jobs_total Jobs that ended, by final state.\n# TYPE ptod_jobs_total counter\n";
+  o += fmt::format(
+      "ptod_jobs_total{{state=\"succeeded\"}} {}\nptod_jobs_total{{state=\"failed\"}} {}\n"
+      "ptod_jobs_total{{state=\"cancelled\"}} {}\n",
+      j.succeeded_total, j.failed_total, j.cancelled_total);
   o += "# HELP ptod_tasks_total Tasks that ended, by outcome.\n# TYPE ptod_tasks_total counter\n";
   o += fmt::format(
       "ptod_tasks_total{{outcome=\"succeeded\"}} {}\nptod_tasks_total{{outcome=\"failed\"}} {}\n"
       "ptod_tasks_total{{outcome=\"skipped\"}} {}\nptod_tasks_total{{outcome=\"stopped\"}} {}\n",
       s.tasks_succeeded, s.tasks_failed, s.tasks_skipped, s.tasks_stopped);
-  o += "# HELP ptod_queue_depth Jobs waiting plus ready tasks waiting for an idle child.\n# TYPE ptod_queue_depth "
-       "gauge\n";
-  o += fmt::format("ptod_queue_depth{{queue=\"jobs\"}} {}\nptod_queue_depth{{queue=\"tasks\"}} {}\n", j.queued,
-                   s.ready_queue_depth);
+  o += fmt::format(
+      "# HELP ptod_ready_tasks Ready tasks waiting for an idle child.\n# TYPE ptod_ready_tasks gauge\n"
+      "ptod_ready_tasks {}\n",
+      s.ready_queue_depth);
   histogram(o, "ptod_task_latency_seconds", "Task submit to final state.", s.task_latency);
   histogram(o, "ptod_mailbox_round_trip_seconds", "Dispatch written to completion seen.", s.mailbox_round_trip);
   o += "# HELP ptod_heap_ring_used_bytes Bytes in use per heap ring.\n# TYPE ptod_heap_ring_used_bytes gauge\n";
   for (int r = 0; r < 4; ++r) o += fmt::format("ptod_heap_ring_used_bytes{{ring=\"{}\"}} {}\n", r, s.heap_ring_used[r]);
   o += fmt::format(
-      "# HELP ptod_heap_ring_size_bytes Size of each heap ring.\n# TYPE ptod_heap_ring_size_bytes gauge\n"
-      "ptod_heap_ring_size_bytes {}\n",
+      "# HELP ptod_heap_ring_size_bytes The size of each heap ring (all four are equal).\n"
+      "# TYPE ptod_heap_ring_size_bytes gauge\nptod_heap_ring_size_bytes {}\n",
       s.heap_ring_bytes);
   o += fmt::format(
-      "# HELP ptod_arena_bytes Tensor arena size and use.\n# TYPE ptod_arena_bytes gauge\n"
-      "ptod_arena_bytes{{kind=\"size\"}} {}\nptod_arena_bytes{{kind=\"used\"}} {}\n",
+      "# HELP ptod_arena_size_bytes The tensor arena's capacity.\n# TYPE ptod_arena_size_bytes gauge\n"
+      "ptod_arena_size_bytes {}\n"
+      "# HELP ptod_arena_used_bytes Tensor arena bytes in use.\n# TYPE ptod_arena_used_bytes gauge\n"
+      "ptod_arena_used_bytes {}\n",
       s.arena_bytes, s.arena_in_use);
   o += fmt::format(
       "# HELP ptod_child_restarts_total Children forked again after they died.\n"
@@ -83,14 +147,58 @@ std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPo
   std::string up, in_flight;
   for (const pto::ChildInfo& c : w.children())
     if (c.remote) {
-      up += fmt::format("ptod_peer_up{{worker=\"{}\",peer=\"{}\"}} {}\n", c.index, c.address,
+      up += fmt::format("ptod_peer_up{{worker=\"{}\",peer=\"{}\"}} {}\n", c.index, label_value(c.address),
                         c.state == pto::ChildState::DEAD ? 0 : 1);
       in_flight += fmt::format("ptod_peer_tasks_in_flight{{worker=\"{}\"}} {}\n", c.index, c.in_flight);
     }
   if (!up.empty())
     o += "# HELP ptod_peer_up 1 while the session to the peer is READY.\n# TYPE ptod_peer_up gauge\n" + up +
          "# HELP ptod_peer_tasks_in_flight Tasks the peer holds.\n# TYPE ptod_peer_tasks_in_flight gauge\n" + in_flight;
+  process_metrics(o);
   return o;
+}
+
+std::string label_value(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char ch : v) {
+    if (ch == '\\') out += "\\\\";
+    else if (ch == '"') out += "\\\"";
+    else if (ch == '\n') out += "\\n";
+    else out += ch;
+  }
+  return out;
+}
+
+HttpReply metrics_http_reply(std::string_view request_line, const std::function<std::string()>& render) {
+  // "METHOD TARGET VERSION"; only the path counts (a query string is ignored).
+  const size_t sp1 = request_line.find(' ');
+  const std::string_view method = request_line.substr(0, sp1);
+  std::string_view target = sp1 == std::string_view::npos ? std::string_view() : request_line.substr(sp1 + 1);
+  target = target.substr(0, target.find(' '));
+  target = target.substr(0, target.find('?'));
+  HttpReply r;
+  if (sp1 == std::string_view::npos || target.empty()) {
+    r.status = "400 Bad Request";
+    r.body = "a request line is METHOD /path HTTP/1.x\n";
+    return r;
+  }
+  if (target != "/metrics") {
+    r.status = "404 Not Found";
+    r.body = "metrics are at /metrics\n";
+    return r;
+  }
+  if (method != "GET" && method != "HEAD") {
+    r.status = "405 Method Not Allowed";
+    r.extra_headers = "Allow: GET, HEAD\r\n";
+    r.body = "/metrics answers GET and HEAD\n";
+    return r;
+  }
+  r.status = "200 OK";
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = render();
+  r.head_only = method == "HEAD";
+  return r;
 }
 
 struct MetricsServer::Impl {
@@ -118,17 +226,18 @@ struct MetricsServer::Impl {
           std::istream is(buf.get());
           std::getline(is, line);
         }
-        std::string body, status = "200 OK", type = "text/plain; version=0.0.4";
-        if (line.rfind("GET /metrics", 0) == 0) {
-          body = render();
+        HttpReply r;
+        if (ec2) {
+          r.status = "400 Bad Request";
+          r.body = "a request ends with an empty line and fits in 8 KiB\n";
         } else {
-          status = ec2 ? "400 Bad Request" : "404 Not Found";
-          body = "GET /metrics\n";
-          type = "text/plain";
+          if (!line.empty() && line.back() == '\r') line.pop_back();
+          r = metrics_http_reply(line, render);
         }
-        auto out = std::make_shared<std::string>("HTTP/1.0 " + status + "\r\nContent-Type: " + type +
-                                                 "\r\nContent-Length: " + std::to_string(body.size()) +
-                                                 "\r\nConnection: close\r\n\r\n" + body);
+        auto out = std::make_shared<std::string>(
+            "HTTP/1.0 " + r.status + "\r\nContent-Type: " + r.content_type + "\r\nContent-Length: " +
+            std::to_string(r.body.size()) + "\r\n" + r.extra_headers + "Connection: close\r\n\r\n" +
+            (r.head_only ? std::string() : r.body));
         asio::async_write(*s, asio::buffer(*out), [s, out](std::error_code, size_t) {
           std::error_code ignore;
           s->shutdown(asio::ip::tcp::socket::shutdown_both, ignore);

@@ -77,7 +77,7 @@ inline Output run_command(const std::vector<std::string>& argv, int timeout_s = 
 }
 
 // GET path from 127.0.0.1:port (HTTP/1.0): the whole response, "" on failure.
-inline std::string http_get(int port, const std::string& path) {
+inline std::string http_request(int port, const std::string& method, const std::string& path) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -85,7 +85,7 @@ inline std::string http_get(int port, const std::string& path) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string out;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+    const std::string req = method + " " + path + " HTTP/1.0\r\n\r\n";
     if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
       char buf[4096];
       ssize_t n;
@@ -95,6 +95,7 @@ inline std::string http_get(int port, const std::string& path) {
   close(fd);
   return out;
 }
+inline std::string http_get(int port, const std::string& path) { return http_request(port, "GET", path); }
 
 // A CA and, signed by it, a server and a client certificate for localhost and
 // 127.0.0.1 (dir/ca.pem, server.pem/.key, client.pem/.key). False on failure.

@@ -12,8 +12,10 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <random>
+#include <regex>
 #include <thread>
 
 #include "daemon_client.h"
@@ -367,8 +369,46 @@ TEST_CASE("metrics are served in the Prometheus text format on loopback") {
   CHECK_THAT(m, Catch::Contains("ptod_heap_ring_used_bytes{ring=\"0\"}"));
   CHECK_THAT(m, Catch::Contains("ptod_child_restarts_total 0"));
   CHECK_THAT(m, Catch::Contains("ptod_build_info{version=\"" PTO_VERSION "\",revision=\"" PTO_GIT_REVISION "\"} 1"));
+  CHECK_THAT(m, Catch::Contains("ptod_jobs_submitted_total 1") && !Catch::Contains("state=\"submitted\""));
+  CHECK_THAT(m, Catch::Contains("ptod_arena_size_bytes ") && Catch::Contains("ptod_arena_used_bytes "));
+  CHECK_THAT(m, Catch::Contains("ptod_ready_tasks 0") && !Catch::Contains("ptod_queue_depth"));
+  CHECK_THAT(m, Catch::Contains("process_cpu_seconds_total ") && Catch::Contains("process_resident_memory_bytes ") &&
+                    Catch::Contains("process_open_fds ") && Catch::Contains("process_max_fds ") &&
+                    Catch::Contains("process_start_time_seconds "));
   CHECK_THAT(http_get(d.metrics_port(), "/other"), Catch::StartsWith("HTTP/1.0 404"));
+  // HEAD: the headers alone; other methods: 405 naming the allowed ones.
+  const std::string head = http_request(d.metrics_port(), "HEAD", "/metrics");
+  CHECK_THAT(head, Catch::StartsWith("HTTP/1.0 200 OK") && Catch::EndsWith("\r\n\r\n"));
+  CHECK_THAT(http_request(d.metrics_port(), "POST", "/metrics"),
+             Catch::StartsWith("HTTP/1.0 405") && Catch::Contains("Allow: GET, HEAD"));
   CHECK_THAT(d.log(), Catch::Contains("ptod " PTO_VERSION_STRING " serving on "));
+  // Every metric the Grafana dashboard queries is one the daemon exports.
+  {
+    std::ifstream dash(GRAFANA_DASHBOARD);
+    const std::string json((std::istreambuf_iterator<char>(dash)), std::istreambuf_iterator<char>());
+    REQUIRE(!json.empty());
+    const std::regex name(R"(\b(?:ptod|process)_[a-z_]+)");
+    int names = 0;
+    for (auto it = std::sregex_iterator(json.begin(), json.end(), name); it != std::sregex_iterator(); ++it, ++names) {
+      std::string metric = it->str();
+      for (const char* suffix : {"_bucket", "_count", "_sum"})
+        if (metric.size() > strlen(suffix) && metric.ends_with(suffix)) metric.resize(metric.size() - strlen(suffix));
+      if (metric.starts_with("ptod_peer_")) continue;  // level 4 only (remote_test has them)
+      INFO("the dashboard queries " << it->str());
+      CHECK_THAT(m, Catch::Contains("# TYPE " + metric + " "));
+    }
+    CHECK(names > 20);
+  }
+  // promtool (Debian's prometheus) accepts the exposition.
+  if (access("/usr/bin/promtool", X_OK) == 0) {
+    const std::string file = d.dir() + "/metrics.txt";
+    std::ofstream(file) << m.substr(m.find("\r\n\r\n") + 4);
+    Output check = run_command({"/bin/sh", "-c", "/usr/bin/promtool check metrics < " + file}, 60);
+    INFO(check.text);
+    CHECK(check.code == 0);
+  } else {
+    WARN("promtool is not installed: the exposition was not checked with it");
+  }
 }
 
 TEST_CASE("ptod and ptoctl say their version - ptod --check-config prints the effective configuration or names the fault") {
@@ -546,7 +586,7 @@ TEST_CASE("systemd notification - READY after start - WATCHDOG when asked - STOP
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("server reflection lists the pto.v1 services (what grpcurl uses)") {
+TEST_CASE("server reflection lists the pto.v1 services and serves the health service's descriptors (what grpcurl uses)") {
   DaemonProcess d;
   REQUIRE(d.up());
   auto channel = grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials());
@@ -577,8 +617,26 @@ TEST_CASE("server reflection lists the pto.v1 services (what grpcurl uses)") {
   REQUIRE(in.Dump(&slices).ok());
   std::string reply;
   for (const auto& s2 : slices) reply.append(reinterpret_cast<const char*>(s2.begin()), s2.size());
-  for (const char* svc : {"pto.v1.Registry", "pto.v1.Tensors", "pto.v1.Jobs", "pto.v1.Node"})
+  for (const char* svc : {"pto.v1.Registry", "pto.v1.Tensors", "pto.v1.Jobs", "pto.v1.Node", "grpc.health.v1.Health"})
     CHECK(reply.find(svc) != std::string::npos);
+  // ServerReflectionRequest { file_containing_symbol = "grpc.health.v1.Health" } (field 4): the
+  // health service's descriptors are served, so `grpcurl ... grpc.health.v1.Health/Check` works.
+  const std::string symbol = "grpc.health.v1.Health";
+  std::string req2 = {0x22, static_cast<char>(symbol.size())};
+  req2 += symbol;
+  grpc::Slice slice2(req2.data(), req2.size());
+  grpc::ByteBuffer out2(&slice2, 1);
+  call->Write(out2, reinterpret_cast<void*>(5));
+  REQUIRE(step(reinterpret_cast<void*>(5)));
+  grpc::ByteBuffer in2;
+  call->Read(&in2, reinterpret_cast<void*>(6));
+  REQUIRE(step(reinterpret_cast<void*>(6)));
+  slices.clear();
+  REQUIRE(in2.Dump(&slices).ok());
+  std::string reply2;
+  for (const auto& s2 : slices) reply2.append(reinterpret_cast<const char*>(s2.begin()), s2.size());
+  CHECK(reply2.find("grpc/health/v1/health.proto") != std::string::npos);
+  CHECK(reply2.find("HealthCheckRequest") != std::string::npos);
   ctx.TryCancel();
   call->Finish(&grpc_status_holder, reinterpret_cast<void*>(4));
   while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {}

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "config.h"
@@ -84,6 +85,33 @@ TEST_CASE("daemon config: quotas - defaults and per principal, unknown keys name
   c = DaemonConfig{};
   CHECK_THAT(DaemonConfig::parse("[server]\nadmins = [\"a b\"]\n", "ptod.toml", &c).message,
              Catch::Contains("[server] admins: principal name 'a b'"));
+}
+
+TEST_CASE("daemon config: the shipped ptod.toml holds the defaults and names every key") {
+  ptod::DaemonConfig parsed;
+  const pto::Status loaded = ptod::DaemonConfig::load(DEFAULT_PTOD_TOML, &parsed);
+  INFO(loaded.message);
+  REQUIRE(loaded.ok());
+  // Its values are the defaults: what it sets reads the same as nothing set.
+  CHECK(parsed.effective_toml() == ptod::DaemonConfig().effective_toml());
+  // Every key the effective configuration prints is in the file, set or shown commented.
+  std::ifstream f(DEFAULT_PTOD_TOML);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::istringstream eff(ptod::DaemonConfig().effective_toml());
+  int keys = 0;
+  for (std::string line; std::getline(eff, line);) {
+    const size_t eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    const std::string key = line.substr(0, eq);
+    INFO("key " << key);
+    CHECK((text.find("\n" + key + " = ") != std::string::npos || text.find("\n# " + key + " = ") != std::string::npos));
+    ++keys;
+  }
+  CHECK(keys > 40);
+  for (const char* key : {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name"}) {
+    INFO("[[peers]] key " << key);
+    CHECK(text.find(std::string("\n# ") + key + " = ") != std::string::npos);
+  }
 }
 
 TEST_CASE("names: at most 256 bytes of UTF-8 without control characters") {
