@@ -604,39 +604,31 @@ TEST_CASE("server reflection lists the pto.v1 services and serves the health ser
   };
   call->StartCall(reinterpret_cast<void*>(1));
   REQUIRE(step(reinterpret_cast<void*>(1)));
+  // One request on the stream and its reply, both as raw protobuf bytes.
+  auto exchange = [&](const std::string& request, intptr_t t) {
+    grpc::Slice slice(request.data(), request.size());
+    grpc::ByteBuffer out(&slice, 1);
+    call->Write(out, reinterpret_cast<void*>(t));
+    REQUIRE(step(reinterpret_cast<void*>(t)));
+    grpc::ByteBuffer in;
+    call->Read(&in, reinterpret_cast<void*>(t + 1));
+    REQUIRE(step(reinterpret_cast<void*>(t + 1)));
+    std::vector<grpc::Slice> slices;
+    REQUIRE(in.Dump(&slices).ok());
+    std::string reply;
+    for (const auto& s2 : slices) reply.append(reinterpret_cast<const char*>(s2.begin()), s2.size());
+    return reply;
+  };
   // ServerReflectionRequest { list_services = "" }: field 7, length-delimited, empty.
-  const char req[] = {0x3A, 0x00};
-  grpc::Slice slice(req, sizeof req);
-  grpc::ByteBuffer out(&slice, 1);
-  call->Write(out, reinterpret_cast<void*>(2));
-  REQUIRE(step(reinterpret_cast<void*>(2)));
-  grpc::ByteBuffer in;
-  call->Read(&in, reinterpret_cast<void*>(3));
-  REQUIRE(step(reinterpret_cast<void*>(3)));
-  std::vector<grpc::Slice> slices;
-  REQUIRE(in.Dump(&slices).ok());
-  std::string reply;
-  for (const auto& s2 : slices) reply.append(reinterpret_cast<const char*>(s2.begin()), s2.size());
+  const std::string reply = exchange(std::string{0x3A, 0x00}, 2);
   for (const char* svc : {"pto.v1.Registry", "pto.v1.Tensors", "pto.v1.Jobs", "pto.v1.Node", "grpc.health.v1.Health"})
     CHECK(reply.find(svc) != std::string::npos);
   // ServerReflectionRequest { file_containing_symbol = "grpc.health.v1.Health" } (field 4): the
   // health service's descriptors are served, so `grpcurl ... grpc.health.v1.Health/Check` works.
   const std::string symbol = "grpc.health.v1.Health";
-  std::string req2 = {0x22, static_cast<char>(symbol.size())};
-  req2 += symbol;
-  grpc::Slice slice2(req2.data(), req2.size());
-  grpc::ByteBuffer out2(&slice2, 1);
-  call->Write(out2, reinterpret_cast<void*>(5));
-  REQUIRE(step(reinterpret_cast<void*>(5)));
-  grpc::ByteBuffer in2;
-  call->Read(&in2, reinterpret_cast<void*>(6));
-  REQUIRE(step(reinterpret_cast<void*>(6)));
-  slices.clear();
-  REQUIRE(in2.Dump(&slices).ok());
-  std::string reply2;
-  for (const auto& s2 : slices) reply2.append(reinterpret_cast<const char*>(s2.begin()), s2.size());
-  CHECK(reply2.find("grpc/health/v1/health.proto") != std::string::npos);
-  CHECK(reply2.find("HealthCheckRequest") != std::string::npos);
+  const std::string health = exchange(std::string{0x22, static_cast<char>(symbol.size())} + symbol, 5);
+  CHECK(health.find("grpc/health/v1/health.proto") != std::string::npos);
+  CHECK(health.find("HealthCheckRequest") != std::string::npos);
   ctx.TryCancel();
   call->Finish(&grpc_status_holder, reinterpret_cast<void*>(4));
   while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {}
