@@ -122,12 +122,12 @@ void add_tensor_commands(CLI::App& app, Options& o, Commands& cmds) {
   alloc->add_option("-n,--name", o.alloc.name);
   cmds.push_back({alloc, [&o](Client& c, bool json) { return cmd_alloc(c, o.alloc, json); }});
 
-  auto* download = app.add_subcommand("download", "download a tensor (NAME or #ID) to a .npy file");
+  auto* download = app.add_subcommand("download", "download a tensor (NAME or ID) to a .npy file");
   download->add_option("tensor", o.download.tensor)->required();
   download->add_option("-o,--output", o.download.out_file)->required();
   cmds.push_back({download, [&o](Client& c, bool json) { return cmd_download(c, o.download, json); }});
 
-  auto* freet = app.add_subcommand("free", "free a tensor (NAME or #ID)");
+  auto* freet = app.add_subcommand("free", "free a tensor (NAME or ID)");
   freet->add_option("tensor", o.free_tensor)->required();
   cmds.push_back({freet, [&o](Client& c, bool) { return cmd_free(c, o.free_tensor); }});
   cmds.push_back({app.add_subcommand("tensors", "list tensors"), cmd_tensors});
@@ -137,7 +137,7 @@ void add_job_commands(CLI::App& app, Options& o, Commands& cmds) {
   auto* submit = app.add_subcommand("submit", "run a callable as a job: submit CALLABLE [TENSOR[:tag] ...]");
   submit->add_option("callable", o.submit.callable, "name or digest")->required();
   submit->add_option("args", o.submit.targs,
-                     "tensor arguments in order: NAME[:in|out|inout|out_existing|nodep] or #ID[:tag]");
+                     "tensor arguments in order: NAME[:in|out|inout|out_existing|nodep] or ID[:tag]");
   submit->add_option("-s,--scalar", o.submit.scalars, "a 64-bit scalar, repeatable, in order");
   submit->add_option("--scalar-f32", o.submit.scalars_f32, "a float32 scalar (after the --scalar ones)");
   submit->add_option("--block-dim", o.submit.block_dim, "chip clusters (0 = the callable's)");

@@ -74,21 +74,24 @@ v1::CallableRef callable_ref(const std::string& s) {
   return r;
 }
 
-// "NAME" or "#ID"; false (and a message) when "#..." is not a number.
+// "NAME", or "ID" (digits: a tensor name is never only digits), or "#ID" as
+// older versions printed it; false (and a message) when "#..." is not a number.
 bool tensor_handle(const std::string& s, v1::TensorHandle* h) {
-  if (!s.empty() && s[0] == '#') {
-    if (s.size() == 1 || s.find_first_not_of("0123456789", 1) != std::string::npos) {
-      std::fprintf(stderr, "ptoctl: '%s': a tensor id is # followed by digits\n", s.c_str());
-      return false;
-    }
-    h->set_id(std::stoull(s.substr(1)));
-  } else {
-    h->set_name(s);
+  const bool hashed = !s.empty() && s[0] == '#';
+  const std::string digits = hashed ? s.substr(1) : s;
+  const bool number = !digits.empty() && digits.size() <= 19 && digits.find_first_not_of("0123456789") == std::string::npos;
+  if (hashed && !number) {
+    std::fprintf(stderr, "ptoctl: '%s': a tensor id is a number\n", s.c_str());
+    return false;
   }
+  if (number)
+    h->set_id(std::stoull(digits));
+  else
+    h->set_name(s);
   return true;
 }
 
-// "NAME[:tag]" or "#ID[:tag]"; tags: in, out, inout, out_existing, nodep.
+// "NAME[:tag]" or "ID[:tag]"; tags: in, out, inout, out_existing, nodep.
 bool parse_arg(const std::string& s, v1::TaskArgs* args, std::string* err) {
   const auto colon = s.rfind(':');
   std::string t = s, tag = "in";
@@ -103,7 +106,7 @@ bool parse_arg(const std::string& s, v1::TaskArgs* args, std::string* err) {
                                                             {"nodep", v1::NO_DEP}};
   auto it = tags.find(tag);
   if (t.empty() || it == tags.end()) {
-    *err = fmt::format("argument '{}': expected NAME[:in|out|inout|out_existing|nodep] or #ID[:tag]", s);
+    *err = fmt::format("argument '{}': expected NAME[:in|out|inout|out_existing|nodep] or ID[:tag]", s);
     return false;
   }
   if (!tensor_handle(t, args->add_tensors()->mutable_tensor())) {
@@ -168,7 +171,7 @@ void print_tensor_info(const v1::TensorInfo& t, bool json) {
   if (json)
     print_json(t);
   else
-    std::printf("#%llu %s %llu bytes (owner %s)\n", (unsigned long long)t.handle().id(), t.handle().name().c_str(),
+    std::printf("%llu %s %llu bytes (owner %s)\n", (unsigned long long)t.handle().id(), t.handle().name().c_str(),
                 (unsigned long long)t.bytes(), t.owner().c_str());
 }
 
@@ -299,7 +302,7 @@ int cmd_tensors(Client& c, bool json) {
   if (json) return print_json(r.value), kExitOk;
   std::printf("%-6s %-16s %-9s %-16s %s\n", "ID", "NAME", "DTYPE", "OWNER", "BYTES");
   for (const auto& t : r.value.tensors())
-    std::printf("#%-5llu %-16s %-9s %-16s %llu\n", (unsigned long long)t.handle().id(), t.handle().name().c_str(),
+    std::printf("%-6llu %-16s %-9s %-16s %llu\n", (unsigned long long)t.handle().id(), t.handle().name().c_str(),
                 v1::DataType_Name(t.dtype()).c_str(), t.owner().c_str(), (unsigned long long)t.bytes());
   std::printf("arena: %llu of %llu bytes in use\n", (unsigned long long)r.value.arena_in_use(),
               (unsigned long long)r.value.arena_bytes());

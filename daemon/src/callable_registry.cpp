@@ -118,15 +118,15 @@ void CallableRegistry::remove_stored(const std::string& path) {
 }
 
 // A bundle's directory is named by its content digest (pto::package::bundle_digest).
-Status CallableRegistry::store_bundle(const pto::v1::ChipBundle& b, StoredClaim* claim, std::string* config_path) {
+Status CallableRegistry::store_bundle(const pto::v1::ChipBundle& b, StoredClaim* claim, std::string* config_path,
+                                      pto::package::ChipConfig* config) {
   pto::package::ChipBundle bundle;
   bundle.config_toml = b.config_toml();
   bundle.libraries.insert(b.libraries().begin(), b.libraries().end());
   if (bundle.config_toml.empty()) return bad("chip bundle: config_toml is empty");
   const std::string dir = cfg_.state_dir + "/callables/bundle-" + pto::to_hex(pto::package::bundle_digest(bundle));
   claim->claim(dir);
-  pto::package::ChipConfig cfg;
-  if (Status s = pto::package::unbundle(bundle, dir, &cfg); !s.ok())
+  if (Status s = pto::package::unbundle(bundle, dir, config); !s.ok())
     return s.code == pto::kInvalidArgument ? bad(s.message) : s;
   *config_path = dir + "/kernels.toml";
   return Status::Ok();
@@ -143,7 +143,8 @@ Status CallableRegistry::prepare(const Principal& who, const pto::v1::RegisterRe
 
 // The callable a request describes, its files stored under `claim`.
 Status CallableRegistry::from_request(const pto::v1::RegisterRequest& req, StoredClaim* claim, pto::Callable* out,
-                                      std::string* source, std::string* stored) {
+                                      std::string* source, std::string* stored,
+                                      std::vector<pto::package::ArgSpec>* signature) {
   const bool orch_abi = req.abi() == pto::v1::ABI_ORCHESTRATION;
   pto::Callable& c = *out;
   switch (req.callable_case()) {
@@ -153,7 +154,9 @@ Status CallableRegistry::from_request(const pto::v1::RegisterRequest& req, Store
                              "chip bundles are refused by this daemon ([security] allow_chip_bundles = false)");
       if (orch_abi) return bad("a chip bundle cannot have abi ABI_ORCHESTRATION");
       std::string path;
-      if (Status s = store_bundle(req.chip(), claim, &path); !s.ok()) return s;
+      pto::package::ChipConfig config;
+      if (Status s = store_bundle(req.chip(), claim, &path, &config); !s.ok()) return s;
+      *signature = config.args;
       c = pto::ChipCallable::from_config(path);
       *source = "bundle";
       *stored = std::filesystem::path(path).parent_path().string();
@@ -254,7 +257,8 @@ Status CallableRegistry::add_impl(const Principal& who, const pto::v1::RegisterR
   pto::Callable c;
   std::string source, stored;
   StoredClaim claim(*this);  // what this request stores goes again unless it is published
-  if (Status s = from_request(req, &claim, &c, &source, &stored); !s.ok()) return s;
+  std::vector<pto::package::ArgSpec> signature;
+  if (Status s = from_request(req, &claim, &c, &source, &stored, &signature); !s.ok()) return s;
   const pto::CallableIdentity id = c.identity();
   if (level4 && !orchestration && c.abi == pto::EntryAbi::SUB)
     return bad("a level-4 daemon runs sub callables on its own sub workers only; register them on the L3 daemons");
@@ -286,6 +290,7 @@ Status CallableRegistry::add_impl(const Principal& who, const pto::v1::RegisterR
   rc.owners = {who.name};
   rc.published = req.publish();
   rc.request = without_payload(req);
+  rc.signature = std::move(signature);
   if (Status s = install(req, c, orchestration, pending, &rc); !s.ok()) return s;
   std::lock_guard<std::mutex> g(mu_);
   if (pending) {
@@ -524,9 +529,10 @@ std::set<std::string> CallableRegistry::restore() {
     pto::v1::RegisterRequest req;
     pto::Callable c;
     std::string source, stored;
+    std::vector<pto::package::ArgSpec> signature;
     StoredClaim claim(*this);
     Status s = refill(row, &req);
-    if (s.ok()) s = from_request(req, &claim, &c, &source, &stored);
+    if (s.ok()) s = from_request(req, &claim, &c, &source, &stored, &signature);
     // The content must be what was registered: a library changed on disk
     // since then is refused, never run under the old digest.
     if (s.ok() && pto::to_hex(c.identity().digest) != row.digest)
@@ -540,6 +546,7 @@ std::set<std::string> CallableRegistry::restore() {
     rc.owners = row.owners;
     rc.published = row.published;
     rc.request = row.request;
+    rc.signature = std::move(signature);
     const bool orchestration = req.abi() == pto::v1::ABI_ORCHESTRATION && !(level4 && req.next_level());
     const bool content_ok = s.ok();
     if (content_ok) s = install(req, c, orchestration, false, &rc);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "config.h"
+#include "pto/package/chip_package.h"
 #include "principal.h"
 #include "pto/runner.h"
 #include "pto/v1/ptod.pb.h"
@@ -39,6 +40,9 @@ struct RegisteredCallable {
   std::vector<std::string> owners;
   bool published = false;
   std::string request;  // the RegisterRequest without its payload bytes (the state database's copy)
+  // A chip callable's arguments as its kernel config declares them: Submit
+  // checks a job's arguments against them before it is queued.
+  std::vector<pto::package::ArgSpec> signature;
   bool visible_to(const Principal& p) const;
   bool owned_by(const Principal& p) const;
 };
@@ -88,7 +92,8 @@ class CallableRegistry {
   void claim_stored(const std::string& path);
   void release_stored(const std::string& path, bool kept);
 
-  Status store_bundle(const pto::v1::ChipBundle& b, StoredClaim* claim, std::string* config_path);
+  Status store_bundle(const pto::v1::ChipBundle& b, StoredClaim* claim, std::string* config_path,
+                      pto::package::ChipConfig* config);
   Status find_locked(const Principal* who, const pto::v1::CallableRef& ref, const RegisteredCallable** out) const;
   Status add_impl(const Principal& who, const pto::v1::RegisterRequest& req, pto::v1::RegisterReply* reply,
                   bool pending);
@@ -98,8 +103,9 @@ class CallableRegistry {
   void remove_stored(const std::string& path);
   Status join_locked(const Principal& who, const pto::v1::RegisterRequest& req, RegisteredCallable& rc);
   Status persist_locked(const RegisteredCallable& rc);
+  // `signature`: a chip callable's declared arguments (left empty for others).
   Status from_request(const pto::v1::RegisterRequest& req, StoredClaim* claim, pto::Callable* out, std::string* source,
-                      std::string* stored);
+                      std::string* stored, std::vector<pto::package::ArgSpec>* signature);
   Status install(const pto::v1::RegisterRequest& req, const pto::Callable& c, bool orchestration, bool pending,
                  RegisteredCallable* out);
   void discard(const RegisteredCallable& rc);  // unregister from the Worker, delete uploaded files

@@ -15,7 +15,7 @@ std::string check_fd_request(const pto::v1::FdRequest& r) {
   const pto::v1::FdRequest* req = &r;
   switch (req->op()) {
     case pto::v1::FdRequest::UPLOAD: {
-      if (pto::Status s = check_name("tensor name", req->name()); !s.ok()) return s.message;
+      if (pto::Status s = check_tensor_name(req->name()); !s.ok()) return s.message;
       if (req->shape_size() == 0 || req->shape_size() > PTO_TENSOR_MAX_DIMS)
         return fmt::format("shape has {} dims; a tensor has 1..{}", req->shape_size(), PTO_TENSOR_MAX_DIMS);
       for (uint32_t d : req->shape())

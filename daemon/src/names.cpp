@@ -24,4 +24,12 @@ pto::Status check_name(const char* what, const std::string& name) {
   return pto::Status::Ok();
 }
 
+pto::Status check_tensor_name(const std::string& name) {
+  if (pto::Status s = check_name("tensor name", name); !s.ok()) return s;
+  if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos)
+    return pto::Status::Error(pto::kWorkerInvalidArgument,
+                              fmt::format("tensor name '{}': only digits; a number names a tensor by its id", name));
+  return pto::Status::Ok();
+}
+
 }  // namespace ptod

@@ -16,4 +16,8 @@ inline constexpr size_t kMaxNameBytes = 256;
 // "" is allowed (no name). The error says which rule, naming what it is ("callable name").
 pto::Status check_name(const char* what, const std::string& name);
 
+// A tensor name: check_name's rules, and not only digits — ptoctl reads a
+// number as a tensor id (no '#', which a shell takes for a comment).
+pto::Status check_tensor_name(const std::string& name);
+
 }  // namespace ptod

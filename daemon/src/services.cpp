@@ -256,6 +256,14 @@ grpc::Status JobsService::job_spec(const Principal& who, const pto::v1::SubmitRe
     for (uint64_t id : job.pinned) p_.tensors.pin(id, -1);
     return to_grpc(s);
   }
+  if (spec->callable.abi == pto::EntryAbi::CHIP) {
+    const std::string called =
+        req.callable().name().empty() ? spec->callable.handle.id.short_hex() : req.callable().name();
+    if (Status s = check_chip_signature(called, spec->callable.signature, job.args); !s.ok()) {
+      for (uint64_t id : job.pinned) p_.tensors.pin(id, -1);
+      return to_grpc(s);
+    }
+  }
   spec->args = std::move(job.args);
   spec->outputs = std::move(job.outputs);
   spec->config.block_dim = c.block_dim();

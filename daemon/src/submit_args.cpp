@@ -2,6 +2,9 @@
 #include "wire_enums.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 namespace ptod {
 
@@ -30,6 +33,42 @@ Status job_args_from_proto(const pto::v1::TaskArgs& a, const ResolveTensor& reso
       out->outputs.push_back(e);
   }
   for (uint64_t v : a.scalars()) out->args.add_scalar(v);
+  return Status::Ok();
+}
+
+namespace {
+std::string shape_text(const std::vector<uint64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+}  // namespace
+
+Status check_chip_signature(const std::string& callable, const std::vector<pto::package::ArgSpec>& signature,
+                            const pto::TaskArgs& args) {
+  auto bad = [](std::string m) { return Status::Error(pto::kWorkerInvalidArgument, std::move(m)); };
+  std::vector<const pto::package::ArgSpec*> tensors;
+  int scalars = 0;
+  for (const auto& a : signature) {
+    if (a.is_tensor())
+      tensors.push_back(&a);
+    else
+      ++scalars;
+  }
+  if (args.tensor_count() != static_cast<int>(tensors.size())) {
+    std::vector<std::string> names;
+    for (const auto* a : tensors) names.push_back(a->name);
+    return bad(fmt::format("'{}' takes {} tensor argument{} ({}); the job gives {}", callable, tensors.size(),
+                           tensors.size() == 1 ? "" : "s", fmt::join(names, ", "), args.tensor_count()));
+  }
+  for (int i = 0; i < args.tensor_count(); ++i) {
+    const pto::package::ArgSpec& want = *tensors[i];
+    const pto::ContinuousTensor& t = args.tensor(i);
+    std::vector<uint64_t> got(t.shape, t.shape + std::max(0, std::min(t.ndims, PTO_TENSOR_MAX_DIMS)));
+    if (t.dtype != want.dtype || got != want.shape)
+      return bad(fmt::format("argument {} ('{}') of '{}' must be {} {}; the job gives {} {}", i, want.name, callable,
+                             pto_dtype_name(want.dtype), shape_text(want.shape), pto_dtype_name(t.dtype),
+                             shape_text(got)));
+  }
+  if (args.scalar_count() != 0 && args.scalar_count() != scalars)
+    return bad(fmt::format("'{}' takes {} scalar{} (or none, for its config's values); the job gives {}", callable,
+                           scalars, scalars == 1 ? "" : "s", args.scalar_count()));
   return Status::Ok();
 }
 

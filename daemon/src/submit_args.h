@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "pto/package/chip_package.h"
 #include "pto/task_args.h"
 #include "pto/v1/ptod.pb.h"
 #include "tensor_store.h"
@@ -30,5 +31,14 @@ struct JobArgs {
 };
 
 Status job_args_from_proto(const pto::v1::TaskArgs& a, const ResolveTensor& resolve, JobArgs* out);
+
+// A chip callable's arguments against the signature its kernel config
+// declares: the tensor count, each tensor's dtype and shape, and the scalar
+// count (0 = the config's values). INVALID_ARGUMENT naming the argument by
+// position and name, in dtype names and shapes: "argument 2 ('f') of 'vector'
+// must be float32 [16384]; the job gives int32 [4096]". `callable` is how
+// the client named it.
+Status check_chip_signature(const std::string& callable, const std::vector<pto::package::ArgSpec>& signature,
+                            const pto::TaskArgs& args);
 
 }  // namespace ptod

@@ -55,7 +55,7 @@ Status TensorStore::restore(bool drop_unsynced) {
 
 Status TensorStore::create(const Principal& who, const std::string& name, const std::vector<uint32_t>& shape,
                            int32_t dtype, TensorEntry* out, bool uploading) {
-  if (Status s = check_name("tensor name", name); !s.ok()) return s;
+  if (Status s = check_tensor_name(name); !s.ok()) return s;
   if (shape.empty() || shape.size() > PTO_TENSOR_MAX_DIMS)
     return bad(fmt::format("shape has {} dims; a tensor has 1..{}", shape.size(), PTO_TENSOR_MAX_DIMS));
   uint64_t n = 1;

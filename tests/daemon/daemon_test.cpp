@@ -282,6 +282,9 @@ TEST_CASE("malformed and wrong requests get a status with a message and the daem
     CHECK(code(c->alloc(name, {4}, PTO_FLOAT32).status) == SC::INVALID_ARGUMENT);
   }
   CHECK(c->alloc(std::string(256, 'x'), {4}, PTO_FLOAT32).ok());  // at the bound: fine
+  auto digits = c->alloc("123", {4}, PTO_FLOAT32);  // a number names a tensor by its id
+  CHECK(code(digits.status) == SC::INVALID_ARGUMENT);
+  CHECK_THAT(digits.status.message, Catch::Contains("only digits"));
   CHECK_FALSE(Catch::Contains("forged line").match(d.log()));
   v1::SubmitRequest long_label;
   long_label.mutable_callable()->set_name("vector");
@@ -296,19 +299,34 @@ TEST_CASE("malformed and wrong requests get a status with a message and the daem
   auto pre = c->submit(prefixed);
   CHECK(code(pre.status) == SC::INVALID_ARGUMENT);
   CHECK_THAT(pre.status.message, Catch::Contains("output_prefix"));
-  // A job whose tensors do not match the chip's signature fails with the reason.
-  v1::SubmitRequest wrong_size;
-  wrong_size.mutable_callable()->set_name("vector");
-  for (int i = 0; i < 3; ++i) wrong_size.mutable_args()->add_tensors()->mutable_tensor()->set_name("t");
-  wrong_size.mutable_args()->add_tags(v1::INPUT);
-  wrong_size.mutable_args()->add_tags(v1::INPUT);
-  wrong_size.mutable_args()->add_tags(v1::OUTPUT);
-  auto job = c->run(wrong_size);
-  REQUIRE(job.ok());
-  CHECK(job.value.state() == v1::FAILED);
-  CHECK_THAT(job.value.first_failure().message(), Catch::Contains("tensor 0 ('a')"));
-  // The tensor was pinned only while the job lived.
-  CHECK(c->free(t.value.handle()).ok());
+  // A job whose arguments do not match the chip's signature (its kernels.toml)
+  // is refused at Submit, naming the argument in dtype names and shapes.
+  REQUIRE(c->alloc("i", {N}, PTO_INT32).ok());
+  REQUIRE(c->alloc("f", {N}, PTO_FLOAT32).ok());
+  auto vector_job = [](std::vector<std::string> tensors, int scalars) {
+    v1::SubmitRequest r;
+    r.mutable_callable()->set_name("vector");
+    for (const std::string& n : tensors) r.mutable_args()->add_tensors()->mutable_tensor()->set_name(n);
+    for (int i = 0; i < scalars; ++i) r.mutable_args()->add_scalars(N);
+    return r;
+  };
+  auto refused = [&](const v1::SubmitRequest& r, const std::string& says) {
+    auto s = c->submit(r);
+    INFO(s.status.message);
+    CHECK(code(s.status) == SC::INVALID_ARGUMENT);
+    CHECK_THAT(s.status.message, Catch::Contains(says));
+  };
+  refused(vector_job({"f", "f"}, 1), "'vector' takes 3 tensor arguments (a, b, f); the job gives 2");
+  refused(vector_job({"f", "i", "f"}, 1), "argument 1 ('b') of 'vector' must be float32 [16384]; the job gives int32 [16384]");
+  refused(vector_job({"f", "f", "t"}, 1), "argument 2 ('f') of 'vector' must be float32 [16384]; the job gives float32 [16]");
+  refused(vector_job({"f", "f", "f"}, 3), "'vector' takes 1 scalar (or none, for its config's values); the job gives 3");
+  CHECK(c->jobs(v1::ListJobsRequest()).value.jobs_size() == 0);  // nothing was queued
+  // The tensors were pinned only while Submit looked at them.
+  for (const char* name : {"t", "i", "f"}) {
+    v1::TensorHandle h;
+    h.set_name(name);
+    CHECK(c->free(h).ok());
+  }
   CHECK(code(c->result(999999).status) == SC::NOT_FOUND);
   CHECK(c->health().value == "SERVING");
   CHECK(d.stop() == 0);

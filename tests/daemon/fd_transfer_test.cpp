@@ -168,6 +168,19 @@ TEST_CASE("through the fd socket: from plain memory and from a shared buffer, by
   back.clear();
   REQUIRE(g->download(named("a2"), &back).ok());
   CHECK(back == bytes);
+  // A tensor by its id: the plain number ptoctl prints (no '#' for a shell to
+  // take as a comment); '#ID' still reads; a name of digits alone is refused.
+  Output ul2 = run_command({PTOCTL_PATH, "upload", npy}, 60, env);
+  INFO(ul2.text);
+  REQUIRE(ul2.code == 0);
+  const std::string id = ul2.text.substr(0, ul2.text.find(' '));
+  REQUIRE(!id.empty());
+  CHECK(id.find_first_not_of("0123456789") == std::string::npos);
+  CHECK(run_command({PTOCTL_PATH, "download", id, "-o", npy + ".2"}, 60, env).code == 0);
+  CHECK(run_command({PTOCTL_PATH, "free", "#" + id}, 60, env).code == 0);
+  Output digits = run_command({PTOCTL_PATH, "upload", npy, "--name", "42"}, 60, env);
+  CHECK(digits.code == 1);
+  CHECK_THAT(digits.text, Catch::Contains("only digits"));
 }
 
 TEST_CASE("the fd socket refuses what is not a sealed memfd, short buffers, bad checksums and bad frames") {

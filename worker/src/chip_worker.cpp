@@ -103,15 +103,18 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
       names += (n_tensors++ ? ", " : "") + a.name;
     }
   }
+  // Messages name the callable by its digest, the dtypes by name, and no
+  // path or address: they reach the daemon's clients.
+  const std::string callable = to_hex(digest).substr(0, 16);
   if (args.tensor_count != n_tensors)
     return Status::Error(kWorkerInvalidArgument,
-                         fmt::format("chip callable {} takes {} tensors ({}); the task passed {}", p.cfg.path,
+                         fmt::format("chip callable {} takes {} tensors ({}); the task passed {}", callable,
                                      n_tensors, names, args.tensor_count));
   if (args.scalar_count != 0 && args.scalar_count != n_scalars)
     return Status::Error(kWorkerInvalidArgument,
                          fmt::format("chip callable {} takes {} scalars (or none, for the config's values); the task "
                                      "passed {}",
-                                     p.cfg.path, n_scalars, args.scalar_count));
+                                     callable, n_scalars, args.scalar_count));
   for (int i = 0, t = 0; i < static_cast<int>(specs.size()); ++i) {
     const ArgSpec& a = specs[i];
     if (a.role == ArgSpec::Role::kScalar) continue;
@@ -119,9 +122,10 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
     if (x.dtype != a.dtype || tensor_bytes(x) != a.bytes() || x.data == 0)
       return Status::Error(
           kWorkerInvalidArgument,
-          fmt::format("chip callable {}: tensor {} ('{}') must be dtype {} with {} bytes; the task "
-                      "passed dtype {} with {} bytes at 0x{:x}",
-                      p.cfg.path, t - 1, a.name, a.dtype, a.bytes(), x.dtype, tensor_bytes(x), x.data));
+          fmt::format("chip callable {}: tensor {} ('{}') must be {} with {} bytes; the task passed {}", callable,
+                      t - 1, a.name, pto_dtype_name(a.dtype), a.bytes(),
+                      x.data == 0 ? std::string("no buffer")
+                                  : fmt::format("{} with {} bytes", pto_dtype_name(x.dtype), tensor_bytes(x))));
   }
   if (cfg.enable_pmu)
     return Status::Error(kWorkerInvalidArgument,
