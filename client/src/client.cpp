@@ -404,6 +404,36 @@ Result<pto::v1::SubmitBatchReply> Client::submit_batch(const pto::v1::SubmitBatc
   });
 }
 
+namespace {
+template <typename Reader>
+Status drain_chunks(Reader& reader, const Client::Sink& sink) {
+  pto::v1::FileChunk chunk;
+  while (reader->Read(&chunk)) sink(chunk.data());
+  return from_grpc(reader->Finish());
+}
+}  // namespace
+
+Status Client::logs(uint64_t job_id, const Sink& sink, bool follow) {
+  grpc::ClientContext ctx;
+  prepare(&ctx, true);  // following lasts as long as the job; keepalive pings bound it
+  if (!follow) ctx.set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::minutes(10));
+  pto::v1::JobFileRequest req;
+  req.set_job_id(job_id);
+  req.set_follow(follow);
+  auto reader = jobs_->Logs(&ctx, req);
+  return drain_chunks(reader, sink);
+}
+
+Status Client::trace(uint64_t job_id, const Sink& sink) {
+  grpc::ClientContext ctx;
+  prepare(&ctx, true);
+  ctx.set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::minutes(10));
+  pto::v1::JobFileRequest req;
+  req.set_job_id(job_id);
+  auto reader = jobs_->Trace(&ctx, req);
+  return drain_chunks(reader, sink);
+}
+
 Result<pto::v1::JobResult> Client::watch(uint64_t job_id, const Progress& progress) {
   Result<pto::v1::JobResult> r;
   grpc::ClientContext ctx;

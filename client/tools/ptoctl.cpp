@@ -46,6 +46,9 @@ struct Options {
   uint64_t watch_job = 0, cancel_job = 0;
   ResultOptions result;
   JobsOptions jobs;
+  uint64_t logs_job = 0, trace_job = 0;
+  bool logs_follow = false;
+  std::string trace_file;
   ExampleOptions example;
 };
 
@@ -147,6 +150,7 @@ void add_job_commands(CLI::App& app, Options& o, Commands& cmds) {
   submit->add_option("--priority", o.submit.priority, "low | normal | high (default normal)")
       ->check(CLI::IsMember({"low", "normal", "high"}));
   submit->add_option("--label", o.submit.label, "free text shown by 'ptoctl jobs'");
+  submit->add_flag("--trace", o.submit.trace, "profile the chip run: fetch its trace with 'ptoctl trace JOB'");
   submit->add_flag("-d,--detach", o.submit.detach, "print the job id and return");
   submit->add_option("--count", o.submit.count, "submit that many copies in one call (all queued or none)")
       ->check(CLI::Range(1, 10000));
@@ -173,6 +177,16 @@ void add_job_commands(CLI::App& app, Options& o, Commands& cmds) {
   jobs->add_option("--label", o.jobs.label, "the label given at submit");
   jobs->add_option("--since", o.jobs.since, "submitted within this long: 90s, 10m, 2h, 1d");
   cmds.push_back({jobs, [&o](Client& c, bool json) { return cmd_jobs(c, o.jobs, json); }});
+
+  auto* logs = app.add_subcommand("logs", "what a job's tasks and orchestration wrote to stdout and stderr");
+  logs->add_option("job", o.logs_job)->required();
+  logs->add_flag("-f,--follow", o.logs_follow, "keep printing what the job writes until it ends");
+  cmds.push_back({logs, [&o](Client& c, bool) { return cmd_logs(c, o.logs_job, o.logs_follow); }});
+
+  auto* trace = app.add_subcommand("trace", "fetch a job's swimlane trace (submitted with --trace)");
+  trace->add_option("job", o.trace_job)->required();
+  trace->add_option("-o,--output", o.trace_file, "where to write it (Chrome trace JSON)")->required();
+  cmds.push_back({trace, [&o](Client& c, bool) { return cmd_trace(c, o.trace_job, o.trace_file); }});
 }
 
 void add_daemon_commands(CLI::App& app, Commands& cmds) {

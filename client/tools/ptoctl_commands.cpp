@@ -155,7 +155,9 @@ int print_result(const v1::JobResult& r, bool json) {
                 r.run_ns() / 1e6);
     if (!r.owner().empty()) std::printf("  owner %s, callable %s\n", r.owner().c_str(), r.callable().c_str());
     if (!r.message().empty()) std::printf("  %s\n", r.message().c_str());
-    if (!r.trace_path().empty()) std::printf("  trace: %s\n", r.trace_path().c_str());
+    if (!r.trace_path().empty())
+      std::printf("  trace: ptoctl trace %llu -o job-%llu.json\n", (unsigned long long)r.job_id(),
+                  (unsigned long long)r.job_id());
     if (r.has_first_failure() && r.tasks_failed())
       std::printf("  first failure: task %llu (%s) %s on %s: %s\n", (unsigned long long)r.first_failure().task_id(),
                   r.first_failure().callable().substr(0, 16).c_str(),
@@ -354,6 +356,7 @@ int cmd_submit(Client& c, const SubmitOptions& o, bool json) {
     req.mutable_args()->add_scalars(bits);
   }
   req.mutable_config()->set_block_dim(o.block_dim);
+  req.mutable_config()->set_enable_profiling(o.trace);
   req.mutable_config()->set_timeout_ms(o.timeout_ms);
   req.set_deadline_ms(o.deadline_ms);
   req.set_label(o.label);
@@ -595,9 +598,52 @@ int cmd_run_example(Client& c, const ExampleOptions& o, bool json) {
     }
   }
   if (!run.value.trace_path().empty())
-    std::printf("open the trace at https://ui.perfetto.dev (the file is on the daemon's host)\n");
+    std::printf("fetch the trace with: ptoctl trace %llu -o job-%llu.json (open it at https://ui.perfetto.dev)\n",
+                (unsigned long long)run.value.job_id(), (unsigned long long)run.value.job_id());
   cleanup();
   return pass ? kExitOk : kExitFailed;
+}
+
+int cmd_logs(Client& c, uint64_t job, bool follow) {
+  const Status s = c.logs(
+      job,
+      [](const std::string& chunk) {
+        std::fwrite(chunk.data(), 1, chunk.size(), stdout);
+        std::fflush(stdout);
+      },
+      follow);
+  return s.ok() ? kExitOk : report(s, "logs");
+}
+
+int cmd_trace(Client& c, uint64_t job, const std::string& out_file) {
+  // Written beside the target and renamed: a failed fetch leaves no half file.
+  const std::string tmp = out_file + ".part";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) {
+    std::fprintf(stderr, "ptoctl: trace: cannot write %s: %s\n", tmp.c_str(), std::strerror(errno));
+    return kExitFailed;
+  }
+  uint64_t bytes = 0;
+  bool write_ok = true;
+  const Status s = c.trace(job, [&](const std::string& chunk) {
+    write_ok = write_ok && std::fwrite(chunk.data(), 1, chunk.size(), f) == chunk.size();
+    bytes += chunk.size();
+  });
+  write_ok = std::fclose(f) == 0 && write_ok;
+  if (!s.ok() || !write_ok) {
+    std::remove(tmp.c_str());
+    if (!s.ok()) return report(s, "trace");
+    std::fprintf(stderr, "ptoctl: trace: writing %s failed\n", out_file.c_str());
+    return kExitFailed;
+  }
+  if (std::rename(tmp.c_str(), out_file.c_str()) != 0) {
+    std::fprintf(stderr, "ptoctl: trace: cannot rename to %s: %s\n", out_file.c_str(), std::strerror(errno));
+    std::remove(tmp.c_str());
+    return kExitFailed;
+  }
+  std::printf("trace of job %llu: %llu bytes in %s (open it at https://ui.perfetto.dev)\n", (unsigned long long)job,
+              (unsigned long long)bytes, out_file.c_str());
+  return kExitOk;
 }
 
 }  // namespace ptoctl

@@ -48,6 +48,7 @@ struct SubmitOptions {
   std::string label;
   bool detach = false;
   uint32_t count = 1;  // > 1: that many copies in one SubmitBatch call
+  bool trace = false;  // config.enable_profiling: a swimlane trace (ptoctl trace)
 };
 
 struct ResultOptions {
@@ -97,5 +98,9 @@ int cmd_version(pto::client::Client& c, bool json);
 int cmd_config(pto::client::Client& c, bool json);
 
 int cmd_run_example(pto::client::Client& c, const ExampleOptions& o, bool json);
+
+// A job's captured output to stdout (`follow`: until it ends); its trace into a file.
+int cmd_logs(pto::client::Client& c, uint64_t job, bool follow);
+int cmd_trace(pto::client::Client& c, uint64_t job, const std::string& out_file);
 
 }  // namespace ptoctl

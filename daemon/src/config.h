@@ -58,6 +58,9 @@ struct DaemonConfig {
   uint32_t retain_finished = 1000;
   uint32_t max_running = 4;         // jobs in flight at once on the Worker (its max_concurrent_runs)
   uint32_t default_deadline_s = 0;  // a job without its own deadline_ms gets this one (0 = none)
+  // What a job's tasks and orchestration write to stdout and stderr goes to
+  // <state_dir>/logs/job-N.log (Jobs.Logs, ptoctl logs), kept while the job is retained.
+  bool capture_output = true;
   // [daemon]
   std::string state_dir = "/var/lib/ptod";
   bool durable = false;  // fsync every acknowledged change: survives a power loss, not only a crash of ptod

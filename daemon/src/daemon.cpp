@@ -92,11 +92,13 @@ Status prepare(DaemonConfig& cfg, StateDirLock& lock, SocketPath& socket, Socket
   std::error_code ec;
   std::filesystem::create_directories(cfg.state_dir + "/callables", ec);
   if (!ec) std::filesystem::create_directories(cfg.state_dir + "/traces", ec);
+  if (!ec) std::filesystem::create_directories(cfg.state_dir + "/logs", ec);
   if (ec)
     return Status::Error(pto::kInvalidConfig, fmt::format("[daemon] state_dir '{}': {}", cfg.state_dir, ec.message()));
   chmod(cfg.state_dir.c_str(), 0700);
   chmod((cfg.state_dir + "/callables").c_str(), 0700);
   chmod((cfg.state_dir + "/traces").c_str(), 0700);
+  chmod((cfg.state_dir + "/logs").c_str(), 0700);
   if (Status s = lock.acquire(cfg.state_dir); !s.ok()) return s;
   if (Status s = db.open(cfg.state_dir, cfg.durable); !s.ok()) return s;
   if (!cfg.socket.empty()) {

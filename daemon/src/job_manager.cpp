@@ -12,13 +12,15 @@
 namespace ptod {
 
 int run_registered(const RegisteredCallable& c, const pto::RunnerPool& runners, pto::Orchestrator& o,
-                   const pto::TaskArgs& args, const pto::TaskArgsView& view, const pto::CallConfig& cc) {
+                   const pto::TaskArgs& args, const pto::TaskArgsView& view, const pto::CallConfig& cc,
+                   const std::string& log_file) {
   switch (c.abi) {
     case pto::EntryAbi::CHIP: return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;
     case pto::EntryAbi::SUB: return o.submit_sub(c.handle, args, cc).ok() ? 0 : 1;
     case pto::EntryAbi::ORCHESTRATION:
       if (!c.runs_here) return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;  // level 4: on an L3 worker
-      return runners.orchestration(c.path, c.symbol, c.name.empty() ? c.handle.id.short_hex() : c.name)(o, view, cc);
+      return runners.orchestration(c.path, c.symbol, c.name.empty() ? c.handle.id.short_hex() : c.name,
+                                   log_file)(o, view, cc);
   }
   return 1;
 }
@@ -192,6 +194,7 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
         std::snprintf(j.spec.config.output_prefix, sizeof j.spec.config.output_prefix, "%s", prefix.c_str());
         j.result.set_trace_path(prefix + ".json");
       }
+      j.spec.options.log_file = log_path(j.id);
       queued->push_back({j.id, static_cast<uint32_t>(counts_.queued)});
       ++counts_.queued;
       ++queued_by_owner_[j.spec.options.principal];
@@ -323,7 +326,7 @@ int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsVi
     c = j.spec.callable;
     args = j.spec.args;
   }
-  return run_registered(c, runners_, o, args, view, cc);
+  return run_registered(c, runners_, o, args, view, cc, log_path(id));
 }
 
 void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
@@ -405,6 +408,10 @@ void JobManager::apply_ending(uint64_t id, Ending e) {
   if (live_locked() == 0) cv_.notify_all();  // wait_idle
 }
 
+std::string JobManager::log_path(uint64_t id) const {
+  return cfg_.capture_output ? fmt::format("{}/logs/job-{}.log", cfg_.state_dir, id) : std::string();
+}
+
 void JobManager::changed_locked(Job& j) {
   ++j.version;
   j.changed->notify_all();
@@ -416,6 +423,7 @@ void JobManager::trim_locked() {
     if (it != jobs_.end()) {
       // A job's trace lives as long as the job is retained.
       if (!it->second.result.trace_path().empty()) std::remove(it->second.result.trace_path().c_str());
+      if (const std::string log = log_path(it->first); !log.empty()) std::remove(log.c_str());
       gone_.push_back(it->first);  // deleted with the next commit of records
       it->second.changed->notify_all();
       jobs_.erase(it);

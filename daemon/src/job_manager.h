@@ -85,6 +85,8 @@ class JobManager {
   Status submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later = false);
   Status cancel(const Principal& who, uint64_t id, pto::v1::JobState* state);
   Status result(const Principal& who, uint64_t id, pto::v1::JobResult* out) const;
+  // Where job `id`'s captured output goes; "" when [jobs] capture_output is off.
+  std::string log_path(uint64_t id) const;
   // Waits until the job changed after *version (or timeout), then fills ev
   // (with live task progress while it runs) and updates *version.
   Status wait_event(const Principal& who, uint64_t id, uint64_t* version, std::chrono::milliseconds timeout,
@@ -168,9 +170,11 @@ class JobManager {
 pto::v1::JobResult to_proto(const pto::RunResult& r);
 using pto::now_ns;  // the steady clock (pto/base/clock.h)
 // Runs a registered callable inside an orchestration: a chip or sub task with
-// args, an orchestration in a runner, or (level 4) a next-level task.
+// args, an orchestration in a runner (its output to `log_file` when set), or
+// (level 4) a next-level task.
 int run_registered(const RegisteredCallable& c, const pto::RunnerPool& runners, pto::Orchestrator& o,
-                   const pto::TaskArgs& args, const pto::TaskArgsView& view, const pto::CallConfig& cc);
+                   const pto::TaskArgs& args, const pto::TaskArgsView& view, const pto::CallConfig& cc,
+                   const std::string& log_file = "");
 void to_proto(const TensorEntry& e, pto::v1::TensorInfo* out);
 bool final_state(pto::v1::JobState s);
 

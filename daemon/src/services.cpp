@@ -4,7 +4,11 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "log.h"
 #include "names.h"
@@ -429,6 +433,80 @@ grpc::Status JobsService::List(grpc::ServerContext* ctx, const pto::v1::ListJobs
   Principal who;
   if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
   for (auto& j : p_.jobs.list(who, *req)) *reply->add_jobs() = std::move(j);
+  return grpc::Status::OK;
+}
+
+namespace {
+
+// Sends `path` from `*offset` on in chunks of at most 1 MiB; a file not
+// there yet reads as empty. False when the client went away.
+bool send_file_from(const std::string& path, uint64_t* offset, grpc::ServerWriter<pto::v1::FileChunk>* writer) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return true;
+  f.seekg(static_cast<std::streamoff>(*offset));
+  std::string buf(1 << 20, '\0');
+  for (;;) {
+    f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const std::streamsize n = f.gcount();
+    if (n <= 0) return true;
+    pto::v1::FileChunk chunk;
+    chunk.set_data(buf.data(), static_cast<size_t>(n));
+    if (!writer->Write(chunk)) return false;
+    *offset += static_cast<uint64_t>(n);
+  }
+}
+
+}  // namespace
+
+grpc::Status JobsService::visible_job(grpc::ServerContext* ctx, uint64_t id, Principal* who,
+                                     pto::v1::JobResult* r) {
+  if (grpc::Status denied = identify(p_, ctx, who); !denied.ok()) return denied;
+  return to_grpc(p_.jobs.result(*who, id, r));
+}
+
+grpc::Status JobsService::Logs(grpc::ServerContext* ctx, const pto::v1::JobFileRequest* req,
+                               grpc::ServerWriter<pto::v1::FileChunk>* writer) {
+  Principal who;
+  pto::v1::JobResult r;
+  if (grpc::Status s = visible_job(ctx, req->job_id(), &who, &r); !s.ok()) return s;
+  const std::string path = p_.jobs.log_path(req->job_id());
+  if (path.empty())
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this daemon does not capture jobs' output ([jobs] capture_output = false)");
+  uint64_t offset = 0;
+  // Following: what is written now, then every 100 ms what was added, until
+  // the job ended (the last read after it ended takes the rest) or the
+  // client went away.
+  for (;;) {
+    const bool ended = final_state(r.state());
+    if (!send_file_from(path, &offset, writer)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    if (!req->follow() || ended) return grpc::Status::OK;
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "logs cancelled");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (Status s = p_.jobs.result(who, req->job_id(), &r); !s.ok()) return grpc::Status::OK;  // no longer retained
+  }
+}
+
+grpc::Status JobsService::Trace(grpc::ServerContext* ctx, const pto::v1::JobFileRequest* req,
+                                grpc::ServerWriter<pto::v1::FileChunk>* writer) {
+  Principal who;
+  pto::v1::JobResult r;
+  if (grpc::Status s = visible_job(ctx, req->job_id(), &who, &r); !s.ok()) return s;
+  if (r.trace_path().empty())
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        fmt::format("job {} has no trace: submit it with profiling (ptoctl submit --trace, "
+                                    "config.enable_profiling)",
+                                    req->job_id()));
+  if (!final_state(r.state()))
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        fmt::format("job {} is {}: its trace is written when it ends", req->job_id(),
+                                    pto::v1::JobState_Name(r.state())));
+  if (!std::filesystem::exists(r.trace_path()))
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        fmt::format("job {} wrote no trace (its chip task did not run to the end)", req->job_id()));
+  uint64_t offset = 0;
+  if (!send_file_from(r.trace_path(), &offset, writer))
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
   return grpc::Status::OK;
 }
 

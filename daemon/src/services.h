@@ -72,8 +72,14 @@ class JobsService final : public pto::v1::Jobs::Service {
   grpc::Status Cancel(grpc::ServerContext*, const pto::v1::CancelRequest*, pto::v1::CancelReply*) override;
   grpc::Status Result(grpc::ServerContext*, const pto::v1::ResultRequest*, pto::v1::JobResult*) override;
   grpc::Status List(grpc::ServerContext*, const pto::v1::ListJobsRequest*, pto::v1::ListJobsReply*) override;
+  grpc::Status Logs(grpc::ServerContext*, const pto::v1::JobFileRequest*,
+                    grpc::ServerWriter<pto::v1::FileChunk>*) override;
+  grpc::Status Trace(grpc::ServerContext*, const pto::v1::JobFileRequest*,
+                     grpc::ServerWriter<pto::v1::FileChunk>*) override;
 
  private:
+  // The caller and job `id` as it may see it (NOT_FOUND for another's job).
+  grpc::Status visible_job(grpc::ServerContext* ctx, uint64_t id, Principal* who, pto::v1::JobResult* r);
   // Waits (bounded by wait_ms and the client's deadline) for a final state.
   Status wait_final(grpc::ServerContext* ctx, const Principal& who, uint64_t id, uint32_t wait_ms,
                     pto::v1::JobResult* out);

@@ -77,7 +77,7 @@ def _ref(name_or_digest: str) -> "pb.CallableRef":
 
 
 class Job:
-    """A submitted job: ``id``, ``watch()``, ``result()``, ``cancel()``."""
+    """A submitted job: ``id``, ``watch()``, ``result()``, ``logs()``, ``trace()``, ``cancel()``."""
 
     def __init__(self, client: "Client", job_id: int, final: Optional["pb.JobResult"] = None) -> None:
         self._c = client
@@ -99,6 +99,24 @@ class Job:
             return self._final
         return _call(self._c._jobs.Result, pb.ResultRequest(job_id=self.id, wait_ms=int(wait_s * 1000)),
                      metadata=self._c._md, timeout=self._c.timeout + wait_s)
+
+    def _file(self, rpc_method, follow: bool) -> Iterator[bytes]:
+        stream = rpc_method(pb.JobFileRequest(job_id=self.id, follow=follow), metadata=self._c._md,
+                            timeout=None if follow else self._c.timeout + 600)
+        try:
+            for chunk in stream:
+                yield chunk.data
+        except grpc.RpcError as e:
+            raise RpcError(e.code(), e.details() or "") from None
+
+    def logs(self, follow: bool = False) -> Iterator[bytes]:
+        """What its tasks and orchestration wrote to stdout and stderr, in
+        chunks; ``follow``: and what they write until it ends."""
+        return self._file(self._c._jobs.Logs, follow)
+
+    def trace(self) -> bytes:
+        """Its swimlane trace (Chrome trace JSON; submitted with ``enable_profiling``)."""
+        return b"".join(self._file(self._c._jobs.Trace, False))
 
     def cancel(self) -> str:
         """Cancels it; the state it is in (CANCELLED, or the final state it had reached)."""

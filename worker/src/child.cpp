@@ -7,6 +7,7 @@
 // stopped. A child never returns into the parent's stack: it leaves with
 // _exit, and it dies with its parent (PR_SET_PDEATHSIG, or the heartbeat
 // thread's check).
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/close_range.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -64,6 +66,46 @@ Status verify(const Digest& want, const ControlDescriptor& d) {
                                      to_hex(got), to_hex(want)));
   return Status::Ok();
 }
+
+// What a task writes to stdout and stderr while it runs goes to its run's
+// log file (Mailbox::log_path); between tasks the child's own streams are
+// back. The file stays open while consecutive tasks name it.
+class OutputCapture {
+ public:
+  ~OutputCapture() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void begin(const char* path) {
+    if (path[0] == '\0') return;
+    if (saved_out_ < 0) {
+      saved_out_ = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
+      saved_err_ = ::fcntl(2, F_DUPFD_CLOEXEC, 3);
+      if (saved_out_ < 0 || saved_err_ < 0) return;
+    }
+    if (path_ != path) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+      path_ = fd_ >= 0 ? path : "";
+    }
+    if (fd_ < 0) return;
+    std::fflush(stdout);
+    std::fflush(stderr);
+    active_ = ::dup2(fd_, 1) >= 0 && ::dup2(fd_, 2) >= 0;
+  }
+  void end() {
+    if (!active_) return;
+    std::fflush(stdout);
+    std::fflush(stderr);
+    (void)::dup2(saved_out_, 1);
+    (void)::dup2(saved_err_, 2);
+    active_ = false;
+  }
+
+ private:
+  int saved_out_ = -1, saved_err_ = -1, fd_ = -1;
+  std::string path_;
+  bool active_ = false;
+};
 
 class ChildRunner {
  public:
@@ -187,6 +229,8 @@ class ChildRunner {
             : decode_args(mb_->blob, mb_->blob_bytes, &view);
     const CallConfig cfg = mb_->config;
     if (st.ok()) {
+      mb_->log_path[sizeof mb_->log_path - 1] = '\0';
+      capture_.begin(mb_->log_path);
       try {
         st = execute(d, view, cfg);
       } catch (const std::exception& e) {
@@ -194,6 +238,7 @@ class ChildRunner {
       } catch (...) {
         st = Status::Error(kWorkerRunFailed, "callable threw a non-std exception");
       }
+      capture_.end();
     }
     if (inner_) report_inner();  // before the answer: the parent reads it after
     if (st.ok()) {
@@ -291,6 +336,7 @@ class ChildRunner {
   Worker* inner_;
   std::map<Digest, Native> natives_;
   ChipWorker chip_;
+  OutputCapture capture_;
 };
 
 }  // namespace

@@ -42,6 +42,10 @@ class MailboxTransport final : public EndpointTransport {
     const auto& blob = s->blobs[member];
     std::memcpy(mb->digest, s->callable.digest.data(), 32);
     mb->config = s->config;
+    const std::string& log = s->run->options.log_file;
+    const size_t log_bytes = log.size() < sizeof mb->log_path ? log.size() : 0;  // too long: not captured
+    std::memcpy(mb->log_path, log.data(), log_bytes);
+    mb->log_path[log_bytes] = '\0';
     std::memcpy(mb->blob, blob.data(), blob.size());
     mb->blob_bytes = static_cast<uint32_t>(blob.size());
     mb->error_code = 0;

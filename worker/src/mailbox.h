@@ -84,7 +84,10 @@ struct Mailbox {
   // Bumped every heartbeat period by a thread of the child's own, whatever
   // its task does; the parent's liveness check (liveness_timeout_ms) reads it.
   std::atomic<uint64_t> heartbeat;
-  uint8_t reserved_text[464];
+  // Where the task's stdout and stderr go while it runs (its run's
+  // RunOptions::log_file); "" = the child's own streams.
+  char log_path[256];
+  uint8_t reserved_text[208];
   CallConfig config;
   uint8_t digest[32];
   uint32_t blob_bytes;
@@ -103,6 +106,7 @@ struct Mailbox {
 static_assert(offsetof(Mailbox, error_bytes) == 32);
 static_assert(offsetof(Mailbox, heartbeat) == 40);
 static_assert(kMaxMessageBytes <= kMailboxBlobCapacity);
+static_assert(offsetof(Mailbox, log_path) == 48);
 static_assert(offsetof(Mailbox, config) == 512);
 static_assert(offsetof(Mailbox, digest) == 800);
 static_assert(offsetof(Mailbox, blob_bytes) == 832);

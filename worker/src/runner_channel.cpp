@@ -176,6 +176,7 @@ std::vector<uint8_t> encode_job(const RunnerJob& j) {
   w.i32(j.level);
   w.i32(j.num_next_level);
   w.i32(j.num_sub_workers);
+  w.str(j.log_file);
   put_config(w, j.config);
   put_args(w, j.args);
   return out;
@@ -189,6 +190,7 @@ Status decode_job(const uint8_t* p, size_t n, RunnerJob* out) {
   out->level = r.i32();
   out->num_next_level = r.i32();
   out->num_sub_workers = r.i32();
+  out->log_file = r.str(4096);
   if (!get_config(r, &out->config)) return bad("the job is cut short");
   return get_args(r, &out->args);
 }

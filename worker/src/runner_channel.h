@@ -91,6 +91,7 @@ Status decode_load(const uint8_t* p, size_t n, std::string* path, std::string* s
 struct RunnerJob {
   std::string path, symbol, name;
   int32_t level = 3, num_next_level = 0, num_sub_workers = 0;
+  std::string log_file;  // non-empty: the runner's stdout and stderr go here
   CallConfig config;
   TaskArgs args;
 };

@@ -207,8 +207,9 @@ Status RunnerPool::check_library(const std::string& path, const std::string& sym
 }
 
 OrchestrationFunction RunnerPool::orchestration(const std::string& path, const std::string& symbol,
-                                                const std::string& name) const {
-  return [this, path, symbol, name](Orchestrator& o, const TaskArgsView& view, const CallConfig& cfg) -> int {
+                                                const std::string& name, const std::string& log_file) const {
+  return [this, path, symbol, name, log_file](Orchestrator& o, const TaskArgsView& view,
+                                              const CallConfig& cfg) -> int {
     Runner r(cfg_, started_, failed_);
     if (!r.error().ok()) {
       o.fail(fmt::format("orchestration {}: {}", name, r.error().message));
@@ -221,6 +222,7 @@ OrchestrationFunction RunnerPool::orchestration(const std::string& path, const s
     job.level = o.level();
     job.num_next_level = o.num_next_level();
     job.num_sub_workers = o.num_sub_workers();
+    job.log_file = log_file;
     job.config = cfg;
     job.args = TaskArgs::from_view(view);
     const std::vector<uint8_t> payload = encode_job(job);

@@ -6,6 +6,7 @@
 // here) and leaves with _exit, whatever the library does: exit() from user
 // code ends here too, without running the parent image's exit handlers.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <linux/close_range.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -209,6 +211,18 @@ void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us) {
     send(ch, RC_DONE, encode_outcome(-1, st.message));
     _exit(0);
   }
+  // A runner serves one job: its streams go to the job's log from here on
+  // (the library's constructors included).
+  if (!job.log_file.empty()) {
+    const int fd = ::open(job.log_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      std::fflush(stdout);
+      std::fflush(stderr);
+      (void)dup2(fd, 1);
+      (void)dup2(fd, 2);
+      ::close(fd);
+    }
+  }
   auto entry = reinterpret_cast<OrchestrationEntryFn>(load(ch, job.path, job.symbol, &error));
   if (!entry) {
     send(ch, RC_DONE, encode_outcome(-1, error));
@@ -228,6 +242,9 @@ void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us) {
     rc = -1;
     message = "the orchestration threw a non-std exception";
   }
+  // _exit skips stdio's buffers: what the orchestration printed is written
+  // (to its job's log) before the job is reported done.
+  std::fflush(nullptr);
   send(ch, RC_DONE, encode_outcome(rc, message));
   _exit(0);
 }

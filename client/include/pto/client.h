@@ -136,6 +136,11 @@ class Client {
   Result<pto::v1::ListJobsReply> jobs(uint32_t limit = 50);
   // With filters (state, callable, label, since_ms): the newest that pass.
   Result<pto::v1::ListJobsReply> jobs(const pto::v1::ListJobsRequest& req);
+  // A job's files, chunk by chunk into `sink`: its captured output (`follow`:
+  // and what it writes until it ends) and its trace (Chrome trace JSON).
+  using Sink = std::function<void(const std::string& chunk)>;
+  Status logs(uint64_t job_id, const Sink& sink, bool follow = false);
+  Status trace(uint64_t job_id, const Sink& sink);
 
   // Node
   Result<pto::v1::WorkersReply> workers();

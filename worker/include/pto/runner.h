@@ -43,8 +43,10 @@ class RunnerPool {
   // pto/callable.h) as an orchestration function for Worker::run or
   // Worker::submit: it runs the library in a fresh runner and serves its
   // calls. `name` labels messages.
-  OrchestrationFunction orchestration(const std::string& path, const std::string& symbol,
-                                      const std::string& name) const;
+  // `log_file` non-empty: what the runner writes to stdout and stderr goes
+  // there (a job's log).
+  OrchestrationFunction orchestration(const std::string& path, const std::string& symbol, const std::string& name,
+                                      const std::string& log_file = "") const;
 
   struct Stats {
     uint64_t started = 0;  // runners forked

@@ -97,6 +97,11 @@ struct RunOptions {
   RunPriority priority = RunPriority::NORMAL;
   std::string principal;     // empty: the anonymous principal
   uint64_t deadline_ms = 0;  // > 0: the run is cancelled once it has run this long
+  // Non-empty: what the run's tasks write to stdout and stderr while they run
+  // on this Worker's chip and sub children, and what an orchestration run in
+  // a runner writes, is appended to this file (created 0600) instead of the
+  // children's inherited streams. At most 255 bytes; longer is not captured.
+  std::string log_file;
 };
 
 // Progress of one run, or of every run in flight.

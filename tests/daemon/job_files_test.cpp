@@ -1,0 +1,132 @@
+// A job's files through the daemon (docs/daemon.md "Jobs"): its log — what its
+// sub tasks and its orchestration's runner wrote to stdout and stderr,
+// captured per job — and its trace, fetched over gRPC and with ptoctl.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "daemon_client.h"
+#include "daemon_process.h"
+#include "pto/client.h"
+
+using namespace pto_test;
+using pto::client::Client;
+namespace v1 = pto::v1;
+using SC = grpc::StatusCode;
+
+namespace {
+
+v1::SubmitRequest say_job(const std::string& callable, uint64_t tag) {
+  v1::SubmitRequest r;
+  r.mutable_callable()->set_name(callable);
+  r.mutable_args()->add_scalars(tag);
+  return r;
+}
+
+// The whole log of a job (an error's text when the call fails).
+std::string log_of(Client& c, uint64_t job) {
+  std::string text;
+  const pto::client::Status s = c.logs(job, [&](const std::string& chunk) { text += chunk; });
+  return s.ok() ? text : "error " + std::to_string(s.code) + ": " + s.message;
+}
+
+}  // namespace
+
+TEST_CASE("a job's log holds what its tasks and its orchestration wrote, and nothing of other jobs") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_say", "say").ok());
+  REQUIRE(c->register_import(RUNNER_ORCHS, "pto_test_orch_say", "orch_say", true).ok());
+  auto a = c->run(say_job("say", 7));
+  auto b = c->run(say_job("say", 8));
+  REQUIRE((a.ok() && b.ok()));
+  REQUIRE(a.value.state() == v1::SUCCEEDED);
+  const std::string la = log_of(*c, a.value.job_id()), lb = log_of(*c, b.value.job_id());
+  CHECK_THAT(la, Catch::Contains("say 7 to stdout") && Catch::Contains("say 7 on stderr") && !Catch::Contains("say 8"));
+  CHECK_THAT(lb, Catch::Contains("say 8 to stdout") && !Catch::Contains("say 7"));
+  // An orchestration: its runner's lines and its sub task's.
+  auto o = c->run(say_job("orch_say", 9));
+  REQUIRE(o.ok());
+  CHECK(o.value.state() == v1::SUCCEEDED);
+  CHECK_THAT(log_of(*c, o.value.job_id()), Catch::Contains("orchestration 9 says hello") &&
+                                               Catch::Contains("orchestration 9 on stderr") &&
+                                               Catch::Contains("say 9 to stdout"));
+  // Nothing of it reached the daemon's own log.
+  CHECK_FALSE(Catch::Contains("say 7").match(d.log()));
+  // ptoctl logs prints it; an unknown job is NOT_FOUND (exit 1).
+  const std::vector<std::string> env = {"PTOD_ADDRESS=" + d.address()};
+  Output out = run_command({PTOCTL_PATH, "logs", std::to_string(a.value.job_id())}, 60, env);
+  CHECK(out.code == 0);
+  CHECK_THAT(out.text, Catch::Contains("say 7 to stdout"));
+  Output missing = run_command({PTOCTL_PATH, "logs", "999999"}, 60, env);
+  CHECK(missing.code == 1);
+  CHECK_THAT(missing.text, Catch::Contains("NOT_FOUND"));
+  // --follow of a job that ended prints the log and returns.
+  Output follow = run_command({PTOCTL_PATH, "logs", "-f", std::to_string(b.value.job_id())}, 60, env);
+  CHECK(follow.code == 0);
+  CHECK_THAT(follow.text, Catch::Contains("say 8 on stderr"));
+}
+
+TEST_CASE("a job's log goes with its record, and a daemon that does not capture says so") {
+  const std::string dir = make_temp_dir("ptod-logs");
+  std::ofstream(dir + "/ptod.toml") << "[jobs]\nretain_finished = 1\n";
+  {
+    DaemonProcess d({"--config", dir + "/ptod.toml"});
+    REQUIRE(d.up());
+    auto c = connect(d);
+    REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_say", "say").ok());
+    auto first = c->run(say_job("say", 1));
+    REQUIRE(first.ok());
+    const std::string log = d.dir() + "/state/logs/job-" + std::to_string(first.value.job_id()) + ".log";
+    CHECK(std::filesystem::exists(log));
+    REQUIRE(c->run(say_job("say", 2)).ok());  // the first job's record is trimmed, its log with it
+    CHECK_FALSE(std::filesystem::exists(log));
+  }
+  std::ofstream(dir + "/ptod.toml") << "[jobs]\ncapture_output = false\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_say", "say").ok());
+  auto j = c->run(say_job("say", 3));
+  REQUIRE(j.ok());
+  const std::string text = log_of(*c, j.value.job_id());
+  CHECK_THAT(text, Catch::StartsWith("error " + std::to_string(static_cast<int>(SC::FAILED_PRECONDITION))) &&
+                       Catch::Contains("capture_output = false"));
+  CHECK_THAT(d.log(), Catch::Contains("say 3 on stderr"));  // the children's streams stayed the daemon's
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a job's trace is fetched over gRPC and with ptoctl trace - a job without one is NOT_FOUND") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  v1::SubmitRequest req = say_job("sleep", 1);
+  req.mutable_config()->set_enable_profiling(true);
+  auto traced = c->run(req);
+  REQUIRE(traced.ok());
+  REQUIRE(traced.value.state() == v1::SUCCEEDED);
+  std::string json;
+  REQUIRE(c->trace(traced.value.job_id(), [&](const std::string& chunk) { json += chunk; }).ok());
+  CHECK_THAT(json, Catch::Contains("traceEvents"));
+  std::ifstream on_disk(traced.value.trace_path());
+  CHECK(json == std::string((std::istreambuf_iterator<char>(on_disk)), std::istreambuf_iterator<char>()));
+  const std::vector<std::string> env = {"PTOD_ADDRESS=" + d.address()};
+  const std::string file = d.dir() + "/t.json";
+  Output out = run_command({PTOCTL_PATH, "trace", std::to_string(traced.value.job_id()), "-o", file}, 60, env);
+  INFO(out.text);
+  CHECK(out.code == 0);
+  CHECK_THAT(out.text, Catch::Contains("bytes in " + file));
+  std::ifstream fetched(file);
+  CHECK(json == std::string((std::istreambuf_iterator<char>(fetched)), std::istreambuf_iterator<char>()));
+  // ptoctl result points at ptoctl trace, not at a path on the daemon's host.
+  Output result = run_command({PTOCTL_PATH, "result", std::to_string(traced.value.job_id())}, 60, env);
+  CHECK_THAT(result.text, Catch::Contains("trace: ptoctl trace") && !Catch::Contains("/state/traces"));
+  auto plain = c->run(say_job("sleep", 1));
+  REQUIRE(plain.ok());
+  const pto::client::Status none = c->trace(plain.value.job_id(), [](const std::string&) {});
+  CHECK(static_cast<SC>(none.code) == SC::NOT_FOUND);
+  CHECK_THAT(none.message, Catch::Contains("has no trace"));
+}
