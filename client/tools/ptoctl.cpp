@@ -18,6 +18,7 @@
 
 #include "pto/client.h"
 #include "pto/version.h"
+#include "progress.h"
 #include "ptoctl_commands.h"
 
 using pto::client::Client;
@@ -47,6 +48,7 @@ struct Options {
   ResultOptions result;
   JobsOptions jobs;
   uint64_t logs_job = 0, trace_job = 0;
+  bool watch_cancel = false;
   bool logs_follow = false;
   std::string trace_file;
   ExampleOptions example;
@@ -151,6 +153,8 @@ void add_job_commands(CLI::App& app, Options& o, Commands& cmds) {
       ->check(CLI::IsMember({"low", "normal", "high"}));
   submit->add_option("--label", o.submit.label, "free text shown by 'ptoctl jobs'");
   submit->add_flag("--trace", o.submit.trace, "profile the chip run: fetch its trace with 'ptoctl trace JOB'");
+  submit->add_flag("--cancel-on-interrupt", o.submit.cancel_on_interrupt,
+                   "Ctrl-C cancels the job (without it the job goes on, and ptoctl says how to follow it)");
   submit->add_flag("-d,--detach", o.submit.detach, "print the job id and return");
   submit->add_option("--count", o.submit.count, "submit that many copies in one call (all queued or none)")
       ->check(CLI::Range(1, 10000));
@@ -158,7 +162,8 @@ void add_job_commands(CLI::App& app, Options& o, Commands& cmds) {
 
   auto* watch = app.add_subcommand("watch", "follow a job to its end");
   watch->add_option("job", o.watch_job)->required();
-  cmds.push_back({watch, [&o](Client& c, bool json) { return cmd_watch(c, o.watch_job, json); }});
+  watch->add_flag("--cancel-on-interrupt", o.watch_cancel, "Ctrl-C cancels the job (without it the job goes on)");
+  cmds.push_back({watch, [&o](Client& c, bool json) { return cmd_watch(c, o.watch_job, o.watch_cancel, json); }});
 
   auto* cancel = app.add_subcommand("cancel", "cancel a job");
   cancel->add_option("job", o.cancel_job)->required();
@@ -258,6 +263,7 @@ int run(int argc, char** argv) {
 }  // namespace ptoctl
 
 int main(int argc, char** argv) {
+  ptoctl::take_interrupts();  // before any other thread: Ctrl-C while a job is followed (progress.h)
   // Commands report failures as exit codes; an exception that still gets here
   // (out of memory, a library's bug) is reported, never an abort's core dump.
   try {

@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 
+#include "progress.h"
 #include "pto/package/chip_package.h"
 #include "pto/package/example_data.h"
 #include "pto/package/npy.h"
@@ -117,32 +118,6 @@ bool parse_arg(const std::string& s, v1::TaskArgs* args, std::string* err) {
   return true;
 }
 
-// A live progress bar on a terminal; plain lines (state changes) otherwise.
-struct ProgressPrinter {
-  explicit ProgressPrinter(bool json) : json(json), tty(isatty(STDOUT_FILENO) && !json) {}
-  bool json;
-  bool tty;
-  v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
-  void operator()(const v1::JobEvent& ev) {
-    if (json) return;
-    if (tty) {
-      const int width = 30;
-      const int fill = ev.tasks_total() ? int(width * ev.tasks_done() / ev.tasks_total()) : 0;
-      std::printf("\r job %llu %-9s [%s%s] %llu/%llu tasks", (unsigned long long)ev.job_id(),
-                  v1::JobState_Name(ev.state()).c_str(), std::string(fill, '#').c_str(),
-                  std::string(width - fill, '.').c_str(), (unsigned long long)ev.tasks_done(),
-                  (unsigned long long)ev.tasks_total());
-      if (ev.has_result()) std::printf("\n");
-      std::fflush(stdout);
-    } else if (ev.state() != last) {
-      std::printf("job %llu %s (%llu/%llu tasks)\n", (unsigned long long)ev.job_id(),
-                  v1::JobState_Name(ev.state()).c_str(), (unsigned long long)ev.tasks_done(),
-                  (unsigned long long)ev.tasks_total());
-    }
-    last = ev.state();
-  }
-};
-
 int print_result(const v1::JobResult& r, bool json) {
   if (json) {
     print_json(r);
@@ -154,6 +129,9 @@ int print_result(const v1::JobResult& r, bool json) {
                 r.tasks_stopped() ? fmt::format(", {} stopped", r.tasks_stopped()).c_str() : "", r.queued_ns() / 1e6,
                 r.run_ns() / 1e6);
     if (!r.owner().empty()) std::printf("  owner %s, callable %s\n", r.owner().c_str(), r.callable().c_str());
+    if (r.chip_tasks_submitted())
+      std::printf("  chip tasks: %llu submitted, %llu completed\n", (unsigned long long)r.chip_tasks_submitted(),
+                  (unsigned long long)r.chip_tasks_completed());
     if (!r.message().empty()) std::printf("  %s\n", r.message().c_str());
     if (!r.trace_path().empty())
       std::printf("  trace: ptoctl trace %llu -o job-%llu.json\n", (unsigned long long)r.job_id(),
@@ -373,13 +351,15 @@ int cmd_submit(Client& c, const SubmitOptions& o, bool json) {
       std::printf("%llu\n", (unsigned long long)r.value.job_id());
     return kExitOk;
   }
+  follow_job(0, &c, o.cancel_on_interrupt);
   ProgressPrinter progress(json);
   auto r = c.run(req, std::ref(progress));
   if (!r.ok()) return report(r.status, "submit");
   return print_result(r.value, json);
 }
 
-int cmd_watch(Client& c, uint64_t job, bool json) {
+int cmd_watch(Client& c, uint64_t job, bool cancel_on_interrupt, bool json) {
+  follow_job(job, &c, cancel_on_interrupt);
   ProgressPrinter progress(json);
   auto r = c.watch(job, std::ref(progress));
   if (!r.ok()) return report(r.status, "watch");
@@ -565,6 +545,7 @@ int cmd_run_example(Client& c, const ExampleOptions& o, bool json) {
     req.mutable_args()->add_scalars(out_mask);
   }
   for (uint64_t v : scalars) req.mutable_args()->add_scalars(v);
+  follow_job(0, &c, false);
   ProgressPrinter progress(json);
   auto run = c.run(req, std::ref(progress));
   if (!run.ok()) {

@@ -49,6 +49,7 @@ struct SubmitOptions {
   bool detach = false;
   uint32_t count = 1;  // > 1: that many copies in one SubmitBatch call
   bool trace = false;  // config.enable_profiling: a swimlane trace (ptoctl trace)
+  bool cancel_on_interrupt = false;  // Ctrl-C cancels the job (otherwise it goes on)
 };
 
 struct ResultOptions {
@@ -77,7 +78,7 @@ int cmd_free(pto::client::Client& c, const std::string& tensor);
 int cmd_tensors(pto::client::Client& c, bool json);
 
 int cmd_submit(pto::client::Client& c, const SubmitOptions& o, bool json);
-int cmd_watch(pto::client::Client& c, uint64_t job, bool json);
+int cmd_watch(pto::client::Client& c, uint64_t job, bool cancel_on_interrupt, bool json);
 int cmd_cancel(pto::client::Client& c, uint64_t job);
 int cmd_result(pto::client::Client& c, const ResultOptions& o, bool json);
 // Where the commands' client talks to (named in the advice for UNAVAILABLE).

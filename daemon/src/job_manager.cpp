@@ -57,6 +57,8 @@ pto::v1::JobResult to_proto(const pto::RunResult& r) {
   p.set_tasks_failed(r.tasks_failed);
   p.set_tasks_skipped(r.tasks_skipped);
   p.set_tasks_stopped(r.tasks_stopped);
+  p.set_chip_tasks_submitted(r.chip_tasks_submitted);
+  p.set_chip_tasks_completed(r.chip_tasks_completed);
   if (r.first_failure) fill_failure(*r.first_failure, p.mutable_first_failure());
   for (const auto& f : r.failures) fill_failure(f, p.add_failures());
   p.set_message(pto::clip_message(r.status.message));
@@ -538,7 +540,13 @@ Status JobManager::wait_event(const Principal& who, uint64_t id, uint64_t* versi
       ev->set_tasks_done(j.result.tasks_succeeded() + j.result.tasks_failed() + j.result.tasks_skipped() +
                          j.result.tasks_stopped());
       ev->set_tasks_total(j.result.tasks_submitted());
+      ev->set_chip_tasks_done(j.result.chip_tasks_completed());
+      ev->set_chip_tasks_total(j.result.chip_tasks_submitted());
       fill_result_locked(j, ev->mutable_result());
+      return Status::Ok();
+    }
+    if (j.state == pto::v1::QUEUED) {
+      ev->set_queue_position(queue_position_locked(j));
       return Status::Ok();
     }
     if (j.state != pto::v1::RUNNING) return Status::Ok();
@@ -547,7 +555,20 @@ Status JobManager::wait_event(const Principal& who, uint64_t id, uint64_t* versi
   const pto::RunProgress p = h.progress();
   ev->set_tasks_done(p.finished);
   ev->set_tasks_total(p.submitted);
+  ev->set_chip_tasks_done(p.chip_completed);
+  ev->set_chip_tasks_total(p.chip_submitted);
   return Status::Ok();
+}
+
+uint32_t JobManager::queue_position_locked(const Job& j) const {
+  // Queued jobs start by priority, then in submission order (ids grow).
+  uint32_t ahead = 0;
+  for (const auto& [id, k] : jobs_)
+    if (k.state == pto::v1::QUEUED && id != j.id &&
+        (k.spec.options.priority > j.spec.options.priority ||
+         (k.spec.options.priority == j.spec.options.priority && id < j.id)))
+      ++ahead;
+  return ahead;
 }
 
 std::vector<pto::v1::JobResult> JobManager::list(const Principal& who, const pto::v1::ListJobsRequest& f) const {

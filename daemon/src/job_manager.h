@@ -139,6 +139,8 @@ class JobManager {
   void fill_result_locked(const Job& j, pto::v1::JobResult* out, const Ending* e = nullptr) const;
   JobRow row_locked(const Job& j, const Ending* e = nullptr) const;
   void changed_locked(Job& j);
+  // Queued jobs that start before j (higher priority, or as high and older).
+  uint32_t queue_position_locked(const Job& j) const;
   // Drops the oldest finished jobs beyond retain_finished; their records go
   // with the next commit (gone_).
   void trim_locked();

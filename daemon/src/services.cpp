@@ -8,7 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
+#include <tuple>
 
 #include "log.h"
 #include "names.h"
@@ -393,18 +395,21 @@ grpc::Status JobsService::Watch(grpc::ServerContext* ctx, const pto::v1::WatchRe
   Principal who;
   if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
   uint64_t version = 0;
-  uint64_t last_done = ~0ull, last_total = ~0ull;
-  pto::v1::JobState last_state = pto::v1::JOB_STATE_UNSPECIFIED;
+  // What the client was last told: an event goes out only when it differs
+  // (the job's state, its tasks, its chips' tasks, its place in the queue).
+  auto progress_of = [](const pto::v1::JobEvent& e) {
+    return std::make_tuple(e.state(), e.tasks_done(), e.tasks_total(), e.chip_tasks_done(), e.chip_tasks_total(),
+                           e.queue_position());
+  };
+  std::optional<decltype(progress_of(pto::v1::JobEvent()))> last;
   for (;;) {
     if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
     pto::v1::JobEvent ev;
     if (Status s = p_.jobs.wait_event(who, req->job_id(), &version, std::chrono::milliseconds(20), &ev); !s.ok())
       return to_grpc(s);
-    if (ev.state() != last_state || ev.tasks_done() != last_done || ev.tasks_total() != last_total) {
+    if (!last || *last != progress_of(ev)) {
       if (!writer->Write(ev)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-      last_state = ev.state();
-      last_done = ev.tasks_done();
-      last_total = ev.tasks_total();
+      last = progress_of(ev);
     }
     if (final_state(ev.state())) return grpc::Status::OK;
   }

@@ -471,6 +471,7 @@ void Orchestrator::add_lifetime_ref(uint64_t consumer, uint64_t producer) {
   tr.publish(seq);
   s_.notify_work();
   ++submitted_;
+  s_.run_submitted.store(submitted_, std::memory_order_relaxed);
 }
 
 int64_t Orchestrator::submit(int32_t kernel_id, int32_t worker_type, PTOParam* params, int32_t n,

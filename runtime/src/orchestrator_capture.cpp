@@ -456,6 +456,7 @@ bool Orchestrator::replay_task(const CapturedRegion& region, uint32_t index, con
   // A root is found by the schedulers' scan once the batch is published.
   st.scan_id.store(edges == 0 && !deferred ? id | TaskSlotState::kRootBit : id, std::memory_order_release);
   ++submitted_;
+  s_.run_submitted.store(submitted_, std::memory_order_relaxed);
   pending_ = true;
   pending_ring_ = ring;
   pending_seq_ = seq;

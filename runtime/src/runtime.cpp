@@ -47,6 +47,8 @@ RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
   }
   const uint64_t t0 = now_ns();
   const uint64_t completed0 = state_.completed_count.load(std::memory_order_acquire);
+  state_.run_completed_base.store(completed0, std::memory_order_relaxed);
+  state_.run_submitted.store(0, std::memory_order_relaxed);
   state_.abort.store(0, std::memory_order_release);
   state_.region.header()->orchestrator_done.store(0, std::memory_order_release);
   (void)state_.take_fault();  // a fault reported after the last run ended belongs to no run
@@ -176,6 +178,15 @@ void Runtime::set_task_observer(TaskObserver* observer) { impl_->state().observe
 
 const RuntimeConfig& Runtime::config() const { return impl_->state().config; }
 bool Runtime::broken() const { return impl_->broken(); }
+Runtime::Progress Runtime::progress() const {
+  RuntimeState& s = impl_->state();
+  Progress p;
+  p.submitted = s.run_submitted.load(std::memory_order_relaxed);
+  const uint64_t done = s.completed_count.load(std::memory_order_relaxed);
+  const uint64_t base = s.run_completed_base.load(std::memory_order_relaxed);
+  p.completed = done > base ? done - base : 0;
+  return p;
+}
 uint64_t Runtime::shared_region_bytes() const { return impl_->state().region.layout().total_bytes; }
 
 }  // namespace pto2

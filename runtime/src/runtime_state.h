@@ -137,6 +137,11 @@ class RuntimeState : public Wakeup {
   TaskObserver* observer = nullptr;  // set between runs (Runtime::set_task_observer)
 
   std::atomic<uint64_t> completed_count{0};  // progress measure for liveness checks
+  // Runtime::progress(): the run's submits (the orchestrator mirrors its own
+  // count with a relaxed store: a plain move on the submit path) and the
+  // completed count when the run began.
+  std::atomic<uint64_t> run_submitted{0};
+  std::atomic<uint64_t> run_completed_base{0};
   std::atomic<uint32_t> abort{0};            // stop the run's scheduler loops now
 
  private:

@@ -33,13 +33,13 @@ struct Output {
   int code = -1;  // exit status, or 128 + signal, or -1 if it had to be killed
   std::string text;
 };
-inline Output run_command(const std::vector<std::string>& argv, int timeout_s = 60,
-                          const std::vector<std::string>& env = {}) {
-  Output out;
+// Starts argv (with env added) in the background, its stdout and stderr
+// into a pipe: the pipe's read end, -1 on failure; *pid the child.
+inline int spawn_command(const std::vector<std::string>& argv, const std::vector<std::string>& env, pid_t* pid) {
   int fds[2];
-  if (pipe(fds) != 0) return out;
-  const pid_t pid = fork();
-  if (pid == 0) {
+  if (pipe(fds) != 0) return -1;
+  *pid = fork();
+  if (*pid == 0) {
     dup2(fds[1], 1);
     dup2(fds[1], 2);
     close(fds[0]);
@@ -52,6 +52,16 @@ inline Output run_command(const std::vector<std::string>& argv, int timeout_s = 
     _exit(127);
   }
   close(fds[1]);
+  return fds[0];
+}
+
+inline Output run_command(const std::vector<std::string>& argv, int timeout_s = 60,
+                          const std::vector<std::string>& env = {}) {
+  Output out;
+  int fds[2];
+  pid_t pid = -1;
+  fds[0] = spawn_command(argv, env, &pid);
+  if (fds[0] < 0) return out;
   fcntl(fds[0], F_SETFL, O_NONBLOCK);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   char buf[4096];

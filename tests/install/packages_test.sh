@@ -43,6 +43,11 @@ grep -q "deb-systemd-invoke" "$tmp/ctl/postinst" || { echo "postinst does not st
 grep -q "^Depends:.*adduser" "$tmp/ctl/control" || { echo "ptod uses adduser without depending on it"; exit 1; }
 for s in postinst prerm postrm; do sh -n "$tmp/ctl/$s"; done
 for c in "$tmp/x/usr/share/bash-completion/completions/"*; do bash -n "$c"; done
+# The completion offers every ptoctl subcommand.
+for cmd in $("$build/client/ptoctl" --help | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && NF {print $1}'); do
+  grep -qE "(^|[ \"])$cmd([ \"]|\$)" "$tmp/x/usr/share/bash-completion/completions/ptoctl" ||
+    { echo "the ptoctl completion does not offer '$cmd'"; exit 1; }
+done
 if command -v lintian >/dev/null 2>&1; then
   lintian --tag-display-limit 0 "$tmp"/*.deb >"$tmp/lintian.log" 2>&1 || true
   cat "$tmp/lintian.log"

@@ -107,10 +107,20 @@ class OutputCapture {
   bool active_ = false;
 };
 
+// A chip child's runtime, for its heartbeat thread to publish the progress
+// of a running chip task (set once the child's ChipWorker exists).
+std::atomic<const ChipWorker*> g_progress_chip{nullptr};
+
 class ChildRunner {
  public:
   ChildRunner(Endpoint& ep, SharedDoorbell* bell, pid_t parent, uint32_t spin_us, Worker* inner)
-      : ep_(ep), mb_(ep.mb), bell_(bell), parent_(parent), spin_ns_(uint64_t(spin_us) * 1000), inner_(inner) {}
+      : ep_(ep), mb_(ep.mb), bell_(bell), parent_(parent), spin_ns_(uint64_t(spin_us) * 1000), inner_(inner) {
+    if (ep.kind == ChildKind::CHIP) {
+      chip_.set_progress_sink(&mb_->chip_submitted, &mb_->chip_completed);
+      g_progress_chip.store(&chip_, std::memory_order_release);
+    }
+  }
+  ~ChildRunner() { g_progress_chip.store(nullptr, std::memory_order_release); }
 
   Status install(const Digest& digest, const ControlDescriptor& d, const Callable* local) {
     // An L3 child also takes chip callables: it registers them with its own
@@ -373,6 +383,7 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
       for (;;) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         mb->heartbeat.fetch_add(1, std::memory_order_relaxed);
+        if (const ChipWorker* chip = g_progress_chip.load(std::memory_order_acquire)) chip->publish_progress();
         if (watch_parent && getppid() != parent) _exit(3);
       }
     }).detach();

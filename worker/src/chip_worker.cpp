@@ -88,6 +88,20 @@ Status ChipWorker::engine_for(const Digest& digest, Prepared& p, int block_dim, 
   return Status::Ok();
 }
 
+void ChipWorker::set_progress_sink(std::atomic<uint64_t>* submitted, std::atomic<uint64_t>* completed) {
+  std::lock_guard<std::mutex> g(progress_mu_);
+  sink_submitted_ = submitted;
+  sink_completed_ = completed;
+}
+
+void ChipWorker::publish_progress() const {
+  std::lock_guard<std::mutex> g(progress_mu_);
+  if (!running_ || !sink_submitted_) return;
+  const pto2::Runtime::Progress p = running_->progress();
+  sink_submitted_->store(p.submitted, std::memory_order_relaxed);
+  sink_completed_->store(p.completed, std::memory_order_relaxed);
+}
+
 Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const CallConfig& cfg) {
   auto it = prepared_.find(digest);
   if (it == prepared_.end())
@@ -184,7 +198,19 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
     }
     e->runtime->set_task_observer(dump.get());
   }
+  {
+    std::lock_guard<std::mutex> g(progress_mu_);
+    running_ = e->runtime.get();
+  }
   pto2::RunResult rr = e->runtime->run(p.orch.config, p.orch.entry, dev.data(), static_cast<int>(dev.size()));
+  {
+    std::lock_guard<std::mutex> g(progress_mu_);
+    running_ = nullptr;
+    if (sink_submitted_) {
+      sink_submitted_->store(rr.stats.tasks_submitted, std::memory_order_relaxed);
+      sink_completed_->store(rr.stats.tasks_completed, std::memory_order_relaxed);
+    }
+  }
   if (dump) e->runtime->set_task_observer(nullptr);
   if (rr.ok()) {
     for (int i = 0, t = 0; i < static_cast<int>(specs.size()); ++i) {

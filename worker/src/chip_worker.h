@@ -17,9 +17,11 @@
 // the settings keeps the child's memory and thread count bounded.
 #pragma once
 
+#include <atomic>
 #include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -44,6 +46,12 @@ class ChipWorker {
   bool has(const Digest& digest) const { return prepared_.count(digest) != 0; }
   Status run(const Digest& digest, const TaskArgsView& args, const CallConfig& cfg);
   size_t engines() const { return engines_.size(); }
+  // Where the L2 runtime's progress goes (a chip child's mailbox): the
+  // final counts at the end of each run, and the live counts whenever
+  // publish_progress() is called during one (from any thread). Writes happen
+  // under one lock, so a live write never lands after the final one.
+  void set_progress_sink(std::atomic<uint64_t>* submitted, std::atomic<uint64_t>* completed);
+  void publish_progress() const;
 
  private:
   struct Engine {  // declaration order = destruction order reversed: runtime goes first
@@ -65,6 +73,12 @@ class ChipWorker {
   static void tear_down(Engine& e);
   std::map<Digest, std::unique_ptr<Prepared>> prepared_;
   std::list<std::pair<EngineKey, Engine>> engines_;  // most recently used first
+  // The runtime running now, set and cleared around its run under the lock
+  // (publish_progress never reads a destroyed one).
+  mutable std::mutex progress_mu_;
+  const pto2::Runtime* running_ = nullptr;
+  std::atomic<uint64_t>* sink_submitted_ = nullptr;
+  std::atomic<uint64_t>* sink_completed_ = nullptr;
 };
 
 }  // namespace pto

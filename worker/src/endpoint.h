@@ -77,6 +77,9 @@ struct Endpoint {
   uint64_t tasks_run = 0;
   // Scheduler-owned.
   TaskNode* running = nullptr;
+  // A chip child's runtime progress in its running task, as last added to
+  // the task's run (the mailbox's chip_submitted / chip_completed).
+  uint64_t chip_seen_submitted = 0, chip_seen_completed = 0;
   uint64_t dispatch_ns = 0;
   uint64_t timeout_ns = 0;
   uint64_t seq = 0;

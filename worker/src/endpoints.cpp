@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "endpoint.h"
@@ -42,6 +43,9 @@ class MailboxTransport final : public EndpointTransport {
     const auto& blob = s->blobs[member];
     std::memcpy(mb->digest, s->callable.digest.data(), 32);
     mb->config = s->config;
+    mb->chip_submitted.store(0, std::memory_order_relaxed);  // the child is idle: nothing writes them now
+    mb->chip_completed.store(0, std::memory_order_relaxed);
+    ep.chip_seen_submitted = ep.chip_seen_completed = 0;
     const std::string& log = s->run->options.log_file;
     const size_t log_bytes = log.size() < sizeof mb->log_path ? log.size() : 0;  // too long: not captured
     std::memcpy(mb->log_path, log.data(), log_bytes);
@@ -78,6 +82,7 @@ class MailboxTransport final : public EndpointTransport {
       return;
     }
     w_.record_round_trip(false, now_ns() - ep.dispatch_ns);
+    add_chip_progress(ep);  // the final counts, written before the answer
     const bool ok = st == MB_TASK_DONE;
     const std::string msg = ok ? std::string() : mb->error();
     mb->state.store(MB_IDLE, std::memory_order_release);
@@ -98,6 +103,7 @@ class MailboxTransport final : public EndpointTransport {
       w_.mark_dead(ep, "is gone (it could not be waited for; is SIGCHLD ignored?)", true);
       return;
     }
+    if (ep.running) add_chip_progress(ep);
     if (ep.running && ep.timeout_ns && now - ep.dispatch_ns > ep.timeout_ns)
       w_.endpoint_failed(ep, fmt::format("timed out: task {} ran longer than {} ms; the child was killed",
                                          ep.running->id, ep.timeout_ns / 1'000'000));
@@ -106,6 +112,20 @@ class MailboxTransport final : public EndpointTransport {
   std::string down_reason(const Endpoint& ep) const override { return ep.death; }
 
  private:
+  // What the chip child reported since the last look, added to the running
+  // task's run (a chip child only; others leave the counters at 0).
+  static void add_chip_progress(Endpoint& ep) {
+    if (ep.kind != ChildKind::CHIP || !ep.running) return;
+    const uint64_t sub = ep.mb->chip_submitted.load(std::memory_order_relaxed);
+    const uint64_t comp = ep.mb->chip_completed.load(std::memory_order_relaxed);
+    RunState* run = ep.running->run;
+    if (sub > ep.chip_seen_submitted) run->chip_submitted.fetch_add(sub - ep.chip_seen_submitted, std::memory_order_relaxed);
+    if (comp > ep.chip_seen_completed)
+      run->chip_completed.fetch_add(comp - ep.chip_seen_completed, std::memory_order_relaxed);
+    ep.chip_seen_submitted = std::max(sub, ep.chip_seen_submitted);
+    ep.chip_seen_completed = std::max(comp, ep.chip_seen_completed);
+  }
+
   Scheduler& w_;
 };
 

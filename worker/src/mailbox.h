@@ -87,7 +87,12 @@ struct Mailbox {
   // Where the task's stdout and stderr go while it runs (its run's
   // RunOptions::log_file); "" = the child's own streams.
   char log_path[256];
-  uint8_t reserved_text[208];
+  // A chip child's L2 runtime progress in the task now running (submitted,
+  // completed chip tasks): zeroed by the dispatch, written by the child's
+  // heartbeat thread while the run goes on and once more at its end.
+  std::atomic<uint64_t> chip_submitted;
+  std::atomic<uint64_t> chip_completed;
+  uint8_t reserved_text[192];
   CallConfig config;
   uint8_t digest[32];
   uint32_t blob_bytes;
@@ -107,6 +112,7 @@ static_assert(offsetof(Mailbox, error_bytes) == 32);
 static_assert(offsetof(Mailbox, heartbeat) == 40);
 static_assert(kMaxMessageBytes <= kMailboxBlobCapacity);
 static_assert(offsetof(Mailbox, log_path) == 48);
+static_assert(offsetof(Mailbox, chip_submitted) == 304);
 static_assert(offsetof(Mailbox, config) == 512);
 static_assert(offsetof(Mailbox, digest) == 800);
 static_assert(offsetof(Mailbox, blob_bytes) == 832);

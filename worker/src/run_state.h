@@ -33,6 +33,9 @@ struct RunState {
   // shared condition would wake every run's thread at every run's end).
   std::condition_variable drained;
   RunResult result;
+  // Chip tasks (inside its chip-level tasks) submitted and completed by the
+  // L2 runtimes, so far: written by the scheduler's driver, read by progress().
+  std::atomic<uint64_t> chip_submitted{0}, chip_completed{0};
   std::string cancelled;  // non-empty: cancelled, why
   bool ended = false;
   uint64_t start_ns = 0, deadline_ns = 0;

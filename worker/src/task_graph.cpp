@@ -72,6 +72,8 @@ RunResult TaskGraph::end_run(RunState* run) {
   live_count_.store(static_cast<uint32_t>(live_.size()), std::memory_order_relaxed);
   ++counters_.runs;
   RunResult r = std::move(run->result);
+  r.chip_tasks_submitted = run->chip_submitted.load(std::memory_order_relaxed);
+  r.chip_tasks_completed = run->chip_completed.load(std::memory_order_relaxed);
   if (r.status.ok() && r.first_failure) r.status = Status::Error(kWorkerRunFailed, r.first_failure->describe());
   // Failed writers stayed in the TensorMap so that the run's later readers
   // were skipped; nothing of the run may stay there now.
@@ -116,6 +118,8 @@ RunProgress TaskGraph::progress(const RunState* run) const {
   p.submitted = run->result.tasks_submitted;
   p.finished = run->result.tasks_succeeded + run->result.tasks_failed + run->result.tasks_skipped +
                run->result.tasks_stopped;
+  p.chip_submitted = run->chip_submitted.load(std::memory_order_relaxed);
+  p.chip_completed = run->chip_completed.load(std::memory_order_relaxed);
   return p;
 }
 
@@ -126,6 +130,8 @@ RunProgress TaskGraph::progress() const {
     p.running = true;
     p.submitted += q.submitted;
     p.finished += q.finished;
+    p.chip_submitted += q.chip_submitted;
+    p.chip_completed += q.chip_completed;
   }
   return p;
 }

@@ -110,6 +110,13 @@ class Runtime {
   // True after a run stalled with kernels still running: the Runtime refuses
   // runs, and its Platform must outlive whatever is still executing.
   bool broken() const;
+  // The run in progress, read from any thread while run() executes (relaxed:
+  // a progress display, not a synchronisation): tasks submitted so far and
+  // task slots completed so far (a failed submit's no-op slot counts).
+  struct Progress {
+    uint64_t submitted = 0, completed = 0;
+  };
+  Progress progress() const;
   // Bytes of the shared region for this config (header + descriptors + pools).
   uint64_t shared_region_bytes() const;
 

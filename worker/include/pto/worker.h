@@ -108,6 +108,9 @@ struct RunOptions {
 struct RunProgress {
   bool running = false;
   uint64_t submitted = 0, finished = 0;
+  // The chip's own tasks inside its chip tasks (the L2 runtime's), as its
+  // chip children report them (about every 100 ms while they run).
+  uint64_t chip_submitted = 0, chip_completed = 0;
 };
 
 struct RunResult {
@@ -116,6 +119,8 @@ struct RunResult {
   uint64_t tasks_submitted = 0, tasks_succeeded = 0, tasks_failed = 0, tasks_skipped = 0;
   uint64_t tasks_stopped = 0;    // STOPPED: running (or about to run) when the run was cancelled
   uint64_t tasks_retried = 0;    // attempts repeated after ENDPOINT_FAILURE (retryable callables)
+  // The chip's own tasks (the L2 runtimes') inside the run's chip tasks.
+  uint64_t chip_tasks_submitted = 0, chip_tasks_completed = 0;
   std::optional<TaskFailure> first_failure;
   std::vector<TaskFailure> failures;  // failed tasks (not the skipped ones), at most 64
   uint64_t wall_ns = 0;
