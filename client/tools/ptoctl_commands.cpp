@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <system_error>
 
 #include "progress.h"
 #include "pto/package/chip_package.h"
@@ -601,7 +602,8 @@ int cmd_trace(Client& c, uint64_t job, const std::string& out_file) {
   const std::string tmp = out_file + ".part";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) {
-    std::fprintf(stderr, "ptoctl: trace: cannot write %s: %s\n", tmp.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "ptoctl: trace: cannot write %s: %s\n", tmp.c_str(),
+                 std::error_code(errno, std::generic_category()).message().c_str());
     return kExitFailed;
   }
   uint64_t bytes = 0;
@@ -618,7 +620,8 @@ int cmd_trace(Client& c, uint64_t job, const std::string& out_file) {
     return kExitFailed;
   }
   if (std::rename(tmp.c_str(), out_file.c_str()) != 0) {
-    std::fprintf(stderr, "ptoctl: trace: cannot rename to %s: %s\n", out_file.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "ptoctl: trace: cannot rename to %s: %s\n", out_file.c_str(),
+                 std::error_code(errno, std::generic_category()).message().c_str());
     std::remove(tmp.c_str());
     return kExitFailed;
   }

@@ -35,8 +35,10 @@ bool stderr_is_journal(const char* journal_stream, int stderr_fd) {
 pto::Status setup_logging(const std::string& level, const std::string& file, const std::string& target) {
   std::lock_guard<std::mutex> g(g_mu);
   spdlog::sink_ptr sink;
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): ptod never changes its environment
+  const char* journal_stream = std::getenv("JOURNAL_STREAM");
   const bool journal =
-      file.empty() && (target == "journal" || (target == "auto" && stderr_is_journal(std::getenv("JOURNAL_STREAM"), 2)));
+      file.empty() && (target == "journal" || (target == "auto" && stderr_is_journal(journal_stream, 2)));
   try {
     if (!file.empty())
       sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file, false);

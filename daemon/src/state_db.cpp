@@ -50,15 +50,17 @@ StateDb::~StateDb() {
   if (db_) sqlite3_close(db_);
 }
 
+// Errors name no path: a failed commit reaches clients ("the job is not
+// queued: ..."), who have no business with the daemon's state directory.
 Status StateDb::error(const std::string& what) {
   return Status::Error(pto::kStorageError,
-                       fmt::format("state database {}: {}: {}", path_, what, db_ ? sqlite3_errmsg(db_) : "not open"));
+                       fmt::format("the state database: {}: {}", what, db_ ? sqlite3_errmsg(db_) : "not open"));
 }
 
 Status StateDb::exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    Status s = Status::Error(pto::kStorageError, fmt::format("state database {}: {}", path_, err ? err : "?"));
+    Status s = Status::Error(pto::kStorageError, fmt::format("the state database: {}", err ? err : "?"));
     sqlite3_free(err);
     return s;
   }
@@ -97,7 +99,8 @@ Status StateDb::open(const std::string& dir, bool durable) {
   durable_ = durable;
   if (sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                       nullptr) != SQLITE_OK)
-    return error("cannot open");
+    return error("cannot open " + path_);  // at start-up, for the operator: the path helps
+
   sqlite3_busy_timeout(db_, 5000);  // bounded: another process holding it is an error, not a hang
   // Exclusive: this process alone uses the database (it holds the state
   // directory's lock), so no file lock is taken per transaction. WAL: a

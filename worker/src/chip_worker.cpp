@@ -94,6 +94,21 @@ void ChipWorker::set_progress_sink(std::atomic<uint64_t>* submitted, std::atomic
   sink_completed_ = completed;
 }
 
+pto2::RunResult ChipWorker::run_published(Engine& e, const Prepared& p, std::vector<uint64_t>& dev) {
+  {
+    std::lock_guard<std::mutex> g(progress_mu_);
+    running_ = e.runtime.get();
+  }
+  pto2::RunResult rr = e.runtime->run(p.orch.config, p.orch.entry, dev.data(), static_cast<int>(dev.size()));
+  std::lock_guard<std::mutex> g(progress_mu_);
+  running_ = nullptr;
+  if (sink_submitted_) {
+    sink_submitted_->store(rr.stats.tasks_submitted, std::memory_order_relaxed);
+    sink_completed_->store(rr.stats.tasks_completed, std::memory_order_relaxed);
+  }
+  return rr;
+}
+
 void ChipWorker::publish_progress() const {
   std::lock_guard<std::mutex> g(progress_mu_);
   if (!running_ || !sink_submitted_) return;
@@ -102,11 +117,10 @@ void ChipWorker::publish_progress() const {
   sink_completed_->store(p.completed, std::memory_order_relaxed);
 }
 
-Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const CallConfig& cfg) {
-  auto it = prepared_.find(digest);
-  if (it == prepared_.end())
-    return Status::Error(kWorkerNotRegistered, "chip callable " + to_hex(digest) + " is not installed on this chip");
-  Prepared& p = *it->second;
+// A task's arguments against the callable's signature (its kernel config's
+// [[args]]). Messages name the callable by its digest, the dtypes by name,
+// and no path or address: they reach the daemon's clients.
+Status ChipWorker::check_args(const Digest& digest, const Prepared& p, const TaskArgsView& args) {
   const auto& specs = p.cfg.args;
   int n_tensors = 0, n_scalars = 0;
   std::string names;
@@ -117,8 +131,6 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
       names += (n_tensors++ ? ", " : "") + a.name;
     }
   }
-  // Messages name the callable by its digest, the dtypes by name, and no
-  // path or address: they reach the daemon's clients.
   const std::string callable = to_hex(digest).substr(0, 16);
   if (args.tensor_count != n_tensors)
     return Status::Error(kWorkerInvalidArgument,
@@ -141,6 +153,16 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
                       x.data == 0 ? std::string("no buffer")
                                   : fmt::format("{} with {} bytes", pto_dtype_name(x.dtype), tensor_bytes(x))));
   }
+  return Status::Ok();
+}
+
+Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const CallConfig& cfg) {
+  auto it = prepared_.find(digest);
+  if (it == prepared_.end())
+    return Status::Error(kWorkerNotRegistered, "chip callable " + to_hex(digest) + " is not installed on this chip");
+  Prepared& p = *it->second;
+  const auto& specs = p.cfg.args;
+  if (Status s = check_args(digest, p, args); !s.ok()) return s;
   if (cfg.enable_pmu)
     return Status::Error(kWorkerInvalidArgument,
                          "enable_pmu: the simulated chip (a2a3sim) has no performance "
@@ -198,19 +220,7 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
     }
     e->runtime->set_task_observer(dump.get());
   }
-  {
-    std::lock_guard<std::mutex> g(progress_mu_);
-    running_ = e->runtime.get();
-  }
-  pto2::RunResult rr = e->runtime->run(p.orch.config, p.orch.entry, dev.data(), static_cast<int>(dev.size()));
-  {
-    std::lock_guard<std::mutex> g(progress_mu_);
-    running_ = nullptr;
-    if (sink_submitted_) {
-      sink_submitted_->store(rr.stats.tasks_submitted, std::memory_order_relaxed);
-      sink_completed_->store(rr.stats.tasks_completed, std::memory_order_relaxed);
-    }
-  }
+  pto2::RunResult rr = run_published(*e, p, dev);
   if (dump) e->runtime->set_task_observer(nullptr);
   if (rr.ok()) {
     for (int i = 0, t = 0; i < static_cast<int>(specs.size()); ++i) {

@@ -71,6 +71,10 @@ class ChipWorker {
   };
   Status engine_for(const Digest& digest, Prepared& p, int block_dim, int aicpu, bool profiling, Engine** out);
   static void tear_down(Engine& e);
+  static Status check_args(const Digest& digest, const Prepared& p, const TaskArgsView& args);
+  // The runtime's run of p's orchestration, its progress published meanwhile
+  // and its final counts after.
+  pto2::RunResult run_published(Engine& e, const Prepared& p, std::vector<uint64_t>& dev);
   std::map<Digest, std::unique_ptr<Prepared>> prepared_;
   std::list<std::pair<EngineKey, Engine>> engines_;  // most recently used first
   // The runtime running now, set and cleared around its run under the lock
