@@ -162,3 +162,23 @@ def test_tensors_move_through_the_fd_socket_from_plain_and_shared_arrays(ptod):
         assert np.all(big[x.size // 2:] == 7)
         with pytest.raises(ValueError):
             c.download("s", out=big)  # room enough, but not the tensor's size
+
+
+def test_a_jobs_log_and_trace(ptod, native_subs, example):
+    with pto.client.Client(ptod.address) as c:
+        c.register_import(native_subs, "pto_test_say", name="say")
+        job = c.submit("say", scalars=[42])
+        assert job.result(wait_s=30).state == pto.v1.ptod_pb2.SUCCEEDED
+        text = b"".join(job.logs()).decode()
+        assert "say 42 to stdout" in text and "say 42 on stderr" in text
+        # A trace: a chip job submitted with profiling.
+        c.register_chip(example("vector"), name="vector")
+        a = c.upload(np.ones(N, dtype=np.float32))
+        b = c.upload(np.ones(N, dtype=np.float32))
+        f = c.alloc([N], np.float32)
+        traced = c.submit("vector", [a, b, (f, "out")], scalars=[N], config={"enable_profiling": True})
+        assert traced.result(wait_s=60).state == pto.v1.ptod_pb2.SUCCEEDED
+        assert b"traceEvents" in traced.trace()
+        with pytest.raises(pto.client.RpcError) as e:
+            job.trace()
+        assert "has no trace" in str(e.value)
