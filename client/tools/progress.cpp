@@ -103,6 +103,12 @@ void follow_job(uint64_t job_id, pto::client::Client* client, bool cancel) {
   g_job.store(job_id);
 }
 
+Following::~Following() {
+  g_job.store(0);
+  g_client.store(nullptr);
+  g_cancel.store(false);
+}
+
 void take_interrupts() {
   sigset_t set;
   sigemptyset(&set);

@@ -37,5 +37,14 @@ class ProgressPrinter {
 // exits 130.
 void take_interrupts();
 void follow_job(uint64_t job_id, pto::client::Client* client, bool cancel);
+// For a command's length: Ctrl-C may use `client` (cancel), and after the
+// command nothing is followed and the client is no longer touched.
+class Following {
+ public:
+  Following(uint64_t job_id, pto::client::Client& client, bool cancel) { follow_job(job_id, &client, cancel); }
+  ~Following();
+  Following(const Following&) = delete;
+  Following& operator=(const Following&) = delete;
+};
 
 }  // namespace ptoctl

@@ -352,7 +352,7 @@ int cmd_submit(Client& c, const SubmitOptions& o, bool json) {
       std::printf("%llu\n", (unsigned long long)r.value.job_id());
     return kExitOk;
   }
-  follow_job(0, &c, o.cancel_on_interrupt);
+  const Following following(0, c, o.cancel_on_interrupt);
   ProgressPrinter progress(json);
   auto r = c.run(req, std::ref(progress));
   if (!r.ok()) return report(r.status, "submit");
@@ -360,7 +360,7 @@ int cmd_submit(Client& c, const SubmitOptions& o, bool json) {
 }
 
 int cmd_watch(Client& c, uint64_t job, bool cancel_on_interrupt, bool json) {
-  follow_job(job, &c, cancel_on_interrupt);
+  const Following following(job, c, cancel_on_interrupt);
   ProgressPrinter progress(json);
   auto r = c.watch(job, std::ref(progress));
   if (!r.ok()) return report(r.status, "watch");
@@ -546,7 +546,7 @@ int cmd_run_example(Client& c, const ExampleOptions& o, bool json) {
     req.mutable_args()->add_scalars(out_mask);
   }
   for (uint64_t v : scalars) req.mutable_args()->add_scalars(v);
-  follow_job(0, &c, false);
+  const Following following(0, c, false);
   ProgressPrinter progress(json);
   auto run = c.run(req, std::ref(progress));
   if (!run.ok()) {

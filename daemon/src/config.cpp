@@ -379,6 +379,12 @@ Status DaemonConfig::validate() {
     return bad(fmt::format("[daemon] log_target '{}' is not one of auto, journal, stderr", log_target));
   if (socket.empty() && listen.empty()) return bad("no listener: set [server] socket and/or listen");
   if (state_dir.empty()) return bad("[daemon] state_dir must not be empty");
+  // A job's log path ("<state_dir>/logs/job-<id>.log") travels in a child's
+  // mailbox, 255 bytes at most.
+  if (capture_output && state_dir.size() > 200)
+    return bad(fmt::format("[daemon] state_dir is {} bytes: at most 200 while [jobs] capture_output is on (a job's "
+                           "log path must fit a child's mailbox)",
+                           state_dir.size()));
   if ((tls_cert.empty()) != (tls_key.empty())) return bad("[server] tls_cert and tls_key go together");
   if (!tls_client_ca.empty() && tls_cert.empty()) return bad("[server] tls_client_ca needs tls_cert and tls_key");
   token.clear();

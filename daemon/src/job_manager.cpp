@@ -199,6 +199,7 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
       j.spec.options.log_file = log_path(j.id);
       queued->push_back({j.id, static_cast<uint32_t>(counts_.queued)});
       ++counts_.queued;
+      ++queue_gen_;
       ++queued_by_owner_[j.spec.options.principal];
       ++counts_.submitted_total;
       rows.push_back(row_locked(j));
@@ -297,6 +298,7 @@ Status JobManager::flush_records(uint64_t id) {
 
 void JobManager::uncount_queued_locked(const Job& j) {
   --counts_.queued;
+  ++queue_gen_;
   --queued_by_owner_[j.spec.options.principal];
   --counts_.submitted_total;
 }
@@ -322,6 +324,7 @@ int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsVi
     j.start_ns = now_ns();
     j.start_ms = wall_ms();
     --counts_.queued;
+    ++queue_gen_;
     --queued_by_owner_[j.spec.options.principal];
     ++counts_.running;
     changed_locked(j);
@@ -390,6 +393,7 @@ void JobManager::apply_ending(uint64_t id, Ending e) {
     --counts_.running;
   } else {
     --counts_.queued;
+    ++queue_gen_;
     --queued_by_owner_[done.spec.options.principal];
   }
   done.state = e.state;
@@ -561,6 +565,8 @@ Status JobManager::wait_event(const Principal& who, uint64_t id, uint64_t* versi
 }
 
 uint32_t JobManager::queue_position_locked(const Job& j) const {
+  // Counted again only when the queue changed: a watcher asks every 20 ms.
+  if (j.position_gen == queue_gen_) return j.position;
   // Queued jobs start by priority, then in submission order (ids grow).
   uint32_t ahead = 0;
   for (const auto& [id, k] : jobs_)
@@ -568,6 +574,8 @@ uint32_t JobManager::queue_position_locked(const Job& j) const {
         (k.spec.options.priority > j.spec.options.priority ||
          (k.spec.options.priority == j.spec.options.priority && id < j.id)))
       ++ahead;
+  j.position_gen = queue_gen_;
+  j.position = ahead;
   return ahead;
 }
 

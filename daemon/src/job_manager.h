@@ -118,6 +118,9 @@ class JobManager {
     pto::RunHandle run;                                // set once the run is queued with the Worker
     std::string cancel_pending;                        // a cancel that came before `run` was set
     uint64_t record_ticket = 0;                        // acknowledge_later: JobRecords::flush's ticket
+    // Its place in the queue as last counted, valid while queue_gen_ is unchanged.
+    mutable uint64_t position_gen = ~uint64_t(0);
+    mutable uint32_t position = 0;
     // Notified (with mu_) at every change of version; shared so that a
     // waiter outlives the job's trimming.
     std::shared_ptr<std::condition_variable> changed = std::make_shared<std::condition_variable>();
@@ -162,6 +165,7 @@ class JobManager {
   IdSequence ids_;
   std::map<std::string, uint64_t> queued_by_owner_;  // the queued_jobs quota's measure
   JobCounts counts_;                                 // queued and running are live counts
+  uint64_t queue_gen_ = 0;                           // bumped whenever a job enters or leaves the queue
   std::atomic<bool> draining_{false};
   bool stop_ = false;
   // Last: destroyed first, its final commits' continuations still find the

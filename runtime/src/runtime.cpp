@@ -97,8 +97,12 @@ RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
   if (state_.config.profiling && drained) scheduler_.take_records(&result.records);
   result.status = orchestrator_.error();
   result.stats.tasks_submitted = orchestrator_.tasks_submitted();
+  // Between runs progress() reads zeros: a reader that looks just before the
+  // next run resets them sees no stale counts.
+  state_.run_submitted.store(0, std::memory_order_relaxed);
   // Slots of failed submits complete as no-ops; they are not tasks of the run.
   const uint64_t finished = state_.completed_count.load(std::memory_order_acquire) - completed0;
+  state_.run_completed_base.store(completed0 + finished, std::memory_order_relaxed);
   result.stats.tasks_completed = finished > orchestrator_.noop_slots() ? finished - orchestrator_.noop_slots() : 0;
   result.stats.orchestrator_ns = t1 - t0;
   result.stats.wall_ns = now_ns() - t0;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "daemon_client.h"
 #include "daemon_process.h"
@@ -129,4 +130,48 @@ TEST_CASE("a job's trace is fetched over gRPC and with ptoctl trace - a job with
   const pto::client::Status none = c->trace(plain.value.job_id(), [](const std::string&) {});
   CHECK(static_cast<SC>(none.code) == SC::NOT_FOUND);
   CHECK_THAT(none.message, Catch::Contains("has no trace"));
+}
+
+TEST_CASE("a running task's output reaches its log before it ends, a crashed task's last words are kept, and a log "
+          "stops at 64 MiB") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_tick", "tick").ok());
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_say_then_abort", "abort").ok());
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_flood", "flood").ok());
+  // Live: "tick 1" is in the log while the task still sleeps.
+  auto s = c->submit(say_job("tick", 3000));
+  REQUIRE(s.ok());
+  const uint64_t id = s.value.job_id();
+  bool live = false;
+  for (int i = 0; i < 250 && !live; ++i) {  // up to 2.5 s, the task sleeps 3 s
+    live = log_of(*c, id).find("tick 1") != std::string::npos;
+    if (!live) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto mid = c->result(id);
+  REQUIRE(mid.ok());
+  CHECK(live);
+  CHECK(mid.value.state() == v1::RUNNING);
+  // Following it: the stream ends with the job, both lines in it.
+  std::string followed;
+  REQUIRE(c->logs(id, [&](const std::string& chunk) { followed += chunk; }, true).ok());
+  CHECK_THAT(followed, Catch::Contains("tick 1\ntick 2\n"));
+  // A crash: what it printed before is kept.
+  auto crashed = c->run(say_job("abort", 0));
+  REQUIRE(crashed.ok());
+  CHECK(crashed.value.state() == v1::FAILED);
+  CHECK_THAT(log_of(*c, crashed.value.job_id()), Catch::Contains("last words"));
+  // 80 MiB printed: the log holds 64 MiB and says the rest was dropped.
+  auto flood = c->run(say_job("flood", 80));
+  REQUIRE(flood.ok());
+  CHECK(flood.value.state() == v1::SUCCEEDED);
+  const std::string path = d.dir() + "/state/logs/job-" + std::to_string(flood.value.job_id()) + ".log";
+  const auto size = std::filesystem::file_size(path);
+  CHECK(size >= (uint64_t(64) << 20));
+  CHECK(size <= (uint64_t(64) << 20) + 200);
+  std::ifstream f(path, std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(size) - 120);
+  const std::string tail((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  CHECK_THAT(tail, Catch::Contains("reached its limit of 64 MiB; further output is dropped"));
 }

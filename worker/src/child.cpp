@@ -12,17 +12,18 @@
 #include <linux/close_range.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <thread>
 
 #include "chip_worker.h"
+#include "output_capture.h"
 #include "pto/base/shared_library.h"
 #include "worker_impl.h"
 
@@ -68,58 +69,8 @@ Status verify(const Digest& want, const ControlDescriptor& d) {
   return Status::Ok();
 }
 
-// What a task writes to stdout and stderr while it runs goes to its run's
-// log file (Mailbox::log_path). During the task fds 1 and 2 point at a memfd
-// of this child's (made once); when the task ends, whatever it wrote is
-// appended to the log and the memfd emptied. A task that writes nothing —
-// the common case — costs two flushes and four dup2s, no file system call
-// (opening the job's log for every task cost a trivial job more than its
-// whole run).
-class OutputCapture {
- public:
-  ~OutputCapture() {
-    if (buf_fd_ >= 0) ::close(buf_fd_);
-  }
-  void begin(const char* path) {
-    if (path[0] == '\0') return;
-    if (buf_fd_ < 0) {
-      saved_out_ = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
-      saved_err_ = ::fcntl(2, F_DUPFD_CLOEXEC, 3);
-      buf_fd_ = ::memfd_create("pto-task-output", MFD_CLOEXEC);
-      if (saved_out_ < 0 || saved_err_ < 0 || buf_fd_ < 0) return;
-    }
-    path_ = path;
-    std::fflush(stdout);
-    std::fflush(stderr);
-    active_ = ::dup2(buf_fd_, 1) >= 0 && ::dup2(buf_fd_, 2) >= 0;
-  }
-  void end() {
-    if (!active_) return;
-    std::fflush(stdout);
-    std::fflush(stderr);
-    (void)::dup2(saved_out_, 1);
-    (void)::dup2(saved_err_, 2);
-    active_ = false;
-    // Both fds shared the memfd's offset: it is what the task wrote.
-    const off_t bytes = ::lseek(buf_fd_, 0, SEEK_CUR);
-    if (bytes <= 0) return;
-    const int log = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-    char chunk[65536];
-    for (off_t at = 0; log >= 0 && at < bytes;) {
-      const ssize_t n = ::pread(buf_fd_, chunk, sizeof chunk, at);
-      if (n <= 0 || ::write(log, chunk, static_cast<size_t>(n)) != n) break;
-      at += n;
-    }
-    if (log >= 0) ::close(log);
-    (void)::ftruncate(buf_fd_, 0);
-    (void)::lseek(buf_fd_, 0, SEEK_SET);
-  }
-
- private:
-  int saved_out_ = -1, saved_err_ = -1, buf_fd_ = -1;
-  std::string path_;
-  bool active_ = false;
-};
+// The capture of the task running now, drained by the heartbeat thread.
+std::atomic<OutputCapture*> g_capture{nullptr};
 
 // A chip child's runtime, for its heartbeat thread to publish the progress
 // of a running chip task (set once the child's ChipWorker exists).
@@ -133,8 +84,12 @@ class ChildRunner {
       chip_.set_progress_sink(&mb_->chip_submitted, &mb_->chip_completed);
       g_progress_chip.store(&chip_, std::memory_order_release);
     }
+    g_capture.store(&capture_, std::memory_order_release);
   }
-  ~ChildRunner() { g_progress_chip.store(nullptr, std::memory_order_release); }
+  ~ChildRunner() {
+    g_progress_chip.store(nullptr, std::memory_order_release);
+    g_capture.store(nullptr, std::memory_order_release);
+  }
 
   Status install(const Digest& digest, const ControlDescriptor& d, const Callable* local) {
     // An L3 child also takes chip callables: it registers them with its own
@@ -376,6 +331,9 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
+  // Forked while the parent's task was captured (an L3 child replacing one of
+  // its children): stdio as the parent had it before that task.
+  OutputCapture::restore_streams_after_fork();
   // Keep nothing of the parent's but stdio and the mappings: a child holding a
   // daemon's listening socket or a pipe's write end would keep them alive.
   if (close_range(3, ~0u, 0) != 0)
@@ -398,6 +356,7 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         mb->heartbeat.fetch_add(1, std::memory_order_relaxed);
         if (const ChipWorker* chip = g_progress_chip.load(std::memory_order_acquire)) chip->publish_progress();
+        if (OutputCapture* out = g_capture.load(std::memory_order_acquire)) out->drain();
         if (watch_parent && getppid() != parent) _exit(3);
       }
     }).detach();

@@ -15,14 +15,21 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <atomic>
 #include <cstring>
 #include <thread>
 
 #include "futex.h"
 #include "orchestrator_backend.h"
+#include "output_capture.h"
 #include "runner_channel.h"
 
 namespace pto {
+
+namespace {
+// The job's log, once known: the heartbeat keeps it under its cap.
+std::atomic<const std::string*> g_runner_log{nullptr};
+}  // namespace
 namespace {
 
 // Waits until the engine wrote one of the states in `want`; the runner ends
@@ -192,6 +199,7 @@ void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us) {
     for (;;) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       ch->heartbeat.fetch_add(1, std::memory_order_relaxed);
+      if (const std::string* log = g_runner_log.load(std::memory_order_acquire)) enforce_log_cap(*log);
       if (getppid() != parent) _exit(3);
     }
   }).detach();
@@ -212,16 +220,10 @@ void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us) {
     _exit(0);
   }
   // A runner serves one job: its streams go to the job's log from here on
-  // (the library's constructors included).
+  // (the library's constructors included), capped by the heartbeat.
   if (!job.log_file.empty()) {
-    const int fd = ::open(job.log_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-      std::fflush(stdout);
-      std::fflush(stderr);
-      (void)dup2(fd, 1);
-      (void)dup2(fd, 2);
-      ::close(fd);
-    }
+    redirect_streams_to(job.log_file);
+    g_runner_log.store(&job.log_file, std::memory_order_release);
   }
   auto entry = reinterpret_cast<OrchestrationEntryFn>(load(ch, job.path, job.symbol, &error));
   if (!entry) {

@@ -1,0 +1,146 @@
+#include "output_capture.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+
+namespace pto {
+namespace {
+
+// The streams as they were before a capture began, for a process forked
+// during one (restore_streams_after_fork); -1 while nothing is captured.
+std::atomic<int> g_saved_out{-1}, g_saved_err{-1};
+
+constexpr char kCapped[] = "\n[pto: this job's log reached its limit of 64 MiB; further output is dropped]\n";
+
+// Appends at most what keeps `log` under kMaxLogBytes (and the note when
+// this write reaches it); the bytes are [from, to) of `src`.
+void append_capped(int log, int src, uint64_t from, uint64_t to) {
+  struct stat st{};
+  if (fstat(log, &st) != 0) return;
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size >= kMaxLogBytes) return;
+  const uint64_t room = kMaxLogBytes - size;
+  const uint64_t end = to - from > room ? from + room : to;
+  char chunk[65536];
+  for (uint64_t at = from; at < end;) {
+    const ssize_t n = ::pread(src, chunk, std::min<uint64_t>(sizeof chunk, end - at), static_cast<off_t>(at));
+    if (n <= 0 || ::write(log, chunk, static_cast<size_t>(n)) != n) return;
+    at += static_cast<uint64_t>(n);
+  }
+  if (end < to) (void)!::write(log, kCapped, sizeof kCapped - 1);
+}
+
+}  // namespace
+
+OutputCapture::~OutputCapture() {
+  for (int fd : {buf_fd_, saved_out_, saved_err_})
+    if (fd >= 0) ::close(fd);
+}
+
+void OutputCapture::begin(const char* path) {
+  if (path[0] == '\0') return;
+  std::lock_guard<std::mutex> g(mu_);
+  if (disabled_) return;
+  if (buf_fd_ < 0) {
+    saved_out_ = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
+    saved_err_ = ::fcntl(2, F_DUPFD_CLOEXEC, 3);
+    buf_fd_ = ::memfd_create("pto-task-output", MFD_CLOEXEC);
+    if (saved_out_ < 0 || saved_err_ < 0 || buf_fd_ < 0) {
+      for (int* fd : {&buf_fd_, &saved_out_, &saved_err_})
+        if (*fd >= 0) ::close(*fd), *fd = -1;
+      disabled_ = true;
+      return;
+    }
+    // Line-buffered: a follower sees a task's lines as the heartbeat drains
+    // them, not when a 4 KiB buffer fills (stdio was flushed, nothing is lost).
+    std::fflush(stdout);
+    (void)std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (::dup2(buf_fd_, 1) < 0 || ::dup2(buf_fd_, 2) < 0) {
+    (void)::dup2(saved_out_, 1);
+    (void)::dup2(saved_err_, 2);
+    return;
+  }
+  path_ = path;
+  active_ = true;
+  g_saved_out.store(saved_out_);
+  g_saved_err.store(saved_err_);
+}
+
+void OutputCapture::end() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!active_) return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  (void)::dup2(saved_out_, 1);
+  (void)::dup2(saved_err_, 2);
+  g_saved_out.store(-1);
+  g_saved_err.store(-1);
+  active_ = false;
+  drain_locked();
+  (void)::ftruncate(buf_fd_, 0);
+  (void)::lseek(buf_fd_, 0, SEEK_SET);
+  copied_ = 0;
+  path_.clear();
+}
+
+void OutputCapture::drain() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (active_) drain_locked();
+}
+
+void OutputCapture::drain_locked() {
+  // Both fds share the memfd's offset: everything below it has been written.
+  const off_t end = ::lseek(buf_fd_, 0, SEEK_CUR);
+  if (end <= 0 || static_cast<uint64_t>(end) <= copied_ || path_.empty()) return;
+  const int log = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (log >= 0) {
+    append_capped(log, buf_fd_, copied_, static_cast<uint64_t>(end));
+    ::close(log);
+  }
+  // The pages appended are freed: a task that prints a lot holds ~100 ms of it.
+  (void)::fallocate(buf_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(copied_),
+                    end - static_cast<off_t>(copied_));
+  copied_ = static_cast<uint64_t>(end);
+}
+
+void OutputCapture::restore_streams_after_fork() {
+  const int out = g_saved_out.load(), err = g_saved_err.load();
+  if (out >= 0) (void)::dup2(out, 1);
+  if (err >= 0) (void)::dup2(err, 2);
+}
+
+void redirect_streams_to(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  (void)::dup2(fd, 1);
+  (void)::dup2(fd, 2);
+  ::close(fd);
+  (void)std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+}
+
+void enforce_log_cap(const std::string& path) {
+  struct stat st{};
+  if (::fstat(1, &st) != 0 || static_cast<uint64_t>(st.st_size) < kMaxLogBytes || !S_ISREG(st.st_mode)) return;
+  const int log = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (log >= 0) {
+    (void)!::write(log, kCapped, sizeof kCapped - 1);
+    ::close(log);
+  }
+  const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null < 0) return;
+  (void)::dup2(null, 1);
+  (void)::dup2(null, 2);
+  ::close(null);
+}
+
+}  // namespace pto
