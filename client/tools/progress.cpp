@@ -7,20 +7,15 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <thread>
+
+#include "pto/base/clock.h"
 
 namespace ptoctl {
 namespace v1 = pto::v1;
 
 namespace {
-
-uint64_t steady_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
 
 int terminal_width() {
   winsize w{};
@@ -58,14 +53,14 @@ std::string progress_line(const v1::JobEvent& ev, int width, double elapsed_s, d
   return line;
 }
 
-ProgressPrinter::ProgressPrinter(bool json) : json_(json), tty_(isatty(STDOUT_FILENO) && !json), start_ns_(steady_ns()) {}
+ProgressPrinter::ProgressPrinter(bool json) : json_(json), tty_(isatty(STDOUT_FILENO) && !json), start_ns_(pto::now_ns()) {}
 
 void ProgressPrinter::operator()(const v1::JobEvent& ev) {
   // Ctrl-C now concerns this job, until it ended (the client and the cancel
   // flag stay what the command set).
   follow_job(ev.has_result() ? 0 : ev.job_id(), nullptr, false);
   if (json_) return;
-  const uint64_t now = steady_ns();
+  const uint64_t now = pto::now_ns();
   if (ev.state() == v1::RUNNING && running_ns_ == 0) running_ns_ = now;
   const double elapsed = double(now - start_ns_) / 1e9;
   const double running = running_ns_ ? double(now - running_ns_) / 1e9 : 0;

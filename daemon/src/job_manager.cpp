@@ -313,6 +313,7 @@ std::vector<uint64_t> JobManager::take_gone() {
 int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc) {
   RegisteredCallable c;
   pto::TaskArgs args;
+  std::string log_file;
   {
     // RUNNING is not written to the state database: after a crash a queued
     // and a running job read the same ("interrupted: the daemon stopped").
@@ -330,8 +331,9 @@ int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsVi
     changed_locked(j);
     c = j.spec.callable;
     args = j.spec.args;
+    log_file = j.spec.options.log_file;
   }
-  return run_registered(c, runners_, o, args, view, cc, log_path(id));
+  return run_registered(c, runners_, o, args, view, cc, log_file);
 }
 
 void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {

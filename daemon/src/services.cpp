@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -446,10 +447,13 @@ namespace {
 // Sends `path` from `*offset` on in chunks of at most 1 MiB; a file not
 // there yet reads as empty. False when the client went away.
 bool send_file_from(const std::string& path, uint64_t* offset, grpc::ServerWriter<pto::v1::FileChunk>* writer) {
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec || size <= *offset) return true;  // nothing (new) to send: a follower's poll costs a stat
   std::ifstream f(path, std::ios::binary);
   if (!f) return true;
   f.seekg(static_cast<std::streamoff>(*offset));
-  std::string buf(1 << 20, '\0');
+  std::string buf(std::min<uint64_t>(size - *offset, 1 << 20), '\0');
   for (;;) {
     f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     const std::streamsize n = f.gcount();

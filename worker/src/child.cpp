@@ -7,7 +7,6 @@
 // stopped. A child never returns into the parent's stack: it leaves with
 // _exit, and it dies with its parent (PR_SET_PDEATHSIG, or the heartbeat
 // thread's check).
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/close_range.h>
 #include <signal.h>
@@ -15,7 +14,6 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <atomic>
 #include <cstring>
 #include <fstream>

@@ -6,7 +6,6 @@
 // here) and leaves with _exit, whatever the library does: exit() from user
 // code ends here too, without running the parent image's exit handlers.
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <linux/close_range.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -14,8 +13,8 @@
 
 #include <fmt/format.h>
 
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
