@@ -23,7 +23,9 @@ int terminal_width() {
   return 80;
 }
 
-std::string seconds(double s) { return s < 60 ? fmt::format("{:.1f} s", s) : fmt::format("{}m{:02}s", int(s) / 60, int(s) % 60); }
+std::string seconds(double s) {
+  return s < 60 ? fmt::format("{:.1f} s", s) : fmt::format("{}m{:02}s", int(s) / 60, int(s) % 60);
+}
 
 }  // namespace
 
@@ -53,7 +55,8 @@ std::string progress_line(const v1::JobEvent& ev, int width, double elapsed_s, d
   return line;
 }
 
-ProgressPrinter::ProgressPrinter(bool json) : json_(json), tty_(isatty(STDOUT_FILENO) && !json), start_ns_(pto::now_ns()) {}
+ProgressPrinter::ProgressPrinter(bool json)
+    : json_(json), tty_(isatty(STDOUT_FILENO) && !json), start_ns_(pto::now_ns()) {}
 
 void ProgressPrinter::operator()(const v1::JobEvent& ev) {
   // Ctrl-C now concerns this job, until it ended (the client and the cancel
@@ -73,13 +76,11 @@ void ProgressPrinter::operator()(const v1::JobEvent& ev) {
     if (ev.state() == v1::QUEUED)
       std::printf("job %llu QUEUED (%u ahead)\n", (unsigned long long)ev.job_id(), ev.queue_position());
     else
-      std::printf("job %llu %s (%llu/%llu tasks%s)\n", (unsigned long long)ev.job_id(),
-                  v1::JobState_Name(ev.state()).c_str(), (unsigned long long)ev.tasks_done(),
-                  (unsigned long long)ev.tasks_total(),
-                  ev.chip_tasks_total() ? fmt::format(", {}/{} chip tasks", ev.chip_tasks_done(),
-                                                      ev.chip_tasks_total())
-                                              .c_str()
-                                        : "");
+      std::printf(
+          "job %llu %s (%llu/%llu tasks%s)\n", (unsigned long long)ev.job_id(), v1::JobState_Name(ev.state()).c_str(),
+          (unsigned long long)ev.tasks_done(), (unsigned long long)ev.tasks_total(),
+          ev.chip_tasks_total() ? fmt::format(", {}/{} chip tasks", ev.chip_tasks_done(), ev.chip_tasks_total()).c_str()
+                                : "");
   }
   last_ = ev.state();
 }

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "progress.h"
 #include "pto/client.h"
 #include "pto/version.h"
-#include "progress.h"
 #include "ptoctl_commands.h"
 
 using pto::client::Client;

@@ -81,7 +81,8 @@ v1::CallableRef callable_ref(const std::string& s) {
 bool tensor_handle(const std::string& s, v1::TensorHandle* h) {
   const bool hashed = !s.empty() && s[0] == '#';
   const std::string digits = hashed ? s.substr(1) : s;
-  const bool number = !digits.empty() && digits.size() <= 19 && digits.find_first_not_of("0123456789") == std::string::npos;
+  const bool number =
+      !digits.empty() && digits.size() <= 19 && digits.find_first_not_of("0123456789") == std::string::npos;
   if (hashed && !number) {
     std::fprintf(stderr, "ptoctl: '%s': a tensor id is a number\n", s.c_str());
     return false;

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "config.h"
-#include "pto/package/chip_package.h"
 #include "principal.h"
+#include "pto/package/chip_package.h"
 #include "pto/runner.h"
 #include "pto/v1/ptod.pb.h"
 #include "pto/worker.h"

@@ -318,7 +318,9 @@ Status read_jobs_daemon_metrics_security(const toml::table& doc, DaemonConfig& c
   auto section = [&](const char* name) -> const toml::table* { return doc[name].as_table(); };
   Status s;
   if (const toml::table* t = section("jobs")) {
-    if (s = only_keys(*t, "[jobs]", {"max_queued", "retain_finished", "max_running", "default_deadline_s", "capture_output"}); !s.ok())
+    if (s = only_keys(*t, "[jobs]",
+                      {"max_queued", "retain_finished", "max_running", "default_deadline_s", "capture_output"});
+        !s.ok())
       return s;
     if (s = read_int(*t, "jobs", "max_queued", &c.max_queued, 1, 1 << 20); !s.ok()) return s;
     if (s = read_int(*t, "jobs", "retain_finished", &c.retain_finished, 1, 1 << 20); !s.ok()) return s;
@@ -327,7 +329,9 @@ Status read_jobs_daemon_metrics_security(const toml::table& doc, DaemonConfig& c
     if (s = read_bool(*t, "jobs", "capture_output", &c.capture_output); !s.ok()) return s;
   }
   if (const toml::table* t = section("daemon")) {
-    if (s = only_keys(*t, "[daemon]", {"state_dir", "durable", "drain_timeout_s", "log_level", "log_file", "log_target"}); !s.ok())
+    if (s = only_keys(*t, "[daemon]",
+                      {"state_dir", "durable", "drain_timeout_s", "log_level", "log_file", "log_target"});
+        !s.ok())
       return s;
     if (s = read_str(*t, "daemon", "state_dir", &c.state_dir); !s.ok()) return s;
     if (s = read_bool(*t, "daemon", "durable", &c.durable); !s.ok()) return s;
@@ -382,9 +386,10 @@ Status DaemonConfig::validate() {
   // A job's log path ("<state_dir>/logs/job-<id>.log") travels in a child's
   // mailbox, 255 bytes at most.
   if (capture_output && state_dir.size() > 200)
-    return bad(fmt::format("[daemon] state_dir is {} bytes: at most 200 while [jobs] capture_output is on (a job's "
-                           "log path must fit a child's mailbox)",
-                           state_dir.size()));
+    return bad(
+        fmt::format("[daemon] state_dir is {} bytes: at most 200 while [jobs] capture_output is on (a job's "
+                    "log path must fit a child's mailbox)",
+                    state_dir.size()));
   if ((tls_cert.empty()) != (tls_key.empty())) return bad("[server] tls_cert and tls_key go together");
   if (!tls_client_ca.empty() && tls_cert.empty()) return bad("[server] tls_client_ca needs tls_cert and tls_key");
   token.clear();
@@ -463,23 +468,24 @@ std::string DaemonConfig::effective_toml() const {
     tail += fmt::format("\n[[peers]]\naddress = {}\nname = {}\nworkers = {}\ntoken_file = {}\ntls_ca = {}\n",
                         q(p.address), q(p.name), p.workers, q(p.token_file.empty() ? "" : "(set)"), q(p.tls_ca));
   return tail.insert(
-      0,
-      fmt::format(
-          "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
-          "tokens_file = {}\nadmins = [{}]\nmax_message_bytes = {}\nupload_idle_timeout_s = {}\n\n[worker]\nlevel = "
-          "{}\nl3_children = {}\nchips = {}\nsub_workers = "
-          "{}\nheap_ring_bytes = {}\narena_bytes = {}\n"
-          "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n\n[jobs]\n"
-          "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\ncapture_output = {}\n\n"
-          "[daemon]\n"
-          "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\nlog_target = {}\n\n[metrics]\nlisten = "
-          "{}\n\n"
-          "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
-          q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"), q(tokens_file),
-          admin_list, max_message_bytes, upload_idle_timeout_s, level, l3_children, chips, sub_workers, heap_ring_bytes,
-          arena_bytes, task_timeout_ms, spin_us, liveness_timeout_ms, runner_load_timeout_ms, max_queued,
-          retain_finished, max_running, default_deadline_s, capture_output, q(state_dir), durable, drain_timeout_s, q(log_level),
-          q(log_file), q(log_target), q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));
+      0, fmt::format(
+             "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
+             "tokens_file = {}\nadmins = [{}]\nmax_message_bytes = {}\nupload_idle_timeout_s = {}\n\n[worker]\nlevel = "
+             "{}\nl3_children = {}\nchips = {}\nsub_workers = "
+             "{}\nheap_ring_bytes = {}\narena_bytes = {}\n"
+             "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n\n[jobs]\n"
+             "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\ncapture_output = {}\n\n"
+             "[daemon]\n"
+             "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\nlog_target = "
+             "{}\n\n[metrics]\nlisten = "
+             "{}\n\n"
+             "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
+             q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"),
+             q(tokens_file), admin_list, max_message_bytes, upload_idle_timeout_s, level, l3_children, chips,
+             sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms, spin_us, liveness_timeout_ms,
+             runner_load_timeout_ms, max_queued, retain_finished, max_running, default_deadline_s, capture_output,
+             q(state_dir), durable, drain_timeout_s, q(log_level), q(log_file), q(log_target), q(metrics_listen),
+             allow_native_blob, allow_native_import, allow_chip_bundles));
 }
 
 }  // namespace ptod

@@ -18,12 +18,12 @@
 #include <thread>
 
 #include "callable_registry.h"
-#include "grpc/health/v1/health.pb.h"
-#include "pto/version.h"
 #include "fd_transfers.h"
+#include "grpc/health/v1/health.pb.h"
 #include "job_manager.h"
 #include "log.h"
 #include "metrics.h"
+#include "pto/version.h"
 #include "remote_link.h"
 #include "services.h"
 #include "session_service.h"
@@ -320,7 +320,8 @@ void serve_until_signal(const DaemonConfig& cfg, asio::io_context& io, asio::sig
     if (e) return;
     if (sig == SIGHUP) {
       main_log->info("SIGHUP: reopening logs");
-      if (Status s = setup_logging(cfg.log_level, cfg.log_file, cfg.log_target); !s.ok()) main_log->error("{}", s.message);
+      if (Status s = setup_logging(cfg.log_level, cfg.log_file, cfg.log_target); !s.ok())
+        main_log->error("{}", s.message);
       signals.async_wait(on_signal);
       return;
     }

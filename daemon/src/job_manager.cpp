@@ -19,8 +19,8 @@ int run_registered(const RegisteredCallable& c, const pto::RunnerPool& runners, 
     case pto::EntryAbi::SUB: return o.submit_sub(c.handle, args, cc).ok() ? 0 : 1;
     case pto::EntryAbi::ORCHESTRATION:
       if (!c.runs_here) return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;  // level 4: on an L3 worker
-      return runners.orchestration(c.path, c.symbol, c.name.empty() ? c.handle.id.short_hex() : c.name,
-                                   log_file)(o, view, cc);
+      return runners.orchestration(c.path, c.symbol, c.name.empty() ? c.handle.id.short_hex() : c.name, log_file)(
+          o, view, cc);
   }
   return 1;
 }

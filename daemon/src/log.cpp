@@ -27,7 +27,7 @@ bool stderr_is_journal(const char* journal_stream, int stderr_fd) {
   if (journal_stream == nullptr || *journal_stream == '\0') return false;
   unsigned long long dev = 0, ino = 0;
   if (std::sscanf(journal_stream, "%llu:%llu", &dev, &ino) != 2) return false;
-  struct stat st{};
+  struct stat st {};
   if (fstat(stderr_fd, &st) != 0) return false;
   return static_cast<unsigned long long>(st.st_dev) == dev && static_cast<unsigned long long>(st.st_ino) == ino;
 }

@@ -34,7 +34,6 @@ void histogram(std::string& out, const char* name, const char* help, const pto::
                      double(h.sum_ns) / 1e9, name, h.count);
 }
 
-
 // The standard process_* metrics (Prometheus's client libraries export the
 // same names): CPU time, memory, file descriptors, start time, from /proc.
 void process_metrics(std::string& out) {
@@ -64,8 +63,8 @@ void process_metrics(std::string& out) {
   }
   uint64_t fds = 0;
   std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec))
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
     ++fds;
   rlimit nofile{};
   getrlimit(RLIMIT_NOFILE, &nofile);
@@ -162,10 +161,14 @@ std::string label_value(std::string_view v) {
   std::string out;
   out.reserve(v.size());
   for (char ch : v) {
-    if (ch == '\\') out += "\\\\";
-    else if (ch == '"') out += "\\\"";
-    else if (ch == '\n') out += "\\n";
-    else out += ch;
+    if (ch == '\\')
+      out += "\\\\";
+    else if (ch == '"')
+      out += "\\\"";
+    else if (ch == '\n')
+      out += "\\n";
+    else
+      out += ch;
   }
   return out;
 }
@@ -234,10 +237,10 @@ struct MetricsServer::Impl {
           if (!line.empty() && line.back() == '\r') line.pop_back();
           r = metrics_http_reply(line, render);
         }
-        auto out = std::make_shared<std::string>(
-            "HTTP/1.0 " + r.status + "\r\nContent-Type: " + r.content_type + "\r\nContent-Length: " +
-            std::to_string(r.body.size()) + "\r\n" + r.extra_headers + "Connection: close\r\n\r\n" +
-            (r.head_only ? std::string() : r.body));
+        auto out = std::make_shared<std::string>("HTTP/1.0 " + r.status + "\r\nContent-Type: " + r.content_type +
+                                                 "\r\nContent-Length: " + std::to_string(r.body.size()) + "\r\n" +
+                                                 r.extra_headers + "Connection: close\r\n\r\n" +
+                                                 (r.head_only ? std::string() : r.body));
         asio::async_write(*s, asio::buffer(*out), [s, out](std::error_code, size_t) {
           std::error_code ignore;
           s->shutdown(asio::ip::tcp::socket::shutdown_both, ignore);

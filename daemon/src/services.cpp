@@ -467,8 +467,7 @@ bool send_file_from(const std::string& path, uint64_t* offset, grpc::ServerWrite
 
 }  // namespace
 
-grpc::Status JobsService::visible_job(grpc::ServerContext* ctx, uint64_t id, Principal* who,
-                                     pto::v1::JobResult* r) {
+grpc::Status JobsService::visible_job(grpc::ServerContext* ctx, uint64_t id, Principal* who, pto::v1::JobResult* r) {
   if (grpc::Status denied = identify(p_, ctx, who); !denied.ok()) return denied;
   return to_grpc(p_.jobs.result(*who, id, r));
 }
@@ -488,7 +487,8 @@ grpc::Status JobsService::Logs(grpc::ServerContext* ctx, const pto::v1::JobFileR
   // client went away.
   for (;;) {
     const bool ended = final_state(r.state());
-    if (!send_file_from(path, &offset, writer)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    if (!send_file_from(path, &offset, writer))
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
     if (!req->follow() || ended) return grpc::Status::OK;
     if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "logs cancelled");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -283,7 +283,7 @@ TEST_CASE("malformed and wrong requests get a status with a message and the daem
     CHECK(code(c->alloc(name, {4}, PTO_FLOAT32).status) == SC::INVALID_ARGUMENT);
   }
   CHECK(c->alloc(std::string(256, 'x'), {4}, PTO_FLOAT32).ok());  // at the bound: fine
-  auto digits = c->alloc("123", {4}, PTO_FLOAT32);  // a number names a tensor by its id
+  auto digits = c->alloc("123", {4}, PTO_FLOAT32);                // a number names a tensor by its id
   CHECK(code(digits.status) == SC::INVALID_ARGUMENT);
   CHECK_THAT(digits.status.message, Catch::Contains("only digits"));
   CHECK_FALSE(Catch::Contains("forged line").match(d.log()));
@@ -318,9 +318,12 @@ TEST_CASE("malformed and wrong requests get a status with a message and the daem
     CHECK_THAT(s.status.message, Catch::Contains(says));
   };
   refused(vector_job({"f", "f"}, 1), "'vector' takes 3 tensor arguments (a, b, f); the job gives 2");
-  refused(vector_job({"f", "i", "f"}, 1), "argument 1 ('b') of 'vector' must be float32 [16384]; the job gives int32 [16384]");
-  refused(vector_job({"f", "f", "t"}, 1), "argument 2 ('f') of 'vector' must be float32 [16384]; the job gives float32 [16]");
-  refused(vector_job({"f", "f", "f"}, 3), "'vector' takes 1 scalar (or none, for its config's values); the job gives 3");
+  refused(vector_job({"f", "i", "f"}, 1),
+          "argument 1 ('b') of 'vector' must be float32 [16384]; the job gives int32 [16384]");
+  refused(vector_job({"f", "f", "t"}, 1),
+          "argument 2 ('f') of 'vector' must be float32 [16384]; the job gives float32 [16]");
+  refused(vector_job({"f", "f", "f"}, 3),
+          "'vector' takes 1 scalar (or none, for its config's values); the job gives 3");
   CHECK(c->jobs(v1::ListJobsRequest()).value.jobs_size() == 0);  // nothing was queued
   // The tensors were pinned only while Submit looked at them.
   for (const char* name : {"t", "i", "f"}) {
@@ -605,7 +608,8 @@ TEST_CASE("systemd notification - READY after start - WATCHDOG when asked - STOP
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("server reflection lists the pto.v1 services and serves the health service's descriptors (what grpcurl uses)") {
+TEST_CASE(
+    "server reflection lists the pto.v1 services and serves the health service's descriptors (what grpcurl uses)") {
   DaemonProcess d;
   REQUIRE(d.up());
   auto channel = grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials());

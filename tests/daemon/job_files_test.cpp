@@ -132,8 +132,9 @@ TEST_CASE("a job's trace is fetched over gRPC and with ptoctl trace - a job with
   CHECK_THAT(none.message, Catch::Contains("has no trace"));
 }
 
-TEST_CASE("a running task's output reaches its log before it ends, a crashed task's last words are kept, and a log "
-          "stops at 64 MiB") {
+TEST_CASE(
+    "a running task's output reaches its log before it ends, a crashed task's last words are kept, and a log "
+    "stops at 64 MiB") {
   DaemonProcess d;
   REQUIRE(d.up());
   auto c = connect(d);
@@ -155,7 +156,9 @@ TEST_CASE("a running task's output reaches its log before it ends, a crashed tas
   CHECK(mid.value.state() == v1::RUNNING);
   // Following it: the stream ends with the job, both lines in it.
   std::string followed;
-  REQUIRE(c->logs(id, [&](const std::string& chunk) { followed += chunk; }, true).ok());
+  REQUIRE(c->logs(
+               id, [&](const std::string& chunk) { followed += chunk; }, true)
+              .ok());
   CHECK_THAT(followed, Catch::Contains("tick 1\ntick 2\n"));
   // A crash: what it printed before is kept.
   auto crashed = c->run(say_job("abort", 0));

@@ -31,7 +31,7 @@ TEST_CASE("logs: 'auto' logs to the journal only when JOURNAL_STREAM names stder
   char path[] = "/tmp/ptod-journal-XXXXXX";
   const int fd = mkstemp(path);
   REQUIRE(fd >= 0);
-  struct stat st{};
+  struct stat st {};
   REQUIRE(fstat(fd, &st) == 0);
   const std::string same = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
   const std::string other = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino + 1);

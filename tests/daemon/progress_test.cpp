@@ -120,12 +120,14 @@ TEST_CASE("Ctrl-C on ptoctl submit: the job goes on and ptoctl says how to follo
     Background p(argv, env);
     // The job the command submitted: the newest one, once it runs.
     uint64_t id = 0;
-    CHECK(eventually([&] {
-      auto l = c->jobs(1);
-      if (!l.ok() || l.value.jobs_size() == 0) return false;
-      id = l.value.jobs(0).job_id();
-      return running(*c, id);
-    }, 20000));
+    CHECK(eventually(
+        [&] {
+          auto l = c->jobs(1);
+          if (!l.ok() || l.value.jobs_size() == 0) return false;
+          id = l.value.jobs(0).job_id();
+          return running(*c, id);
+        },
+        20000));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // ptoctl follows it by now
     kill(p.pid, SIGINT);
     std::string text;

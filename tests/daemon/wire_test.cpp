@@ -108,7 +108,8 @@ TEST_CASE("daemon config: the shipped ptod.toml holds the defaults and names eve
     ++keys;
   }
   CHECK(keys > 40);
-  for (const char* key : {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name"}) {
+  for (const char* key :
+       {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name"}) {
     INFO("[[peers]] key " << key);
     CHECK(text.find(std::string("\n# ") + key + " = ") != std::string::npos);
   }

@@ -134,8 +134,8 @@ Status ChipWorker::check_args(const Digest& digest, const Prepared& p, const Tas
   const std::string callable = to_hex(digest).substr(0, 16);
   if (args.tensor_count != n_tensors)
     return Status::Error(kWorkerInvalidArgument,
-                         fmt::format("chip callable {} takes {} tensors ({}); the task passed {}", callable,
-                                     n_tensors, names, args.tensor_count));
+                         fmt::format("chip callable {} takes {} tensors ({}); the task passed {}", callable, n_tensors,
+                                     names, args.tensor_count));
   if (args.scalar_count != 0 && args.scalar_count != n_scalars)
     return Status::Error(kWorkerInvalidArgument,
                          fmt::format("chip callable {} takes {} scalars (or none, for the config's values); the task "

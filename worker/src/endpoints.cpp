@@ -119,7 +119,8 @@ class MailboxTransport final : public EndpointTransport {
     const uint64_t sub = ep.mb->chip_submitted.load(std::memory_order_relaxed);
     const uint64_t comp = ep.mb->chip_completed.load(std::memory_order_relaxed);
     RunState* run = ep.running->run;
-    if (sub > ep.chip_seen_submitted) run->chip_submitted.fetch_add(sub - ep.chip_seen_submitted, std::memory_order_relaxed);
+    if (sub > ep.chip_seen_submitted)
+      run->chip_submitted.fetch_add(sub - ep.chip_seen_submitted, std::memory_order_relaxed);
     if (comp > ep.chip_seen_completed)
       run->chip_completed.fetch_add(comp - ep.chip_seen_completed, std::memory_order_relaxed);
     ep.chip_seen_submitted = std::max(sub, ep.chip_seen_submitted);

@@ -20,7 +20,7 @@ constexpr char kCapped[] = "\n[pto: this job's log reached its limit of 64 MiB; 
 // Appends at most what keeps `log` under kMaxLogBytes (and the note when
 // this write reaches it); the bytes are [from, to) of `src`.
 void append_capped(int log, int src, uint64_t from, uint64_t to) {
-  struct stat st{};
+  struct stat st {};
   if (fstat(log, &st) != 0) return;
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size >= kMaxLogBytes) return;
@@ -129,7 +129,7 @@ void redirect_streams_to(const std::string& path) {
 }
 
 void enforce_log_cap(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (::fstat(1, &st) != 0 || static_cast<uint64_t>(st.st_size) < kMaxLogBytes || !S_ISREG(st.st_mode)) return;
   const int log = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (log >= 0) {

@@ -208,8 +208,7 @@ Status RunnerPool::check_library(const std::string& path, const std::string& sym
 
 OrchestrationFunction RunnerPool::orchestration(const std::string& path, const std::string& symbol,
                                                 const std::string& name, const std::string& log_file) const {
-  return [this, path, symbol, name, log_file](Orchestrator& o, const TaskArgsView& view,
-                                              const CallConfig& cfg) -> int {
+  return [this, path, symbol, name, log_file](Orchestrator& o, const TaskArgsView& view, const CallConfig& cfg) -> int {
     Runner r(cfg_, started_, failed_);
     if (!r.error().ok()) {
       o.fail(fmt::format("orchestration {}: {}", name, r.error().message));
