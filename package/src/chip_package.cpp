@@ -148,12 +148,17 @@ Status read_runtime(const toml::table& runtime, const std::string& path, ChipCon
   if (Status s = only_keys(path, *r, "[runtime]",
                            {"variant", "aicpu_thread_num", "block_dim", "task_window", "heap_size", "dep_pool_size",
                             "tensormap_pool_size", "ready_queue_shards", "seed", "block_mode", "pipe_bytes",
-                            "pipe_timeout_ms"});
+                            "pipe_timeout_ms", "platform"});
       !s.ok())
     return s;
   out->variant = (*r)["variant"].value_or(out->variant);
   if (out->variant != "tensormap_and_ringbuffer")
     return bad(path, fmt::format("[runtime] variant = '{}': pto2-run runs \"tensormap_and_ringbuffer\"", out->variant));
+  if (r->contains("platform")) {
+    out->platform = (*r)["platform"].value_or(std::string());
+    if (out->platform != "a2a3sim" && out->platform != "tx8sim")
+      return bad(path, fmt::format("[runtime] platform = '{}': must be \"a2a3sim\" or \"tx8sim\"", out->platform));
+  }
   pto2::RuntimeConfig& rc = out->runtime;
   constexpr int64_t kBig = int64_t(1) << 62;  // RuntimeConfig::validate() has the exact rules
   for (Status s : {read_int(path, *r, "[runtime]", "aicpu_thread_num", 1, 64, &out->aicpu_threads),
@@ -177,6 +182,46 @@ Status read_runtime(const toml::table& runtime, const std::string& path, ChipCon
       return bad(path, fmt::format("[runtime] block_mode = '{}': must be \"batch\" or \"expand\"", mode));
   }
   if (Status s = rc.validate(); !s.ok()) return bad(path, "[runtime] " + s.message);
+  return Status::Ok();
+}
+
+// [tx8sim]: ranges here are the file's sanity; the chip checks its own rules.
+Status read_tx8(const toml::table& t, const std::string& path, ChipConfig* out) {
+  if (Status s = only_keys(path, t, "[tx8sim]",
+                           {"mesh", "spm_bytes", "ddr_gbytes_per_s", "ddr_latency_ns", "noc_gbytes_per_s", "hop_ns",
+                            "compute_scale"});
+      !s.ok())
+    return s;
+  ChipConfig::Tx8Settings& x = out->tx8;
+  if (const toml::node* m = t.get("mesh")) {
+    const toml::array* a = m->as_array();
+    const std::optional<int64_t> mx = a && a->size() == 2 ? integer(a->get(0)) : std::nullopt;
+    const std::optional<int64_t> my = a && a->size() == 2 ? integer(a->get(1)) : std::nullopt;
+    if (!mx || !my || *mx < 1 || *mx > 16 || *my < 1 || *my > 16)
+      return bad(path, "[tx8sim] mesh must be [x, y] with each side an integer in 1..16");
+    x.mesh_x = *mx;
+    x.mesh_y = *my;
+  }
+  auto opt_int = [&](const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* v) {
+    int64_t got = 0;
+    if (!t.contains(key)) return Status::Ok();
+    if (Status s = read_int(path, t, "[tx8sim]", key, lo, hi, &got); !s.ok()) return s;
+    *v = got;
+    return Status::Ok();
+  };
+  auto opt_num = [&](const char* key, std::optional<double>* v) {
+    const toml::node* n = t.get(key);
+    if (!n) return Status::Ok();
+    const std::optional<double> d = n->value<double>();
+    if (!d || !(*d >= 0) || *d > 1e9) return bad(path, fmt::format("[tx8sim] {} must be a number in 0..1e9", key));
+    *v = *d;
+    return Status::Ok();
+  };
+  for (Status s : {opt_int("spm_bytes", 4096, int64_t(256) << 20, &x.spm_bytes),
+                   opt_int("ddr_latency_ns", 0, 1000000000, &x.ddr_latency_ns),
+                   opt_int("hop_ns", 0, 1000000000, &x.hop_ns), opt_num("ddr_gbytes_per_s", &x.ddr_gbytes_per_s),
+                   opt_num("noc_gbytes_per_s", &x.noc_gbytes_per_s), opt_num("compute_scale", &x.compute_scale)})
+    if (!s.ok()) return s;
   return Status::Ok();
 }
 
@@ -262,7 +307,8 @@ Status read_arg(const std::string& path, const toml::table& a_table, size_t i, A
 
 Status ChipConfig::from_table(const toml::table& doc, const std::string& path, ChipConfig* out) {
   const std::string dir = std::filesystem::path(path).parent_path().string();
-  if (Status s = only_keys(path, doc, "the file", {"orchestration", "kernels", "runtime", "args", "golden"}); !s.ok())
+  if (Status s = only_keys(path, doc, "the file", {"orchestration", "kernels", "runtime", "args", "golden", "tx8sim"});
+      !s.ok())
     return s;
 
   const toml::table* orch = doc["orchestration"].as_table();
@@ -278,6 +324,8 @@ Status ChipConfig::from_table(const toml::table& doc, const std::string& path, C
   if (Status s = read_kernels(doc, path, dir, out); !s.ok()) return s;
   if (const toml::table* r = doc["runtime"].as_table())
     if (Status s = read_runtime(*r, path, out); !s.ok()) return s;
+  if (const toml::table* t = doc["tx8sim"].as_table())
+    if (Status s = read_tx8(*t, path, out); !s.ok()) return s;
 
   const toml::array* args = doc["args"].as_array();
   if (!args) return bad(path, "needs [[args]] entries: the orchestration's arguments in order");
@@ -429,6 +477,20 @@ Status identity_body(const ChipConfig& cfg, std::vector<uint8_t>* out) {
   e.i32(static_cast<int32_t>(cfg.runtime.block_mode));
   e.u64(cfg.pipe_bytes);
   e.u32(cfg.pipe_timeout_ms);
+  // Appended only when set, so a package that names no platform keeps the
+  // digest it always had.
+  if (!cfg.platform.empty() || cfg.tx8.any()) {
+    e.str(cfg.platform);
+    const ChipConfig::Tx8Settings& x = cfg.tx8;
+    for (const std::optional<int64_t>& v : {x.mesh_x, x.mesh_y, x.spm_bytes, x.ddr_latency_ns, x.hop_ns})
+      e.u64(v ? static_cast<uint64_t>(*v) + 1 : 0);
+    for (const std::optional<double>& v : {x.ddr_gbytes_per_s, x.noc_gbytes_per_s, x.compute_scale}) {
+      uint64_t bits = 0;
+      if (v) std::memcpy(&bits, &*v, sizeof(bits));
+      e.u8(v ? 1 : 0);
+      e.u64(bits);
+    }
+  }
   return Status::Ok();
 }
 

@@ -45,7 +45,7 @@ std::string shape_text(const std::vector<uint64_t>& s) { return fmt::format("({}
 
 // The runtime options run() and Runtime() take as keywords; anything else is
 // a TypeError naming it (an option is never accepted and ignored).
-const std::set<std::string> kOptions = {"block_dim",  "aicpu_threads",    "executor_threads", "scheduler_threads",
+const std::set<std::string> kOptions = {"platform", "block_dim",  "aicpu_threads",    "executor_threads", "scheduler_threads",
                                         "task_window", "heap",            "dep_pool",         "stall_timeout_ms",
                                         "profile",     "block_mode",      "pipe_bytes",       "pipe_timeout_ms",
                                         "capture_mode"};
@@ -91,11 +91,7 @@ class ChipRunner {
  public:
   ChipRunner(const std::string& config, const py::kwargs& options) {
     if (pto::Status s = ChipConfig::load(config, &cfg_); !s.ok()) raise_error(s);
-    pto2::sim::A2A3SimConfig sc;
-    sc.block_dim = cfg_.block_dim;
-    sc.aicpu_threads = cfg_.aicpu_threads;
-    sc.pipe_bytes = cfg_.pipe_bytes;
-    sc.pipe_timeout_ms = cfg_.pipe_timeout_ms;
+    pto2::sim::SimChipOptions sc = pto2::sim::chip_options(cfg_);
     rc_ = cfg_.runtime;
     if (pto::Status s = rc_.apply_env(); !s.ok()) raise_error(s);
     int scheduler_threads = 0;
@@ -103,17 +99,19 @@ class ChipRunner {
       const std::string key = py::str(k).cast<std::string>();
       if (!kOptions.count(key))
         throw py::type_error(fmt::format("unknown runtime option '{}' (known: {})", key, fmt::join(kOptions, ", ")));
-      if (key == "block_dim") sc.block_dim = v.cast<int>();
-      if (key == "aicpu_threads") sc.aicpu_threads = v.cast<int>();
-      if (key == "executor_threads") sc.executor_threads = v.cast<int>();
+      if (key == "block_dim" || key == "pipe_bytes" || key == "pipe_timeout_ms") a2a3_only_ = key;
+      if (key == "platform") sc.platform = v.cast<std::string>();
+      if (key == "block_dim") sc.a2a3.block_dim = v.cast<int>();
+      if (key == "aicpu_threads") sc.a2a3.aicpu_threads = sc.tx8.aicpu_threads = v.cast<int>();
+      if (key == "executor_threads") sc.a2a3.executor_threads = sc.tx8.executor_threads = v.cast<int>();
       if (key == "scheduler_threads") scheduler_threads = v.cast<int>();
       if (key == "task_window") rc_.task_window = v.cast<uint64_t>();
       if (key == "heap") rc_.heap_size = v.cast<uint64_t>();
       if (key == "dep_pool") rc_.dep_pool_size = v.cast<uint64_t>();
       if (key == "stall_timeout_ms") rc_.stall_timeout_ms = v.cast<uint32_t>();
-      if (key == "profile") sc.record_core_times = rc_.profiling = v.cast<bool>();
-      if (key == "pipe_bytes") sc.pipe_bytes = v.cast<uint64_t>();
-      if (key == "pipe_timeout_ms") sc.pipe_timeout_ms = v.cast<uint32_t>();
+      if (key == "profile") sc.a2a3.record_core_times = sc.tx8.record_core_times = rc_.profiling = v.cast<bool>();
+      if (key == "pipe_bytes") sc.a2a3.pipe_bytes = v.cast<uint64_t>();
+      if (key == "pipe_timeout_ms") sc.a2a3.pipe_timeout_ms = v.cast<uint32_t>();
       if (key == "block_mode") {
         const std::string mode = v.cast<std::string>();
         if (mode != "batch" && mode != "expand")
@@ -132,8 +130,11 @@ class ChipRunner {
           throw py::value_error(fmt::format("capture_mode '{}': must be 'replay', 'off' or 'verify'", mode));
       }
     }
+    if (!a2a3_only_.empty() && sc.platform != "a2a3sim")
+      throw py::value_error(fmt::format("{} is an a2a3sim setting (its clusters and pipes); {} has neither",
+                                        a2a3_only_, sc.platform));
     if (pto::Status s = pto2::sim::load_package_chip(cfg_, sc, &chip_); !s.ok()) raise_error(s);
-    rc_.scheduler_threads = scheduler_threads > 0 ? scheduler_threads : chip_.config.scheduler_threads();
+    rc_.scheduler_threads = scheduler_threads > 0 ? scheduler_threads : chip_.options.scheduler_threads();
     pto::Status st;
     runtime_ = pto2::Runtime::create(rc_, *chip_.platform, &st);
     if (!runtime_) raise_error(st);
@@ -160,6 +161,7 @@ class ChipRunner {
 
  private:
   ChipConfig cfg_;
+  std::string a2a3_only_;  // an a2a3sim-only option given, if any
   pto2::sim::PackageChip chip_;
   pto2::RuntimeConfig rc_;
   std::unique_ptr<pto2::Runtime> runtime_;
@@ -261,7 +263,15 @@ py::tuple ChipRunner::run(const py::dict& inputs, const py::object& outputs) {
   stats["regions_replayed"] = r.stats.regions_replayed;
   stats["tasks_replayed"] = r.stats.tasks_replayed;
   stats["capture_mismatches"] = r.stats.capture_mismatches;
-  stats["block_dim"] = chip_.config.block_dim;
+  stats["platform"] = chip_.platform->platform_name();
+  if (chip_.options.platform == "a2a3sim") stats["block_dim"] = chip_.options.a2a3.block_dim;
+  if (const auto* tx8 = dynamic_cast<const pto2::sim::Tx8SimPlatform*>(chip_.platform.get())) {
+    const pto2::sim::Tx8RunStats t = tx8->run_stats();
+    stats["sim_us"] = double(t.sim_ns) / 1000.0;
+    stats["tile_utilisation"] = t.utilisation();
+    stats["ddr_bytes"] = t.ddr_bytes;
+    stats["noc_bytes"] = t.noc_bytes;
+  }
   stats["scheduler_threads"] = rc_.scheduler_threads;
   return py::make_tuple(result, stats);
 }

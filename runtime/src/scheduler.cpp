@@ -160,6 +160,7 @@ bool SchedulerThread::dispatch() {
     c.payload.block_idx = block;
     c.payload.block_num = d.block_num;
     c.payload.uses_pipes = d.uses_pipes;
+    c.payload.param_kinds = d.param_kind;
     c.running = id;
     ++busy_;
     if (s_.config.profiling) c.dispatch_ns = now_ns();

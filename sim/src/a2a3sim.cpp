@@ -1,7 +1,5 @@
 #include "pto2/sim/a2a3sim.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <bit>
 
@@ -9,34 +7,12 @@
 
 #include "cluster_pipes.h"
 #include "core_threads.h"
-#include "pto/base/event_count.h"
-#include "pto/base/mpmc_queue.h"
+#include "executor_pool.h"
+#include "pto/base/clock.h"
 
 namespace pto2::sim {
 
-using pto::cpu_relax;
-using pto::EventCount;
-using pto::MpmcQueue;
 using pto::now_ns;
-using pto::spin_then_park;
-
-namespace {
-constexpr uint64_t kExecutorParkNs = 50000000;  // 50 ms slices while idle
-}
-
-// Doorbells: a dispatch to a core run by executors queues the core id here.
-struct A2A3SimPlatform::Doorbells {
-  explicit Doorbells(uint64_t capacity) : queue(capacity) {}
-  MpmcQueue queue;
-  EventCount ec;
-};
-
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return std::max(1u, std::thread::hardware_concurrency());
-  return std::max(1, CPU_COUNT(&set));
-}
 
 Status A2A3SimConfig::validate() const {
   auto bad = [](std::string m) { return Status::Error(kInvalidConfig, std::move(m)); };
@@ -55,12 +31,9 @@ Status A2A3SimConfig::validate() const {
   return Status::Ok();
 }
 
-int A2A3SimConfig::scheduler_threads() const { return std::max(1, std::min(aicpu_threads - 1, usable_cpus() - 1)); }
+int A2A3SimConfig::scheduler_threads() const { return scheduler_threads_for(aicpu_threads); }
 
-int A2A3SimConfig::resolved_executor_threads() const {
-  if (executor_threads >= 0) return executor_threads;
-  return std::max(0, usable_cpus() - 1 - scheduler_threads());
-}
+int A2A3SimConfig::resolved_executor_threads() const { return executor_threads_for(executor_threads, aicpu_threads); }
 
 std::unique_ptr<A2A3SimPlatform> A2A3SimPlatform::create(const A2A3SimConfig& config, Status* error) {
   Status st = config.validate();
@@ -94,10 +67,12 @@ A2A3SimPlatform::A2A3SimPlatform(const A2A3SimConfig& config) : config_(config),
       },
       config.spin_before_park_us);
   const int executors = config.resolved_executor_threads();
-  if (executors > 0) {
-    doorbells_ = std::make_unique<Doorbells>(std::bit_ceil(static_cast<uint64_t>(cores_.size()) + 1));
-    for (int i = 0; i < executors; ++i) executors_.emplace_back([this] { executor_main(); });
-  }
+  if (executors > 0)
+    executors_ = std::make_unique<ExecutorPool>(executors, static_cast<int>(cores_.size()),
+                                                config.spin_before_park_us, [this](int core) {
+                                                  run_core(core);
+                                                  wakeup_.notify();
+                                                });
 }
 
 A2A3SimPlatform::~A2A3SimPlatform() {
@@ -106,10 +81,20 @@ A2A3SimPlatform::~A2A3SimPlatform() {
   pipe_cores_.reset();
   // Register protocol (docs/sim.md): the exit signal in DATA_MAIN_BASE shuts each core down.
   for (auto& c : cores_) c->data_main_base.store(kExitSignal, std::memory_order_release);
-  stop_.store(true, std::memory_order_seq_cst);
-  if (doorbells_) doorbells_->ec.notify();
-  for (auto& t : executors_) t.join();
+  executors_.reset();
 }
+
+int A2A3SimPlatform::executor_threads() const { return executors_ ? executors_->threads() : 0; }
+
+std::string A2A3SimPlatform::core_name(int core) const {
+  const bool cube = core < config_.block_dim;
+  return fmt::format("{} {} (cluster {})", cube ? "AIC" : "AIV", cube ? core : core - config_.block_dim,
+                     cluster_of(core));
+}
+
+std::string A2A3SimPlatform::group_name(int group) const { return fmt::format("cluster {}", group); }
+
+std::string A2A3SimPlatform::shape() const { return fmt::format("block_dim {}", config_.block_dim); }
 
 int A2A3SimPlatform::pipe_core_threads() const { return pipe_cores_->started(); }
 
@@ -188,12 +173,11 @@ void A2A3SimPlatform::dispatch(int core, const DispatchPayload& payload) {
     pipe_cores_->start(core);  // it may wait for its peer: a thread of its own
     return;
   }
-  if (executors_.empty()) {
+  if (!executors_) {
     run_core(core);  // no spare CPU: the core's work runs on this AICPU thread
     return;
   }
-  while (!doorbells_->queue.try_push(static_cast<uint64_t>(core))) cpu_relax();
-  doorbells_->ec.notify();
+  executors_->ring(core);
 }
 
 void A2A3SimPlatform::run_core(int core) {
@@ -234,19 +218,6 @@ bool A2A3SimPlatform::core_times(int core, uint64_t* start_ns, uint64_t* end_ns)
   *start_ns = cores_[core]->start_ns;
   *end_ns = cores_[core]->end_ns;
   return true;
-}
-
-void A2A3SimPlatform::executor_main() {
-  const uint64_t spin_ns = uint64_t(config_.spin_before_park_us) * 1000;
-  uint64_t core = 0;
-  for (;;) {
-    const bool got = spin_then_park(
-        doorbells_->ec, spin_ns, kExecutorParkNs,
-        [&] { return stop_.load(std::memory_order_acquire) || doorbells_->queue.try_pop(&core); }, [] { return true; });
-    if (!got || stop_.load(std::memory_order_acquire)) return;
-    run_core(static_cast<int>(core));
-    wakeup_.notify();
-  }
 }
 
 }  // namespace pto2::sim

@@ -25,15 +25,9 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
-std::string core_name(const A2A3SimPlatform& chip, int core) {
-  const bool cube = chip.core_type(core) == WorkerType::kCube;
-  const int first = cube ? 0 : chip.config().block_dim;
-  return fmt::format("{} {} (cluster {})", cube ? "AIC" : "AIV", core - first, chip.cluster_of(core));
-}
-
 }  // namespace
 
-Status write_chrome_trace(const std::string& path, const RunResult& run, const A2A3SimPlatform& chip,
+Status write_chrome_trace(const std::string& path, const RunResult& run, const SimChip& chip,
                           int scheduler_threads, const KernelNamer& name_of) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return Status::Error(kInvalidArgument, fmt::format("cannot write trace '{}'", path));
@@ -53,26 +47,27 @@ Status write_chrome_trace(const std::string& path, const RunResult& run, const A
         tid, order));
   };
   auto lane = [&](int tid, const std::string& name, int order) { lane_in(1, tid, name, order); };
-  auto core_pid = [&](int core) { return kClusterPid0 + chip.cluster_of(core); };
-  emit(R"({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "a2a3sim chip"}})");
+  auto core_pid = [&](int core) { return kClusterPid0 + chip.core_group(core); };
+  emit(fmt::format(R"({{"name": "process_name", "ph": "M", "pid": 1, "args": {{"name": "{} chip"}}}})",
+                   chip.platform_name()));
   lane(kOrchestratorLane, "orchestrator (AICPU)", 0);
   for (int s = 0; s < scheduler_threads; ++s) lane(kSchedulerLane0 + s, fmt::format("scheduler {} (AICPU)", s), 1 + s);
   std::vector<bool> used(chip.core_count(), false);
   for (const TaskRecord& r : run.records)
     if (r.core >= 0) used[r.core] = true;
-  std::vector<bool> cluster_named(chip.config().block_dim, false);
+  std::vector<bool> cluster_named(chip.core_groups(), false);
   for (int c = 0; c < chip.core_count(); ++c) {
     if (!used[c]) continue;
-    const int cl = chip.cluster_of(c);
+    const int cl = chip.core_group(c);
     if (!cluster_named[cl]) {
       cluster_named[cl] = true;
-      emit(fmt::format(R"({{"name": "process_name", "ph": "M", "pid": {}, "args": {{"name": "cluster {}"}}}})",
-                       kClusterPid0 + cl, cl));
+      emit(fmt::format(R"({{"name": "process_name", "ph": "M", "pid": {}, "args": {{"name": "{}"}}}})",
+                       kClusterPid0 + cl, json_escape(chip.group_name(cl))));
       emit(fmt::format(R"({{"name": "process_sort_index", "ph": "M", "pid": {}, "args": {{"sort_index": {}}}}})",
                        kClusterPid0 + cl, 10 + cl));
     }
-    // AIC first, then the AIVs, within the cluster.
-    lane_in(core_pid(c), kCoreLane0 + c, core_name(chip, c), chip.core_type(c) == WorkerType::kCube ? 0 : 1 + c);
+    // Cube cores first, then the vector cores, within the group.
+    lane_in(core_pid(c), kCoreLane0 + c, chip.core_name(c), chip.core_type(c) == WorkerType::kCube ? 0 : 1 + c);
   }
 
   emit(fmt::format(R"({{"name": "orchestration", "ph": "X", "pid": 1, "tid": {}, "ts": {:.3f}, "dur": {:.3f}}})",
@@ -97,12 +92,32 @@ Status write_chrome_trace(const std::string& path, const RunResult& run, const A
         R"({{"name": "{}", "cat": "kernel", "ph": "X", "pid": {}, "tid": {}, "ts": {:.3f}, "dur": {:.3f}, "args": {{{}}}}})",
         name, pid, tid, us(r.start_ns), double(r.end_ns - r.start_ns) / 1000.0, args));
   }
+  // The chip's own clock (tx8sim: simulated time) as a second process: a
+  // lane per tile and one per tile's data movers.
+  std::vector<TraceEvent> own = chip.trace_events();
+  if (!own.empty()) {
+    constexpr int kOwnPid = 2;
+    emit(fmt::format(R"({{"name": "process_name", "ph": "M", "pid": {}, "args": {{"name": "{}"}}}})", kOwnPid,
+                     json_escape(chip.trace_clock_name())));
+    std::vector<std::string> lanes;
+    for (const TraceEvent& e : own) lanes.push_back(e.lane);
+    std::sort(lanes.begin(), lanes.end());
+    lanes.erase(std::unique(lanes.begin(), lanes.end()), lanes.end());
+    for (size_t i = 0; i < lanes.size(); ++i) lane_in(kOwnPid, static_cast<int>(i), lanes[i], static_cast<int>(i));
+    for (const TraceEvent& e : own) {
+      const auto tid = std::lower_bound(lanes.begin(), lanes.end(), e.lane) - lanes.begin();
+      emit(fmt::format(
+          R"({{"name": "{}", "cat": "simulated", "ph": "X", "pid": {}, "tid": {}, "ts": {:.3f}, "dur": {:.3f}, "args": {{{}}}}})",
+          json_escape(e.kernel_id == -2 ? e.name : name_of(e.kernel_id, e.worker_type) + e.name), kOwnPid, tid, double(e.start_ns) / 1000.0, double(e.duration_ns) / 1000.0,
+          e.args_json));
+    }
+  }
   std::fprintf(f, "\n  ]\n}\n");
   const bool ok = std::fclose(f) == 0;
   return ok ? Status::Ok() : Status::Error(kInvalidArgument, fmt::format("short write to trace '{}'", path));
 }
 
-std::string summarize(const RunResult& run, const A2A3SimPlatform& chip) {
+std::string summarize(const RunResult& run, const SimChip& chip) {
   const double wall_us = double(run.stats.wall_ns) / 1000.0;
   std::vector<double> busy(chip.core_count(), 0.0);
   double ready_to_dispatch = 0, end_to_complete = 0;
@@ -124,15 +139,17 @@ std::string summarize(const RunResult& run, const A2A3SimPlatform& chip) {
   for (WorkerType type : {WorkerType::kCube, WorkerType::kVector}) {
     double sum = 0, max = 0;
     int n = 0, used = 0;
+    std::string type_name;  // the first word of a core's name: AIC, AIV, NE, CT
     for (int c = 0; c < chip.core_count(); ++c) {
       if (chip.core_type(c) != type) continue;
+      if (n == 0) type_name = chip.core_name(c).substr(0, chip.core_name(c).find(' '));
       ++n;
       used += busy[c] > 0;
       sum += busy[c];
       max = std::max(max, busy[c]);
     }
     out += fmt::format("\n  {} cores: {}/{} used, utilisation avg {:.1f}% max {:.1f}% of the wall time",
-                       type == WorkerType::kCube ? "AIC" : "AIV", used, n, wall_us > 0 ? 100.0 * sum / n / wall_us : 0,
+                       type_name, used, n, wall_us > 0 ? 100.0 * sum / n / wall_us : 0,
                        wall_us > 0 ? 100.0 * max / wall_us : 0);
   }
   std::string per_core;
@@ -140,30 +157,34 @@ std::string summarize(const RunResult& run, const A2A3SimPlatform& chip) {
   for (int c = 0; c < chip.core_count(); ++c) {
     if (busy[c] <= 0) continue;
     per_core += fmt::format("{}{} {:.1f}%", listed % 8 == 0 ? "\n    " : "  ",
-                            core_name(chip, c).substr(0, core_name(chip, c).find(' ', 4)),
+                            chip.core_name(c).substr(0, chip.core_name(c).find(' ', 4)),
                             wall_us > 0 ? 100.0 * busy[c] / wall_us : 0);
     ++listed;
   }
   if (listed > 0) out += "\n  per core (busy, % of wall):" + per_core;
-  // Per cluster: its three cores' busy time over three times the wall time.
-  std::string per_cluster;
-  const int clusters = chip.config().block_dim;
-  const int cores_per_cluster = 1 + PLATFORM_AIV_PER_CLUSTER;
-  int clusters_used = 0;
-  double cluster_sum = 0;
-  for (int cl = 0; cl < clusters; ++cl) {
+  // Per group (cluster, tile): its cores' busy time over its cores times the wall time.
+  std::string per_group;
+  const int groups = chip.core_groups();
+  const char* kind = groups > 0 ? (chip.group_name(0).rfind("tile", 0) == 0 ? "tile" : "cluster") : "group";
+  int groups_used = 0;
+  double group_sum = 0;
+  for (int g = 0; g < groups; ++g) {
     double b = 0;
-    for (int c = 0; c < chip.core_count(); ++c)
-      if (chip.cluster_of(c) == cl) b += busy[c];
-    const double pct = wall_us > 0 ? 100.0 * b / (cores_per_cluster * wall_us) : 0;
-    cluster_sum += pct;
+    int cores = 0;
+    for (int c = 0; c < chip.core_count(); ++c) {
+      if (chip.core_group(c) != g) continue;
+      b += busy[c];
+      ++cores;
+    }
+    const double pct = wall_us > 0 && cores > 0 ? 100.0 * b / (cores * wall_us) : 0;
+    group_sum += pct;
     if (b <= 0) continue;
-    per_cluster += fmt::format("{}c{} {:.1f}%", clusters_used % 8 == 0 ? "\n    " : "  ", cl, pct);
-    ++clusters_used;
+    per_group += fmt::format("{}{} {:.1f}%", groups_used % 8 == 0 ? "\n    " : "  ", chip.group_name(g), pct);
+    ++groups_used;
   }
-  out += fmt::format("\n  clusters: {}/{} used, utilisation avg {:.1f}% (busy core time / (3 cores x wall))",
-                     clusters_used, clusters, clusters > 0 ? cluster_sum / clusters : 0);
-  if (clusters_used > 0) out += "\n  per cluster (busy, % of its 3 cores' wall):" + per_cluster;
+  out += fmt::format("\n  {}s: {}/{} used, utilisation avg {:.1f}% (busy core time / (its cores x wall))", kind,
+                     groups_used, groups, groups > 0 ? group_sum / groups : 0);
+  if (groups_used > 0) out += fmt::format("\n  per {} (busy, % of its cores' wall):", kind) + per_group;
   if (on_cores > 0)
     out +=
         fmt::format("\n  scheduler overhead per task: ready->dispatch {:.2f} us, kernel end->completion seen {:.2f} us",

@@ -1,4 +1,4 @@
-// pto2-run: runs one orchestration on one simulated a2a3 chip.
+// pto2-run: runs one orchestration on one simulated chip (a2a3sim or tx8sim).
 //
 //   pto2-run examples/vector/kernels.toml
 //
@@ -61,7 +61,7 @@ int fail(const std::string& message) {
 }
 
 struct Options {
-  std::string config_path, output_dir, trace_path, dump_dir;
+  std::string config_path, output_dir, trace_path, dump_dir, platform;
   std::vector<std::string> inputs, goldens;
   int block_dim = -1, aicpu_threads = -1, scheduler_threads = -1, executors = -2;
   uint64_t task_window = 0, heap = 0, dep_pool = 0;
@@ -80,7 +80,9 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("-g,--golden", o.goldens,
                  "NAME=FILE.npy: compare output NAME with a file (default: reference library)");
   app.add_option("-o,--output-dir", o.output_dir, "write every output as DIR/NAME.npy (default: not written)");
-  app.add_option("--block-dim", o.block_dim, "clusters of the chip, 1..24 (default: the config's)");
+  app.add_option("--platform", o.platform,
+                 "the simulated chip: a2a3sim or tx8sim (default: the config's [runtime] platform, else a2a3sim)");
+  app.add_option("--block-dim", o.block_dim, "clusters of an a2a3sim chip, 1..24 (default: the config's)");
   app.add_option("--aicpu-threads", o.aicpu_threads, "AICPU threads, 1 orchestrator + schedulers, 2..4");
   app.add_option("--scheduler-threads", o.scheduler_threads,
                  "scheduler OS threads (default: from --aicpu-threads and CPUs)");
@@ -134,13 +136,19 @@ Status check_file_names(const ChipConfig& cfg, const Options& o) {
 using Chip = PackageChip;
 
 Status load_chip(const ChipConfig& cfg, const Options& o, Chip* chip) {
-  A2A3SimConfig sc;
-  sc.block_dim = o.block_dim > 0 ? o.block_dim : cfg.block_dim;
-  sc.aicpu_threads = o.aicpu_threads > 0 ? o.aicpu_threads : cfg.aicpu_threads;
-  if (o.executors >= -1) sc.executor_threads = o.executors;
-  sc.record_core_times = o.profile();
-  sc.pipe_bytes = cfg.pipe_bytes;
-  sc.pipe_timeout_ms = cfg.pipe_timeout_ms;
+  SimChipOptions sc = chip_options(cfg, o.platform);
+  if (sc.platform != "a2a3sim" && sc.platform != "tx8sim")
+    return Status::Error(kInvalidArgument,
+                         fmt::format("--platform {}: must be one of {}", sc.platform, known_platforms()));
+  if (o.block_dim > 0 && sc.platform != "a2a3sim")
+    return Status::Error(kInvalidArgument,
+                         fmt::format("--block-dim {}: block_dim is a2a3sim's clusters; {}'s shape is its [tx8sim] mesh",
+                                     o.block_dim, sc.platform));
+  if (o.block_dim > 0) sc.a2a3.block_dim = o.block_dim;
+  if (o.aicpu_threads > 0) sc.a2a3.aicpu_threads = sc.tx8.aicpu_threads = o.aicpu_threads;
+  if (o.executors >= -1) sc.a2a3.executor_threads = sc.tx8.executor_threads = o.executors;
+  sc.a2a3.record_core_times = sc.tx8.record_core_times = o.profile();
+  sc.tx8.record_events = !o.trace_path.empty();
   return load_package_chip(cfg, sc, chip);
 }
 
@@ -150,7 +158,7 @@ Status runtime_config(const ChipConfig& cfg, const Options& o, const Chip& chip,
   if (o.task_window) rc->task_window = o.task_window;
   if (o.heap) rc->heap_size = o.heap;
   if (o.dep_pool) rc->dep_pool_size = o.dep_pool;
-  rc->scheduler_threads = o.scheduler_threads > 0 ? o.scheduler_threads : chip.config.scheduler_threads();
+  rc->scheduler_threads = o.scheduler_threads > 0 ? o.scheduler_threads : chip.options.scheduler_threads();
   if (o.profile()) rc->profiling = true;
   return Status::Ok();
 }
@@ -327,7 +335,7 @@ int repeat_runs(const ChipConfig& cfg, const Options& o, const Chip& chip, Runti
 
 int run(int argc, char** argv) {
   CLI::App app{
-      "pto2-run — run one orchestration on one simulated a2a3 chip and check its outputs.\n\n"
+      "pto2-run — run one orchestration on one simulated chip (a2a3sim or tx8sim) and check its outputs.\n\n"
       "Example:\n  pto2-run build/examples/vector/kernels.toml\n"
       "  pto2-run build/examples/vector/kernels.toml --input a=a.npy --golden f=f_ref.npy --output-dir out\n"};
   Options o;
@@ -385,11 +393,11 @@ int run(int argc, char** argv) {
   if (Status cs = args.collect(cfg, o); !cs.ok()) return fail(cs.message);
 
   std::printf(
-      "ran %s: %llu tasks in %.3f ms (orchestration %.3f ms), block_dim %d, %d scheduler thread(s), %d "
+      "ran %s: %llu tasks in %.3f ms (orchestration %.3f ms) on %s, %s, %d scheduler thread(s), %d "
       "executor thread(s)\n",
       orchestration_file.c_str(), (unsigned long long)run.stats.tasks_completed, wall_ms,
-      double(run.stats.orchestrator_ns) / 1e6, chip.config.block_dim, rc.scheduler_threads,
-      chip.platform->executor_threads());
+      double(run.stats.orchestrator_ns) / 1e6, chip.platform->platform_name(), chip.platform->shape().c_str(),
+      rc.scheduler_threads, chip.platform->executor_threads());
   if (!o.trace_path.empty()) {
     if (Status ts = write_chrome_trace(o.trace_path, run, *chip.platform, rc.scheduler_threads, name_of); !ts.ok())
       return fail(ts.message);
@@ -397,6 +405,7 @@ int run(int argc, char** argv) {
   }
   if (o.profile()) {
     std::printf("%s\n", summarize(run, *chip.platform).c_str());
+    if (const std::string extra = chip.platform->run_summary(); !extra.empty()) std::printf("%s\n", extra.c_str());
     std::printf("tasks per kernel: %s\n", tasks_per_kernel(cfg, run).c_str());
   }
   if (int rc_repeat = repeat_runs(cfg, o, chip, *runtime, run, args); rc_repeat != 0) return rc_repeat;

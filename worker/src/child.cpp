@@ -76,9 +76,11 @@ std::atomic<const ChipWorker*> g_progress_chip{nullptr};
 
 class ChildRunner {
  public:
-  ChildRunner(Endpoint& ep, SharedDoorbell* bell, pid_t parent, uint32_t spin_us, Worker* inner)
+  ChildRunner(Endpoint& ep, SharedDoorbell* bell, pid_t parent, uint32_t spin_us, Worker* inner,
+              const std::string& platform)
       : ep_(ep), mb_(ep.mb), bell_(bell), parent_(parent), spin_ns_(uint64_t(spin_us) * 1000), inner_(inner) {
     if (ep.kind == ChildKind::CHIP) {
+      chip_.set_platform(platform);
       chip_.set_progress_sink(&mb_->chip_submitted, &mb_->chip_completed);
       g_progress_chip.store(&chip_, std::memory_order_release);
     }
@@ -366,7 +368,7 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
   // §9), so an empty or tiny chip task leaves the child's main thread and
   // the parent's driver as the only spinners on a small machine.
   const uint32_t spin_us = cfg_.spin_us;
-  ChildRunner runner(ep, pool_.bell(), pool_.owner_pid(), spin_us, inner);
+  ChildRunner runner(ep, pool_.bell(), pool_.owner_pid(), spin_us, inner, cfg_.platform);
   Status st;
   if (inner) st = inner->init();
   for (auto& [digest, reg] : callables_.all()) {

@@ -16,6 +16,10 @@ Status ChipWorker::install(const Digest& digest, const std::string& config_path)
   if (has(digest)) return Status::Ok();
   auto p = std::make_unique<Prepared>();
   if (Status s = pto::package::ChipConfig::load(config_path, &p->cfg); !s.ok()) return s;
+  if (!p->cfg.platform.empty() && p->cfg.platform != platform_)
+    return Status::Error(kWorkerInvalidArgument,
+                         fmt::format("the package is for {} ([runtime] platform) and this chip is {}", p->cfg.platform,
+                                     platform_));
   p->kernels.resize(p->cfg.kernels.size());
   for (size_t i = 0; i < p->cfg.kernels.size(); ++i)
     if (Status s = pto2::sim::load_kernel(p->cfg.kernels[i].library, &p->kernels[i]); !s.ok()) return s;
@@ -65,16 +69,13 @@ Status ChipWorker::engine_for(const Digest& digest, Prepared& p, int block_dim, 
     tear_down(engines_.back().second);
     engines_.pop_back();
   }
-  pto2::sim::A2A3SimConfig sc;
-  sc.block_dim = block_dim;
-  sc.aicpu_threads = aicpu;
-  sc.record_core_times = profiling;
-  sc.pipe_bytes = p.cfg.pipe_bytes;
-  sc.pipe_timeout_ms = p.cfg.pipe_timeout_ms;
+  pto2::sim::SimChipOptions sc = pto2::sim::chip_options(p.cfg, platform_);
+  sc.a2a3.block_dim = block_dim;
+  sc.a2a3.aicpu_threads = sc.tx8.aicpu_threads = aicpu;
+  sc.a2a3.record_core_times = sc.tx8.record_core_times = profiling;
   Status st;
   Engine e;
-  e.chip = pto2::sim::A2A3SimPlatform::create(sc, &st);
-  if (!e.chip) return st;
+  if (st = pto2::sim::create_sim_chip(sc, &e.chip); !st.ok()) return st;
   for (size_t i = 0; i < p.cfg.kernels.size(); ++i)
     e.chip->register_kernel(p.cfg.kernels[i].func_id, p.cfg.kernels[i].core_type, p.kernels[i].entry);
   pto2::RuntimeConfig rc = p.cfg.runtime;
@@ -172,6 +173,10 @@ Status ChipWorker::run(const Digest& digest, const TaskArgsView& args, const Cal
     return Status::Error(kWorkerInvalidArgument,
                          "enable_dump_tensor needs an output_prefix: the directory the "
                          "tensors are written to");
+  if (cfg.block_dim > 0 && platform_ != "a2a3sim")
+    return Status::Error(kWorkerInvalidArgument,
+                         fmt::format("CallConfig block_dim {}: block_dim is a2a3sim's clusters; this chip is {}",
+                                     cfg.block_dim, platform_));
   Engine* e = nullptr;
   if (Status s = engine_for(digest, p, cfg.block_dim > 0 ? cfg.block_dim : p.cfg.block_dim,
                             cfg.aicpu_thread_num > 0 ? cfg.aicpu_thread_num : p.cfg.aicpu_threads,

@@ -30,7 +30,7 @@
 #include "pto/callable.h"
 #include "pto/task_args.h"
 #include "pto2/runtime.h"
-#include "pto2/sim/a2a3sim.h"
+#include "pto2/sim/package_chip.h"
 #include "pto/package/chip_package.h"
 #include "pto2/sim/loader.h"
 
@@ -41,6 +41,9 @@ class ChipWorker {
   static constexpr size_t kMaxEngines = 4;
 
   ~ChipWorker();
+  // The simulated chip this child is (WorkerConfig::platform). Before install().
+  void set_platform(const std::string& platform) { platform_ = platform; }
+  // A package that names another platform ([runtime] platform) is refused.
   Status install(const Digest& digest, const std::string& config_path);
   void remove(const Digest& digest);
   bool has(const Digest& digest) const { return prepared_.count(digest) != 0; }
@@ -55,7 +58,7 @@ class ChipWorker {
 
  private:
   struct Engine {  // declaration order = destruction order reversed: runtime goes first
-    std::unique_ptr<pto2::sim::A2A3SimPlatform> chip;
+    std::unique_ptr<pto2::sim::SimChip> chip;
     std::unique_ptr<pto2::Runtime> runtime;
   };
   struct EngineKey {
@@ -69,6 +72,7 @@ class ChipWorker {
     std::vector<pto2::sim::KernelLibrary> kernels;
     pto2::sim::OrchestrationLibrary orch;
   };
+  std::string platform_ = "a2a3sim";
   Status engine_for(const Digest& digest, Prepared& p, int block_dim, int aicpu, bool profiling, Engine** out);
   static void tear_down(Engine& e);
   static Status check_args(const Digest& digest, const Prepared& p, const TaskArgsView& args);

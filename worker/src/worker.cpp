@@ -54,7 +54,8 @@ Status WorkerConfig::validate() const {
         fmt::format("num_chips {} at level {}: above level 3 the next-level children are L3 Workers "
                     "(add_next_level_worker)",
                     num_chips, level));
-  if (platform != "a2a3sim") return bad(fmt::format("platform '{}' is unknown (known: a2a3sim)", platform));
+  if (platform != "a2a3sim" && platform != "tx8sim")
+    return bad(fmt::format("platform '{}' is unknown (known: a2a3sim, tx8sim)", platform));
   if (heap_ring_bytes < 4096 || heap_ring_bytes > (1ull << 40))
     return bad(fmt::format("heap_ring_bytes {} is outside 4096..2^40", heap_ring_bytes));
   if (buffer_arena_bytes < 4096 || buffer_arena_bytes > (1ull << 42))

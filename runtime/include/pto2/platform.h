@@ -41,6 +41,10 @@ struct DispatchPayload {
   // it so that it can wait for its peer on the cluster's other core without
   // holding up anything else (a2a3sim: on the core's own thread).
   bool uses_pipes = false;
+  // Each argument's PTOParamType (INPUT, OUTPUT, INOUT, SCALAR, PIPE_*),
+  // num_args of them; valid as long as args. tx8sim checks its kernels' DMA
+  // against them and follows data in simulated time.
+  const uint8_t* param_kinds = nullptr;
 };
 
 // A way to wake parked scheduler threads; implemented by the runtime.

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,20 @@ struct ChipConfig {
   uint64_t pipe_bytes = 32768;
   uint32_t pipe_timeout_ms = 5000;
   uint64_t seed = 1;
+  // [runtime] platform: the simulated chip the package asks for, "a2a3sim" or
+  // "tx8sim"; "" when it names none (pto2-run then uses a2a3sim, a Worker its
+  // own chips).
+  std::string platform;
+  // [tx8sim]: the tx8sim chip's settings (docs/tx8sim.md); what is unset
+  // keeps the chip's default.
+  struct Tx8Settings {
+    std::optional<int64_t> mesh_x, mesh_y, spm_bytes, ddr_latency_ns, hop_ns;
+    std::optional<double> ddr_gbytes_per_s, noc_gbytes_per_s, compute_scale;
+    bool any() const {
+      return mesh_x || mesh_y || spm_bytes || ddr_latency_ns || hop_ns || ddr_gbytes_per_s || noc_gbytes_per_s ||
+             compute_scale;
+    }
+  } tx8;
   pto2::RuntimeConfig runtime;
   std::vector<ArgSpec> args;
 

@@ -36,11 +36,13 @@
 #include "pto2/kernel_abi.h"
 #include "pto2/platform.h"
 #include "pto2/sim/device_memory.h"
+#include "pto2/sim/sim_chip.h"
 
 namespace pto2::sim {
 
 class ClusterPipes;
 class CoreThreads;
+class ExecutorPool;
 
 inline constexpr int PLATFORM_MAX_BLOCKDIM = 24;
 inline constexpr int PLATFORM_AIV_PER_CLUSTER = 2;
@@ -48,9 +50,6 @@ inline constexpr int PLATFORM_MAX_AICPU_THREADS = 4;
 inline constexpr uint32_t kCondFin = 1u << 31;
 inline constexpr uint32_t kCondTaskMask = kCondFin - 1;
 inline constexpr uint64_t kExitSignal = ~0ull;
-
-// A kernel as the simulator runs it: the kernel ABI's kernel_entry signature.
-using KernelEntry = PTO2KernelEntryFn;
 
 struct A2A3SimConfig {
   int block_dim = PLATFORM_MAX_BLOCKDIM;
@@ -72,10 +71,7 @@ struct A2A3SimConfig {
   int resolved_executor_threads() const;
 };
 
-// CPUs this process may run on (sched_getaffinity), at least 1.
-int usable_cpus();
-
-class A2A3SimPlatform : public Platform {
+class A2A3SimPlatform : public SimChip {
  public:
   // Use create(): the config is validated first.
   static std::unique_ptr<A2A3SimPlatform> create(const A2A3SimConfig& config, Status* error);
@@ -83,11 +79,20 @@ class A2A3SimPlatform : public Platform {
 
   // Registers the kernel for func_id on cores of one type (the reference design's
   // upload_kernel_binary + func_id_to_addr). Before runs start.
-  void register_kernel(int32_t func_id, WorkerType type, KernelEntry entry);
+  void register_kernel(int32_t func_id, WorkerType type, KernelEntry entry) override;
 
-  DeviceMemory& memory() { return memory_; }
+  DeviceMemory& memory() override { return memory_; }
   const A2A3SimConfig& config() const { return config_; }
-  int executor_threads() const { return static_cast<int>(executors_.size()); }
+  int executor_threads() const override;
+
+  // SimChip
+  const char* platform_name() const override { return "a2a3sim"; }
+  int scheduler_threads() const override { return config_.scheduler_threads(); }
+  std::string core_name(int core) const override;
+  std::string shape() const override;
+  int core_groups() const override { return config_.block_dim; }
+  int core_group(int core) const override { return cluster_of(core); }
+  std::string group_name(int group) const override;
 
   // Register views for tests and tracing.
   uint64_t data_main_base(int core) const { return cores_[core]->data_main_base.load(std::memory_order_acquire); }
@@ -135,7 +140,6 @@ class A2A3SimPlatform : public Platform {
   explicit A2A3SimPlatform(const A2A3SimConfig& config);
   // The AICore side: take the dispatched task, ACK, run, FIN.
   void run_core(int core);
-  void executor_main();
   template <typename Op>
   static int32_t pipe_call(void* impl, Op&& op);
   static int32_t pipe_push(void* impl, const Tensor* pipe, const void* src, uint64_t bytes);
@@ -145,12 +149,9 @@ class A2A3SimPlatform : public Platform {
   DeviceMemory memory_;
   std::vector<std::unique_ptr<Core>> cores_;
   std::vector<std::pair<int32_t, KernelEntry>> kernels_[kNumWorkerTypes];
-  struct Doorbells;
-  std::unique_ptr<Doorbells> doorbells_;
-  std::vector<std::thread> executors_;
+  std::unique_ptr<ExecutorPool> executors_;  // null: cores run inline on the scheduler threads
   std::unique_ptr<ClusterPipes> pipes_;
   std::unique_ptr<CoreThreads> pipe_cores_;
-  std::atomic<bool> stop_{false};
   WakeupSlot wakeup_;
 };
 

@@ -1,0 +1,100 @@
+#include "tx8_cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pto2::sim {
+
+DdrChannel::DdrChannel(double bytes_per_ns, uint32_t latency_ns)
+    : capacity_(bytes_per_ns * double(kBucketNs)), latency_ns_(latency_ns) {}
+
+void DdrChannel::reset() {
+  std::lock_guard<std::mutex> g(mu_);
+  used_.clear();
+}
+
+uint64_t DdrChannel::transfer(uint64_t t, uint64_t bytes) {
+  t += latency_ns_;
+  if (bytes == 0) return t;
+  std::lock_guard<std::mutex> g(mu_);
+  double left = double(bytes);
+  uint64_t b = t / kBucketNs;
+  // The first bucket only from t on.
+  double from = double(t % kBucketNs) / double(kBucketNs) * capacity_;
+  for (;; ++b, from = 0) {
+    if (used_.size() <= b) used_.resize(b + 1 + used_.size() / 2, 0.0);
+    const double base = std::max(used_[b], from);
+    const double room = capacity_ - base;
+    if (room <= 0) continue;
+    if (left <= room) {
+      used_[b] = base + left;
+      const double end = double(b * kBucketNs) + double(kBucketNs) * used_[b] / capacity_;
+      return std::max(t, static_cast<uint64_t>(std::ceil(end)));
+    }
+    used_[b] = capacity_;
+    left -= room;
+  }
+}
+
+bool RegionClocks::span_of(const Tensor& v, uint64_t* lo, uint64_t* hi) {
+  if (v.addr == 0 || pto2_is_pipe_tensor(&v)) return false;
+  const uint64_t es = pto2_dtype_size(v.dtype);
+  uint64_t last = 0;
+  for (int32_t d = 0; d < v.ndim && d < PTO2_MAX_DIMS; ++d) {
+    if (v.shapes[d] == 0) return false;
+    last += uint64_t(v.shapes[d] - 1) * pto2_tensor_stride(&v, d);
+  }
+  *lo = pto2_tensor_start(&v) * es;
+  *hi = *lo + (last + 1) * es;
+  return true;
+}
+
+uint64_t RegionClocks::ready(const Tensor& view, bool writes, uint64_t task) {
+  uint64_t lo, hi;
+  if (!span_of(view, &lo, &hi)) return 0;
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = buffers_.find(view.addr);
+  if (it == buffers_.end()) return 0;
+  uint64_t t = 0;
+  for (const Span& s : it->second) {
+    if (s.hi <= lo || hi <= s.lo) continue;
+    t = std::max(t, s.written.for_task(task));
+    if (writes) t = std::max(t, s.read.for_task(task));
+  }
+  return t;
+}
+
+void RegionClocks::note(const Tensor& view, bool writes, uint64_t end_ns, uint64_t task) {
+  uint64_t lo, hi;
+  if (!span_of(view, &lo, &hi)) return;
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<Span>& spans = buffers_[view.addr];
+  for (Span& s : spans) {
+    if (s.lo != lo || s.hi != hi) continue;
+    (writes ? s.written : s.read).note(task, end_ns);
+    return;
+  }
+  if (spans.size() >= kSpansPerBuffer) {
+    // One span for all, its times the latest (no task's own: conservative).
+    Span all{~0ull, 0, {}, {}};
+    for (const Span& s : spans) {
+      all.lo = std::min(all.lo, s.lo);
+      all.hi = std::max(all.hi, s.hi);
+      all.written.at = std::max(all.written.at, s.written.at);
+      all.read.at = std::max(all.read.at, s.read.at);
+    }
+    all.written.before = all.written.at;
+    all.read.before = all.read.at;
+    spans.assign(1, all);
+  }
+  Span fresh{lo, hi, {}, {}};
+  (writes ? fresh.written : fresh.read).note(task, end_ns);
+  spans.push_back(fresh);
+}
+
+void RegionClocks::reset() {
+  std::lock_guard<std::mutex> g(mu_);
+  buffers_.clear();
+}
+
+}  // namespace pto2::sim
