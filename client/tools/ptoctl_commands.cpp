@@ -158,8 +158,9 @@ void print_tensor_info(const v1::TensorInfo& t, bool json) {
 }
 
 void print_node(const v1::WorkerNode& n, int depth) {
-  std::printf("%s%-10s level %d  %-8s pid %-7d tasks %-8llu restarts %u\n", std::string(2 * depth, ' ').c_str(),
-              n.name().c_str(), n.level(), n.state().c_str(), n.pid(), (unsigned long long)n.tasks_run(), n.restarts());
+  std::printf("%s%-10s level %d  %-8s pid %-7d tasks %-8llu restarts %u%s\n", std::string(2 * depth, ' ').c_str(),
+              n.name().c_str(), n.level(), n.state().c_str(), n.pid(), (unsigned long long)n.tasks_run(), n.restarts(),
+              n.platform().empty() ? "" : ("  " + n.platform()).c_str());
   for (const auto& c : n.children()) print_node(c, depth + 1);
 }
 

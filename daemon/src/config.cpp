@@ -249,13 +249,16 @@ Status read_server(const toml::table* t, DaemonConfig& c) {
 Status read_worker(const toml::table* t, DaemonConfig& c) {
   Status s;
   if (s = only_keys(*t, "[worker]",
-                    {"level", "l3_children", "chips", "sub_workers", "heap_ring_bytes", "arena_bytes",
+                    {"level", "l3_children", "chips", "platform", "sub_workers", "heap_ring_bytes", "arena_bytes",
                      "task_timeout_ms", "spin_us", "liveness_timeout_ms", "runner_load_timeout_ms"});
       !s.ok())
     return s;
   if (s = read_int(*t, "worker", "level", &c.level, 3, 4); !s.ok()) return s;
   if (s = read_int(*t, "worker", "l3_children", &c.l3_children, 0, 16); !s.ok()) return s;
   if (s = read_int(*t, "worker", "chips", &c.chips, 0, 64); !s.ok()) return s;
+  if (s = read_str(*t, "worker", "platform", &c.platform); !s.ok()) return s;
+  if (c.platform != "a2a3sim" && c.platform != "tx8sim")
+    return bad(fmt::format("[worker] platform = '{}': must be \"a2a3sim\" or \"tx8sim\"", c.platform));
   if (s = read_int(*t, "worker", "sub_workers", &c.sub_workers, 0, 64); !s.ok()) return s;
   if (s = read_int(*t, "worker", "heap_ring_bytes", &c.heap_ring_bytes, 4096, int64_t(1) << 40); !s.ok()) return s;
   if (s = read_int(*t, "worker", "arena_bytes", &c.arena_bytes, 4096, int64_t(1) << 42); !s.ok()) return s;
@@ -471,7 +474,7 @@ std::string DaemonConfig::effective_toml() const {
       0, fmt::format(
              "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
              "tokens_file = {}\nadmins = [{}]\nmax_message_bytes = {}\nupload_idle_timeout_s = {}\n\n[worker]\nlevel = "
-             "{}\nl3_children = {}\nchips = {}\nsub_workers = "
+             "{}\nl3_children = {}\nchips = {}\nplatform = {}\nsub_workers = "
              "{}\nheap_ring_bytes = {}\narena_bytes = {}\n"
              "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n\n[jobs]\n"
              "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\ncapture_output = {}\n\n"
@@ -482,7 +485,7 @@ std::string DaemonConfig::effective_toml() const {
              "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
              q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"),
              q(tokens_file), admin_list, max_message_bytes, upload_idle_timeout_s, level, l3_children, chips,
-             sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms, spin_us, liveness_timeout_ms,
+             q(platform), sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms, spin_us, liveness_timeout_ms,
              runner_load_timeout_ms, max_queued, retain_finished, max_running, default_deadline_s, capture_output,
              q(state_dir), durable, drain_timeout_s, q(log_level), q(log_file), q(log_target), q(metrics_listen),
              allow_native_blob, allow_native_import, allow_chip_bundles));

@@ -31,6 +31,7 @@ struct DaemonConfig {
   int level = 3;        // 3: chips and sub workers here; 4: L3 workers (local children and [[peers]])
   int l3_children = 0;  // level 4: local L3 children, each with `chips` chips and `sub_workers` sub workers
   int chips = 1;
+  std::string platform = "a2a3sim";  // the chips' simulated chip: "a2a3sim" or "tx8sim" (docs/tx8sim.md)
   int sub_workers = 2;
   uint64_t heap_ring_bytes = 64ull << 20;
   uint64_t arena_bytes = 1ull << 30;

@@ -148,6 +148,7 @@ pto::WorkerConfig worker_config(const DaemonConfig& cfg) {
   pto::WorkerConfig wc;
   wc.level = cfg.level;
   wc.num_chips = cfg.level == 3 ? cfg.chips : 0;
+  wc.platform = cfg.platform;
   wc.num_sub_workers = cfg.sub_workers;
   wc.heap_ring_bytes = cfg.heap_ring_bytes;
   wc.buffer_arena_bytes = cfg.arena_bytes;

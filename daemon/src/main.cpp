@@ -19,6 +19,7 @@ int run(int argc, char** argv) {
   std::string socket, state_dir, metrics, log_level, log_file, token_file, tls_cert, tls_key;
   std::vector<std::string> listen;
   int chips = -1, subs = -1;
+  std::string platform;
   bool no_socket = false, allow_blob = false;
   ptod::RunOptions opts;
   app.add_option("-c,--config", config_path, "config file (TOML); default /etc/ptod/ptod.toml if it exists")
@@ -28,6 +29,8 @@ int run(int argc, char** argv) {
   app.add_option("--listen", listen, "TCP listener host:port, repeatable ([server] listen); port 0 picks one");
   app.add_option("--state-dir", state_dir, "state directory ([daemon] state_dir)");
   app.add_option("--chips", chips, "simulated chips ([worker] chips)")->check(CLI::Range(0, 64));
+  app.add_option("--platform", platform, "the chips' simulated chip: a2a3sim or tx8sim ([worker] platform)")
+      ->check(CLI::IsMember({"a2a3sim", "tx8sim"}));
   app.add_option("--sub-workers", subs, "sub workers ([worker] sub_workers)")->check(CLI::Range(0, 64));
   app.add_option("--metrics", metrics, "metrics listener host:port, or 'off' ([metrics] listen)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off ([daemon] log_level)");
@@ -55,6 +58,7 @@ int run(int argc, char** argv) {
   if (!listen.empty()) cfg.listen = listen;
   if (!state_dir.empty()) cfg.state_dir = state_dir;
   if (chips >= 0) cfg.chips = chips;
+  if (!platform.empty()) cfg.platform = platform;
   if (subs >= 0) cfg.sub_workers = subs;
   if (!metrics.empty()) cfg.metrics_listen = metrics == "off" ? "" : metrics;
   if (!log_level.empty()) cfg.log_level = log_level;

@@ -83,7 +83,8 @@ std::vector<pto::RemoteLink::PeerChild> GrpcRemoteLink::peer_children() const {
 
 void GrpcRemoteLink::set_tree(const pto::v1::WorkerNode& root) {
   std::vector<PeerChild> t;
-  for (const auto& c : root.children()) t.push_back({c.name(), c.state(), c.pid(), c.tasks_run(), c.level()});
+  for (const auto& c : root.children())
+    t.push_back({c.name(), c.state(), c.pid(), c.tasks_run(), c.level(), c.platform()});
   std::lock_guard<std::mutex> g(mu_);
   tree_ = std::move(t);
 }

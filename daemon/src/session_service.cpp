@@ -182,6 +182,7 @@ void fill_worker_tree(const DaemonParts& p, pto::v1::WorkerNode* root) {
     n->set_pid(c.pid);
     n->set_tasks_run(c.tasks_run);
     n->set_restarts(c.restarts);
+    n->set_platform(c.platform);
     if (!c.remote) {
       n->set_name(c.label());
       n->set_state(pto::child_state_name(c.state));
@@ -200,6 +201,7 @@ void fill_worker_tree(const DaemonParts& p, pto::v1::WorkerNode* root) {
       g->set_pid(pc.pid);
       g->set_tasks_run(pc.tasks_run);
       g->set_level(pc.level);
+      g->set_platform(pc.platform);
     }
   }
 }

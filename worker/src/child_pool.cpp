@@ -295,6 +295,7 @@ std::vector<ChildInfo> ChildPool::children(bool closed) const {
       c.pid = ep->pid;
       c.tasks_run = ep->tasks_run;
       c.restarts = ep->restarts;
+      if (ep->kind == ChildKind::CHIP) c.platform = cfg_.platform;
       c.state = closed                                             ? ChildState::STOPPED
                 : ep->starting                                     ? ChildState::STARTING
                 : !ep->alive                                       ? ChildState::DEAD
@@ -302,10 +303,13 @@ std::vector<ChildInfo> ChildPool::children(bool closed) const {
                                                                    : ChildState::IDLE;
       // A local L3 child's own children, as it last reported them.
       std::vector<ChildInfo> inner;
-      if (ep->kind == ChildKind::L3 && !ep->is_remote() && ep->mb && ep->mb->inner.read(&inner))
+      if (ep->kind == ChildKind::L3 && !ep->is_remote() && ep->mb && ep->mb->inner.read(&inner)) {
+        const size_t i = static_cast<size_t>(ep->index);
+        const std::string platform = i < inner_.size() ? inner_[i]->config().platform : std::string();
         for (const ChildInfo& k : inner)
-          c.peer_children.push_back(
-              {k.label(), child_state_name(k.state), k.pid, k.tasks_run, k.kind == ChildKind::CHIP ? 2 : 0});
+          c.peer_children.push_back({k.label(), child_state_name(k.state), k.pid, k.tasks_run,
+                                     k.kind == ChildKind::CHIP ? 2 : 0, k.kind == ChildKind::CHIP ? platform : ""});
+      }
       if (ep->is_remote()) {
         c.remote = true;
         c.address = ep->link->label();

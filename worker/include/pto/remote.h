@@ -110,6 +110,7 @@ class RemoteLink {
     int pid = -1;
     uint64_t tasks_run = 0;
     int level = 0;  // 2 for a chip, 0 for a sub worker
+    std::string platform;  // a chip's simulated chip ("a2a3sim", "tx8sim"); empty otherwise
   };
   virtual std::vector<PeerChild> peer_children() const = 0;
 };

@@ -254,6 +254,7 @@ struct ChildInfo {
   ChildState state = ChildState::NOT_STARTED;
   uint64_t tasks_run = 0;
   uint32_t restarts = 0;
+  std::string platform;  // a chip's simulated chip (WorkerConfig::platform); empty for other kinds
   // Remote L3 workers (add_remote_worker): the link's label and state, and
   // the peer's own children as it last reported them. Local L3 children fill
   // peer_children too (their chips and sub workers as of their last task).

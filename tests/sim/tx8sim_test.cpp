@@ -1,0 +1,447 @@
+// tx8sim: the mesh and its cores, the platform contract under the PTO2
+// runtime, the tile context and its movers (SPM capacity, DMA and NoC bounds,
+// each error naming the task and the sizes), the cost model against
+// hand-computed simulated times, and the sharding search against
+// hand-computed cases.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <vector>
+
+#include "pto2/runtime.h"
+#include "pto2/sharding.h"
+#include "pto2/sim/tx8sim.h"
+#include "vector_example.h"
+
+using namespace pto2;
+using namespace pto2::sim;
+namespace vx = pto2::vector_example;
+
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+PTO2TileContext g_seen_tile{};  // what the last k_where kernel saw
+
+// args: out (int32 [1]). Records its tile context.
+void k_where(int64_t* args) {
+  const PTO2KernelContext* ctx = pto2_kernel_context(args, 1);
+  g_seen_tile = *pto2_tile(ctx);
+  *static_cast<int32_t*>(pto2_tensor_data(pto2_arg_tensor(args, 0))) = ctx->tile->tile;
+}
+
+// args: in (bytes), out (bytes), scalar mode. Moves data as the mode says.
+enum Mode : uint64_t {
+  kLoadWhole = 0,        // load all of in into SPM, store it to out
+  kSpmTooBig = 1,        // ask the SPM for more than the engine's share
+  kLoadOutside = 2,      // load from past the end of in
+  kStoreIntoInput = 3,   // store into in (an INPUT)
+  kBadStride = 4,        // strides shorter than a row
+  kNocRoundTrip = 5,     // put in's first 64 KiB into tile 15's SPM, get it back, store to out
+  kNocBadTile = 6,       // a tile that is not on the chip
+  kSpmDstOutside = 7,    // load past the end of the engine's SPM share
+  kLoadOnly = 8,         // load all of in into SPM, nothing else
+};
+void k_mover(int64_t* args) {
+  const Tensor* in = pto2_arg_tensor(args, 0);
+  const Tensor* out = pto2_arg_tensor(args, 1);
+  const auto mode = static_cast<Mode>(args[2]);
+  const PTO2KernelContext* ctx = pto2_kernel_context(args, 3);
+  const uint64_t bytes = pto2_tensor_buffer_bytes(in);
+  auto* src = static_cast<uint8_t*>(pto2_tensor_data(in));
+  auto* dst = static_cast<uint8_t*>(pto2_tensor_data(out));
+  switch (mode) {
+    case kLoadWhole: {
+      void* spm = pto2_spm_alloc(ctx, bytes);
+      if (spm && pto2_dma_load(ctx, spm, src, bytes, 1, bytes) == 0) pto2_dma_store(ctx, dst, bytes, spm, bytes, 1);
+      return;
+    }
+    case kSpmTooBig:
+      (void)pto2_spm_alloc(ctx, ctx->tile->spm_bytes + 1);
+      return;
+    case kLoadOutside: {
+      void* spm = pto2_spm_alloc(ctx, 4096);
+      (void)pto2_dma_load(ctx, spm, src + bytes - 16, 32, 1, 32);
+      return;
+    }
+    case kStoreIntoInput: {
+      void* spm = pto2_spm_alloc(ctx, 64);
+      (void)pto2_dma_store(ctx, src, 64, spm, 64, 1);
+      return;
+    }
+    case kBadStride: {
+      void* spm = pto2_spm_alloc(ctx, 4096);
+      (void)pto2_dma_load(ctx, spm, src, 64, 4, 32);
+      return;
+    }
+    case kNocRoundTrip: {
+      const uint64_t n = 64 * 1024;
+      auto* a = static_cast<uint8_t*>(pto2_spm_alloc(ctx, n));
+      auto* b = static_cast<uint8_t*>(pto2_spm_alloc(ctx, n));
+      if (!a || !b || pto2_dma_load(ctx, a, src, n, 1, n) != 0) return;
+      const uint64_t far = ctx->tile->spm_bytes + 4096;  // tile 15's CT share: nobody else's here
+      if (pto2_noc_put(ctx, 15, far, a, n) != 0 || pto2_noc_get(ctx, 15, far, b, n) != 0) return;
+      (void)pto2_dma_store(ctx, dst, n, b, n, 1);
+      return;
+    }
+    case kNocBadTile: {
+      void* spm = pto2_spm_alloc(ctx, 64);
+      (void)pto2_noc_put(ctx, 16, 0, spm, 64);
+      return;
+    }
+    case kLoadOnly: {
+      void* spm = pto2_spm_alloc(ctx, bytes);
+      if (spm) (void)pto2_dma_load(ctx, spm, src, bytes, 1, bytes);
+      return;
+    }
+    case kSpmDstOutside: {
+      auto* spm = static_cast<uint8_t*>(pto2_spm_alloc(ctx, 64));
+      (void)pto2_dma_load(ctx, spm + ctx->tile->spm_bytes - 32, src, 64, 1, 64);
+      return;
+    }
+  }
+}
+
+struct Chip {
+  explicit Chip(Tx8SimConfig cfg, int scheduler_threads = 1) {
+    Status st;
+    chip = Tx8SimPlatform::create(cfg, &st);
+    REQUIRE(chip);
+    chip->register_kernel(0, WorkerType::kVector, k_mover);
+    chip->register_kernel(0, WorkerType::kCube, k_mover);
+    chip->register_kernel(1, WorkerType::kVector, k_where);
+    RuntimeConfig rc;
+    rc.task_window = 256;
+    rc.heap_size = 16 << 20;
+    rc.scheduler_threads = scheduler_threads;
+    rc.stall_timeout_ms = 10000;
+    rt = Runtime::create(rc, *chip, &st);
+    REQUIRE(rt);
+  }
+  void* alloc(uint64_t bytes) {
+    void* p = nullptr;
+    REQUIRE(chip->memory().alloc(bytes, &p).ok());
+    return p;
+  }
+  // One mover task per (mode, worker type) over in -> out.
+  RunResult run_movers(void* in, void* out, uint64_t bytes, std::vector<std::pair<Mode, int32_t>> tasks) {
+    return rt->run([&](PTO2Runtime* p) {
+      const uint32_t shape[1] = {static_cast<uint32_t>(bytes)};
+      Tensor a = make_tensor_external(in, shape, 1, PTO2_UINT8);
+      Tensor b = make_tensor_external(out, shape, 1, PTO2_UINT8);
+      for (auto [mode, type] : tasks) {
+        PTOParam params[] = {make_input_param(a), make_output_param(b), make_scalar_param(mode)};
+        pto2_rt_submit_task(p, 0, type, params, 3);
+      }
+      return 0;
+    });
+  }
+  std::unique_ptr<Tx8SimPlatform> chip;
+  std::unique_ptr<Runtime> rt;
+};
+
+Tx8SimConfig quiet_config() {
+  Tx8SimConfig cfg;
+  cfg.executor_threads = 0;
+  cfg.compute_scale = 0;  // only data movement costs time: figures are exact
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("the chip is a mesh of tiles, each an NE and a CT core; the config is validated", "[tx8sim]") {
+  Tx8SimConfig bad;
+  bad.mesh_x = 0;
+  Status st;
+  CHECK(Tx8SimPlatform::create(bad, &st) == nullptr);
+  CHECK_THAT(st.message, Catch::Contains("mesh = 0x4"));
+  bad = Tx8SimConfig{};
+  bad.spm_bytes = 1000;
+  CHECK(Tx8SimPlatform::create(bad, &st) == nullptr);
+  CHECK_THAT(st.message, Catch::Contains("spm_bytes = 1000"));
+  bad = Tx8SimConfig{};
+  bad.ddr_gbytes_per_s = 0;
+  CHECK(Tx8SimPlatform::create(bad, &st) == nullptr);
+
+  auto chip = Tx8SimPlatform::create(Tx8SimConfig{}, &st);
+  REQUIRE(chip);
+  REQUIRE(chip->core_count() == 32);
+  CHECK(chip->core_type(0) == WorkerType::kCube);
+  CHECK(chip->core_type(15) == WorkerType::kCube);
+  CHECK(chip->core_type(16) == WorkerType::kVector);
+  CHECK(chip->tile_of(16 + 6) == 6);
+  CHECK(chip->core_name(6) == "NE (2,1)");
+  CHECK(chip->core_name(16 + 6) == "CT (2,1)");
+  CHECK(chip->group_name(15) == "tile (3,3)");
+  CHECK(chip->hops(0, 15) == 6);
+  CHECK(chip->hops(5, 6) == 1);
+  CHECK(chip->cluster_count() == 0);  // no function groups, no pipes
+  CHECK(chip->passes_block_index());
+  CHECK(std::string(chip->platform_name()) == "tx8sim");
+  CHECK(chip->shape() == "mesh 4x4");
+}
+
+TEST_CASE("the vector example matches its golden on tx8sim, inline and on executors", "[tx8sim][runtime]") {
+  const int executors = GENERATE(0, 2);
+  const int schedulers = GENERATE(1, 2);
+  Tx8SimConfig cfg;
+  cfg.executor_threads = executors;
+  Status st;
+  auto chip = Tx8SimPlatform::create(cfg, &st);
+  REQUIRE(chip);
+  chip->register_kernel(vx::kAdd, WorkerType::kVector, vx::add);
+  chip->register_kernel(vx::kAddScalar, WorkerType::kVector, vx::add_scalar);
+  chip->register_kernel(vx::kMul, WorkerType::kVector, vx::mul);
+  RuntimeConfig rc;
+  rc.scheduler_threads = schedulers;
+  auto rt = Runtime::create(rc, *chip, &st);
+  REQUIRE(rt);
+  const uint32_t n = 16384;
+  std::vector<float> a(n), b(n), f(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    a[i] = float(i % 31);
+    b[i] = float(i % 7) * 0.25f;
+  }
+  void *da, *db, *df;
+  REQUIRE(chip->memory().alloc(n * 4, &da).ok());
+  REQUIRE(chip->memory().alloc(n * 4, &db).ok());
+  REQUIRE(chip->memory().alloc(n * 4, &df).ok());
+  REQUIRE(chip->memory().copy_to_device(da, a.data(), n * 4).ok());
+  REQUIRE(chip->memory().copy_to_device(db, b.data(), n * 4).ok());
+  for (int round = 0; round < 3; ++round) {
+    RunResult r = rt->run([&](PTO2Runtime* p) {
+      vx::orchestrate(p, da, db, df, n);
+      return 0;
+    });
+    REQUIRE(r.ok());
+    REQUIRE(chip->memory().copy_from_device(f.data(), df, n * 4).ok());
+    uint32_t matched = 0;
+    for (uint32_t i = 0; i < n; ++i) matched += f[i] == (a[i] + b[i] + 1.f) * (a[i] + b[i] + 2.f);
+    CHECK(matched == n);
+    // Kernels that move nothing themselves are charged as loading inputs and
+    // storing outputs: 2+1, 1+1, 1+1, 2+1 views of 64 KiB.
+    const Tx8RunStats s = chip->run_stats();
+    CHECK(s.tasks == 4);
+    CHECK(s.ddr_bytes == 10 * n * 4);
+    CHECK(s.sim_ns > 0);
+  }
+  CHECK(chip->executor_threads() == executors);
+}
+
+TEST_CASE("a kernel sees its tile: mesh place, engine, its share of the SPM", "[tx8sim]") {
+  Chip c(quiet_config());
+  int32_t* out = static_cast<int32_t*>(c.alloc(64));
+  RunResult r = c.rt->run([&](PTO2Runtime* p) {
+    const uint32_t shape[1] = {1};
+    Tensor t = make_tensor_external(out, shape, 1, PTO2_INT32);
+    PTOParam params[] = {make_output_param(t)};
+    pto2_rt_submit_task(p, 1, PTO2_WORKER_VECTOR, params, 1);
+    return 0;
+  });
+  REQUIRE(r.ok());
+  const PTO2TileContext& t = g_seen_tile;
+  CHECK(t.mesh_x == 4);
+  CHECK(t.mesh_y == 4);
+  CHECK(t.tile == *out);
+  CHECK(t.x == t.tile % 4);
+  CHECK(t.y == t.tile / 4);
+  CHECK(t.engine == PTO2_WORKER_VECTOR);
+  CHECK(t.spm_bytes == c.chip->config().spm_bytes / 2);
+  CHECK(t.spm != nullptr);
+}
+
+TEST_CASE("the movers copy data and charge hand-computed simulated time", "[tx8sim]") {
+  Chip c(quiet_config());
+  const uint64_t bytes = kMiB;
+  auto* in = static_cast<uint8_t*>(c.alloc(bytes));
+  auto* out = static_cast<uint8_t*>(c.alloc(bytes));
+  for (uint64_t i = 0; i < bytes; ++i) in[i] = static_cast<uint8_t>(i * 7 + 3);
+
+  SECTION("one load and one store of 1 MiB: latency + bytes / 200 GB/s each") {
+    RunResult r = c.run_movers(in, out, bytes, {{kLoadWhole, PTO2_WORKER_VECTOR}});
+    REQUIRE(r.ok());
+    CHECK(std::memcmp(in, out, bytes) == 0);
+    // 1 MiB at 200 bytes/ns is 5242.88 ns, after 100 ns of latency: the load
+    // ends at 5343; the store starts there and ends 5343 later.
+    const Tx8RunStats s = c.chip->run_stats();
+    CHECK(s.sim_ns == 5343 + 5343);
+    CHECK(s.ddr_bytes == 2 * bytes);
+    CHECK(s.dma_transfers == 2);
+  }
+  SECTION("two tiles loading at once share the chip's DDR bandwidth") {
+    RunResult r = c.rt->run([&](PTO2Runtime* p) {
+      const uint32_t shape[1] = {static_cast<uint32_t>(bytes)};
+      const uint32_t half[1] = {static_cast<uint32_t>(bytes / 2)};
+      const uint32_t off0[1] = {0}, off1[1] = {static_cast<uint32_t>(bytes / 2)};
+      Tensor a = make_tensor_external(in, shape, 1, PTO2_UINT8);
+      Tensor b = make_tensor_external(out, shape, 1, PTO2_UINT8);
+      // Two halves of the output: neither task waits for the other.
+      Tensor b0 = tensor_view(b, off0, half), b1 = tensor_view(b, off1, half);
+      PTOParam p0[] = {make_input_param(a), make_output_param(b0), make_scalar_param(kLoadOnly)};
+      pto2_rt_submit_task(p, 0, PTO2_WORKER_CUBE, p0, 3);
+      PTOParam p1[] = {make_input_param(a), make_output_param(b1), make_scalar_param(kLoadOnly)};
+      pto2_rt_submit_task(p, 0, PTO2_WORKER_VECTOR, p1, 3);
+      return 0;
+    });
+    REQUIRE(r.ok());
+    // Both start at 0. The first load has the bandwidth to itself and ends
+    // at 100 + 5242.88; the second gets what is left of the same buckets and
+    // ends at 100 + 2 x 5242.88 = 10585.76, rounded up.
+    const Tx8RunStats s = c.chip->run_stats();
+    CHECK(s.ddr_bytes == 2 * bytes);
+    CHECK(s.sim_ns == 10586);
+    CHECK(s.tile_busy_ns[0] + s.tile_busy_ns[1] + s.tile_busy_ns[2] > 0);
+  }
+  SECTION("a NoC round trip to the far corner: hops x 4 ns + bytes / 128 GB/s each way") {
+    RunResult r = c.run_movers(in, out, bytes, {{kNocRoundTrip, PTO2_WORKER_CUBE}});
+    REQUIRE(r.ok());
+    CHECK(std::memcmp(in, out, 64 * 1024) == 0);
+    const Tx8RunStats s = c.chip->run_stats();
+    CHECK(s.noc_bytes == 2 * 64 * 1024);
+    CHECK(s.noc_transfers == 2);
+    const uint64_t dma = 100 + 328;        // 64 KiB at 200 B/ns = 327.68, rounded up
+    const uint64_t noc = 6 * 4 + 512;      // from tile 0 (the first NE) to tile 15: 6 hops
+    CHECK(s.sim_ns == dma + 2 * noc + dma);
+  }
+  SECTION("a consumer starts after its producer in simulated time, wherever it runs") {
+    RunResult r = c.rt->run([&](PTO2Runtime* p) {
+      const uint32_t shape[1] = {static_cast<uint32_t>(bytes)};
+      Tensor a = make_tensor_external(in, shape, 1, PTO2_UINT8);
+      Tensor mid = make_tensor(shape, 1, PTO2_UINT8);
+      Tensor b = make_tensor_external(out, shape, 1, PTO2_UINT8);
+      PTOParam p0[] = {make_input_param(a), make_output_param(mid), make_scalar_param(kLoadWhole)};
+      pto2_rt_submit_task(p, 0, PTO2_WORKER_CUBE, p0, 3);
+      PTOParam p1[] = {make_input_param(mid), make_output_param(b), make_scalar_param(kLoadWhole)};
+      pto2_rt_submit_task(p, 0, PTO2_WORKER_VECTOR, p1, 3);
+      return 0;
+    });
+    REQUIRE(r.ok());
+    CHECK(std::memcmp(in, out, bytes) == 0);
+    CHECK(c.chip->run_stats().sim_ns == 4 * 5343);
+  }
+}
+
+TEST_CASE("movers refuse what leaves their bounds, naming the task and the sizes", "[tx8sim]") {
+  Chip c(quiet_config());
+  const uint64_t bytes = 8192;
+  void* in = c.alloc(bytes);
+  void* out = c.alloc(bytes);
+  struct Case {
+    Mode mode;
+    std::vector<std::string> says;
+  };
+  const Case cases[] = {
+      {kSpmTooBig, {"SPM allocation of 2097153 bytes does not fit", "share of the tile's SPM is 2097152 bytes"}},
+      {kLoadOutside, {"DMA load (DDR->SPM) of 1 rows x 32 bytes", "source", "outside the buffers of the task's tensors"}},
+      {kStoreIntoInput, {"DMA store (SPM->DDR)", "destination", "OUTPUT/INOUT"}},
+      {kBadStride, {"4 rows x 64 bytes", "strides 64 (dst) and 32 (src) must be at least the row"}},
+      {kNocBadTile, {"NoC put: tile 16 is not on the chip (0..15)"}},
+      {kSpmDstOutside, {"destination", "outside the engine's SPM share"}},
+  };
+  for (const Case& k : cases) {
+    RunResult r = c.run_movers(in, out, bytes, {{k.mode, PTO2_WORKER_VECTOR}});
+    INFO("mode " << k.mode << ": " << r.status.message);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status.code == kInvalidArgument);
+    CHECK_THAT(r.status.message, Catch::Contains("task ") && Catch::Contains("(kernel 0) on CT ("));
+    for (const std::string& s : k.says) CHECK_THAT(r.status.message, Catch::Contains(s));
+  }
+  // The chip keeps working after a refused mover.
+  RunResult ok = c.run_movers(in, out, bytes, {{kLoadWhole, PTO2_WORKER_VECTOR}});
+  CHECK(ok.ok());
+}
+
+TEST_CASE("function groups are refused: the chip has no clusters", "[tx8sim]") {
+  Chip c(quiet_config());
+  RunResult r = c.rt->run([&](PTO2Runtime* p) {
+    const int32_t cid = pto2_rt_allocate_cluster(p);
+    return cid < 0 ? 0 : 1;
+  });
+  CHECK_FALSE(r.ok());
+}
+
+TEST_CASE("the trace records tasks and transfers per tile in simulated time", "[tx8sim]") {
+  Tx8SimConfig cfg = quiet_config();
+  cfg.record_events = true;
+  Chip c(cfg);
+  void* in = c.alloc(4096);
+  void* out = c.alloc(4096);
+  REQUIRE(c.run_movers(in, out, 4096, {{kLoadWhole, PTO2_WORKER_VECTOR}}).ok());
+  const std::vector<TraceEvent> ev = c.chip->trace_events();
+  REQUIRE(ev.size() == 3);  // the load, the store, the task
+  int tasks = 0, moves = 0;
+  for (const TraceEvent& e : ev) {
+    if (e.kernel_id == 0) {
+      ++tasks;
+      CHECK(e.lane.rfind("tile (", 0) == 0);
+    } else {
+      ++moves;
+      CHECK_THAT(e.lane, Catch::EndsWith(" LSU"));
+      CHECK_THAT(e.args_json, Catch::Contains("\"bytes\": 4096"));
+    }
+  }
+  CHECK(tasks == 1);
+  CHECK(moves == 2);
+}
+
+TEST_CASE("sharding search: hand-computed plans", "[tx8sim][sharding]") {
+  SECTION("the TX8 document's example: [3, 4, 128, 4096] over 16 tiles splits the innermost dimension") {
+    const uint32_t shape[4] = {3, 4, 128, 4096};
+    PTO2ShardPlan p = pto2_shard_search(shape, 4, 16, 64, ~0u);
+    CHECK(p.blocks == 16);
+    CHECK(p.level == 4);
+    CHECK(std::vector<int>(p.factor, p.factor + 4) == std::vector<int>{1, 1, 1, 16});
+    // The candidates it ranked below: [1, 8, 1, 2] uses 4 x 2, [16, 1, 1, 1] only 3.
+    const int32_t f1[4] = {1, 8, 1, 2}, f2[4] = {16, 1, 1, 1};
+    CHECK(pto2_shard_score(shape, 4, f1, 64, nullptr) == 8);
+    CHECK(pto2_shard_score(shape, 4, f2, 64, nullptr) == 3);
+    // Only the outermost dimension allowed: 3 tiles of 16 (level 2).
+    p = pto2_shard_search(shape, 4, 16, 64, 1u);
+    CHECK(p.blocks == 3);
+    CHECK(p.level == 2);
+    // The naive split is the same 3.
+    CHECK(pto2_shard_naive(shape, 4, 16).blocks == 3);
+  }
+  SECTION("alignment limits the last dimension; the search spreads the rest") {
+    const uint32_t shape[4] = {1, 1, 7, 100};
+    // Last dimension: ceil(100 / 16) = 7 shards at most. [1,1,1,16] -> 7,
+    // [1,1,2,8] -> 14, [1,1,4,4] -> 16 (the first best), [1,1,8,2] -> 14.
+    PTO2ShardPlan p = pto2_shard_search(shape, 4, 16, 16, ~0u);
+    CHECK(std::vector<int>(p.factor, p.factor + 4) == std::vector<int>{1, 1, 4, 4});
+    CHECK(p.blocks == 16);
+    CHECK(pto2_shard_naive(shape, 4, 16).blocks == 1);
+    // Shares of the last dimension in whole 16-element units: 7 units in 4.
+    const uint32_t want[4][2] = {{0, 16}, {16, 48}, {48, 80}, {80, 100}};
+    for (int k = 0; k < 4; ++k) {
+      uint32_t b = 0, e = 0;
+      pto2_shard_range(&p, shape, 16, k, 3, &b, &e);  // blocks 0..3: dimension 2's shard 0
+      CHECK(b == want[k][0]);
+      CHECK(e == want[k][1]);
+    }
+    // Block 5 is dimension 2's shard 1 (rows [1, 3) of 7), last-dimension shard 1.
+    uint32_t b = 0, e = 0;
+    pto2_shard_range(&p, shape, 16, 5, 2, &b, &e);
+    CHECK(b == 1);
+    CHECK(e == 3);
+  }
+  SECTION("nothing to spread: no sharding") {
+    const uint32_t shape[2] = {1, 1};
+    PTO2ShardPlan p = pto2_shard_search(shape, 2, 16, 1, ~0u);
+    CHECK(p.blocks == 1);
+    CHECK(p.level == 0);
+    p = pto2_shard_search(shape, 2, 1, 1, ~0u);
+    CHECK(p.blocks == 1);
+  }
+  SECTION("every block's shares cover the output exactly once") {
+    const uint32_t shape[3] = {5, 9, 130};
+    const PTO2ShardPlan p = pto2_shard_search(shape, 3, 16, 16, ~0u);
+    std::vector<int> covered(5 * 9 * 130, 0);
+    for (int blk = 0; blk < p.blocks; ++blk) {
+      uint32_t lo[3], hi[3];
+      for (int d = 0; d < 3; ++d) pto2_shard_range(&p, shape, 16, blk, d, &lo[d], &hi[d]);
+      for (uint32_t i = lo[0]; i < hi[0]; ++i)
+        for (uint32_t j = lo[1]; j < hi[1]; ++j)
+          for (uint32_t k = lo[2]; k < hi[2]; ++k) ++covered[(i * 9 + j) * 130 + k];
+    }
+    for (int v : covered) REQUIRE(v == 1);
+  }
+}
