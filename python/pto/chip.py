@@ -46,7 +46,8 @@ class Runtime:
     """A kernel package loaded onto one simulated chip, kept for repeated runs.
 
     ``Runtime(config, **runtime)``: ``config`` is the package's kernels.toml;
-    the keywords are runtime options — ``block_dim``, ``aicpu_threads``,
+    the keywords are runtime options — ``platform`` (``"a2a3sim"`` or
+    ``"tx8sim"``, over the package's own), ``block_dim``, ``aicpu_threads``,
     ``executor_threads``, ``scheduler_threads``, ``task_window``, ``heap``,
     ``dep_pool``, ``stall_timeout_ms``, ``profile``, ``block_mode`` (``"batch"``
     or ``"expand"``: how block_incore tasks run), ``pipe_bytes``,

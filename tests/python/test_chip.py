@@ -195,3 +195,34 @@ def test_a_runtime_replays_paged_attention_bit_identical_on_new_arrays(example):
     assert got["out"].tobytes() == plain.run(other)["out"].tobytes()
     with pytest.raises(ValueError, match="capture_mode 'sometimes'"):
         pto.chip.Runtime(example("paged_attention"), capture_mode="sometimes")
+
+
+def test_the_same_package_runs_on_tx8sim_with_simulated_time(example):
+    rng = np.random.default_rng(11)
+    a = rng.uniform(-1, 1, 16384).astype(np.float32)
+    b = rng.uniform(-1, 1, 16384).astype(np.float32)
+    r = pto.chip.run(example("vector"), inputs={"a": a, "b": b}, platform="tx8sim")
+    np.testing.assert_allclose(r["f"], vector_golden(a, b), rtol=1e-5)
+    assert r.stats["platform"] == "tx8sim"
+    assert r.stats["sim_us"] > 0
+    assert r.stats["ddr_bytes"] == 10 * 16384 * 4  # four kernels' implicit loads and stores
+    assert "block_dim" not in r.stats
+
+
+def test_batch_norm_on_tx8sim_matches_numpy(example):
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-3, 3, (2, 14, 14, 256)).astype(np.float32)
+    scale, shift, mean = (rng.uniform(lo, hi, 256).astype(np.float32) for lo, hi in ((0.5, 1.5), (-1, 1), (-1, 1)))
+    var = rng.uniform(0.1, 2.0, 256).astype(np.float32)
+    r = pto.chip.run(example("batch_norm"), inputs={"x": x, "scale": scale, "shift": shift, "mean": mean, "var": var})
+    want = (x.astype(np.float64) - mean) / np.sqrt(var.astype(np.float64) + 1e-5) * scale + shift
+    np.testing.assert_allclose(r["y"], want, rtol=1e-5, atol=1e-5)
+    assert r.stats["platform"] == "tx8sim"  # the package names it
+    assert 0 < r.stats["tile_utilisation"] <= 100
+
+
+def test_a2a3sim_options_are_refused_on_tx8sim(example):
+    with pytest.raises(ValueError, match="block_dim is an a2a3sim setting"):
+        pto.chip.Runtime(example("vector"), platform="tx8sim", block_dim=4)
+    with pytest.raises(pto.Error, match="platform 'tx9' is unknown"):
+        pto.chip.Runtime(example("vector"), platform="tx9")
