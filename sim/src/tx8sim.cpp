@@ -446,12 +446,14 @@ Tx8RunStats Tx8SimPlatform::run_stats() const {
   return s;
 }
 
-std::string Tx8SimPlatform::run_summary() const {
+std::string Tx8SimPlatform::run_summary(uint64_t wall_ns) const {
   const Tx8RunStats s = run_stats();
   std::string out = fmt::format(
-      "tx8sim (simulated time): {} kernel runs in {:.3f} us on a {}x{} mesh; tiles busy {:.1f}% (NE + CT busy time / "
-      "(2 engines x tiles x simulated time)); DDR {} bytes in {} transfers, NoC {} bytes in {} transfers",
-      s.tasks, double(s.sim_ns) / 1000.0, config_.mesh_x, config_.mesh_y, s.utilisation(), s.ddr_bytes,
+      "tx8sim (simulated time): {} kernel runs in {:.3f} us simulated ({:.1f} us wall) on a {}x{} mesh; tiles busy "
+      "{:.1f}% (NE + CT busy time / (2 engines x tiles x simulated time)); DDR {} bytes in {} transfers, NoC {} bytes "
+      "in {} transfers",
+      s.tasks, double(s.sim_ns) / 1000.0, double(wall_ns) / 1000.0, config_.mesh_x, config_.mesh_y, s.utilisation(),
+      s.ddr_bytes,
       s.dma_transfers, s.noc_bytes, s.noc_transfers);
   std::string per_tile;
   for (int t = 0; t < tiles(); ++t)

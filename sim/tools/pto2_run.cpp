@@ -405,7 +405,8 @@ int run(int argc, char** argv) {
   }
   if (o.profile()) {
     std::printf("%s\n", summarize(run, *chip.platform).c_str());
-    if (const std::string extra = chip.platform->run_summary(); !extra.empty()) std::printf("%s\n", extra.c_str());
+    if (const std::string extra = chip.platform->run_summary(run.stats.wall_ns); !extra.empty())
+      std::printf("%s\n", extra.c_str());
     std::printf("tasks per kernel: %s\n", tasks_per_kernel(cfg, run).c_str());
   }
   if (int rc_repeat = repeat_runs(cfg, o, chip, *runtime, run, args); rc_repeat != 0) return rc_repeat;

@@ -348,3 +348,57 @@ TEST_CASE("pto2-run --repeat: bgemm and paged attention replay their captured re
     }
   }
 }
+
+TEST_CASE("pto2-run --platform tx8sim runs the same package and adds simulated time to summary and trace",
+          "[pto2-run][tx8sim]") {
+  TempDir dir;
+  const std::string trace = (dir.path / "trace.json").string();
+  Result r = run(std::string(BGEMM_EXAMPLE_DIR) + "/kernels.toml --platform tx8sim --trace " + trace);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("C: PASS (1024/1024 elements matched)") &&
+                           Catch::Contains("on tx8sim, mesh 4x4") && Catch::Contains("NE cores") &&
+                           Catch::Contains("tiles: ") && Catch::Contains("tx8sim (simulated time): 64 kernel runs") &&
+                           Catch::Contains("per tile (busy, % of its 2 engines x simulated time)"));
+  std::ifstream in(trace);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK_THAT(text, Catch::Contains("\"name\": \"tx8sim simulated time\"") && Catch::Contains("\"tile (0,0)\"") &&
+                       Catch::Contains("\"tile (0,0) LSU\"") && Catch::Contains("\"name\": \"load (implicit)\"") &&
+                       Catch::Contains("\"cat\": \"simulated\""));
+
+  SECTION("a2a3sim's shape and unknown platforms are refused, naming the value") {
+    Result bd = run(std::string(BGEMM_EXAMPLE_DIR) + "/kernels.toml --platform tx8sim --block-dim 4");
+    CHECK(bd.exit_code == 2);
+    CHECK_THAT(bd.output, Catch::Contains("--block-dim 4: block_dim is a2a3sim's clusters"));
+    Result unknown = run(std::string(BGEMM_EXAMPLE_DIR) + "/kernels.toml --platform tx9");
+    CHECK(unknown.exit_code == 2);
+    CHECK_THAT(unknown.output, Catch::Contains("--platform tx9: must be one of a2a3sim, tx8sim"));
+  }
+  SECTION("a config's [runtime] platform and [tx8sim] settings are read and checked") {
+    std::ifstream src(std::string(BGEMM_EXAMPLE_DIR) + "/kernels.toml");
+    std::string cfg((std::istreambuf_iterator<char>(src)), std::istreambuf_iterator<char>());
+    const std::string lib_dir = std::string(BGEMM_EXAMPLE_DIR) + "/";
+    for (const char* lib : {"liborch_bgemm.so", "libkernel_bgemm_gemm.so", "libkernel_bgemm_add.so",
+                            "libgolden_bgemm.so"}) {
+      const std::string quoted = std::string("\"") + lib + "\"";
+      if (size_t at = cfg.find(quoted); at != std::string::npos) cfg.replace(at, quoted.size(), "\"" + lib_dir + lib + "\"");
+    }
+    auto write = [&](const std::string& name, const std::string& extra, const std::string& tail = "") {
+      std::string text = cfg;
+      text.replace(text.find("[runtime]"), 9, "[runtime]\n" + extra);
+      text += "\n" + tail;
+      const std::string path = (dir.path / name).string();
+      std::ofstream(path) << text;
+      return path;
+    };
+    Result named = run(write("named.toml", "platform = \"tx8sim\"") + " --summary");
+    CHECK(named.exit_code == 0);
+    CHECK_THAT(named.output, Catch::Contains("on tx8sim, mesh 4x4") && Catch::Contains("C: PASS"));
+    Result mesh = run(write("mesh.toml", "platform = \"tx8sim\"", "[tx8sim]\nmesh = [2, 3]\n") + " --summary");
+    INFO(mesh.output);
+    CHECK_THAT(mesh.output, Catch::Contains("mesh 2x3") && Catch::Contains("C: PASS"));
+    Result bad = run(write("bad.toml", "platform = \"tx7\""));
+    CHECK(bad.exit_code == 2);
+    CHECK_THAT(bad.output, Catch::Contains("[runtime] platform = 'tx7': must be \"a2a3sim\" or \"tx8sim\""));
+  }
+}

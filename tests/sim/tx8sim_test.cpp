@@ -148,7 +148,7 @@ Tx8SimConfig quiet_config() {
 
 }  // namespace
 
-TEST_CASE("the chip is a mesh of tiles, each an NE and a CT core; the config is validated", "[tx8sim]") {
+TEST_CASE("the chip is a mesh of tiles, each an NE and a CT core, and its config is validated", "[tx8sim]") {
   Tx8SimConfig bad;
   bad.mesh_x = 0;
   Status st;

@@ -46,9 +46,13 @@ class SimChip : public Platform {
   virtual std::string group_name(int group) const = 0;
   // The chip's shape in a run line ("block_dim 24", "mesh 4x4").
   virtual std::string shape() const = 0;
-  // What the chip adds to the last run's summary (tx8sim: simulated time,
-  // per-tile utilisation, DDR and NoC bytes); "" = nothing.
-  virtual std::string run_summary() const { return {}; }
+  // What the chip adds to the last run's summary, given the run's wall time
+  // (tx8sim: simulated time beside it, per-tile utilisation, DDR and NoC
+  // bytes); "" = nothing.
+  virtual std::string run_summary(uint64_t wall_ns) const {
+    (void)wall_ns;
+    return {};
+  }
   // Events of the last run on the chip's own clock, for a second trace
   // process (tx8sim: tasks and DMA/NoC transfers in simulated time).
   virtual std::vector<TraceEvent> trace_events() const { return {}; }

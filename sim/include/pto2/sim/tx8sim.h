@@ -106,7 +106,7 @@ class Tx8SimPlatform : public SimChip {
   int core_groups() const override { return tiles(); }
   int core_group(int core) const override { return tile_of(core); }
   std::string group_name(int group) const override;
-  std::string run_summary() const override;
+  std::string run_summary(uint64_t wall_ns) const override;
   std::vector<TraceEvent> trace_events() const override;
   const char* trace_clock_name() const override { return "tx8sim simulated time"; }
 
