@@ -8,6 +8,7 @@
 #include "cluster_pipes.h"
 #include "core_threads.h"
 #include "executor_pool.h"
+#include "kernel_table.h"
 #include "pto/base/clock.h"
 
 namespace pto2::sim {
@@ -42,7 +43,8 @@ std::unique_ptr<A2A3SimPlatform> A2A3SimPlatform::create(const A2A3SimConfig& co
   return std::unique_ptr<A2A3SimPlatform>(new A2A3SimPlatform(config));
 }
 
-A2A3SimPlatform::A2A3SimPlatform(const A2A3SimConfig& config) : config_(config), memory_(config.gm_bytes) {
+A2A3SimPlatform::A2A3SimPlatform(const A2A3SimConfig& config)
+    : config_(config), memory_(config.gm_bytes), kernels_(std::make_unique<KernelTable>()) {
   const int bd = config.block_dim;
   for (int i = 0; i < bd * (1 + PLATFORM_AIV_PER_CLUSTER); ++i) {
     cores_.push_back(std::make_unique<Core>());
@@ -145,24 +147,11 @@ int A2A3SimPlatform::cluster_of(int core) const {
 }
 
 void A2A3SimPlatform::register_kernel(int32_t func_id, WorkerType type, KernelEntry entry) {
-  auto& list = kernels_[static_cast<int>(type)];
-  for (auto& [id, e] : list) {
-    if (id == func_id) {
-      e = entry;
-      return;
-    }
-  }
-  list.emplace_back(func_id, entry);
+  kernels_->add(func_id, type, entry);
 }
 
 bool A2A3SimPlatform::resolve_kernel(int32_t kernel_id, WorkerType type, uint64_t* function_bin_addr) {
-  for (auto& [id, e] : kernels_[static_cast<int>(type)]) {
-    if (id == kernel_id) {
-      *function_bin_addr = reinterpret_cast<uint64_t>(e);
-      return true;
-    }
-  }
-  return false;
+  return kernels_->resolve(kernel_id, type, function_bin_addr);
 }
 
 void A2A3SimPlatform::dispatch(int core, const DispatchPayload& payload) {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "executor_pool.h"
+#include "kernel_table.h"
 #include "pto/base/clock.h"
 #include "tx8_cost.h"
 
@@ -102,6 +103,7 @@ Tx8SimPlatform::Tx8SimPlatform(const Tx8SimConfig& config)
     : config_(config),
       memory_(config.ddr_bytes),
       spm_(new uint8_t[config.spm_bytes * static_cast<uint64_t>(config.tiles())]),
+      kernels_(std::make_unique<KernelTable>()),
       ddr_(std::make_unique<DdrChannel>(config.ddr_gbytes_per_s, config.ddr_latency_ns)),
       regions_(std::make_unique<RegionClocks>()) {
   static const PTO2TileOps kTileOps = {&Tx8SimPlatform::spm_alloc, &Tx8SimPlatform::dma, &Tx8SimPlatform::noc};
@@ -156,24 +158,11 @@ std::string Tx8SimPlatform::group_name(int group) const {
 std::string Tx8SimPlatform::shape() const { return fmt::format("mesh {}x{}", config_.mesh_x, config_.mesh_y); }
 
 void Tx8SimPlatform::register_kernel(int32_t func_id, WorkerType type, KernelEntry entry) {
-  auto& list = kernels_[static_cast<int>(type)];
-  for (auto& [id, e] : list) {
-    if (id == func_id) {
-      e = entry;
-      return;
-    }
-  }
-  list.emplace_back(func_id, entry);
+  kernels_->add(func_id, type, entry);
 }
 
 bool Tx8SimPlatform::resolve_kernel(int32_t kernel_id, WorkerType type, uint64_t* function_bin_addr) {
-  for (auto& [id, e] : kernels_[static_cast<int>(type)]) {
-    if (id == kernel_id) {
-      *function_bin_addr = reinterpret_cast<uint64_t>(e);
-      return true;
-    }
-  }
-  return false;
+  return kernels_->resolve(kernel_id, type, function_bin_addr);
 }
 
 void Tx8SimPlatform::run_starting() {

@@ -13,10 +13,10 @@
 #include "pto2/runtime.h"
 #include "pto2/sim/a2a3sim.h"
 #include "vector_example.h"
+#include "vector_on_chip.h"
 
 using namespace pto2;
 using namespace pto2::sim;
-namespace vx = pto2::vector_example;
 
 namespace {
 
@@ -115,41 +115,10 @@ TEST_CASE("PTO2 runtime on a2a3sim: vector example on 72 cores, bounded OS threa
   Status st;
   auto chip = A2A3SimPlatform::create(cfg, &st);
   REQUIRE(chip);
-  chip->register_kernel(vx::kAdd, WorkerType::kVector, vx::add);
-  chip->register_kernel(vx::kAddScalar, WorkerType::kVector, vx::add_scalar);
-  chip->register_kernel(vx::kMul, WorkerType::kVector, vx::mul);
-  RuntimeConfig rc;
-  rc.task_window = 1024;
-  rc.heap_size = 1 << 20;
-  rc.scheduler_threads = cfg.scheduler_threads();
-  auto rt = Runtime::create(rc, *chip, &st);
-  REQUIRE(rt);
-
   // Inputs and output live in simulated GM, moved with the host API.
-  const uint32_t n = 16384;
-  std::vector<float> a(n), b(n), f(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    a[i] = float(i % 31);
-    b[i] = float(i % 7) * 0.25f;
-  }
-  void *da, *db, *df;
-  REQUIRE(chip->memory().alloc(n * 4, &da).ok());
-  REQUIRE(chip->memory().alloc(n * 4, &db).ok());
-  REQUIRE(chip->memory().alloc(n * 4, &df).ok());
-  REQUIRE(chip->memory().copy_to_device(da, a.data(), n * 4).ok());
-  REQUIRE(chip->memory().copy_to_device(db, b.data(), n * 4).ok());
-
-  RunResult r = rt->run([&](PTO2Runtime* p) {
-    vx::orchestrate(p, da, db, df, n);
-    return 0;
-  });
-  REQUIRE(r.ok());
-  REQUIRE(chip->memory().copy_from_device(f.data(), df, n * 4).ok());
-  uint32_t matched = 0;
-  for (uint32_t i = 0; i < n; ++i) matched += f[i] == (a[i] + b[i] + 1.f) * (a[i] + b[i] + 2.f);
-  CHECK(matched == n);
+  VectorOnChip vec(*chip, cfg.scheduler_threads());
+  CHECK(vec.run() == VectorOnChip::kN);
   CHECK(chip->executor_threads() == executors);
-  for (void* p : {da, db, df}) REQUIRE(chip->memory().free(p).ok());
 }
 
 TEST_CASE("thousands of independent cube/vector tasks spread over the cores", "[a2a3sim][runtime]") {

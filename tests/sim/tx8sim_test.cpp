@@ -11,11 +11,10 @@
 #include "pto2/runtime.h"
 #include "pto2/sharding.h"
 #include "pto2/sim/tx8sim.h"
-#include "vector_example.h"
+#include "vector_on_chip.h"
 
 using namespace pto2;
 using namespace pto2::sim;
-namespace vx = pto2::vector_example;
 
 namespace {
 
@@ -188,40 +187,14 @@ TEST_CASE("the vector example matches its golden on tx8sim, inline and on execut
   Status st;
   auto chip = Tx8SimPlatform::create(cfg, &st);
   REQUIRE(chip);
-  chip->register_kernel(vx::kAdd, WorkerType::kVector, vx::add);
-  chip->register_kernel(vx::kAddScalar, WorkerType::kVector, vx::add_scalar);
-  chip->register_kernel(vx::kMul, WorkerType::kVector, vx::mul);
-  RuntimeConfig rc;
-  rc.scheduler_threads = schedulers;
-  auto rt = Runtime::create(rc, *chip, &st);
-  REQUIRE(rt);
-  const uint32_t n = 16384;
-  std::vector<float> a(n), b(n), f(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    a[i] = float(i % 31);
-    b[i] = float(i % 7) * 0.25f;
-  }
-  void *da, *db, *df;
-  REQUIRE(chip->memory().alloc(n * 4, &da).ok());
-  REQUIRE(chip->memory().alloc(n * 4, &db).ok());
-  REQUIRE(chip->memory().alloc(n * 4, &df).ok());
-  REQUIRE(chip->memory().copy_to_device(da, a.data(), n * 4).ok());
-  REQUIRE(chip->memory().copy_to_device(db, b.data(), n * 4).ok());
+  VectorOnChip vec(*chip, schedulers);
   for (int round = 0; round < 3; ++round) {
-    RunResult r = rt->run([&](PTO2Runtime* p) {
-      vx::orchestrate(p, da, db, df, n);
-      return 0;
-    });
-    REQUIRE(r.ok());
-    REQUIRE(chip->memory().copy_from_device(f.data(), df, n * 4).ok());
-    uint32_t matched = 0;
-    for (uint32_t i = 0; i < n; ++i) matched += f[i] == (a[i] + b[i] + 1.f) * (a[i] + b[i] + 2.f);
-    CHECK(matched == n);
+    CHECK(vec.run() == VectorOnChip::kN);
     // Kernels that move nothing themselves are charged as loading inputs and
     // storing outputs: 2+1, 1+1, 1+1, 2+1 views of 64 KiB.
     const Tx8RunStats s = chip->run_stats();
     CHECK(s.tasks == 4);
-    CHECK(s.ddr_bytes == 10 * n * 4);
+    CHECK(s.ddr_bytes == 10 * VectorOnChip::kN * 4);
     CHECK(s.sim_ns > 0);
   }
   CHECK(chip->executor_threads() == executors);

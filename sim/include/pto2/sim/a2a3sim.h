@@ -43,6 +43,7 @@ namespace pto2::sim {
 class ClusterPipes;
 class CoreThreads;
 class ExecutorPool;
+class KernelTable;
 
 inline constexpr int PLATFORM_MAX_BLOCKDIM = 24;
 inline constexpr int PLATFORM_AIV_PER_CLUSTER = 2;
@@ -148,7 +149,7 @@ class A2A3SimPlatform : public SimChip {
   A2A3SimConfig config_;
   DeviceMemory memory_;
   std::vector<std::unique_ptr<Core>> cores_;
-  std::vector<std::pair<int32_t, KernelEntry>> kernels_[kNumWorkerTypes];
+  std::unique_ptr<KernelTable> kernels_;
   std::unique_ptr<ExecutorPool> executors_;  // null: cores run inline on the scheduler threads
   std::unique_ptr<ClusterPipes> pipes_;
   std::unique_ptr<CoreThreads> pipe_cores_;

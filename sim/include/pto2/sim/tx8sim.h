@@ -45,6 +45,7 @@
 namespace pto2::sim {
 
 class ExecutorPool;
+class KernelTable;
 class DdrChannel;
 class RegionClocks;
 
@@ -140,7 +141,7 @@ class Tx8SimPlatform : public SimChip {
   DeviceMemory memory_;
   std::unique_ptr<uint8_t[]> spm_;  // tiles x spm_bytes, committed as touched
   std::vector<std::unique_ptr<Core>> cores_;
-  std::vector<std::pair<int32_t, KernelEntry>> kernels_[kNumWorkerTypes];
+  std::unique_ptr<KernelTable> kernels_;
   std::unique_ptr<DdrChannel> ddr_;
   std::unique_ptr<RegionClocks> regions_;
   std::unique_ptr<ExecutorPool> executors_;  // null: cores run inline on the scheduler threads
