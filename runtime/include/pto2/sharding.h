@@ -116,8 +116,12 @@ static inline struct PTO2ShardPlan pto2_shard_naive(const uint32_t* shape, int32
 static inline void pto2_shard_range(const struct PTO2ShardPlan* plan, const uint32_t* shape, uint32_t align,
                                     int32_t block_idx, int32_t d, uint32_t* begin, uint32_t* end) {
   const int32_t ndim = plan->ndim < PTO2_MAX_DIMS ? plan->ndim : PTO2_MAX_DIMS;
+  if (d < 0 || d >= ndim) {
+    *begin = *end = 0;
+    return;
+  }
   int32_t coord = block_idx;
-  for (int32_t i = ndim - 1; i > d; --i) coord /= plan->effective[i];
+  for (int32_t i = ndim - 1; i > d; --i) coord /= plan->effective[i & (PTO2_MAX_DIMS - 1)];
   coord %= plan->effective[d];
   const uint32_t n = (uint32_t)plan->effective[d];
   const uint32_t unit = (d == plan->ndim - 1 && align > 1) ? align : 1;
