@@ -521,36 +521,46 @@ pto::Status GrpcRemoteLink::call(pto::v1::Control c, uint32_t timeout_ms, pto::v
   return s;
 }
 
-// Several CONTROLs in flight at once (remote-buffer chunks): all are queued
-// for the writer, then every reply is awaited; the first failure is returned.
+uint64_t GrpcRemoteLink::post_control(pto::v1::Control&& c) {
+  if (!session_up_ || session_over_) return 0;
+  const uint64_t id = ++control_id_;
+  c.set_id(id);
+  pto::v1::Frame f;
+  *f.mutable_control() = std::move(c);
+  controls_[id];
+  frames_out_.push_back(std::move(f));
+  out_cv_.notify_one();
+  return id;
+}
+
+pto::Status GrpcRemoteLink::await_control(std::unique_lock<std::mutex>& lk, uint64_t id,
+                                          std::chrono::steady_clock::time_point deadline, uint32_t timeout_ms,
+                                          pto::v1::ControlReply* reply) {
+  if (id == 0)
+    return pto::Status::Error(pto::kWorkerChildFailed, fmt::format("{} is not connected ({})", label(), state_));
+  const bool done = ctl_cv_.wait_until(lk, deadline, [&] { return controls_[id].done; });
+  *reply = std::move(controls_[id].reply);
+  controls_.erase(id);
+  if (!done)
+    return pto::Status::Error(pto::kWorkerTimeout, fmt::format("{} did not answer within {} ms", label(), timeout_ms));
+  if (!reply->ok()) return pto::Status::Error(pto::kWorkerChildFailed, reply->message());
+  return pto::Status::Ok();
+}
+
+// Several CONTROLs in flight at once: all are queued for the writer, then
+// every reply is awaited; the first failure is returned.
 pto::Status GrpcRemoteLink::call_batch(std::vector<pto::v1::Control>& cs, uint32_t timeout_ms,
                                        std::vector<pto::v1::ControlReply>* replies) {
   std::unique_lock<std::mutex> lk(mu_);
   if (!session_up_ || session_over_)
     return pto::Status::Error(pto::kWorkerChildFailed, fmt::format("{} is not connected ({})", label(), state_));
   std::vector<uint64_t> ids;
-  for (auto& c : cs) {
-    const uint64_t id = ++control_id_;
-    ids.push_back(id);
-    c.set_id(id);
-    pto::v1::Frame f;
-    *f.mutable_control() = std::move(c);
-    controls_[id];
-    frames_out_.push_back(std::move(f));
-  }
-  out_cv_.notify_one();
+  for (auto& c : cs) ids.push_back(post_control(std::move(c)));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   pto::Status first;
   for (uint64_t id : ids) {
-    const bool done = ctl_cv_.wait_until(lk, deadline, [&] { return controls_[id].done; });
-    replies->push_back(std::move(controls_[id].reply));
-    controls_.erase(id);
-    if (!first.ok()) continue;
-    if (!done)
-      first =
-          pto::Status::Error(pto::kWorkerTimeout, fmt::format("{} did not answer within {} ms", label(), timeout_ms));
-    else if (!replies->back().ok())
-      first = pto::Status::Error(pto::kWorkerChildFailed, replies->back().message());
+    pto::Status s = await_control(lk, id, deadline, timeout_ms, &replies->emplace_back());
+    if (first.ok() && !s.ok()) first = s;
   }
   return first;
 }
@@ -643,37 +653,58 @@ pto::Status GrpcRemoteLink::buffer_read(const pto::RemoteBufferRef& b, void* dst
   return transfer(b, static_cast<char*>(dst), bytes, false, timeout_ms);
 }
 
-// Chunked: one CONTROL per kChunkBytes, kChunkWindow of them in flight.
+// Chunked: one CONTROL per kChunkBytes in a sliding window of kChunkWindow —
+// each reply that arrives lets the next chunk go, so the stream never drains
+// between windows. Each chunk waits at most timeout_ms for its reply. The
+// chunk's bytes are copied (into the message, out of the reply) without the
+// lock, which the reader needs to hand over replies.
 pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, uint64_t bytes, bool write,
                                      uint32_t timeout_ms) {
-  for (uint64_t off = 0; off < bytes;) {
-    std::vector<pto::v1::Control> cs;
-    std::vector<std::pair<uint64_t, uint64_t>> parts;  // (offset, bytes) of each chunk
-    for (int k = 0; k < kChunkWindow && off < bytes; ++k) {
-      const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - off);
-      pto::v1::Control& c = cs.emplace_back();
-      c.set_op(write ? pto::v1::Control::BUFFER_WRITE : pto::v1::Control::BUFFER_READ);
-      c.set_buffer_id(b.id);
-      c.set_generation(b.generation);
-      c.set_offset(b.offset + off);
-      if (write)
-        c.set_data(host + off, n);
-      else
-        c.set_bytes(n);
-      parts.emplace_back(off, n);
-      off += n;
+  struct Chunk {
+    uint64_t id, off, n;
+  };
+  std::deque<Chunk> in_flight;
+  uint64_t next = 0;
+  std::unique_lock<std::mutex> lk(mu_);
+  auto post_next = [&] {
+    const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - next);
+    lk.unlock();
+    pto::v1::Control c;
+    c.set_op(write ? pto::v1::Control::BUFFER_WRITE : pto::v1::Control::BUFFER_READ);
+    c.set_buffer_id(b.id);
+    c.set_generation(b.generation);
+    c.set_offset(b.offset + next);
+    if (write)
+      c.set_data(host + next, n);
+    else
+      c.set_bytes(n);
+    lk.lock();
+    in_flight.push_back({post_control(std::move(c)), next, n});
+    next += n;
+  };
+  while (next < bytes && in_flight.size() < static_cast<size_t>(kChunkWindow)) post_next();
+  pto::Status first;
+  while (!in_flight.empty()) {
+    const Chunk k = in_flight.front();
+    in_flight.pop_front();
+    pto::v1::ControlReply r;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    if (pto::Status s = await_control(lk, k.id, deadline, timeout_ms, &r); first.ok() && !s.ok()) first = s;
+    if (!first.ok()) continue;  // the chunks in flight are awaited; no new one goes
+    if (!write) {
+      if (r.data().size() != k.n) {
+        first = pto::Status::Error(pto::kWorkerChildFailed, fmt::format("{}: read {} bytes at offset {}, got {}",
+                                                                        label(), k.n, b.offset + k.off,
+                                                                        r.data().size()));
+        continue;
+      }
+      lk.unlock();
+      std::memcpy(host + k.off, r.data().data(), k.n);
+      lk.lock();
     }
-    std::vector<pto::v1::ControlReply> r;
-    if (pto::Status s = call_batch(cs, timeout_ms, &r); !s.ok()) return s;
-    for (size_t k = 0; k < parts.size() && !write; ++k) {
-      if (r[k].data().size() != parts[k].second)
-        return pto::Status::Error(pto::kWorkerChildFailed,
-                                  fmt::format("{}: read {} bytes at offset {}, got {}", label(), parts[k].second,
-                                              b.offset + parts[k].first, r[k].data().size()));
-      std::memcpy(host + parts[k].first, r[k].data().data(), parts[k].second);
-    }
+    if (next < bytes) post_next();
   }
-  return pto::Status::Ok();
+  return first;
 }
 
 void GrpcRemoteLink::run() {

@@ -59,7 +59,7 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
   pto::Status buffer_read(const pto::RemoteBufferRef& b, void* dst, uint64_t bytes, uint32_t timeout_ms) override;
 
   static constexpr uint64_t kChunkBytes = 4 << 20;  // remote-buffer writes and reads, per CONTROL
-  static constexpr int kChunkWindow = 4;            // chunks in flight at once
+  static constexpr int kChunkWindow = 4;            // chunks in flight at once (a sliding window)
   // A lone task with at most this many inline bytes is written by the thread
   // that dispatches it (a larger Write could block it on flow control).
   static constexpr uint64_t kDirectWriteBytes = 64 << 10;
@@ -90,6 +90,14 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
   pto::Status call(pto::v1::Control c, uint32_t timeout_ms, pto::v1::ControlReply* reply);
   pto::Status call_batch(std::vector<pto::v1::Control>& cs, uint32_t timeout_ms,
                          std::vector<pto::v1::ControlReply>* replies);
+  // One CONTROL queued for the writer (mu_ held): its id, or 0 when no
+  // session is up. Its reply is taken with await_control().
+  uint64_t post_control(pto::v1::Control&& c);
+  // Waits until control id's reply arrived or the deadline passed (mu_ held
+  // through lk), takes the reply and forgets the id.
+  pto::Status await_control(std::unique_lock<std::mutex>& lk, uint64_t id,
+                            std::chrono::steady_clock::time_point deadline, uint32_t timeout_ms,
+                            pto::v1::ControlReply* reply);
   pto::Status digest_op(int op, const pto::CallableIdentity& id, uint32_t timeout_ms);  // COMMIT, ABORT, UNREGISTER
   pto::Status transfer(const pto::RemoteBufferRef& b, char* host, uint64_t bytes, bool write, uint32_t timeout_ms);
   void fill_header(pto::v1::Frame* f);

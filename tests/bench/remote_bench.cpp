@@ -127,9 +127,10 @@ void bulk(Cluster& c, uint64_t mib) {
     return;
   }
   std::printf(
-      "remote buffer, %llu MiB in 4 MiB chunks (4 in flight), unix socket: write %.2f GB/s, read %.2f GB/s (bytes "
-      "checked)\n",
-      (unsigned long long)mib, n / w_s / 1e9, n / r_s / 1e9);
+      "remote buffer, %llu MiB in %llu MiB chunks (a sliding window of %d in flight), unix socket: write %.2f GB/s, "
+      "read %.2f GB/s (bytes checked)\n",
+      (unsigned long long)mib, (unsigned long long)(ptod::GrpcRemoteLink::kChunkBytes >> 20),
+      ptod::GrpcRemoteLink::kChunkWindow, n / w_s / 1e9, n / r_s / 1e9);
 }
 
 }  // namespace
