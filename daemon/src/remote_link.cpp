@@ -655,9 +655,11 @@ pto::Status GrpcRemoteLink::buffer_read(const pto::RemoteBufferRef& b, void* dst
 
 // Chunked: one CONTROL per kChunkBytes in a sliding window of kChunkWindow —
 // each reply that arrives lets the next chunk go, so the stream never drains
-// between windows. Each chunk waits at most timeout_ms for its reply. The
-// chunk's bytes are copied (into the message, out of the reply) without the
-// lock, which the reader needs to hand over replies.
+// between windows. Each chunk waits at most timeout_ms for its reply; after
+// the first failure nothing more is sent or awaited (later replies are
+// dropped by the reader), and a chunk is only sent on the session the
+// transfer began on. The chunk's bytes are copied (into the message, out of
+// the reply) without the lock, which the reader needs to hand over replies.
 pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, uint64_t bytes, bool write,
                                      uint32_t timeout_ms) {
   struct Chunk {
@@ -666,6 +668,7 @@ pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, 
   std::deque<Chunk> in_flight;
   uint64_t next = 0;
   std::unique_lock<std::mutex> lk(mu_);
+  const uint64_t session = session_;
   auto post_next = [&] {
     const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - next);
     lk.unlock();
@@ -679,7 +682,7 @@ pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, 
     else
       c.set_bytes(n);
     lk.lock();
-    in_flight.push_back({post_control(std::move(c)), next, n});
+    in_flight.push_back({session_ == session ? post_control(std::move(c)) : 0, next, n});
     next += n;
   };
   while (next < bytes && in_flight.size() < static_cast<size_t>(kChunkWindow)) post_next();
@@ -688,9 +691,15 @@ pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, 
     const Chunk k = in_flight.front();
     in_flight.pop_front();
     pto::v1::ControlReply r;
+    if (!first.ok()) {  // already failed: forget the rest without waiting
+      if (k.id != 0) controls_.erase(k.id);
+      continue;
+    }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    if (pto::Status s = await_control(lk, k.id, deadline, timeout_ms, &r); first.ok() && !s.ok()) first = s;
-    if (!first.ok()) continue;  // the chunks in flight are awaited; no new one goes
+    if (pto::Status s = await_control(lk, k.id, deadline, timeout_ms, &r); !s.ok()) {
+      first = s;
+      continue;
+    }
     if (!write) {
       if (r.data().size() != k.n) {
         first = pto::Status::Error(pto::kWorkerChildFailed, fmt::format("{}: read {} bytes at offset {}, got {}",

@@ -161,6 +161,10 @@ bool SchedulerThread::dispatch() {
     c.payload.block_num = d.block_num;
     c.payload.uses_pipes = d.uses_pipes;
     c.payload.param_kinds = d.param_kind;
+    // An expanded block's siblings sit right before it on its ring.
+    c.payload.call_id = d.block_dim == 1 && d.block_num > 1 && d.block_base > 0
+                            ? make_task_id(task_ring(id), task_seq(id) - static_cast<uint64_t>(d.block_base))
+                            : id;
     c.running = id;
     ++busy_;
     if (s_.config.profiling) c.dispatch_ns = now_ns();

@@ -19,24 +19,24 @@ uint64_t DdrChannel::transfer(uint64_t t, uint64_t bytes) {
   std::lock_guard<std::mutex> g(mu_);
   double left = double(bytes);
   uint64_t b = t / kBucketNs;
-  // The first bucket only from t on.
-  double from = double(t % kBucketNs) / double(kBucketNs) * capacity_;
+  // The first bucket only after t: the part of it before t is gone.
+  double from = double(t % kBucketNs) / double(kBucketNs);
   for (;; ++b, from = 0) {
-    if (used_.size() <= b) used_.resize(b + 1 + used_.size() / 2, 0.0);
-    const double base = std::max(used_[b], from);
-    const double room = capacity_ - base;
+    double& used = used_[b];
+    const double room = std::min(capacity_ - used, capacity_ * (1.0 - from));
     if (room <= 0) continue;
-    if (left <= room) {
-      used_[b] = base + left;
-      const double end = double(b * kBucketNs) + double(kBucketNs) * used_[b] / capacity_;
-      return std::max(t, static_cast<uint64_t>(std::ceil(end)));
-    }
-    used_[b] = capacity_;
-    left -= room;
+    const double take = std::min(left, room);
+    used += take;
+    left -= take;
+    if (left > 0) continue;
+    // Its last byte: after its own bytes from its start, and no earlier
+    // than the bytes the bucket now carries.
+    const double frac = std::min(1.0, std::max(from + take / capacity_, used / capacity_));
+    return std::max(t, static_cast<uint64_t>(std::ceil(double(b * kBucketNs) + double(kBucketNs) * frac)));
   }
 }
 
-bool RegionClocks::span_of(const Tensor& v, uint64_t* lo, uint64_t* hi) {
+bool view_span(const Tensor& v, uint64_t* lo, uint64_t* hi) {
   if (v.addr == 0 || pto2_is_pipe_tensor(&v)) return false;
   const uint64_t es = pto2_dtype_size(v.dtype);
   uint64_t last = 0;
@@ -49,33 +49,33 @@ bool RegionClocks::span_of(const Tensor& v, uint64_t* lo, uint64_t* hi) {
   return true;
 }
 
-uint64_t RegionClocks::ready(const Tensor& view, bool writes, uint64_t task) {
+uint64_t RegionClocks::ready(const Tensor& view, bool writes, uint64_t call) {
   uint64_t lo, hi;
-  if (!span_of(view, &lo, &hi)) return 0;
+  if (!view_span(view, &lo, &hi)) return 0;
   std::lock_guard<std::mutex> g(mu_);
   auto it = buffers_.find(view.addr);
   if (it == buffers_.end()) return 0;
   uint64_t t = 0;
   for (const Span& s : it->second) {
     if (s.hi <= lo || hi <= s.lo) continue;
-    t = std::max(t, s.written.for_task(task));
-    if (writes) t = std::max(t, s.read.for_task(task));
+    t = std::max(t, s.written.for_call(call));
+    if (writes) t = std::max(t, s.read.for_call(call));
   }
   return t;
 }
 
-void RegionClocks::note(const Tensor& view, bool writes, uint64_t end_ns, uint64_t task) {
+void RegionClocks::note(const Tensor& view, bool writes, uint64_t end_ns, uint64_t call) {
   uint64_t lo, hi;
-  if (!span_of(view, &lo, &hi)) return;
+  if (!view_span(view, &lo, &hi)) return;
   std::lock_guard<std::mutex> g(mu_);
   std::vector<Span>& spans = buffers_[view.addr];
   for (Span& s : spans) {
     if (s.lo != lo || s.hi != hi) continue;
-    (writes ? s.written : s.read).note(task, end_ns);
+    (writes ? s.written : s.read).note(call, end_ns);
     return;
   }
   if (spans.size() >= kSpansPerBuffer) {
-    // One span for all, its times the latest (no task's own: conservative).
+    // One span for all, its times the latest (no call's own: conservative).
     Span all{~0ull, 0, {}, {}};
     for (const Span& s : spans) {
       all.lo = std::min(all.lo, s.lo);
@@ -88,7 +88,7 @@ void RegionClocks::note(const Tensor& view, bool writes, uint64_t end_ns, uint64
     spans.assign(1, all);
   }
   Span fresh{lo, hi, {}, {}};
-  (writes ? fresh.written : fresh.read).note(task, end_ns);
+  (writes ? fresh.written : fresh.read).note(call, end_ns);
   spans.push_back(fresh);
 }
 

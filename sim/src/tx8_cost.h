@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -14,10 +15,16 @@
 
 namespace pto2::sim {
 
+// A view's bytes from its first to its last element, relative to its
+// buffer's base (a strided view counts as its whole span). False for an
+// empty view, a pipe or a tensor without storage.
+bool view_span(const Tensor& view, uint64_t* lo, uint64_t* hi);
+
 // DDR bandwidth as buckets of simulated time, each able to carry
-// bucket_ns x bandwidth bytes. A transfer fills the buckets from its start on
+// kBucketNs x bandwidth bytes. A transfer takes what each bucket has left
+// from its start on (in the first bucket, at most the part after its start)
 // and ends where its last byte fits, so concurrent transfers share the
-// bandwidth whatever order the host runs them in.
+// bandwidth. Only touched buckets are kept.
 class DdrChannel {
  public:
   DdrChannel(double bytes_per_ns, uint32_t latency_ns);
@@ -30,35 +37,37 @@ class DdrChannel {
   const double capacity_;  // bytes per bucket
   const uint32_t latency_ns_;
   std::mutex mu_;
-  std::vector<double> used_;  // bytes carried per bucket
+  std::map<uint64_t, double> used_;  // bytes carried, by bucket
 };
 
 // Simulated times of the last write and last read of byte spans of buffers,
 // so that a task starts after what it reads was written and what it writes
 // was read. Spans are a view's first to last byte (a strided view counts as
-// its whole span: conservative). The blocks of one block task name the same
-// tensors and share them out among themselves, so a task never waits for
-// its own blocks: each span keeps the last task's time and the time before
-// it. At most kSpansPerBuffer spans per buffer; beyond, they merge into one.
+// its whole span: conservative). The blocks of one SPMD call name the same
+// tensors and share them out among themselves, so a call never waits for
+// its own blocks: each span keeps the last call's time and the time before
+// it. At most kSpansPerBuffer spans per buffer; beyond, they merge into one
+// (conservative: a later task then waits for all of them).
 class RegionClocks {
  public:
-  // When task may start given the view: reads wait for the last write,
-  // writes for the last write and the last read (by other tasks).
-  uint64_t ready(const Tensor& view, bool writes, uint64_t task);
-  void note(const Tensor& view, bool writes, uint64_t end_ns, uint64_t task);
+  // When a task of SPMD call `call` may start given the view: reads wait
+  // for the last write, writes for the last write and the last read (by
+  // other calls).
+  uint64_t ready(const Tensor& view, bool writes, uint64_t call);
+  void note(const Tensor& view, bool writes, uint64_t end_ns, uint64_t call);
   void reset();
-  static constexpr size_t kSpansPerBuffer = 32;
+  static constexpr size_t kSpansPerBuffer = 128;
 
  private:
-  // The last task to write (or read) a span, its time, and the time of the
-  // tasks before it.
+  // The last call to write (or read) a span, its time, and the time of the
+  // calls before it.
   struct Use {
-    uint64_t task = ~0ull, at = 0, before = 0;
-    uint64_t for_task(uint64_t t) const { return t == task ? before : at; }
-    void note(uint64_t t, uint64_t end) {
-      if (t != task) {
+    uint64_t call = ~0ull, at = 0, before = 0;
+    uint64_t for_call(uint64_t c) const { return c == call ? before : at; }
+    void note(uint64_t c, uint64_t end) {
+      if (c != call) {
         before = at;
-        task = t;
+        call = c;
       }
       at = std::max(at, end);
     }
@@ -67,7 +76,6 @@ class RegionClocks {
     uint64_t lo, hi;  // [lo, hi) bytes from the buffer's base
     Use written, read;
   };
-  static bool span_of(const Tensor& view, uint64_t* lo, uint64_t* hi);
   std::mutex mu_;
   std::unordered_map<uint64_t, std::vector<Span>> buffers_;
 };

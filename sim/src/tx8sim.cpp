@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -75,10 +76,15 @@ Status Tx8SimConfig::validate() const {
                            aicpu_threads));
   if (executor_threads < -1 || executor_threads > 64)
     return bad(fmt::format("executor_threads = {}: must be -1 (automatic) or 0..64", executor_threads));
-  if (!(ddr_gbytes_per_s > 0) || !(noc_gbytes_per_s > 0))
-    return bad(fmt::format("ddr_gbytes_per_s = {}, noc_gbytes_per_s = {}: bandwidths must be above 0",
+  if (!(compute_scale >= 0) || compute_scale > 1e6)
+    return bad(fmt::format("compute_scale = {}: must be in 0..1e6", compute_scale));
+  if (ddr_gbytes_per_s < 1e-3 || noc_gbytes_per_s < 1e-3 || ddr_gbytes_per_s > 1e6 || noc_gbytes_per_s > 1e6)
+    return bad(fmt::format("ddr_gbytes_per_s = {}, noc_gbytes_per_s = {}: bandwidths must be in 0.001..1e6",
                            ddr_gbytes_per_s, noc_gbytes_per_s));
-  if (!(compute_scale >= 0)) return bad(fmt::format("compute_scale = {}: must be 0 or more", compute_scale));
+  // 9. the SPM is real host memory (committed as touched): at most 4 GiB of it.
+  if (spm_bytes * static_cast<uint64_t>(tiles()) > (4ull << 30))
+    return bad(fmt::format("{} tiles x spm_bytes {} = {} bytes of SPM: at most 4 GiB", tiles(), spm_bytes,
+                           spm_bytes * static_cast<uint64_t>(tiles())));
   return Status::Ok();
 }
 
@@ -96,13 +102,20 @@ std::unique_ptr<Tx8SimPlatform> Tx8SimPlatform::create(const Tx8SimConfig& confi
   Status st = config.validate();
   if (error) *error = st;
   if (!st.ok()) return nullptr;
-  return std::unique_ptr<Tx8SimPlatform>(new Tx8SimPlatform(config));
+  auto chip = std::unique_ptr<Tx8SimPlatform>(new Tx8SimPlatform(config));
+  if (!chip->spm_) {
+    if (error)
+      *error = Status::Error(kInvalidConfig, fmt::format("cannot reserve {} bytes of SPM for {} tiles",
+                                                         config.spm_bytes * uint64_t(config.tiles()), config.tiles()));
+    return nullptr;
+  }
+  return chip;
 }
 
 Tx8SimPlatform::Tx8SimPlatform(const Tx8SimConfig& config)
     : config_(config),
       memory_(config.ddr_bytes),
-      spm_(new uint8_t[config.spm_bytes * static_cast<uint64_t>(config.tiles())]),
+      spm_(new (std::nothrow) uint8_t[config.spm_bytes * static_cast<uint64_t>(config.tiles())]),
       kernels_(std::make_unique<KernelTable>()),
       ddr_(std::make_unique<DdrChannel>(config.ddr_gbytes_per_s, config.ddr_latency_ns)),
       regions_(std::make_unique<RegionClocks>()) {
@@ -204,7 +217,8 @@ bool Tx8SimPlatform::core_times(int core, uint64_t* start_ns, uint64_t* end_ns) 
 
 void Tx8SimPlatform::charge_compute(Core& c) {
   const uint64_t now = now_ns();
-  c.cursor += static_cast<uint64_t>(double(now - c.host_mark) * config_.compute_scale);
+  // compute_scale is at most 1e6 (validate), so a day of host time fits.
+  c.cursor += static_cast<uint64_t>(std::min(double(now - c.host_mark) * config_.compute_scale, 9e18));
   c.host_mark = now;
 }
 
@@ -224,7 +238,7 @@ void Tx8SimPlatform::run_core(int core) {
   // what it writes was read.
   uint64_t start = c.clock;
   for (int i = 0; i < n; ++i)
-    if (is_tensor(kind(i))) start = std::max(start, regions_->ready(*tensor(i), writes(kind(i)), t.task_id));
+    if (is_tensor(kind(i))) start = std::max(start, regions_->ready(*tensor(i), writes(kind(i)), t.call_id));
   c.cursor = start;
   c.spm_used = 0;
   c.moves = 0;
@@ -238,11 +252,13 @@ void Tx8SimPlatform::run_core(int core) {
 
   if (c.moves == 0) {
     // A kernel that moved nothing itself read and wrote DDR directly: charged
-    // as loading its inputs before its compute and storing its outputs after.
+    // as loading its inputs before its compute and storing its outputs after;
+    // a block of an SPMD call, its share of them.
     uint64_t in = 0, out = 0;
+    const uint64_t share = t.block_num > 1 ? static_cast<uint64_t>(t.block_num) : 1;
     for (int i = 0; i < n; ++i) {
       if (!is_tensor(kind(i))) continue;
-      const uint64_t bytes = pto2_tensor_numel(tensor(i)) * pto2_dtype_size(tensor(i)->dtype);
+      const uint64_t bytes = pto2_tensor_numel(tensor(i)) * pto2_dtype_size(tensor(i)->dtype) / share;
       if (reads(kind(i))) in += bytes;
       if (writes(kind(i))) out += bytes;
     }
@@ -262,8 +278,8 @@ void Tx8SimPlatform::run_core(int core) {
   const uint64_t end = c.cursor;
   for (int i = 0; i < n; ++i)
     if (is_tensor(kind(i))) {
-      if (reads(kind(i))) regions_->note(*tensor(i), false, end, t.task_id);
-      if (writes(kind(i))) regions_->note(*tensor(i), true, end, t.task_id);
+      if (reads(kind(i))) regions_->note(*tensor(i), false, end, t.call_id);
+      if (writes(kind(i))) regions_->note(*tensor(i), true, end, t.call_id);
     }
   c.busy_ns += end - start;
   c.clock = end;
@@ -301,15 +317,17 @@ void* Tx8SimPlatform::spm_alloc(void* impl, uint64_t bytes) {
   return p;
 }
 
-bool Tx8SimPlatform::in_task_buffers(const Core& c, const void* p, uint64_t bytes, bool store) const {
+bool Tx8SimPlatform::in_task_views(const Core& c, const void* p, uint64_t bytes, bool store) const {
   const auto a = reinterpret_cast<uintptr_t>(p);
   const int32_t n = std::clamp(c.task.num_args, 0, PTO2_MAX_PARAMS);
   for (int i = 0; i < n; ++i) {
     const uint8_t k = c.task.param_kinds ? c.task.param_kinds[i] : uint8_t(PTO_PARAM_SCALAR);
     if (!is_tensor(k) || (store && !writes(k))) continue;
     const auto* t = reinterpret_cast<const Tensor*>(static_cast<uintptr_t>(c.args[i]));
-    const uint64_t size = pto2_tensor_buffer_bytes(t);
-    if (a >= t->addr && bytes <= size && a - t->addr <= size - bytes) return true;
+    uint64_t lo = 0, hi = 0;  // the view's first to last byte: what the TensorMap knows it touches
+    if (!view_span(*t, &lo, &hi)) continue;
+    const uint64_t base = t->addr + lo, size = hi - lo;
+    if (a >= base && bytes <= size && a - base <= size - bytes) return true;
   }
   return false;
 }
@@ -340,8 +358,8 @@ int32_t Tx8SimPlatform::dma(void* impl, int32_t kind, void* dst, uint64_t dst_st
     return a >= base && bytes <= c.tile.spm_bytes && a - base <= c.tile.spm_bytes - bytes;
   };
   const bool spm_dst = kind != PTO2_DMA_STORE, spm_src = kind != PTO2_DMA_LOAD;
-  const bool dst_ok = spm_dst ? in_spm(dst, dst_span) : chip.in_task_buffers(c, dst, dst_span, true);
-  const bool src_ok = spm_src ? in_spm(src, src_span) : chip.in_task_buffers(c, src, src_span, false);
+  const bool dst_ok = spm_dst ? in_spm(dst, dst_span) : chip.in_task_views(c, dst, dst_span, true);
+  const bool src_ok = spm_src ? in_spm(src, src_span) : chip.in_task_views(c, src, src_span, false);
   if (!dst_ok || !src_ok) {
     const bool bad_dst = !dst_ok;
     const bool on_spm = bad_dst ? spm_dst : spm_src;
@@ -352,8 +370,8 @@ int32_t Tx8SimPlatform::dma(void* impl, int32_t kind, void* dst, uint64_t dst_st
                     bad_dst ? dst_span : src_span,
                     on_spm ? fmt::format("the engine's SPM share [{:#x}, +{})",
                                          reinterpret_cast<uintptr_t>(c.tile.spm), c.tile.spm_bytes)
-                           : std::string(bad_dst ? "the buffers of the task's OUTPUT/INOUT tensors"
-                                                 : "the buffers of the task's tensors")));
+                           : std::string(bad_dst ? "the views of the task's OUTPUT/INOUT tensors"
+                                                 : "the views of the task's tensors")));
   }
   chip.charge_compute(c);
   auto* d = static_cast<uint8_t*>(dst);

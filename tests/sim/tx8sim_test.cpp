@@ -11,6 +11,7 @@
 #include "pto2/runtime.h"
 #include "pto2/sharding.h"
 #include "pto2/sim/tx8sim.h"
+#include "tx8_cost.h"
 #include "vector_on_chip.h"
 
 using namespace pto2;
@@ -39,6 +40,8 @@ enum Mode : uint64_t {
   kNocBadTile = 6,       // a tile that is not on the chip
   kSpmDstOutside = 7,    // load past the end of the engine's SPM share
   kLoadOnly = 8,         // load all of in into SPM, nothing else
+  kStorePastView = 9,    // store 64 bytes right after out's view (inside its buffer)
+  kNothing = 10,         // move nothing: charged as loading in and storing out
 };
 void k_mover(int64_t* args) {
   const Tensor* in = pto2_arg_tensor(args, 0);
@@ -87,6 +90,13 @@ void k_mover(int64_t* args) {
       (void)pto2_noc_put(ctx, 16, 0, spm, 64);
       return;
     }
+    case kStorePastView: {
+      void* spm = pto2_spm_alloc(ctx, 64);
+      (void)pto2_dma_store(ctx, dst + pto2_tensor_numel(out), 64, spm, 64, 1);
+      return;
+    }
+    case kNothing:
+      return;
     case kLoadOnly: {
       void* spm = pto2_spm_alloc(ctx, bytes);
       if (spm) (void)pto2_dma_load(ctx, spm, src, bytes, 1, bytes);
@@ -101,7 +111,7 @@ void k_mover(int64_t* args) {
 }
 
 struct Chip {
-  explicit Chip(Tx8SimConfig cfg, int scheduler_threads = 1) {
+  explicit Chip(Tx8SimConfig cfg, int scheduler_threads = 1, BlockMode mode = BlockMode::kBatch) {
     Status st;
     chip = Tx8SimPlatform::create(cfg, &st);
     REQUIRE(chip);
@@ -113,6 +123,7 @@ struct Chip {
     rc.heap_size = 16 << 20;
     rc.scheduler_threads = scheduler_threads;
     rc.stall_timeout_ms = 10000;
+    rc.block_mode = mode;
     rt = Runtime::create(rc, *chip, &st);
     REQUIRE(rt);
   }
@@ -293,6 +304,22 @@ TEST_CASE("the movers copy data and charge hand-computed simulated time", "[tx8s
   }
 }
 
+TEST_CASE("DDR bandwidth: a transfer charged later still gets the capacity left before it", "[tx8sim]") {
+  DdrChannel ddr(200.0, 0);  // 20,000 bytes per 100 ns bucket, no latency
+  // 64 bytes at 190 ns: the last tenth of bucket 1.
+  CHECK(ddr.transfer(190, 64) == 191);  // 190 + 0.32 ns, rounded up
+  // 1 MiB asked at 100 ns, charged after it: bucket 1 still carries 19,936
+  // bytes for it, so it ends at 100 + (1 MiB + 64) / 200 = 5343.2 ns.
+  CHECK(ddr.transfer(100, 1 << 20) == 5344);
+  // Nothing left between 100 and 5343 ns: 200 bytes asked there go after
+  // what bucket 53 carries (8,640 + 200 bytes: 5344.2 ns); before 100 ns,
+  // bucket 0 is free.
+  CHECK(ddr.transfer(150, 200) == 5345);
+  CHECK(ddr.transfer(0, 200) == 1);
+  ddr.reset();
+  CHECK(ddr.transfer(0, 1 << 20) == 5243);
+}
+
 TEST_CASE("movers refuse what leaves their bounds, naming the task and the sizes", "[tx8sim]") {
   Chip c(quiet_config());
   const uint64_t bytes = 8192;
@@ -304,7 +331,7 @@ TEST_CASE("movers refuse what leaves their bounds, naming the task and the sizes
   };
   const Case cases[] = {
       {kSpmTooBig, {"SPM allocation of 2097153 bytes does not fit", "share of the tile's SPM is 2097152 bytes"}},
-      {kLoadOutside, {"DMA load (DDR->SPM) of 1 rows x 32 bytes", "source", "outside the buffers of the task's tensors"}},
+      {kLoadOutside, {"DMA load (DDR->SPM) of 1 rows x 32 bytes", "source", "outside the views of the task's tensors"}},
       {kStoreIntoInput, {"DMA store (SPM->DDR)", "destination", "OUTPUT/INOUT"}},
       {kBadStride, {"4 rows x 64 bytes", "strides 64 (dst) and 32 (src) must be at least the row"}},
       {kNocBadTile, {"NoC put: tile 16 is not on the chip (0..15)"}},
@@ -321,6 +348,50 @@ TEST_CASE("movers refuse what leaves their bounds, naming the task and the sizes
   // The chip keeps working after a refused mover.
   RunResult ok = c.run_movers(in, out, bytes, {{kLoadWhole, PTO2_WORKER_VECTOR}});
   CHECK(ok.ok());
+}
+
+TEST_CASE("a store past the task's own view is refused even inside its buffer", "[tx8sim]") {
+  Chip c(quiet_config());
+  void* in = c.alloc(8192);
+  void* out = c.alloc(8192);
+  RunResult r = c.rt->run([&](PTO2Runtime* p) {
+    const uint32_t shape[1] = {8192}, half[1] = {4096}, zero[1] = {0};
+    Tensor a = make_tensor_external(in, shape, 1, PTO2_UINT8);
+    Tensor b = make_tensor_external(out, shape, 1, PTO2_UINT8);
+    Tensor first_half = tensor_view(b, zero, half);  // the other half may be another task's
+    PTOParam params[] = {make_input_param(a), make_output_param(first_half), make_scalar_param(kStorePastView)};
+    pto2_rt_submit_task(p, 0, PTO2_WORKER_VECTOR, params, 3);
+    return 0;
+  });
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status.message, Catch::Contains("DMA store (SPM->DDR)") &&
+                                   Catch::Contains("outside the views of the task's OUTPUT/INOUT tensors"));
+}
+
+TEST_CASE("the blocks of one SPMD call share their tensors in simulated time, batched or expanded", "[tx8sim]") {
+  const BlockMode mode = GENERATE(BlockMode::kBatch, BlockMode::kExpand);
+  Tx8SimConfig cfg = quiet_config();
+  cfg.ddr_gbytes_per_s = 1e6;  // transfers cost their latency: 100 ns in, 100 ns out
+  Chip c(cfg, 1, mode);
+  const uint64_t bytes = 1 << 20;
+  void* in = c.alloc(bytes);
+  void* out = c.alloc(bytes);
+  RunResult r = c.rt->run([&](PTO2Runtime* p) {
+    const uint32_t shape[1] = {static_cast<uint32_t>(bytes)};
+    Tensor a = make_tensor_external(in, shape, 1, PTO2_UINT8);
+    Tensor b = make_tensor_external(out, shape, 1, PTO2_UINT8);
+    PTOParam params[] = {make_input_param(a), make_output_param(b), make_scalar_param(kNothing)};
+    pto2_rt_submit_block_task(p, 0, PTO2_WORKER_VECTOR, params, 3, 4);
+    return 0;
+  });
+  REQUIRE(r.ok());
+  const Tx8RunStats s = c.chip->run_stats();
+  CHECK(s.tasks == 4);
+  // Each block is charged its quarter, once in and once out.
+  CHECK(s.ddr_bytes == 2 * bytes);
+  // All four start at 0 (none waits for a sibling's write of `out`): 100 ns
+  // of load latency, then the store's. In a row they would take 4 times that.
+  CHECK(s.sim_ns <= 210);
 }
 
 TEST_CASE("function groups are refused: the chip has no clusters", "[tx8sim]") {

@@ -45,6 +45,10 @@ struct DispatchPayload {
   // num_args of them; valid as long as args. tx8sim checks its kernels' DMA
   // against them and follows data in simulated time.
   const uint8_t* param_kinds = nullptr;
+  // The SPMD call this dispatch belongs to: the task id of a plain task or a
+  // batch descriptor, the first block's id for the blocks of an expanded call
+  // (consecutive ids). tx8sim lets a call's blocks share their tensors.
+  uint64_t call_id = 0;
 };
 
 // A way to wake parked scheduler threads; implemented by the runtime.

@@ -29,7 +29,7 @@ struct PTO2ShardPlan {
 // The most shards dimension d of `shape` allows: shape[d], or on the last
 // dimension ceil(shape / align) when align > 1.
 static inline uint32_t pto2_shard_max(const uint32_t* shape, int32_t ndim, int32_t d, uint32_t align) {
-  if (d == ndim - 1 && align > 1) return (shape[d] + align - 1) / align;
+  if (d == ndim - 1 && align > 1) return (uint32_t)(((uint64_t)shape[d] + align - 1) / align);
   return shape[d];
 }
 
@@ -101,10 +101,11 @@ static inline struct PTO2ShardPlan pto2_shard_search(const uint32_t* shape, int3
 static inline struct PTO2ShardPlan pto2_shard_naive(const uint32_t* shape, int32_t ndim, int32_t tiles) {
   struct PTO2ShardPlan p;
   memset(&p, 0, sizeof(p));
-  p.ndim = ndim < 1 ? 1 : ndim;
+  p.ndim = ndim < 1 ? 1 : (ndim > PTO2_MAX_DIMS ? PTO2_MAX_DIMS : ndim);
   for (int32_t i = 0; i < p.ndim; ++i) p.factor[i] = p.effective[i] = 1;
+  if (tiles < 1) tiles = 1;
   p.factor[0] = tiles;
-  p.effective[0] = (uint32_t)tiles < shape[0] ? tiles : (int32_t)shape[0];
+  p.effective[0] = (uint32_t)tiles < shape[0] ? tiles : (shape[0] ? (int32_t)shape[0] : 1);
   p.blocks = p.effective[0];
   p.level = pto2_ceil_log2(p.blocks);
   return p;
@@ -120,14 +121,17 @@ static inline void pto2_shard_range(const struct PTO2ShardPlan* plan, const uint
     *begin = *end = 0;
     return;
   }
-  int32_t coord = block_idx;
-  for (int32_t i = ndim - 1; i > d; --i) coord /= plan->effective[i & (PTO2_MAX_DIMS - 1)];
-  coord %= plan->effective[d];
-  const uint32_t n = (uint32_t)plan->effective[d];
+  int32_t coord = block_idx < 0 ? 0 : block_idx;
+  for (int32_t i = ndim - 1; i > d; --i) {
+    const int32_t e = plan->effective[i & (PTO2_MAX_DIMS - 1)];
+    coord /= e > 0 ? e : 1;
+  }
+  const uint32_t n = plan->effective[d] > 0 ? (uint32_t)plan->effective[d] : 1;
   const uint32_t unit = (d == plan->ndim - 1 && align > 1) ? align : 1;
-  const uint32_t units = (shape[d] + unit - 1) / unit;
-  const uint32_t lo = (uint32_t)((uint64_t)units * (uint32_t)coord / n) * unit;
-  const uint32_t hi = (uint32_t)((uint64_t)units * (uint32_t)(coord + 1) / n) * unit;
-  *begin = lo < shape[d] ? lo : shape[d];
-  *end = hi < shape[d] ? hi : shape[d];
+  const uint32_t units = (uint32_t)(((uint64_t)shape[d] + unit - 1) / unit);
+  coord %= (int32_t)n;
+  const uint64_t lo = (uint64_t)units * (uint32_t)coord / n * unit;
+  const uint64_t hi = (uint64_t)units * (uint32_t)(coord + 1) / n * unit;
+  *begin = lo < shape[d] ? (uint32_t)lo : shape[d];
+  *end = hi < shape[d] ? (uint32_t)hi : shape[d];
 }

@@ -14,7 +14,7 @@
 //   * Kernels keep the entry ABI; their context carries a PTO2TileContext
 //     (kernel_abi.h): mesh place, SPM, and DMA/NoC movers whose every call is
 //     bounds-checked (SPM side in the engine's share or the peer tile's SPM;
-//     DDR side inside the task's own tensor buffers, stores only into
+//     DDR side inside the task's own tensor views, stores only into
 //     OUTPUT/INOUT ones) and charged in simulated time.
 //   * Threads as a2a3sim: bounded by the CPUs, inline on the scheduler
 //     threads when there is no spare CPU, executors that spin then park.
@@ -27,7 +27,8 @@
 // shared DDR bandwidth, NoC costs hops x hop latency + bytes / link
 // bandwidth; compute costs the kernel's own host time times compute_scale.
 // A kernel that moves no data itself is charged as loading its inputs at its
-// start and storing its outputs at its end.
+// start and storing its outputs at its end (a block of an SPMD call: its
+// share of them).
 #pragma once
 
 #include <atomic>
@@ -135,7 +136,9 @@ class Tx8SimPlatform : public SimChip {
   int32_t refuse(Core& c, int32_t code, const std::string& what);
   // Advances c's simulated clock by the compute since the last mark.
   void charge_compute(Core& c);
-  bool in_task_buffers(const Core& c, const void* p, uint64_t bytes, bool store) const;
+  // Whether [p, p+bytes) lies in one of the task's tensor views (for a
+  // store: an OUTPUT/INOUT one), each taken from its first to its last byte.
+  bool in_task_views(const Core& c, const void* p, uint64_t bytes, bool store) const;
 
   Tx8SimConfig config_;
   DeviceMemory memory_;
