@@ -702,9 +702,9 @@ pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, 
     }
     if (!write) {
       if (r.data().size() != k.n) {
-        first = pto::Status::Error(pto::kWorkerChildFailed, fmt::format("{}: read {} bytes at offset {}, got {}",
-                                                                        label(), k.n, b.offset + k.off,
-                                                                        r.data().size()));
+        first = pto::Status::Error(
+            pto::kWorkerChildFailed,
+            fmt::format("{}: read {} bytes at offset {}, got {}", label(), k.n, b.offset + k.off, r.data().size()));
         continue;
       }
       lk.unlock();

@@ -50,7 +50,8 @@ extern "C" void kernel_entry(int64_t* args) {
   const float* xs = static_cast<const float*>(pto2_tensor_data(x)) + c0;
   float* ys = static_cast<float*>(pto2_tensor_data(y)) + c0;
   const float* params[4];
-  for (int i = 0; i < 4; ++i) params[i] = static_cast<const float*>(pto2_tensor_data(pto2_arg_tensor(args, 1 + i))) + c0;
+  for (int i = 0; i < 4; ++i)
+    params[i] = static_cast<const float*>(pto2_tensor_data(pto2_arg_tensor(args, 1 + i))) + c0;
 
   if (pto2_tile(ctx) == nullptr) {  // a chip without tiles: straight from DDR
     float mul[kChunkChannels], add[kChunkChannels];

@@ -27,14 +27,10 @@ extern "C" int aicpu_orchestration_entry(PTO2Runtime* rt, uint64_t* args, int ar
   const uint32_t align = static_cast<uint32_t>(args[8]);
   // Only dimension 3 (C) may be sharded.
   const PTO2ShardPlan plan = pto2_shard_search(shape, 4, tiles, align, 1u << 3);
-  PTOParam p[] = {make_input_param(x),
-                  make_input_param(scale),
-                  make_input_param(shift),
-                  make_input_param(mean),
-                  make_input_param(var),
-                  make_output_param(y),
-                  make_scalar_param(args[6]),
-                  make_scalar_param(static_cast<uint64_t>(tiles)),
+  PTOParam p[] = {make_input_param(x),        make_input_param(scale),
+                  make_input_param(shift),    make_input_param(mean),
+                  make_input_param(var),      make_output_param(y),
+                  make_scalar_param(args[6]), make_scalar_param(static_cast<uint64_t>(tiles)),
                   make_scalar_param(align)};
   pto2_rt_submit_block_task(rt, 0, PTO2_WORKER_VECTOR, p, 9, plan.blocks);
   return pto2_rt_error(rt);

@@ -187,9 +187,9 @@ Status read_runtime(const toml::table& runtime, const std::string& path, ChipCon
 
 // [tx8sim]: ranges here are the file's sanity; the chip checks its own rules.
 Status read_tx8(const toml::table& t, const std::string& path, ChipConfig* out) {
-  if (Status s = only_keys(path, t, "[tx8sim]",
-                           {"mesh", "spm_bytes", "ddr_gbytes_per_s", "ddr_latency_ns", "noc_gbytes_per_s", "hop_ns",
-                            "compute_scale"});
+  if (Status s = only_keys(
+          path, t, "[tx8sim]",
+          {"mesh", "spm_bytes", "ddr_gbytes_per_s", "ddr_latency_ns", "noc_gbytes_per_s", "hop_ns", "compute_scale"});
       !s.ok())
     return s;
   ChipConfig::Tx8Settings& x = out->tx8;

@@ -45,10 +45,10 @@ std::string shape_text(const std::vector<uint64_t>& s) { return fmt::format("({}
 
 // The runtime options run() and Runtime() take as keywords; anything else is
 // a TypeError naming it (an option is never accepted and ignored).
-const std::set<std::string> kOptions = {"platform", "block_dim",  "aicpu_threads",    "executor_threads", "scheduler_threads",
-                                        "task_window", "heap",            "dep_pool",         "stall_timeout_ms",
-                                        "profile",     "block_mode",      "pipe_bytes",       "pipe_timeout_ms",
-                                        "capture_mode"};
+const std::set<std::string> kOptions = {"platform",          "block_dim",   "aicpu_threads", "executor_threads",
+                                        "scheduler_threads", "task_window", "heap",          "dep_pool",
+                                        "stall_timeout_ms",  "profile",     "block_mode",    "pipe_bytes",
+                                        "pipe_timeout_ms",   "capture_mode"};
 
 // The 64-bit value of a scalar argument from a Python number: a float for a
 // float32 / float64 scalar is bit-cast, as the config's `value` is.
@@ -131,8 +131,8 @@ class ChipRunner {
       }
     }
     if (!a2a3_only_.empty() && sc.platform != "a2a3sim")
-      throw py::value_error(fmt::format("{} is an a2a3sim setting (its clusters and pipes); {} has neither",
-                                        a2a3_only_, sc.platform));
+      throw py::value_error(
+          fmt::format("{} is an a2a3sim setting (its clusters and pipes); {} has neither", a2a3_only_, sc.platform));
     if (pto::Status s = pto2::sim::load_package_chip(cfg_, sc, &chip_); !s.ok()) raise_error(s);
     rc_.scheduler_threads = scheduler_threads > 0 ? scheduler_threads : chip_.options.scheduler_threads();
     pto::Status st;

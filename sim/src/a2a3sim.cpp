@@ -70,8 +70,8 @@ A2A3SimPlatform::A2A3SimPlatform(const A2A3SimConfig& config)
       config.spin_before_park_us);
   const int executors = config.resolved_executor_threads();
   if (executors > 0)
-    executors_ = std::make_unique<ExecutorPool>(executors, static_cast<int>(cores_.size()),
-                                                config.spin_before_park_us, [this](int core) {
+    executors_ = std::make_unique<ExecutorPool>(executors, static_cast<int>(cores_.size()), config.spin_before_park_us,
+                                                [this](int core) {
                                                   run_core(core);
                                                   wakeup_.notify();
                                                 });

@@ -42,8 +42,7 @@ void ExecutorPool::main() {
   for (;;) {
     const bool got = pto::spin_then_park(
         doorbells_->ec, spin_ns_, kExecutorParkNs,
-        [&] { return stop_.load(std::memory_order_acquire) || doorbells_->queue.try_pop(&core); },
-        [] { return true; });
+        [&] { return stop_.load(std::memory_order_acquire) || doorbells_->queue.try_pop(&core); }, [] { return true; });
     if (!got || stop_.load(std::memory_order_acquire)) return;
     run_(static_cast<int>(core));
   }

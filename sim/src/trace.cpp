@@ -27,8 +27,8 @@ std::string json_escape(const std::string& s) {
 
 }  // namespace
 
-Status write_chrome_trace(const std::string& path, const RunResult& run, const SimChip& chip,
-                          int scheduler_threads, const KernelNamer& name_of) {
+Status write_chrome_trace(const std::string& path, const RunResult& run, const SimChip& chip, int scheduler_threads,
+                          const KernelNamer& name_of) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return Status::Error(kInvalidArgument, fmt::format("cannot write trace '{}'", path));
   const uint64_t t0 = run.start_ns;
@@ -108,8 +108,8 @@ Status write_chrome_trace(const std::string& path, const RunResult& run, const S
       const auto tid = std::lower_bound(lanes.begin(), lanes.end(), e.lane) - lanes.begin();
       emit(fmt::format(
           R"({{"name": "{}", "cat": "simulated", "ph": "X", "pid": {}, "tid": {}, "ts": {:.3f}, "dur": {:.3f}, "args": {{{}}}}})",
-          json_escape(e.kernel_id == -2 ? e.name : name_of(e.kernel_id, e.worker_type) + e.name), kOwnPid, tid, double(e.start_ns) / 1000.0, double(e.duration_ns) / 1000.0,
-          e.args_json));
+          json_escape(e.kernel_id == -2 ? e.name : name_of(e.kernel_id, e.worker_type) + e.name), kOwnPid, tid,
+          double(e.start_ns) / 1000.0, double(e.duration_ns) / 1000.0, e.args_json));
     }
   }
   std::fprintf(f, "\n  ]\n}\n");
@@ -148,9 +148,8 @@ std::string summarize(const RunResult& run, const SimChip& chip) {
       sum += busy[c];
       max = std::max(max, busy[c]);
     }
-    out += fmt::format("\n  {} cores: {}/{} used, utilisation avg {:.1f}% max {:.1f}% of the wall time",
-                       type_name, used, n, wall_us > 0 ? 100.0 * sum / n / wall_us : 0,
-                       wall_us > 0 ? 100.0 * max / wall_us : 0);
+    out += fmt::format("\n  {} cores: {}/{} used, utilisation avg {:.1f}% max {:.1f}% of the wall time", type_name,
+                       used, n, wall_us > 0 ? 100.0 * sum / n / wall_us : 0, wall_us > 0 ? 100.0 * max / wall_us : 0);
   }
   std::string per_core;
   int listed = 0;

@@ -68,12 +68,12 @@ Status Tx8SimConfig::validate() const {
   if (mesh_x < 1 || mesh_x > 16 || mesh_y < 1 || mesh_y > 16)
     return bad(fmt::format("mesh = {}x{}: each side must be in 1..16", mesh_x, mesh_y));
   if (spm_bytes < 4096 || spm_bytes > (256ull << 20) || spm_bytes % (2 * kSpmAlign) != 0)
-    return bad(fmt::format("spm_bytes = {}: must be in 4096..{} (256 MiB) and a multiple of 128", spm_bytes,
-                           256ull << 20));
+    return bad(
+        fmt::format("spm_bytes = {}: must be in 4096..{} (256 MiB) and a multiple of 128", spm_bytes, 256ull << 20));
   if (ddr_bytes < (1ull << 20)) return bad(fmt::format("ddr_bytes = {}: must be at least 1 MiB", ddr_bytes));
   if (aicpu_threads < 2 || aicpu_threads > 4)
-    return bad(fmt::format("aicpu_threads = {}: must be in 2..4 (1 orchestrator + at least 1 scheduler)",
-                           aicpu_threads));
+    return bad(
+        fmt::format("aicpu_threads = {}: must be in 2..4 (1 orchestrator + at least 1 scheduler)", aicpu_threads));
   if (executor_threads < -1 || executor_threads > 64)
     return bad(fmt::format("executor_threads = {}: must be -1 (automatic) or 0..64", executor_threads));
   if (!(compute_scale >= 0) || compute_scale > 1e6)
@@ -129,8 +129,16 @@ Tx8SimPlatform::Tx8SimPlatform(const Tx8SimConfig& config)
     c.chip = this;
     c.id = i;
     c.type = i < tiles ? WorkerType::kCube : WorkerType::kVector;
-    c.tile = {t % config.mesh_x, t / config.mesh_x, config.mesh_x, config.mesh_y, t, static_cast<int32_t>(c.type),
-              spm_.get() + uint64_t(t) * config.spm_bytes + (i < tiles ? 0 : share), share, &kTileOps, &c};
+    c.tile = {t % config.mesh_x,
+              t / config.mesh_x,
+              config.mesh_x,
+              config.mesh_y,
+              t,
+              static_cast<int32_t>(c.type),
+              spm_.get() + uint64_t(t) * config.spm_bytes + (i < tiles ? 0 : share),
+              share,
+              &kTileOps,
+              &c};
     c.context.cluster_id = -1;
     c.context.cluster_num = 0;
     c.context.core_id = i;
@@ -267,10 +275,10 @@ void Tx8SimPlatform::run_core(int core) {
     const uint64_t end = out ? ddr_->transfer(loaded + compute, out) : loaded + compute;
     if (config_.record_events && in)
       c.events.push_back(event(group_name(tile_of(core)) + " LSU", "load (implicit)", start, loaded - start,
-                          fmt::format(R"("bytes": {}, "task": {})", in, t.task_id)));
+                               fmt::format(R"("bytes": {}, "task": {})", in, t.task_id)));
     if (config_.record_events && out)
       c.events.push_back(event(group_name(tile_of(core)) + " LSU", "store (implicit)", loaded + compute,
-                          end - loaded - compute, fmt::format(R"("bytes": {}, "task": {})", out, t.task_id)));
+                               end - loaded - compute, fmt::format(R"("bytes": {}, "task": {})", out, t.task_id)));
     c.ddr_bytes += in + out;
     c.dma_transfers += (in ? 1 : 0) + (out ? 1 : 0);
     c.cursor = end;
@@ -287,17 +295,17 @@ void Tx8SimPlatform::run_core(int core) {
   if (config_.record_events) {
     std::string name = t.block_num > 1 ? fmt::format(" [{}/{}]", t.block_idx, t.block_num) : std::string();
     c.events.push_back(event(group_name(tile_of(core)), std::move(name), start, end - start,
-                        fmt::format(R"("task": {}, "engine": "{}", "ddr_bytes": {})", t.task_id,
-                                    core < tiles() ? "NE" : "CT", c.ddr_bytes - ddr_before),
-                        t.kernel_id, static_cast<int32_t>(c.type)));
+                             fmt::format(R"("task": {}, "engine": "{}", "ddr_bytes": {})", t.task_id,
+                                         core < tiles() ? "NE" : "CT", c.ddr_bytes - ddr_before),
+                             t.kernel_id, static_cast<int32_t>(c.type)));
   }
   c.executed.fetch_add(1, std::memory_order_relaxed);
   c.finished.store(t.task_id + 1, std::memory_order_release);
 }
 
 int32_t Tx8SimPlatform::refuse(Core& c, int32_t code, const std::string& what) {
-  wakeup_.fault(code, fmt::format("task {} (kernel {}) on {}: {}", c.task.task_id, c.task.kernel_id,
-                                  core_name(c.id), what));
+  wakeup_.fault(code,
+                fmt::format("task {} (kernel {}) on {}: {}", c.task.task_id, c.task.kernel_id, core_name(c.id), what));
   return code;
 }
 
@@ -363,15 +371,14 @@ int32_t Tx8SimPlatform::dma(void* impl, int32_t kind, void* dst, uint64_t dst_st
   if (!dst_ok || !src_ok) {
     const bool bad_dst = !dst_ok;
     const bool on_spm = bad_dst ? spm_dst : spm_src;
-    return chip.refuse(
-        c, kInvalidArgument,
-        fmt::format("{} of {} rows x {} bytes: its {} [{:#x}, +{}) is outside {}", what, rows, row_bytes,
-                    bad_dst ? "destination" : "source", reinterpret_cast<uintptr_t>(bad_dst ? dst : src),
-                    bad_dst ? dst_span : src_span,
-                    on_spm ? fmt::format("the engine's SPM share [{:#x}, +{})",
-                                         reinterpret_cast<uintptr_t>(c.tile.spm), c.tile.spm_bytes)
-                           : std::string(bad_dst ? "the views of the task's OUTPUT/INOUT tensors"
-                                                 : "the views of the task's tensors")));
+    return chip.refuse(c, kInvalidArgument,
+                       fmt::format("{} of {} rows x {} bytes: its {} [{:#x}, +{}) is outside {}", what, rows, row_bytes,
+                                   bad_dst ? "destination" : "source", reinterpret_cast<uintptr_t>(bad_dst ? dst : src),
+                                   bad_dst ? dst_span : src_span,
+                                   on_spm ? fmt::format("the engine's SPM share [{:#x}, +{})",
+                                                        reinterpret_cast<uintptr_t>(c.tile.spm), c.tile.spm_bytes)
+                                          : std::string(bad_dst ? "the views of the task's OUTPUT/INOUT tensors"
+                                                                : "the views of the task's tensors")));
   }
   chip.charge_compute(c);
   auto* d = static_cast<uint8_t*>(dst);
@@ -393,7 +400,7 @@ int32_t Tx8SimPlatform::dma(void* impl, int32_t kind, void* dst, uint64_t dst_st
   ++c.dma_transfers;
   if (chip.config_.record_events)
     c.events.push_back(event(chip.group_name(c.tile.tile) + " LSU", what, begin, c.cursor - begin,
-                        fmt::format(R"("bytes": {}, "task": {})", bytes, c.task.task_id)));
+                             fmt::format(R"("bytes": {}, "task": {})", bytes, c.task.task_id)));
   c.host_mark = now_ns();  // the copy's host time is not compute
   return kOk;
 }
@@ -425,15 +432,15 @@ int32_t Tx8SimPlatform::noc(void* impl, int32_t put, int32_t tile, uint64_t remo
     std::memmove(local, remote, bytes);
   const int hops = chip.hops(c.tile.tile, tile);
   const uint64_t begin = c.cursor;
-  c.cursor += uint64_t(hops) * chip.config_.hop_ns +
-              static_cast<uint64_t>(double(bytes) / chip.config_.noc_gbytes_per_s);
+  c.cursor +=
+      uint64_t(hops) * chip.config_.hop_ns + static_cast<uint64_t>(double(bytes) / chip.config_.noc_gbytes_per_s);
   c.noc_bytes += bytes;
   ++c.moves;
   ++c.noc_transfers;
   if (chip.config_.record_events)
     c.events.push_back(event(chip.group_name(c.tile.tile) + " LSU", fmt::format("{} tile {}", what, tile), begin,
-                        c.cursor - begin, fmt::format(R"("bytes": {}, "hops": {}, "task": {})", bytes, hops,
-                                                      c.task.task_id)));
+                             c.cursor - begin,
+                             fmt::format(R"("bytes": {}, "hops": {}, "task": {})", bytes, hops, c.task.task_id)));
   c.host_mark = now_ns();
   return kOk;
 }
@@ -460,8 +467,7 @@ std::string Tx8SimPlatform::run_summary(uint64_t wall_ns) const {
       "{:.1f}% (NE + CT busy time / (2 engines x tiles x simulated time)); DDR {} bytes in {} transfers, NoC {} bytes "
       "in {} transfers",
       s.tasks, double(s.sim_ns) / 1000.0, double(wall_ns) / 1000.0, config_.mesh_x, config_.mesh_y, s.utilisation(),
-      s.ddr_bytes,
-      s.dma_transfers, s.noc_bytes, s.noc_transfers);
+      s.ddr_bytes, s.dma_transfers, s.noc_bytes, s.noc_transfers);
   std::string per_tile;
   for (int t = 0; t < tiles(); ++t)
     per_tile += fmt::format("{}({},{}) {:.1f}%", t % 8 == 0 ? "\n    " : "  ", t % config_.mesh_x, t / config_.mesh_x,

@@ -150,8 +150,8 @@ int main(int argc, char** argv) {
       {3, 4, 128, 256}, {2, 64, 512}, {1, 7, 100}, {16, 1024}, {4, 4, 4, 640}};
   std::printf("pto2_tx8_sharding_bench: tx8sim 4x4 mesh, %d scheduler thread(s), medians of %d runs\n",
               rc.scheduler_threads, reps);
-  std::printf("%-18s %-14s %6s %10s %7s   %-14s %6s %10s %7s   %s\n", "shape", "search", "blocks", "sim us",
-              "util %", "naive", "blocks", "sim us", "util %", "search vs naive");
+  std::printf("%-18s %-14s %6s %10s %7s   %-14s %6s %10s %7s   %s\n", "shape", "search", "blocks", "sim us", "util %",
+              "naive", "blocks", "sim us", "util %", "search vs naive");
   double util_ratio_product = 1;
   for (const auto& shape : shapes) {
     const auto nd = static_cast<int32_t>(shape.size());

@@ -378,10 +378,11 @@ TEST_CASE("pto2-run --platform tx8sim runs the same package and adds simulated t
     std::ifstream src(std::string(BGEMM_EXAMPLE_DIR) + "/kernels.toml");
     std::string cfg((std::istreambuf_iterator<char>(src)), std::istreambuf_iterator<char>());
     const std::string lib_dir = std::string(BGEMM_EXAMPLE_DIR) + "/";
-    for (const char* lib : {"liborch_bgemm.so", "libkernel_bgemm_gemm.so", "libkernel_bgemm_add.so",
-                            "libgolden_bgemm.so"}) {
+    for (const char* lib :
+         {"liborch_bgemm.so", "libkernel_bgemm_gemm.so", "libkernel_bgemm_add.so", "libgolden_bgemm.so"}) {
       const std::string quoted = std::string("\"") + lib + "\"";
-      if (size_t at = cfg.find(quoted); at != std::string::npos) cfg.replace(at, quoted.size(), "\"" + lib_dir + lib + "\"");
+      if (size_t at = cfg.find(quoted); at != std::string::npos)
+        cfg.replace(at, quoted.size(), "\"" + lib_dir + lib + "\"");
     }
     auto write = [&](const std::string& name, const std::string& extra, const std::string& tail = "") {
       std::string text = cfg;

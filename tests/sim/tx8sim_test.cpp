@@ -31,17 +31,17 @@ void k_where(int64_t* args) {
 
 // args: in (bytes), out (bytes), scalar mode. Moves data as the mode says.
 enum Mode : uint64_t {
-  kLoadWhole = 0,        // load all of in into SPM, store it to out
-  kSpmTooBig = 1,        // ask the SPM for more than the engine's share
-  kLoadOutside = 2,      // load from past the end of in
-  kStoreIntoInput = 3,   // store into in (an INPUT)
-  kBadStride = 4,        // strides shorter than a row
-  kNocRoundTrip = 5,     // put in's first 64 KiB into tile 15's SPM, get it back, store to out
-  kNocBadTile = 6,       // a tile that is not on the chip
-  kSpmDstOutside = 7,    // load past the end of the engine's SPM share
-  kLoadOnly = 8,         // load all of in into SPM, nothing else
-  kStorePastView = 9,    // store 64 bytes right after out's view (inside its buffer)
-  kNothing = 10,         // move nothing: charged as loading in and storing out
+  kLoadWhole = 0,       // load all of in into SPM, store it to out
+  kSpmTooBig = 1,       // ask the SPM for more than the engine's share
+  kLoadOutside = 2,     // load from past the end of in
+  kStoreIntoInput = 3,  // store into in (an INPUT)
+  kBadStride = 4,       // strides shorter than a row
+  kNocRoundTrip = 5,    // put in's first 64 KiB into tile 15's SPM, get it back, store to out
+  kNocBadTile = 6,      // a tile that is not on the chip
+  kSpmDstOutside = 7,   // load past the end of the engine's SPM share
+  kLoadOnly = 8,        // load all of in into SPM, nothing else
+  kStorePastView = 9,   // store 64 bytes right after out's view (inside its buffer)
+  kNothing = 10,        // move nothing: charged as loading in and storing out
 };
 void k_mover(int64_t* args) {
   const Tensor* in = pto2_arg_tensor(args, 0);
@@ -57,9 +57,7 @@ void k_mover(int64_t* args) {
       if (spm && pto2_dma_load(ctx, spm, src, bytes, 1, bytes) == 0) pto2_dma_store(ctx, dst, bytes, spm, bytes, 1);
       return;
     }
-    case kSpmTooBig:
-      (void)pto2_spm_alloc(ctx, ctx->tile->spm_bytes + 1);
-      return;
+    case kSpmTooBig: (void)pto2_spm_alloc(ctx, ctx->tile->spm_bytes + 1); return;
     case kLoadOutside: {
       void* spm = pto2_spm_alloc(ctx, 4096);
       (void)pto2_dma_load(ctx, spm, src + bytes - 16, 32, 1, 32);
@@ -95,8 +93,7 @@ void k_mover(int64_t* args) {
       (void)pto2_dma_store(ctx, dst + pto2_tensor_numel(out), 64, spm, 64, 1);
       return;
     }
-    case kNothing:
-      return;
+    case kNothing: return;
     case kLoadOnly: {
       void* spm = pto2_spm_alloc(ctx, bytes);
       if (spm) (void)pto2_dma_load(ctx, spm, src, bytes, 1, bytes);
@@ -282,8 +279,8 @@ TEST_CASE("the movers copy data and charge hand-computed simulated time", "[tx8s
     const Tx8RunStats s = c.chip->run_stats();
     CHECK(s.noc_bytes == 2 * 64 * 1024);
     CHECK(s.noc_transfers == 2);
-    const uint64_t dma = 100 + 328;        // 64 KiB at 200 B/ns = 327.68, rounded up
-    const uint64_t noc = 6 * 4 + 512;      // from tile 0 (the first NE) to tile 15: 6 hops
+    const uint64_t dma = 100 + 328;    // 64 KiB at 200 B/ns = 327.68, rounded up
+    const uint64_t noc = 6 * 4 + 512;  // from tile 0 (the first NE) to tile 15: 6 hops
     CHECK(s.sim_ns == dma + 2 * noc + dma);
   }
   SECTION("a consumer starts after its producer in simulated time, wherever it runs") {

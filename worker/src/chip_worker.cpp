@@ -17,9 +17,9 @@ Status ChipWorker::install(const Digest& digest, const std::string& config_path)
   auto p = std::make_unique<Prepared>();
   if (Status s = pto::package::ChipConfig::load(config_path, &p->cfg); !s.ok()) return s;
   if (!p->cfg.platform.empty() && p->cfg.platform != platform_)
-    return Status::Error(kWorkerInvalidArgument,
-                         fmt::format("the package is for {} ([runtime] platform) and this chip is {}", p->cfg.platform,
-                                     platform_));
+    return Status::Error(
+        kWorkerInvalidArgument,
+        fmt::format("the package is for {} ([runtime] platform) and this chip is {}", p->cfg.platform, platform_));
   p->kernels.resize(p->cfg.kernels.size());
   for (size_t i = 0; i < p->cfg.kernels.size(); ++i)
     if (Status s = pto2::sim::load_kernel(p->cfg.kernels[i].library, &p->kernels[i]); !s.ok()) return s;

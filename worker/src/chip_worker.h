@@ -28,11 +28,11 @@
 #include <vector>
 
 #include "pto/callable.h"
+#include "pto/package/chip_package.h"
 #include "pto/task_args.h"
 #include "pto2/runtime.h"
-#include "pto2/sim/package_chip.h"
-#include "pto/package/chip_package.h"
 #include "pto2/sim/loader.h"
+#include "pto2/sim/package_chip.h"
 
 namespace pto {
 

@@ -129,8 +129,7 @@ static inline int32_t pto2_dma_store(const PTO2KernelContext* ctx, void* ddr_dst
 }
 static inline int32_t pto2_noc_put(const PTO2KernelContext* ctx, int32_t tile, uint64_t remote_offset,
                                    const void* spm_src, uint64_t bytes) {
-  return ctx->tile ? ctx->tile->ops->noc(ctx->tile->impl, 1, tile, remote_offset, (void*)(uintptr_t)spm_src, bytes)
-                   : 2;
+  return ctx->tile ? ctx->tile->ops->noc(ctx->tile->impl, 1, tile, remote_offset, (void*)(uintptr_t)spm_src, bytes) : 2;
 }
 static inline int32_t pto2_noc_get(const PTO2KernelContext* ctx, int32_t tile, uint64_t remote_offset, void* spm_dst,
                                    uint64_t bytes) {

@@ -81,8 +81,8 @@ static inline void pto2_shard_search_dim(const uint32_t* shape, int32_t ndim, ui
 // The plan for an output of `shape` over `tiles` tiles. align: elements per
 // alignment unit of the last dimension (1 = none); allowed: the dimensions
 // that may be sharded (bit d; ~0u = all).
-static inline struct PTO2ShardPlan pto2_shard_search(const uint32_t* shape, int32_t ndim, int32_t tiles,
-                                                     uint32_t align, uint32_t allowed) {
+static inline struct PTO2ShardPlan pto2_shard_search(const uint32_t* shape, int32_t ndim, int32_t tiles, uint32_t align,
+                                                     uint32_t allowed) {
   struct PTO2ShardPlan best;
   memset(&best, 0, sizeof(best));
   if (ndim < 1) ndim = 1;

@@ -21,8 +21,8 @@ using KernelEntry = PTO2KernelEntryFn;
 
 // A lane of a platform's own trace events (tx8sim: simulated time).
 struct TraceEvent {
-  std::string lane;  // e.g. "tile (1,2)"
-  std::string name;  // after the kernel's name when kernel_id is set
+  std::string lane;                         // e.g. "tile (1,2)"
+  std::string name;                         // after the kernel's name when kernel_id is set
   int32_t kernel_id = -2, worker_type = 0;  // -2: not a kernel's event
   uint64_t start_ns = 0, duration_ns = 0;
   std::string args_json;  // extra "args" members, already JSON ("" = none)

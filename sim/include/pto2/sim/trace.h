@@ -15,8 +15,8 @@ namespace pto2::sim {
 using KernelNamer = std::function<std::string(int32_t kernel_id, int32_t worker_type)>;
 
 // run must come from a Runtime with profiling on.
-Status write_chrome_trace(const std::string& path, const RunResult& run, const SimChip& chip,
-                          int scheduler_threads, const KernelNamer& name_of);
+Status write_chrome_trace(const std::string& path, const RunResult& run, const SimChip& chip, int scheduler_threads,
+                          const KernelNamer& name_of);
 
 // Tasks, wall time, per-core-type utilisation, scheduler overhead per task.
 std::string summarize(const RunResult& run, const SimChip& chip);
