@@ -291,7 +291,10 @@ TEST_CASE("chaos: mixed jobs while random children are killed and stopped - ever
   for (const auto& [k, n] : tally.by_state) succeeded += k.find("SUCCEEDED") != std::string::npos ? n : 0;
   CHECK(succeeded > 20);
   CHECK(kills + stops > seconds);
-  CHECK(zombies_of(d.pid()) == 0);
+  // A child killed in the last moments still reads "idle" until the Worker's
+  // next liveness scan (about every 100 ms while idle) reaps and replaces it:
+  // no zombie may outlive a few of those.
+  CHECK(eventually([&] { return zombies_of(d.pid()) == 0; }, 3000));
   CHECK(rss_end < rss_warm + 64 * 1024);  // flat: no growth with the jobs and restarts
   // Flat: a busy moment can hold a few more (a job's stream, a runner's
   // thread), not one per restart or per job.
