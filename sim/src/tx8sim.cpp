@@ -50,7 +50,6 @@ struct alignas(64) Tx8SimPlatform::Core {
   PTO2TileContext tile{};
   int64_t args[PTO2_MAX_PARAMS + 1] = {};
   std::atomic<uint64_t> finished{0};  // task id + 1 once done
-  std::atomic<uint64_t> executed{0};
   uint64_t start_ns = 0, end_ns = 0;  // wall, when record_core_times
   // The running task, in simulated time.
   uint64_t spm_used = 0;
@@ -161,10 +160,6 @@ int Tx8SimPlatform::executor_threads() const { return executors_ ? executors_->t
 int Tx8SimPlatform::hops(int a, int b) const {
   const int mx = config_.mesh_x;
   return std::abs(a % mx - b % mx) + std::abs(a / mx - b / mx);
-}
-
-uint64_t Tx8SimPlatform::tasks_executed(int core) const {
-  return cores_[core]->executed.load(std::memory_order_relaxed);
 }
 
 std::string Tx8SimPlatform::core_name(int core) const {
@@ -299,7 +294,6 @@ void Tx8SimPlatform::run_core(int core) {
                                          core < tiles() ? "NE" : "CT", c.ddr_bytes - ddr_before),
                              t.kernel_id, static_cast<int32_t>(c.type)));
   }
-  c.executed.fetch_add(1, std::memory_order_relaxed);
   c.finished.store(t.task_id + 1, std::memory_order_release);
 }
 

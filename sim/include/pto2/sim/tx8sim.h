@@ -95,7 +95,6 @@ class Tx8SimPlatform : public SimChip {
   Tx8RunStats run_stats() const;
   // Mesh hops between two tiles (Manhattan distance).
   int hops(int tile_a, int tile_b) const;
-  uint64_t tasks_executed(int core) const;
 
   // SimChip
   const char* platform_name() const override { return "tx8sim"; }
