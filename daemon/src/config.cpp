@@ -250,7 +250,8 @@ Status read_worker(const toml::table* t, DaemonConfig& c) {
   Status s;
   if (s = only_keys(*t, "[worker]",
                     {"level", "l3_children", "chips", "platform", "sub_workers", "heap_ring_bytes", "arena_bytes",
-                     "task_timeout_ms", "spin_us", "liveness_timeout_ms", "runner_load_timeout_ms"});
+                     "task_timeout_ms", "spin_us", "liveness_timeout_ms", "runner_load_timeout_ms", "runner_idle_ms",
+                     "runner_max_idle"});
       !s.ok())
     return s;
   if (s = read_int(*t, "worker", "level", &c.level, 3, 4); !s.ok()) return s;
@@ -271,6 +272,8 @@ Status read_worker(const toml::table* t, DaemonConfig& c) {
                     "for no check",
                     c.liveness_timeout_ms));
   if (s = read_int(*t, "worker", "runner_load_timeout_ms", &c.runner_load_timeout_ms, 1, 600000); !s.ok()) return s;
+  if (s = read_int(*t, "worker", "runner_idle_ms", &c.runner_idle_ms, 0, 3600000); !s.ok()) return s;
+  if (s = read_int(*t, "worker", "runner_max_idle", &c.runner_max_idle, 1, 64); !s.ok()) return s;
   return Status::Ok();
 }
 
@@ -476,7 +479,8 @@ std::string DaemonConfig::effective_toml() const {
              "tokens_file = {}\nadmins = [{}]\nmax_message_bytes = {}\nupload_idle_timeout_s = {}\n\n[worker]\nlevel = "
              "{}\nl3_children = {}\nchips = {}\nplatform = {}\nsub_workers = "
              "{}\nheap_ring_bytes = {}\narena_bytes = {}\n"
-             "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n\n[jobs]\n"
+             "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n"
+             "runner_idle_ms = {}\nrunner_max_idle = {}\n\n[jobs]\n"
              "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\ncapture_output = {}\n\n"
              "[daemon]\n"
              "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\nlog_target = "
@@ -486,9 +490,9 @@ std::string DaemonConfig::effective_toml() const {
              q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"),
              q(tokens_file), admin_list, max_message_bytes, upload_idle_timeout_s, level, l3_children, chips,
              q(platform), sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms, spin_us, liveness_timeout_ms,
-             runner_load_timeout_ms, max_queued, retain_finished, max_running, default_deadline_s, capture_output,
-             q(state_dir), durable, drain_timeout_s, q(log_level), q(log_file), q(log_target), q(metrics_listen),
-             allow_native_blob, allow_native_import, allow_chip_bundles));
+             runner_load_timeout_ms, runner_idle_ms, runner_max_idle, max_queued, retain_finished, max_running,
+             default_deadline_s, capture_output, q(state_dir), durable, drain_timeout_s, q(log_level), q(log_file),
+             q(log_target), q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));
 }
 
 }  // namespace ptod

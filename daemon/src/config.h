@@ -39,6 +39,8 @@ struct DaemonConfig {
   uint32_t spin_us = 500;                   // keeps children warm between jobs that follow each other (docs/daemon.md)
   uint32_t liveness_timeout_ms = 2000;      // a child or runner whose heartbeat stops this long is replaced
   uint32_t runner_load_timeout_ms = 10000;  // an orchestration library must load (in its runner) within this
+  uint32_t runner_idle_ms = 10000;  // a runner kept warm for the next job of its library and principal (0 = fresh)
+  uint32_t runner_max_idle = 4;     // warm runners kept at most
   // [session] (docs/remote.md): both ends of a remote L3 session
   uint32_t session_credits = 256;             // peer: tasks a coordinator may keep in flight
   uint32_t heartbeat_ms = 100;                // HEALTH period, both directions

@@ -412,6 +412,8 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   rcfg.load_timeout_ms = cfg.runner_load_timeout_ms;
   rcfg.liveness_timeout_ms = cfg.liveness_timeout_ms;
   rcfg.spin_us = std::min<uint32_t>(cfg.spin_us, 50);
+  rcfg.idle_ms = cfg.runner_idle_ms;
+  rcfg.max_idle = cfg.runner_max_idle;
   pto::RunnerPool runners(rcfg);
   CallableRegistry registry(worker, runners, cfg, db);
   JobManager jobs(worker, tensors, runners, cfg, db);

@@ -13,14 +13,14 @@ namespace ptod {
 
 int run_registered(const RegisteredCallable& c, const pto::RunnerPool& runners, pto::Orchestrator& o,
                    const pto::TaskArgs& args, const pto::TaskArgsView& view, const pto::CallConfig& cc,
-                   const std::string& log_file) {
+                   const std::string& principal, const std::string& log_file) {
   switch (c.abi) {
     case pto::EntryAbi::CHIP: return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;
     case pto::EntryAbi::SUB: return o.submit_sub(c.handle, args, cc).ok() ? 0 : 1;
     case pto::EntryAbi::ORCHESTRATION:
       if (!c.runs_here) return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;  // level 4: on an L3 worker
-      return runners.orchestration(c.path, c.symbol, c.name.empty() ? c.handle.id.short_hex() : c.name, log_file)(
-          o, view, cc);
+      return runners.orchestration(c.path, c.symbol, c.name.empty() ? c.handle.id.short_hex() : c.name, log_file,
+                                   principal)(o, view, cc);
   }
   return 1;
 }
@@ -313,7 +313,7 @@ std::vector<uint64_t> JobManager::take_gone() {
 int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc) {
   RegisteredCallable c;
   pto::TaskArgs args;
-  std::string log_file;
+  std::string log_file, principal;
   {
     // RUNNING is not written to the state database: after a crash a queued
     // and a running job read the same ("interrupted: the daemon stopped").
@@ -332,8 +332,9 @@ int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsVi
     c = j.spec.callable;
     args = j.spec.args;
     log_file = j.spec.options.log_file;
+    principal = j.spec.options.principal;
   }
-  return run_registered(c, runners_, o, args, view, cc, log_file);
+  return run_registered(c, runners_, o, args, view, cc, principal, log_file);
 }
 
 void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {

@@ -180,7 +180,7 @@ using pto::now_ns;  // the steady clock (pto/base/clock.h)
 // (level 4) a next-level task.
 int run_registered(const RegisteredCallable& c, const pto::RunnerPool& runners, pto::Orchestrator& o,
                    const pto::TaskArgs& args, const pto::TaskArgsView& view, const pto::CallConfig& cc,
-                   const std::string& log_file = "");
+                   const std::string& principal, const std::string& log_file = "");
 void to_proto(const TensorEntry& e, pto::v1::TensorInfo* out);
 bool final_state(pto::v1::JobState s);
 

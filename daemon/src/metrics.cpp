@@ -133,10 +133,13 @@ std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPo
       s.child_restarts);
   const pto::RunnerPool::Stats r = runners.stats();
   o += fmt::format(
-      "# HELP ptod_runners_total Runner processes for orchestration libraries: started, and ended by a crash, exit, "
-      "timeout, lost heartbeat or malformed call.\n# TYPE ptod_runners_total counter\n"
-      "ptod_runners_total{{event=\"started\"}} {}\nptod_runners_total{{event=\"failed\"}} {}\n",
-      r.started, r.failed);
+      "# HELP ptod_runners_total Runner processes for orchestration libraries: started, ended by a crash, exit, "
+      "timeout, lost heartbeat or malformed call, and jobs served by a warm one.\n# TYPE ptod_runners_total counter\n"
+      "ptod_runners_total{{event=\"started\"}} {}\nptod_runners_total{{event=\"failed\"}} {}\n"
+      "ptod_runners_total{{event=\"reused\"}} {}\n"
+      "# HELP ptod_runners_idle Warm runners waiting for the next job of their library and principal.\n"
+      "# TYPE ptod_runners_idle gauge\nptod_runners_idle {}\n",
+      r.started, r.failed, r.reused, r.idle);
   // Level 4: the remote sessions.
   histogram(o, "ptod_remote_round_trip_seconds", "Remote task dispatch to completion seen.", s.remote_round_trip);
   o += fmt::format(

@@ -552,15 +552,16 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
   cc.aicpu_thread_num = t.config().aicpu_thread_num();
   cc.timeout_ms = t.config().timeout_ms();
   const uint64_t id = t.id();
-  const pto::RunnerPool& runners = p_.runners;
-  auto fn = [rc, args, &runners](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cfg) {
-    return run_registered(*rc, runners, o, args, view, cfg);
-  };
-  const pto::TaskArgs run_args = rc->runs_here ? args : pto::TaskArgs();
   // The coordinator acts for the principal that submitted the job, if this
   // daemon trusts it to (its session's principal is admin here).
   pto::RunOptions options;
   options.principal = c->who.admin && !t.principal().empty() ? t.principal() : c->who.name;
+  const pto::RunnerPool& runners = p_.runners;
+  auto fn = [rc, args, &runners, principal = options.principal](pto::Orchestrator& o, const pto::TaskArgsView& view,
+                                                                const pto::CallConfig& cfg) {
+    return run_registered(*rc, runners, o, args, view, cfg, principal);
+  };
+  const pto::TaskArgs run_args = rc->runs_here ? args : pto::TaskArgs();
   log("session")->debug("session {:016x}: task {} (coordinator task {}) runs as {}", c->session, id, t.task_id(),
                         options.principal);
   p_.worker.submit_function(

@@ -54,6 +54,16 @@ TEST_CASE("a job's log holds what its tasks and its orchestration wrote, and not
   CHECK_THAT(log_of(*c, o.value.job_id()), Catch::Contains("orchestration 9 says hello") &&
                                                Catch::Contains("orchestration 9 on stderr") &&
                                                Catch::Contains("say 9 to stdout"));
+  // The next job of the same orchestration runs in the same, warm, runner:
+  // its lines go to its own log, none to the one before.
+  auto o2 = c->run(say_job("orch_say", 10));
+  REQUIRE(o2.ok());
+  CHECK(o2.value.state() == v1::SUCCEEDED);
+  CHECK_THAT(log_of(*c, o2.value.job_id()),
+             Catch::Contains("orchestration 10 says hello") && !Catch::Contains("orchestration 9"));
+  CHECK_THAT(log_of(*c, o.value.job_id()), !Catch::Contains("orchestration 10"));
+  const std::string m = http_get(d.metrics_port(), "/metrics");
+  CHECK_THAT(m, Catch::Contains("ptod_runners_total{event=\"reused\"} 1") && Catch::Contains("ptod_runners_idle 1"));
   // Nothing of it reached the daemon's own log.
   CHECK_FALSE(Catch::Contains("say 7").match(d.log()));
   // ptoctl logs prints it; an unknown job is NOT_FOUND (exit 1).

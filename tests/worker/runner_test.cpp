@@ -1,7 +1,9 @@
 // Orchestration libraries in runner processes (pto/runner.h): the library's
 // calls cross the runner channel with their usual meaning; whatever the
 // library does — crash, exit, abort, hang, stop — ends its runner and fails
-// its run with a message that names it, and the next run works.
+// its run with a message that names it, and the next run works. A runner
+// whose job ended is kept warm for the next job of the same library, symbol
+// and principal, and killed when idle too long.
 #include <dirent.h>
 #include <signal.h>
 
@@ -28,10 +30,10 @@ struct Fixture {
     x = alloc_f32(w, 4);
     f32(x)[0] = 10.f;
   }
-  RunResult run(const char* symbol, RunOptions o = {}) {
+  RunResult run(const char* symbol, RunOptions o = {}, const std::string& principal = "") {
     TaskArgs a;
     a.add_tensor(x, INOUT).add_scalar(100);
-    return w.run_function(pool.orchestration(RUNNER_ORCHS, symbol, symbol), a, {}, o);
+    return w.run_function(pool.orchestration(RUNNER_ORCHS, symbol, symbol, "", principal), a, {}, o);
   }
   Worker w;
   RunnerPool pool;
@@ -73,11 +75,95 @@ TEST_CASE("an orchestration in a runner submits, allocates and scopes as in-proc
   CHECK(f32(f.x)[0] == 11.f);
   CHECK(f.pool.stats().started == 1);
   CHECK(f.pool.stats().failed == 0);
-  CHECK(eventually([&] { return runner_pids(f.w).empty(); }));  // the runner served one job and is gone
+  // The runner stays warm for the next job of the same library and symbol:
+  // that job forks nothing and computes the same.
+  CHECK(f.pool.stats().idle == 1);
+  CHECK(runner_pids(f.w).size() == 1);
+  RunResult again = f.run("pto_test_orch_subs");
+  REQUIRE(again.ok());
+  CHECK(again.tasks_succeeded == 102);
+  CHECK(f32(f.x)[0] == 12.f);
+  CHECK(f.pool.stats().started == 1);
+  CHECK(f.pool.stats().reused == 1);
+}
+
+TEST_CASE("warm runners: one per library, symbol and principal, gone after idle_ms, never after a failure") {
+  RunnerConfig rc;
+  rc.idle_ms = 500;
+  Fixture f(rc);
+  REQUIRE(f.run("pto_test_orch_subs", {}, "alice").ok());
+  REQUIRE(f.run("pto_test_orch_subs", {}, "alice").ok());
+  CHECK(f.pool.stats().started == 1);
+  CHECK(f.pool.stats().reused == 1);
+  REQUIRE(f.run("pto_test_orch_subs", {}, "bob").ok());  // another principal: a runner of its own
+  CHECK(f.pool.stats().started == 2);
+  CHECK_FALSE(f.run("pto_test_orch_fail", {}, "alice").ok());  // another symbol: likewise
+  CHECK(f.pool.stats().started == 3);
+  CHECK(f.pool.stats().idle == 3);  // a failure the library reports leaves its runner sound
+  // A crash: that runner is gone, not kept.
+  CHECK_FALSE(f.run("pto_test_orch_segv", {}, "alice").ok());
+  CHECK(f.pool.stats().idle == 3);
+  CHECK(runner_pids(f.w).size() == 3);
+  // Idle for idle_ms: killed and reaped (no zombie left).
+  std::set<int> warm = runner_pids(f.w);
+  CHECK(eventually([&] { return f.pool.stats().idle == 0; }, 3000));
+  for (int pid : warm) CHECK(eventually([&] { return process_gone(pid); }, 3000));
+  REQUIRE(f.run("pto_test_orch_subs", {}, "alice").ok());
+  CHECK(f.pool.stats().started == 5);  // 3 kept, the crashed one, and this one
+}
+
+TEST_CASE("a warm runner killed or stopped while idle is reaped, and the next job gets a fresh one") {
+  RunnerConfig rc;
+  rc.liveness_timeout_ms = 500;
+  Fixture f(rc);
+  REQUIRE(f.run("pto_test_orch_subs").ok());
+  std::set<int> pids = runner_pids(f.w);
+  REQUIRE(pids.size() == 1);
+  REQUIRE(kill(*pids.begin(), SIGKILL) == 0);
+  CHECK(eventually([&] { return process_gone(*pids.begin()); }, 3000));  // reaped while idle
+  RunResult r = f.run("pto_test_orch_subs");
+  INFO(r.status.message);
+  CHECK(r.ok());
+  CHECK(f.pool.stats().started == 2);
+  // Stopped while idle: its heartbeat stops, the pool kills it.
+  pids = runner_pids(f.w);
+  REQUIRE(pids.size() == 1);
+  REQUIRE(kill(*pids.begin(), SIGSTOP) == 0);
+  CHECK(eventually([&] { return process_gone(*pids.begin()); }, 3000));
+  CHECK(f.pool.stats().idle == 0);
+  CHECK(f.run("pto_test_orch_subs").ok());
+  CHECK(f.pool.stats().started == 3);
+}
+
+TEST_CASE("idle_ms = 0: a fresh runner for every job, gone when its job ends - max_idle bounds the warm ones") {
+  SECTION("idle_ms = 0") {
+    RunnerConfig rc;
+    rc.idle_ms = 0;
+    Fixture f(rc);
+    REQUIRE(f.run("pto_test_orch_subs").ok());
+    REQUIRE(f.run("pto_test_orch_subs").ok());
+    CHECK(f.pool.stats().started == 2);
+    CHECK(f.pool.stats().reused == 0);
+    CHECK(f.pool.stats().idle == 0);
+    CHECK(eventually([&] { return runner_pids(f.w).empty(); }));
+  }
+  SECTION("max_idle = 1") {
+    RunnerConfig rc;
+    rc.max_idle = 1;
+    Fixture f(rc);
+    REQUIRE(f.run("pto_test_orch_subs", {}, "alice").ok());
+    REQUIRE(f.run("pto_test_orch_subs", {}, "bob").ok());
+    CHECK(f.pool.stats().idle == 1);
+    CHECK(eventually([&] { return runner_pids(f.w).size() == 1; }));
+    REQUIRE(f.run("pto_test_orch_subs", {}, "bob").ok());
+    CHECK(f.pool.stats().reused == 1);  // bob's was kept, alice's went
+  }
 }
 
 TEST_CASE("a crash, exit() or abort() in the library fails its run naming the signal or status - the next run works") {
-  Fixture f;
+  RunnerConfig rc;
+  rc.idle_ms = 0;  // no warm runner left at the end to tell apart
+  Fixture f(rc);
   struct Case {
     const char* symbol;
     const char* says;

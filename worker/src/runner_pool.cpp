@@ -1,14 +1,22 @@
 // The engine side of runners (pto/runner.h, runner_channel.h): fork a runner
-// for one LOAD or JOB, then serve it from the run's thread until it answers,
-// dies, stops beating, or the run is cancelled.
+// for one LOAD or take a warm one for a JOB, then serve it from the run's
+// thread until it answers, dies, stops beating, or the run is cancelled. A
+// runner whose job ended cleanly waits, warm, for the next job of the same
+// library, symbol and principal; a thread of the pool kills those idle too
+// long, dead or silent.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "engine_fork.h"
 #include "futex.h"
@@ -112,8 +120,13 @@ class Runner {
 
   void count_failure() { ++failed_; }
 
- private:
-  // A reason to give up on the runner, or "".
+  // Before a warm runner's next job: its silence while idle counts from now.
+  void rearm() {
+    beat_ = ch_->heartbeat.load(std::memory_order_relaxed);
+    beat_ns_ = start_ns_ = now_ns();
+  }
+
+  // A reason to give up on the runner, or "" (it is alive and beating).
   std::string check(uint64_t now, uint64_t load_ns) {
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -137,6 +150,7 @@ class Runner {
     return "";
   }
 
+ private:
   const RunnerConfig& cfg_;
   std::atomic<uint64_t>& failed_;
   SharedMapping map_;
@@ -145,6 +159,101 @@ class Runner {
   Status error_;
   uint64_t beat_ = 0, beat_ns_ = 0, start_ns_ = 0;
 };
+
+}  // namespace
+
+// Warm runners, by key (library, symbol, principal), and the thread that
+// kills those idle longer than idle_ms, dead, or no longer beating.
+class RunnerPool::Warm {
+ public:
+  explicit Warm(const RunnerConfig& cfg) : cfg_(cfg) {}
+  ~Warm() {
+    std::vector<Idle> gone;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+      gone.swap(idle_);
+    }
+    cv_.notify_all();
+    if (reaper_.joinable()) reaper_.join();
+  }  // `gone` kills and reaps them
+
+  // A warm runner for `key`, or null.
+  std::unique_ptr<Runner> take(const std::string& key) {
+    for (;;) {
+      std::unique_ptr<Runner> r;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        auto it = std::find_if(idle_.rbegin(), idle_.rend(), [&](const Idle& i) { return i.key == key; });
+        if (it == idle_.rend()) return nullptr;
+        r = std::move(it->runner);
+        idle_.erase(std::next(it).base());
+      }
+      if (r->check(now_ns(), 0).empty()) {
+        r->rearm();
+        return r;
+      }
+    }  // a dead or silent one is killed and reaped here; try the next
+  }
+
+  // Keeps `r`, whose job ended cleanly, for the next job of `key`.
+  void give_back(const std::string& key, std::unique_ptr<Runner> r) {
+    std::unique_ptr<Runner> evicted;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (stop_) return;
+      if (idle_.size() >= std::max<uint32_t>(cfg_.max_idle, 1)) {
+        evicted = std::move(idle_.front().runner);
+        idle_.erase(idle_.begin());
+      }
+      idle_.push_back({key, std::move(r), now_ns()});
+      if (!reaper_.joinable()) reaper_ = std::thread([this] { reap(); });
+    }
+  }
+
+  size_t idle() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return idle_.size();
+  }
+
+ private:
+  struct Idle {
+    std::string key;
+    std::unique_ptr<Runner> runner;
+    uint64_t since_ns;
+  };
+
+  // Every 100 ms: kills (outside the lock) the runners idle too long, and
+  // reaps those that died or stopped beating while idle.
+  void reap() {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (!stop_) {
+      cv_.wait_for(lk, std::chrono::milliseconds(100));
+      std::vector<std::unique_ptr<Runner>> gone;
+      const uint64_t now = now_ns(), idle_ns = uint64_t(cfg_.idle_ms) * 1'000'000;
+      for (auto it = idle_.begin(); it != idle_.end();) {
+        if (now - it->since_ns > idle_ns || !it->runner->check(now, 0).empty()) {
+          gone.push_back(std::move(it->runner));
+          it = idle_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      lk.unlock();
+      gone.clear();
+      lk.lock();
+    }
+  }
+
+  const RunnerConfig& cfg_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Idle> idle_;  // oldest first
+  bool stop_ = false;
+  std::thread reaper_;
+};
+
+namespace {
 
 // Serves one call of the orchestration; false when the call is malformed.
 bool serve(Runner& r, Orchestrator& o, std::string* why) {
@@ -187,6 +296,11 @@ bool serve(Runner& r, Orchestrator& o, std::string* why) {
 
 }  // namespace
 
+RunnerPool::RunnerPool(RunnerConfig cfg) : cfg_(cfg), warm_(std::make_unique<Warm>(cfg_)) {}
+RunnerPool::~RunnerPool() = default;
+
+RunnerPool::Stats RunnerPool::stats() const { return {started_.load(), failed_.load(), reused_.load(), warm_->idle()}; }
+
 Status RunnerPool::check_library(const std::string& path, const std::string& symbol) const {
   Runner r(cfg_, started_, failed_);
   if (!r.error().ok()) return r.error();
@@ -207,9 +321,16 @@ Status RunnerPool::check_library(const std::string& path, const std::string& sym
 }
 
 OrchestrationFunction RunnerPool::orchestration(const std::string& path, const std::string& symbol,
-                                                const std::string& name, const std::string& log_file) const {
-  return [this, path, symbol, name, log_file](Orchestrator& o, const TaskArgsView& view, const CallConfig& cfg) -> int {
-    Runner r(cfg_, started_, failed_);
+                                                const std::string& name, const std::string& log_file,
+                                                const std::string& principal) const {
+  // '\0' cannot occur in a path, a symbol or a principal's name.
+  std::string key = path + '\0' + symbol + '\0' + principal;
+  return [this, path, symbol, name, log_file, key](Orchestrator& o, const TaskArgsView& view,
+                                                   const CallConfig& cfg) -> int {
+    std::unique_ptr<Runner> warm = cfg_.idle_ms ? warm_->take(key) : nullptr;
+    if (warm) ++reused_;
+    std::unique_ptr<Runner> fresh = warm ? nullptr : std::make_unique<Runner>(cfg_, started_, failed_);
+    Runner& r = warm ? *warm : *fresh;
     if (!r.error().ok()) {
       o.fail(fmt::format("orchestration {}: {}", name, r.error().message));
       return 1;
@@ -250,6 +371,8 @@ OrchestrationFunction RunnerPool::orchestration(const std::string& path, const s
           return 1;
         }
         if (rc != 0 && !message.empty()) o.fail(fmt::format("orchestration {}: {}", name, message));
+        // It answered: alive, its library loaded, waiting for another JOB.
+        if (cfg_.idle_ms) warm_->give_back(key, warm ? std::move(warm) : std::move(fresh));
         return static_cast<int>(rc);
       }
       if (o.cancelled()) return 0;  // the run's verdict is its cancellation

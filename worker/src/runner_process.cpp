@@ -1,11 +1,14 @@
 // The runner side of a runner channel (runner_channel.h, docs/worker.md
-// "Runners"): a process forked from the engine's for one LOAD or one JOB.
-// It loads the library, and for a JOB calls its orchestration with an
-// Orchestrator whose every call is carried to the engine over the channel.
+// "Runners"): a process forked from the engine's for one LOAD, or for JOBs
+// of one library, symbol and principal — after a job's DONE it waits for the
+// engine's next JOB (a warm runner) until the engine kills it. It loads the
+// library, and for a JOB calls its orchestration with an Orchestrator whose
+// every call is carried to the engine over the channel.
 // It never touches the engine's own objects (their threads do not exist
 // here) and leaves with _exit, whatever the library does: exit() from user
 // code ends here too, without running the parent image's exit handlers.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <linux/close_range.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "futex.h"
@@ -26,8 +30,19 @@
 namespace pto {
 
 namespace {
-// The job's log, once known: the heartbeat keeps it under its cap.
-std::atomic<const std::string*> g_runner_log{nullptr};
+// The current job's log ("" = none): the heartbeat keeps it under its cap.
+// A warm runner serves one job after another, so it changes between jobs.
+std::mutex g_runner_log_mu;
+std::string g_runner_log;
+
+void set_runner_log(const std::string& path) {
+  std::lock_guard<std::mutex> g(g_runner_log_mu);
+  g_runner_log = path;
+}
+std::string runner_log() {
+  std::lock_guard<std::mutex> g(g_runner_log_mu);
+  return g_runner_log;
+}
 }  // namespace
 namespace {
 
@@ -179,55 +194,32 @@ void* load(RunnerChannel* ch, const std::string& path, const std::string& symbol
 
 }  // namespace
 
-void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us) {
-  // exit() from the library's code ends the runner at once: the parent
-  // image's exit handlers and static destructors must not run here.
-  on_exit([](int status, void*) { _exit(status); }, nullptr);
-  signal(SIGINT, SIG_IGN);
-  signal(SIGTERM, SIG_IGN);
-  signal(SIGHUP, SIG_IGN);
-  // The library's faults end this process with their own signal: a crash
-  // handler inherited from the parent (a test framework's, a daemon's) must
-  // not report, or survive, them here.
-  for (int sig : {SIGPIPE, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP, SIGSYS}) signal(sig, SIG_DFL);
-  if (close_range(3, ~0u, 0) != 0)
-    for (int fd = 3; fd < 4096; ++fd) ::close(fd);
-  // The heartbeat, and the parent's end noticed within 100 ms (this process
-  // was forked from a thread that may end before it: no parent-death signal).
-  std::thread([ch, parent] {
-    for (;;) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      ch->heartbeat.fetch_add(1, std::memory_order_relaxed);
-      if (const std::string* log = g_runner_log.load(std::memory_order_acquire)) enforce_log_cap(*log);
-      if (getppid() != parent) _exit(3);
-    }
-  }).detach();
-  const uint64_t spin_ns = uint64_t(spin_us) * 1000;
-  const uint32_t s = wait_for(ch, parent, spin_ns, RC_LOAD, RC_JOB);
+namespace {
+
+// One JOB from the channel: its streams go to the job's log (the library's
+// constructors included, the first time it loads), the orchestration runs,
+// DONE goes back. `saved_out` / `saved_err` are the streams the runner was
+// forked with, for a job without a log after one with a log.
+void serve_job(RunnerChannel* ch, pid_t parent, uint64_t spin_ns, int saved_out, int saved_err) {
   const size_t n = std::min<size_t>(ch->bytes, kRunnerPayloadBytes);
-  std::string error;
-  if (s == RC_LOAD) {
-    std::string path, symbol;
-    Status st = decode_load(ch->payload, n, &path, &symbol);
-    if (st.ok() && !load(ch, path, symbol, &error)) st = Status::Error(kWorkerInvalidArgument, error);
-    send(ch, RC_LOADED, encode_outcome(st.code, st.message));
-    _exit(0);
-  }
   RunnerJob job;
   if (Status st = decode_job(ch->payload, n, &job); !st.ok()) {
     send(ch, RC_DONE, encode_outcome(-1, st.message));
-    _exit(0);
+    return;
   }
-  // A runner serves one job: its streams go to the job's log from here on
-  // (the library's constructors included), capped by the heartbeat.
   if (!job.log_file.empty()) {
     redirect_streams_to(job.log_file);
-    g_runner_log.store(&job.log_file, std::memory_order_release);
+  } else if (saved_out >= 0 && saved_err >= 0) {
+    std::fflush(nullptr);
+    (void)::dup2(saved_out, 1);
+    (void)::dup2(saved_err, 2);
   }
+  set_runner_log(job.log_file);
+  std::string error;
   auto entry = reinterpret_cast<OrchestrationEntryFn>(load(ch, job.path, job.symbol, &error));
   if (!entry) {
     send(ch, RC_DONE, encode_outcome(-1, error));
-    _exit(0);
+    return;
   }
   RunnerSide side(ch, parent, spin_ns, job);
   Orchestrator orch = OrchestratorAccess::make(&side);
@@ -247,7 +239,50 @@ void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us) {
   // (to its job's log) before the job is reported done.
   std::fflush(nullptr);
   send(ch, RC_DONE, encode_outcome(rc, message));
-  _exit(0);
+}
+
+}  // namespace
+
+void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us) {
+  // exit() from the library's code ends the runner at once: the parent
+  // image's exit handlers and static destructors must not run here.
+  on_exit([](int status, void*) { _exit(status); }, nullptr);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  // The library's faults end this process with their own signal: a crash
+  // handler inherited from the parent (a test framework's, a daemon's) must
+  // not report, or survive, them here.
+  for (int sig : {SIGPIPE, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP, SIGSYS}) signal(sig, SIG_DFL);
+  if (close_range(3, ~0u, 0) != 0)
+    for (int fd = 3; fd < 4096; ++fd) ::close(fd);
+  const int saved_out = ::fcntl(1, F_DUPFD_CLOEXEC, 3), saved_err = ::fcntl(2, F_DUPFD_CLOEXEC, 3);
+  // The heartbeat, and the parent's end noticed within 100 ms (this process
+  // was forked from a thread that may end before it: no parent-death signal).
+  std::thread([ch, parent] {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ch->heartbeat.fetch_add(1, std::memory_order_relaxed);
+      if (const std::string log = runner_log(); !log.empty()) enforce_log_cap(log);
+      if (getppid() != parent) _exit(3);
+    }
+  }).detach();
+  const uint64_t spin_ns = uint64_t(spin_us) * 1000;
+  const uint32_t s = wait_for(ch, parent, spin_ns, RC_LOAD, RC_JOB);
+  if (s == RC_LOAD) {
+    const size_t n = std::min<size_t>(ch->bytes, kRunnerPayloadBytes);
+    std::string path, symbol, error;
+    Status st = decode_load(ch->payload, n, &path, &symbol);
+    if (st.ok() && !load(ch, path, symbol, &error)) st = Status::Error(kWorkerInvalidArgument, error);
+    send(ch, RC_LOADED, encode_outcome(st.code, st.message));
+    _exit(0);
+  }
+  // Jobs until the engine kills this runner: it sends another JOB of the
+  // same library and principal to a runner it keeps warm.
+  for (;;) {
+    serve_job(ch, parent, spin_ns, saved_out, saved_err);
+    (void)wait_for(ch, parent, spin_ns, RC_JOB, RC_JOB);
+  }
 }
 
 }  // namespace pto
