@@ -289,8 +289,10 @@ Result<pto::v1::TensorInfo> Client::upload(const std::string& name, const std::v
   bool ok = writer->Write(c);
   const uint8_t* p = static_cast<const uint8_t*>(data);
   uint32_t crc = 0;
+  // One message for every chunk: its buffer is allocated (and its pages
+  // faulted in) once, not per chunk.
+  pto::v1::UploadChunk d;
   for (uint64_t off = 0; ok && off < bytes; off += chunk_bytes) {
-    pto::v1::UploadChunk d;
     const uint64_t n = std::min<uint64_t>(chunk_bytes, bytes - off);
     d.set_data(p + off, n);
     crc = pto::crc32c(crc, p + off, n);

@@ -10,11 +10,13 @@
 //     of 1 ms, an orchestration in a runner) runs, against its idle latency
 // Anchors: Ray ~1 ms per synchronous task (981 tasks/s); a gRPC C++ unary call
 // on TCP loopback ~60 us (112-131 us measured on this kind of
-// machine). Figures only: nothing fails on a time.
+// machine). Figures only: nothing fails on a time. PTOD_BENCH_ONLY=bandwidth
+// runs the tensor transfers alone.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -281,6 +283,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("ptod bench: 1 chip, 2 sub workers; a trivial job = one no-op sub task\n");
+  // PTOD_BENCH_ONLY=bandwidth: the tensor transfers alone (quicker A/B runs).
+  if (const char* only = std::getenv("PTOD_BENCH_ONLY"); only && std::string(only) == "bandwidth") {
+    bandwidth(d.address());
+    return d.stop() == 0 ? 0 : 1;
+  }
   const double floor_us = unary_floor("unix socket", d.address());
   const double job_us = latency("unix socket", d.address());
   std::printf("trivial job p50 / unary floor p50, unix socket: %.2fx   [target <= 1.3x]\n", job_us / floor_us);
