@@ -416,11 +416,14 @@ void GrpcRemoteLink::writer_loop() {
     }
     bool ok = true;
     const uint64_t now = now_ns();
+    std::vector<std::unique_ptr<std::string>> sent_chunks;
     {
       std::lock_guard<std::mutex> w(write_mu_);
       for (auto& fr : frames) {
         fill_header(&fr);
         if (ok) ok = stream_->Write(fr);
+        if (fr.has_control() && fr.control().op() == pto::v1::Control::BUFFER_WRITE)
+          sent_chunks.emplace_back(fr.mutable_control()->release_data());
       }
       frames.clear();
       if (!tasks.empty() && ok) ok = write_tasks(tasks);
@@ -431,6 +434,11 @@ void GrpcRemoteLink::writer_loop() {
         ok = stream_->Write(hb);
         last_health = now;
       }
+    }
+    if (!sent_chunks.empty()) {
+      std::lock_guard<std::mutex> g(mu_);
+      for (auto& b : sent_chunks)
+        if (spare_chunks_.size() <= static_cast<size_t>(kChunkWindow)) spare_chunks_.push_back(std::move(b));
     }
     if (!ok) {
       end_session("the connection broke while sending");

@@ -132,6 +132,10 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
   std::atomic<uint32_t> window_{0};
   std::deque<pto::RemoteTask> tasks_out_;
   std::deque<pto::v1::Frame> frames_out_;
+  // Buffers of BUFFER_WRITE chunks already sent, for the next chunks: a new
+  // 4 MiB buffer per chunk costs its page faults every time. At most
+  // kChunkWindow + 1; emptied when a transfer ends.
+  std::vector<std::unique_ptr<std::string>> spare_chunks_;
   std::unordered_map<uint64_t, Pending> pending_;
   std::vector<pto::RemoteCompletion> done_;
   std::atomic<bool> has_done_{false};

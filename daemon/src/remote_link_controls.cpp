@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <memory>
+#include <string>
 
 #include "log.h"
 #include "remote_link.h"
@@ -174,16 +176,24 @@ pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, 
   const uint64_t session = session_;
   auto post_next = [&] {
     const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - next);
+    std::unique_ptr<std::string> buf;
+    if (write && !spare_chunks_.empty()) {
+      buf = std::move(spare_chunks_.back());
+      spare_chunks_.pop_back();
+    }
     lk.unlock();
     pto::v1::Control c;
     c.set_op(write ? pto::v1::Control::BUFFER_WRITE : pto::v1::Control::BUFFER_READ);
     c.set_buffer_id(b.id);
     c.set_generation(b.generation);
     c.set_offset(b.offset + next);
-    if (write)
-      c.set_data(host + next, n);
-    else
+    if (write) {
+      if (!buf) buf = std::make_unique<std::string>();
+      buf->assign(host + next, n);
+      c.set_allocated_data(buf.release());
+    } else {
       c.set_bytes(n);
+    }
     lk.lock();
     in_flight.push_back({session_ == session ? post_control(std::move(c)) : 0, next, n});
     next += n;
@@ -216,6 +226,7 @@ pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, 
     }
     if (next < bytes) post_next();
   }
+  spare_chunks_.clear();
   return first;
 }
 

@@ -4,13 +4,16 @@
 // second on one session and across two, remote-buffer transfer rates, and how
 // long a lost peer takes to be noticed. Never fails on a time. Arguments are
 // passed to the peers' ptod (e.g. --config FILE with a [worker] spin_us).
+// REMOTE_BENCH_ONLY=latency or =buffers runs that part alone (A/B runs).
 #include <signal.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "daemon_process.h"
@@ -147,9 +150,12 @@ int main(int argc, char** argv) {
   {
     Cluster one;
     if (!one.start({&a})) return 1;
-    round_trip(one);
-    pipelined(one, 1, 20000);
-    bulk(one, 256);
+    const char* only_env = std::getenv("REMOTE_BENCH_ONLY");
+    const std::string only = only_env ? only_env : "";
+    if (only.empty() || only == "latency") round_trip(one);
+    if (only.empty()) pipelined(one, 1, 20000);
+    if (only.empty() || only == "buffers") bulk(one, 256);
+    if (!only.empty()) return 0;
   }
   Cluster two;
   if (!two.start({&a, &b})) return 1;
