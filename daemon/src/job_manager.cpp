@@ -19,8 +19,9 @@ int run_registered(const RegisteredCallable& c, const pto::RunnerPool& runners, 
     case pto::EntryAbi::SUB: return o.submit_sub(c.handle, args, cc).ok() ? 0 : 1;
     case pto::EntryAbi::ORCHESTRATION:
       if (!c.runs_here) return o.submit_next_level(c.handle, args, cc).ok() ? 0 : 1;  // level 4: on an L3 worker
+      // A warm runner serves only this principal's jobs of this very library.
       return runners.orchestration(c.path, c.symbol, c.name.empty() ? c.handle.id.short_hex() : c.name, log_file,
-                                   principal)(o, view, cc);
+                                   principal + '\0' + c.handle.id.hex())(o, view, cc);
   }
   return 1;
 }

@@ -438,7 +438,8 @@ void GrpcRemoteLink::writer_loop() {
     if (!sent_chunks.empty()) {
       std::lock_guard<std::mutex> g(mu_);
       for (auto& b : sent_chunks)
-        if (spare_chunks_.size() <= static_cast<size_t>(kChunkWindow)) spare_chunks_.push_back(std::move(b));
+        if (writes_active_ > 0 && spare_chunks_.size() <= static_cast<size_t>(kChunkWindow))
+          spare_chunks_.push_back(std::move(b));
     }
     if (!ok) {
       end_session("the connection broke while sending");

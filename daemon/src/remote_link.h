@@ -133,9 +133,11 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
   std::deque<pto::RemoteTask> tasks_out_;
   std::deque<pto::v1::Frame> frames_out_;
   // Buffers of BUFFER_WRITE chunks already sent, for the next chunks: a new
-  // 4 MiB buffer per chunk costs its page faults every time. At most
-  // kChunkWindow + 1; emptied when a transfer ends.
+  // 4 MiB buffer per chunk costs its page faults every time. Kept only while
+  // a write is in progress (writes_active_), at most kChunkWindow + 1;
+  // emptied when the last write ends.
   std::vector<std::unique_ptr<std::string>> spare_chunks_;
+  int writes_active_ = 0;
   std::unordered_map<uint64_t, Pending> pending_;
   std::vector<pto::RemoteCompletion> done_;
   std::atomic<bool> has_done_{false};

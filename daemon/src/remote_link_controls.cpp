@@ -174,6 +174,7 @@ pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, 
   uint64_t next = 0;
   std::unique_lock<std::mutex> lk(mu_);
   const uint64_t session = session_;
+  if (write) ++writes_active_;
   auto post_next = [&] {
     const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - next);
     std::unique_ptr<std::string> buf;
@@ -226,7 +227,7 @@ pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, 
     }
     if (next < bytes) post_next();
   }
-  spare_chunks_.clear();
+  if (write && --writes_active_ == 0) spare_chunks_.clear();
   return first;
 }
 

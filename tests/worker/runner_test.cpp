@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -24,9 +25,11 @@ struct Fixture {
   explicit Fixture(RunnerConfig rc = {}) : w({.level = 3, .num_sub_workers = 2}), pool(rc) {
     auto noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
     auto add = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
+    auto say = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_say"));
     REQUIRE(w.init().ok());
     REQUIRE(w.name_callable("noop", noop).ok());
     REQUIRE(w.name_callable("add_one", add).ok());
+    REQUIRE(w.name_callable("say", say).ok());
     x = alloc_f32(w, 4);
     f32(x)[0] = 10.f;
   }
@@ -110,6 +113,48 @@ TEST_CASE("warm runners: one per library, symbol and principal, gone after idle_
   for (int pid : warm) CHECK(eventually([&] { return process_gone(pid); }, 3000));
   REQUIRE(f.run("pto_test_orch_subs", {}, "alice").ok());
   CHECK(f.pool.stats().started == 5);  // 3 kept, the crashed one, and this one
+}
+
+TEST_CASE("a warm runner writes each job's lines to that job's log only, and none after a job without a log") {
+  Fixture f;
+  char tmpl[] = "/tmp/runner-logs-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  auto say = [&](uint64_t tag, const std::string& log) {
+    TaskArgs a;
+    a.add_scalar(tag);
+    return f.w.run_function(f.pool.orchestration(RUNNER_ORCHS, "pto_test_orch_say", "say", log), a, {}, {});
+  };
+  auto text = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  REQUIRE(say(1, dir + "/a.log").ok());
+  REQUIRE(say(2, dir + "/b.log").ok());
+  REQUIRE(say(3, "").ok());  // back to the streams the runner was forked with
+  REQUIRE(say(4, dir + "/d.log").ok());
+  CHECK(f.pool.stats().started == 1);
+  CHECK(f.pool.stats().reused == 3);
+  const std::string a = text(dir + "/a.log"), b = text(dir + "/b.log"), d = text(dir + "/d.log");
+  CHECK_THAT(a, Catch::Contains("orchestration 1 says hello") && Catch::Contains("orchestration 1 on stderr"));
+  CHECK_THAT(b, Catch::Contains("orchestration 2 says hello") && !Catch::Contains("orchestration 1"));
+  CHECK_THAT(d, Catch::Contains("orchestration 4 on stderr") && !Catch::Contains("orchestration 2"));
+  for (const std::string* log : {&a, &b, &d}) CHECK_THAT(*log, !Catch::Contains("orchestration 3"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a job that leaves a thread of its own running: its runner serves no other job") {
+  Fixture f;
+  TaskArgs a;
+  auto leaves = [&] {
+    return f.w.run_function(f.pool.orchestration(RUNNER_ORCHS, "pto_test_orch_leaves_thread", "leaves"), a, {}, {});
+  };
+  REQUIRE(leaves().ok());
+  CHECK(f.pool.stats().idle == 0);
+  REQUIRE(leaves().ok());
+  CHECK(f.pool.stats().started == 2);
+  CHECK(f.pool.stats().reused == 0);
+  CHECK(eventually([&] { return runner_pids(f.w).empty(); }));  // killed, not kept
 }
 
 TEST_CASE("a warm runner killed or stopped while idle is reaped, and the next job gets a fresh one") {

@@ -117,15 +117,16 @@ void OutputCapture::restore_streams_after_fork() {
   if (err >= 0) (void)::dup2(err, 2);
 }
 
-void redirect_streams_to(const std::string& path) {
+bool redirect_streams_to(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return;
+  if (fd < 0) return false;
   std::fflush(stdout);
   std::fflush(stderr);
   (void)::dup2(fd, 1);
   (void)::dup2(fd, 2);
   ::close(fd);
   (void)std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+  return true;
 }
 
 void enforce_log_cap(const std::string& path) {

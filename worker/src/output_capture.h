@@ -45,7 +45,7 @@ class OutputCapture {
 // The runner's streams straight into `path` (stdout line-buffered so a
 // follower sees lines as they come); enforce_log_cap (from its heartbeat)
 // sends them to /dev/null once the file reached kMaxLogBytes.
-void redirect_streams_to(const std::string& path);
+bool redirect_streams_to(const std::string& path);  // false: the file did not open, nothing changed
 void enforce_log_cap(const std::string& path);
 
 }  // namespace pto

@@ -58,7 +58,8 @@ struct RunnerChannel {
   uint32_t bytes;                       // payload bytes of the current message
   std::atomic<uint64_t> heartbeat;      // bumped every 100 ms by a thread of the runner's
   std::atomic<uint32_t> loaded;         // 1 once the library is loaded and its symbol found
-  uint8_t reserved[kRunnerHeaderBytes - 28];
+  std::atomic<uint32_t> reusable;       // with DONE: 1 if the job left no thread behind (the runner may be kept)
+  uint8_t reserved[kRunnerHeaderBytes - 32];
   uint8_t payload[kRunnerPayloadBytes];
 };
 static_assert(sizeof(RunnerChannel) == kRunnerChannelBytes);
@@ -130,7 +131,8 @@ Status decode_handle_reply(const uint8_t* p, size_t n, CallableHandle* out);
 std::vector<uint8_t> encode_outcome(int64_t code, const std::string& message);
 Status decode_outcome(const uint8_t* p, size_t n, int64_t* code, std::string* message);
 
-// The runner process: serves one LOAD or JOB, then exits (runner_process.cpp).
+// The runner process: serves one LOAD and exits, or JOBs one after another
+// until the engine kills it (runner_process.cpp).
 [[noreturn]] void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us);
 
 // Limits that bound what a decoder allocates.

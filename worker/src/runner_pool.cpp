@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -57,7 +58,7 @@ class Runner {
     pid_ = pid;
     ++started;
     beat_ = ch_->heartbeat.load(std::memory_order_relaxed);
-    beat_ns_ = start_ns_ = now_ns();
+    born_ns_ = beat_ns_ = start_ns_ = now_ns();
   }
   ~Runner() { stop(); }
   Runner(const Runner&) = delete;
@@ -120,6 +121,13 @@ class Runner {
 
   void count_failure() { ++failed_; }
 
+  // After its DONE: may it serve another job? Not if the job left a thread
+  // running in it, nor once it is max_age_s old.
+  bool keepable() const {
+    return ch_->reusable.load(std::memory_order_relaxed) == 1 &&
+           now_ns() - born_ns_ < uint64_t(cfg_.max_age_s) * 1'000'000'000;
+  }
+
   // Before a warm runner's next job: its silence while idle counts from now.
   void rearm() {
     beat_ = ch_->heartbeat.load(std::memory_order_relaxed);
@@ -157,7 +165,7 @@ class Runner {
   RunnerChannel* ch_ = nullptr;
   pid_t pid_ = -1;
   Status error_;
-  uint64_t beat_ = 0, beat_ns_ = 0, start_ns_ = 0;
+  uint64_t beat_ = 0, beat_ns_ = 0, start_ns_ = 0, born_ns_ = 0;
 };
 
 }  // namespace
@@ -206,8 +214,14 @@ class RunnerPool::Warm {
         evicted = std::move(idle_.front().runner);
         idle_.erase(idle_.begin());
       }
+      if (!reaper_.joinable()) {
+        try {
+          reaper_ = std::thread([this] { reap(); });
+        } catch (const std::system_error&) {
+          return;  // no thread to bound its idle time: `r` is not kept (killed here)
+        }
+      }
       idle_.push_back({key, std::move(r), now_ns()});
-      if (!reaper_.joinable()) reaper_ = std::thread([this] { reap(); });
     }
   }
 
@@ -348,6 +362,7 @@ OrchestrationFunction RunnerPool::orchestration(const std::string& path, const s
     const std::vector<uint8_t> payload = encode_job(job);
     if (payload.size() > kRunnerPayloadBytes) {
       o.fail(fmt::format("orchestration {}: its arguments ({} bytes) exceed the runner channel", name, payload.size()));
+      if (warm) warm_->give_back(key, std::move(warm));  // it was sent nothing: still sound
       return 1;
     }
     const pid_t pid = r.pid();
@@ -372,7 +387,7 @@ OrchestrationFunction RunnerPool::orchestration(const std::string& path, const s
         }
         if (rc != 0 && !message.empty()) o.fail(fmt::format("orchestration {}: {}", name, message));
         // It answered: alive, its library loaded, waiting for another JOB.
-        if (cfg_.idle_ms) warm_->give_back(key, warm ? std::move(warm) : std::move(fresh));
+        if (cfg_.idle_ms && r.keepable()) warm_->give_back(key, warm ? std::move(warm) : std::move(fresh));
         return static_cast<int>(rc);
       }
       if (o.cancelled()) return 0;  // the run's verdict is its cancellation

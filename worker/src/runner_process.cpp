@@ -31,17 +31,30 @@ namespace pto {
 
 namespace {
 // The current job's log ("" = none): the heartbeat keeps it under its cap.
-// A warm runner serves one job after another, so it changes between jobs.
+// A warm runner serves one job after another, so it changes between jobs:
+// the streams and this path change together under the lock, which the
+// heartbeat holds while it checks the cap (so a cap reached by one job's log
+// never silences the next job's streams).
 std::mutex g_runner_log_mu;
 std::string g_runner_log;
 
-void set_runner_log(const std::string& path) {
+// Points stdout and stderr at `path`, or, when it is "" or cannot be opened,
+// back at the streams the runner was forked with.
+void switch_runner_log(const std::string& path, int saved_out, int saved_err) {
   std::lock_guard<std::mutex> g(g_runner_log_mu);
-  g_runner_log = path;
+  if (!path.empty() && redirect_streams_to(path)) {
+    g_runner_log = path;
+    return;
+  }
+  g_runner_log.clear();
+  std::fflush(nullptr);
+  if (saved_out >= 0) (void)::dup2(saved_out, 1);
+  if (saved_err >= 0) (void)::dup2(saved_err, 2);
 }
-std::string runner_log() {
+
+void cap_runner_log() {
   std::lock_guard<std::mutex> g(g_runner_log_mu);
-  return g_runner_log;
+  if (!g_runner_log.empty()) enforce_log_cap(g_runner_log);
 }
 }  // namespace
 namespace {
@@ -196,25 +209,35 @@ void* load(RunnerChannel* ch, const std::string& path, const std::string& symbol
 
 namespace {
 
+// This process's threads (/proc/self/stat, field 20), or -1.
+int own_threads() {
+  const int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[1024];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  if (!p) return -1;
+  // After ") ": state (field 3) ... num_threads (field 20).
+  for (int field = 2; field < 20 && p; ++field) p = std::strchr(p + 1, ' ');
+  return p ? std::atoi(p + 1) : -1;
+}
+
 // One JOB from the channel: its streams go to the job's log (the library's
 // constructors included, the first time it loads), the orchestration runs,
 // DONE goes back. `saved_out` / `saved_err` are the streams the runner was
 // forked with, for a job without a log after one with a log.
-void serve_job(RunnerChannel* ch, pid_t parent, uint64_t spin_ns, int saved_out, int saved_err) {
+void serve_job(RunnerChannel* ch, pid_t parent, uint64_t spin_ns, int saved_out, int saved_err, int threads_at_start) {
   const size_t n = std::min<size_t>(ch->bytes, kRunnerPayloadBytes);
   RunnerJob job;
+  ch->reusable.store(0, std::memory_order_relaxed);
   if (Status st = decode_job(ch->payload, n, &job); !st.ok()) {
     send(ch, RC_DONE, encode_outcome(-1, st.message));
     return;
   }
-  if (!job.log_file.empty()) {
-    redirect_streams_to(job.log_file);
-  } else if (saved_out >= 0 && saved_err >= 0) {
-    std::fflush(nullptr);
-    (void)::dup2(saved_out, 1);
-    (void)::dup2(saved_err, 2);
-  }
-  set_runner_log(job.log_file);
+  switch_runner_log(job.log_file, saved_out, saved_err);
   std::string error;
   auto entry = reinterpret_cast<OrchestrationEntryFn>(load(ch, job.path, job.symbol, &error));
   if (!entry) {
@@ -238,6 +261,9 @@ void serve_job(RunnerChannel* ch, pid_t parent, uint64_t spin_ns, int saved_out,
   // _exit skips stdio's buffers: what the orchestration printed is written
   // (to its job's log) before the job is reported done.
   std::fflush(nullptr);
+  // A thread the library started and left running could make Orchestrator
+  // calls during the next job: such a runner serves no other job.
+  ch->reusable.store(threads_at_start > 0 && own_threads() == threads_at_start ? 1 : 0, std::memory_order_relaxed);
   send(ch, RC_DONE, encode_outcome(rc, message));
 }
 
@@ -263,7 +289,7 @@ void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us) {
     for (;;) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       ch->heartbeat.fetch_add(1, std::memory_order_relaxed);
-      if (const std::string log = runner_log(); !log.empty()) enforce_log_cap(log);
+      cap_runner_log();
       if (getppid() != parent) _exit(3);
     }
   }).detach();
@@ -278,9 +304,10 @@ void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us) {
     _exit(0);
   }
   // Jobs until the engine kills this runner: it sends another JOB of the
-  // same library and principal to a runner it keeps warm.
+  // same library and reuse key to a runner it keeps warm.
+  const int threads_at_start = own_threads();
   for (;;) {
-    serve_job(ch, parent, spin_ns, saved_out, saved_err);
+    serve_job(ch, parent, spin_ns, saved_out, saved_err, threads_at_start);
     (void)wait_for(ch, parent, spin_ns, RC_JOB, RC_JOB);
   }
 }
