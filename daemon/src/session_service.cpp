@@ -684,39 +684,44 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
     }
     case pto::v1::Control::BUFFER_FREE:
     case pto::v1::Control::BUFFER_WRITE:
-    case pto::v1::Control::BUFFER_READ: {
-      std::lock_guard<std::mutex> g(c.mu);
-      auto it = c.buffers.find(req.buffer_id());
-      if (req.generation() != c.session || it == c.buffers.end() || it->second.freed)
-        return no(fmt::format("remote buffer {} (generation {:016x}) is not a live buffer of this session",
-                              req.buffer_id(), req.generation()));
-      auto& b = it->second;
-      const uint64_t size = pto::tensor_bytes(b.t);
-      uint8_t* base = reinterpret_cast<uint8_t*>(b.t.data);
-      if (req.op() == pto::v1::Control::BUFFER_FREE) {
-        b.freed = true;
-        if (b.users == 0) {
-          (void)p_.worker.free(b.t);
-          c.buffers.erase(it);
-        }
-        return;
-      }
-      const uint64_t n = req.op() == pto::v1::Control::BUFFER_WRITE ? req.data().size() : req.bytes();
-      if (req.offset() > size || n > size - req.offset() || n > (64u << 20))
-        return no(fmt::format("{} bytes at offset {} do not fit remote buffer {} ({} bytes)", n, req.offset(),
-                              req.buffer_id(), size));
-      if (req.op() == pto::v1::Control::BUFFER_WRITE) {
-        // Through the arena file (pwrite), as an upload: no page fault per
-        // 4 KiB of the mapping, as a memcpy into fresh pages would take.
-        if (pto::Status s = p_.worker.write(b.t, req.offset(), req.data().data(), n); !s.ok())
-          return no(fmt::format("writing remote buffer {}: {}", req.buffer_id(), s.message));
-      } else {
-        reply->set_data(reinterpret_cast<const char*>(base + req.offset()), n);
-      }
+    case pto::v1::Control::BUFFER_READ:
+      if (std::string why = buffer_op(c, req, reply); !why.empty()) no(why);
       return;
-    }
     default: return no(fmt::format("control op {} is not supported by this peer", int(req.op())));
   }
+}
+
+// BUFFER_FREE, BUFFER_WRITE and BUFFER_READ on one of the session's remote
+// buffers; "" or why the request is refused.
+std::string SessionService::buffer_op(SessionConn& c, const pto::v1::Control& req, pto::v1::ControlReply* reply) {
+  std::lock_guard<std::mutex> g(c.mu);
+  auto it = c.buffers.find(req.buffer_id());
+  if (req.generation() != c.session || it == c.buffers.end() || it->second.freed)
+    return fmt::format("remote buffer {} (generation {:016x}) is not a live buffer of this session", req.buffer_id(),
+                       req.generation());
+  auto& b = it->second;
+  const uint64_t size = pto::tensor_bytes(b.t);
+  if (req.op() == pto::v1::Control::BUFFER_FREE) {
+    b.freed = true;
+    if (b.users == 0) {
+      (void)p_.worker.free(b.t);
+      c.buffers.erase(it);
+    }
+    return "";
+  }
+  const uint64_t n = req.op() == pto::v1::Control::BUFFER_WRITE ? req.data().size() : req.bytes();
+  if (req.offset() > size || n > size - req.offset() || n > (64u << 20))
+    return fmt::format("{} bytes at offset {} do not fit remote buffer {} ({} bytes)", n, req.offset(), req.buffer_id(),
+                       size);
+  if (req.op() == pto::v1::Control::BUFFER_WRITE) {
+    // Through the arena file (pwrite), as an upload: no page fault per
+    // 4 KiB of the mapping, as a memcpy into fresh pages would take.
+    if (pto::Status s = p_.worker.write(b.t, req.offset(), req.data().data(), n); !s.ok())
+      return fmt::format("writing remote buffer {}: {}", req.buffer_id(), s.message);
+  } else {
+    reply->set_data(reinterpret_cast<const char*>(b.t.data + req.offset()), n);
+  }
+  return "";
 }
 
 }  // namespace ptod

@@ -49,6 +49,7 @@ class SessionService final : public pto::v1::Session::Service {
 
   void start_task(const std::shared_ptr<SessionConn>& c, const pto::v1::RemoteTask& t);
   void control(SessionConn& c, const pto::v1::Control& req, pto::v1::ControlReply* reply);
+  std::string buffer_op(SessionConn& c, const pto::v1::Control& req, pto::v1::ControlReply* reply);
 
   DaemonParts p_;
   std::mutex mu_;
