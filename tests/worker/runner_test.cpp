@@ -143,6 +143,32 @@ TEST_CASE("a warm runner writes each job's lines to that job's log only, and non
   std::filesystem::remove_all(dir);
 }
 
+// Shared mappings of exactly one runner channel's size in process `pid`.
+int channel_sized_mappings(int pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long lo = 0, hi = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) == 3 && hi - lo == (1u << 20) && perms[3] == 's') ++n;
+  }
+  return n;
+}
+
+TEST_CASE("a runner does not map another runner's channel: a later runner of another principal cannot reach it") {
+  Fixture f;
+  REQUIRE(f.run("pto_test_orch_subs", {}, "alice").ok());
+  const std::set<int> first = runner_pids(f.w);
+  REQUIRE(first.size() == 1);
+  REQUIRE(f.run("pto_test_orch_subs", {}, "bob").ok());  // forked while alice's runner is warm
+  std::set<int> both = runner_pids(f.w);
+  REQUIRE(both.size() == 2);
+  both.erase(*first.begin());
+  const int alice = *first.begin(), bob = *both.begin();
+  INFO("alice's runner " << alice << ", bob's " << bob);
+  CHECK(channel_sized_mappings(bob) == channel_sized_mappings(alice));  // its own channel only, as alice's
+}
+
 TEST_CASE("a job that leaves a thread of its own running: its runner serves no other job") {
   Fixture f;
   TaskArgs a;

@@ -1,12 +1,14 @@
 // The engine's one fork(): the shared-region list is held across it (a child
 // must not inherit it locked), buffered output is flushed first (or it is
-// written twice), and the process's ForkHooks run around it.
+// written twice), and the process's ForkHooks run around it. The child
+// unmaps every confined mapping (another runner's channel) but `keep`: a
+// process runs one tenant's code and must not reach another's channel.
 #pragma once
 
 #include <sys/types.h>
 
 namespace pto {
 
-pid_t engine_fork();
+pid_t engine_fork(const void* keep = nullptr);
 
 }  // namespace pto

@@ -43,13 +43,13 @@ class Runner {
  public:
   Runner(const RunnerConfig& cfg, std::atomic<uint64_t>& started, std::atomic<uint64_t>& failed)
       : cfg_(cfg), failed_(failed) {
-    if (Status s = map_.map(sizeof(RunnerChannel), "a runner channel"); !s.ok()) {
+    if (Status s = map_.map(sizeof(RunnerChannel), "a runner channel", /*confined=*/true); !s.ok()) {
       error_ = s;
       return;
     }
     ch_ = reinterpret_cast<RunnerChannel*>(map_.data());
     const pid_t parent = getpid();
-    const pid_t pid = engine_fork();
+    const pid_t pid = engine_fork(ch_);
     if (pid < 0) {
       error_ = Status::Error(kWorkerChildFailed, fmt::format("fork of a runner: {}", errno_text(errno)));
       return;

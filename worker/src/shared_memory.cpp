@@ -13,7 +13,7 @@
 
 namespace pto {
 
-Status SharedMapping::map(uint64_t bytes, const char* what) {
+Status SharedMapping::map(uint64_t bytes, const char* what, bool confined) {
   reset();
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
@@ -21,7 +21,10 @@ Status SharedMapping::map(uint64_t bytes, const char* what) {
                                                    ": " + errno_text(errno));
   base_ = static_cast<uint8_t*>(p);
   bytes_ = bytes;
-  add_shared_region(base_, bytes_);
+  if (confined)
+    add_confined_region(base_, bytes_);
+  else
+    add_shared_region(base_, bytes_);
   return Status::Ok();
 }
 
@@ -96,6 +99,7 @@ Status SharedMapping::sync(uint64_t offset, uint64_t bytes) {
 void SharedMapping::reset() {
   if (!base_) return;
   remove_shared_region(base_);
+  remove_confined_region(base_);
   munmap(base_, bytes_);
   base_ = nullptr;
   bytes_ = 0;
@@ -106,13 +110,31 @@ void SharedMapping::reset() {
 namespace {
 struct Regions {
   std::mutex mu;
-  std::map<uint64_t, uint64_t> by_base;  // base -> bytes
+  std::map<uint64_t, uint64_t> by_base;   // base -> bytes
+  std::map<uint64_t, uint64_t> confined;  // base -> bytes: mappings for one forked process only
 };
 Regions& regions() {
   static Regions* r = new Regions;  // never destroyed: children _exit without running destructors
   return *r;
 }
 }  // namespace
+
+void add_confined_region(const void* base, uint64_t bytes) {
+  std::lock_guard<std::mutex> g(regions().mu);
+  regions().confined[reinterpret_cast<uint64_t>(base)] = bytes;
+}
+void remove_confined_region(const void* base) {
+  std::lock_guard<std::mutex> g(regions().mu);
+  regions().confined.erase(reinterpret_cast<uint64_t>(base));
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> confined_regions_but(const std::unique_lock<std::mutex>& /*held*/,
+                                                                const void* keep) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (const auto& [base, bytes] : regions().confined)
+    if (base != reinterpret_cast<uint64_t>(keep)) out.emplace_back(base, bytes);
+  return out;
+}
 
 void add_shared_region(const void* base, uint64_t bytes) {
   std::lock_guard<std::mutex> g(regions().mu);

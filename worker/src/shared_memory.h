@@ -19,6 +19,8 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "pto/base/status.h"
 
@@ -30,7 +32,10 @@ class SharedMapping {
   ~SharedMapping() { reset(); }
   SharedMapping(const SharedMapping&) = delete;
   SharedMapping& operator=(const SharedMapping&) = delete;
-  Status map(uint64_t bytes, const char* what);
+  // `confined`: a mapping for one forked process only (a runner's channel):
+  // not a shared region (no tensor may lie in it), and every other process
+  // engine_fork() makes unmaps it at once.
+  Status map(uint64_t bytes, const char* what, bool confined = false);
   // The file (created 0600 if absent) sized to `bytes` and mapped. Its
   // blocks are reserved per range with reserve() (so a full disk is an
   // error, never a SIGBUS on a write fault) and returned with release().
@@ -55,10 +60,16 @@ class SharedMapping {
 
 void add_shared_region(const void* base, uint64_t bytes);
 void remove_shared_region(const void* base);
+void add_confined_region(const void* base, uint64_t bytes);
+void remove_confined_region(const void* base);
 // True when [addr, addr+bytes) lies inside one registered region.
 bool in_shared_region(uint64_t addr, uint64_t bytes);
 // Held across fork() so that a child never inherits the list's lock taken.
 std::unique_lock<std::mutex> lock_shared_regions();
+// The confined mappings (SharedMapping::map(..., true)) but `keep`, as
+// (base, bytes); the caller holds lock_shared_regions().
+std::vector<std::pair<uint64_t, uint64_t>> confined_regions_but(const std::unique_lock<std::mutex>& held,
+                                                                const void* keep);
 
 inline constexpr uint64_t kHeapAlign = 64;
 
