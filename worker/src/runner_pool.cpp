@@ -1,8 +1,8 @@
 // The engine side of runners (pto/runner.h, runner_channel.h): fork a runner
 // for one LOAD or take a warm one for a JOB, then serve it from the run's
 // thread until it answers, dies, stops beating, or the run is cancelled. A
-// runner whose job ended cleanly waits, warm, for the next job of the same
-// library, symbol and principal; a thread of the pool kills those idle too
+// runner whose job ended cleanly waits, warm, for the next job with the same
+// library, symbol and reuse key; a thread of the pool kills those idle too
 // long, dead or silent.
 #include <signal.h>
 #include <sys/wait.h>
@@ -170,7 +170,7 @@ class Runner {
 
 }  // namespace
 
-// Warm runners, by key (library, symbol, principal), and the thread that
+// Warm runners, by key (library, symbol, reuse key), and the thread that
 // kills those idle longer than idle_ms, dead, or no longer beating.
 class RunnerPool::Warm {
  public:
@@ -336,9 +336,9 @@ Status RunnerPool::check_library(const std::string& path, const std::string& sym
 
 OrchestrationFunction RunnerPool::orchestration(const std::string& path, const std::string& symbol,
                                                 const std::string& name, const std::string& log_file,
-                                                const std::string& principal) const {
-  // '\0' cannot occur in a path, a symbol or a principal's name.
-  std::string key = path + '\0' + symbol + '\0' + principal;
+                                                const std::string& reuse_key) const {
+  // '\0' cannot occur in a path or a symbol: the reuse key, last, may hold any byte.
+  std::string key = path + '\0' + symbol + '\0' + reuse_key;
   return [this, path, symbol, name, log_file, key](Orchestrator& o, const TaskArgsView& view,
                                                    const CallConfig& cfg) -> int {
     std::unique_ptr<Runner> warm = cfg_.idle_ms ? warm_->take(key) : nullptr;

@@ -1,6 +1,6 @@
 // The runner side of a runner channel (runner_channel.h, docs/worker.md
 // "Runners"): a process forked from the engine's for one LOAD, or for JOBs
-// of one library, symbol and principal — after a job's DONE it waits for the
+// of one library, symbol and reuse key — after a job's DONE it waits for the
 // engine's next JOB (a warm runner) until the engine kills it. It loads the
 // library, and for a JOB calls its orchestration with an Orchestrator whose
 // every call is carried to the engine over the channel.
