@@ -250,8 +250,8 @@ Status read_worker(const toml::table* t, DaemonConfig& c) {
   Status s;
   if (s = only_keys(*t, "[worker]",
                     {"level", "l3_children", "chips", "platform", "sub_workers", "heap_ring_bytes", "arena_bytes",
-                     "task_timeout_ms", "spin_us", "liveness_timeout_ms", "runner_load_timeout_ms", "runner_idle_ms",
-                     "runner_max_idle"});
+                     "arena_warm_bytes", "task_timeout_ms", "spin_us", "liveness_timeout_ms", "runner_load_timeout_ms",
+                     "runner_idle_ms", "runner_max_idle"});
       !s.ok())
     return s;
   if (s = read_int(*t, "worker", "level", &c.level, 3, 4); !s.ok()) return s;
@@ -263,6 +263,7 @@ Status read_worker(const toml::table* t, DaemonConfig& c) {
   if (s = read_int(*t, "worker", "sub_workers", &c.sub_workers, 0, 64); !s.ok()) return s;
   if (s = read_int(*t, "worker", "heap_ring_bytes", &c.heap_ring_bytes, 4096, int64_t(1) << 40); !s.ok()) return s;
   if (s = read_int(*t, "worker", "arena_bytes", &c.arena_bytes, 4096, int64_t(1) << 42); !s.ok()) return s;
+  if (s = read_int(*t, "worker", "arena_warm_bytes", &c.arena_warm_bytes, 0, int64_t(1) << 42); !s.ok()) return s;
   if (s = read_int(*t, "worker", "task_timeout_ms", &c.task_timeout_ms, 0, int64_t(1) << 40); !s.ok()) return s;
   if (s = read_int(*t, "worker", "spin_us", &c.spin_us, 0, 100000); !s.ok()) return s;
   if (s = read_int(*t, "worker", "liveness_timeout_ms", &c.liveness_timeout_ms, 0, 600000); !s.ok()) return s;
@@ -474,25 +475,26 @@ std::string DaemonConfig::effective_toml() const {
     tail += fmt::format("\n[[peers]]\naddress = {}\nname = {}\nworkers = {}\ntoken_file = {}\ntls_ca = {}\n",
                         q(p.address), q(p.name), p.workers, q(p.token_file.empty() ? "" : "(set)"), q(p.tls_ca));
   return tail.insert(
-      0, fmt::format(
-             "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
-             "tokens_file = {}\nadmins = [{}]\nmax_message_bytes = {}\nupload_idle_timeout_s = {}\n\n[worker]\nlevel = "
-             "{}\nl3_children = {}\nchips = {}\nplatform = {}\nsub_workers = "
-             "{}\nheap_ring_bytes = {}\narena_bytes = {}\n"
-             "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n"
-             "runner_idle_ms = {}\nrunner_max_idle = {}\n\n[jobs]\n"
-             "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\ncapture_output = {}\n\n"
-             "[daemon]\n"
-             "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\nlog_target = "
-             "{}\n\n[metrics]\nlisten = "
-             "{}\n\n"
-             "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
-             q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"),
-             q(tokens_file), admin_list, max_message_bytes, upload_idle_timeout_s, level, l3_children, chips,
-             q(platform), sub_workers, heap_ring_bytes, arena_bytes, task_timeout_ms, spin_us, liveness_timeout_ms,
-             runner_load_timeout_ms, runner_idle_ms, runner_max_idle, max_queued, retain_finished, max_running,
-             default_deadline_s, capture_output, q(state_dir), durable, drain_timeout_s, q(log_level), q(log_file),
-             q(log_target), q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));
+      0,
+      fmt::format(
+          "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
+          "tokens_file = {}\nadmins = [{}]\nmax_message_bytes = {}\nupload_idle_timeout_s = {}\n\n[worker]\nlevel = "
+          "{}\nl3_children = {}\nchips = {}\nplatform = {}\nsub_workers = "
+          "{}\nheap_ring_bytes = {}\narena_bytes = {}\narena_warm_bytes = {}\n"
+          "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n"
+          "runner_idle_ms = {}\nrunner_max_idle = {}\n\n[jobs]\n"
+          "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\ncapture_output = {}\n\n"
+          "[daemon]\n"
+          "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\nlog_target = "
+          "{}\n\n[metrics]\nlisten = "
+          "{}\n\n"
+          "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
+          q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"), q(tokens_file),
+          admin_list, max_message_bytes, upload_idle_timeout_s, level, l3_children, chips, q(platform), sub_workers,
+          heap_ring_bytes, arena_bytes, arena_warm_bytes, task_timeout_ms, spin_us, liveness_timeout_ms,
+          runner_load_timeout_ms, runner_idle_ms, runner_max_idle, max_queued, retain_finished, max_running,
+          default_deadline_s, capture_output, q(state_dir), durable, drain_timeout_s, q(log_level), q(log_file),
+          q(log_target), q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));
 }
 
 }  // namespace ptod

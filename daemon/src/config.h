@@ -35,6 +35,7 @@ struct DaemonConfig {
   int sub_workers = 2;
   uint64_t heap_ring_bytes = 64ull << 20;
   uint64_t arena_bytes = 1ull << 30;
+  uint64_t arena_warm_bytes = 256ull << 20;  // freed tensors' pages kept for the next uploads (docs/daemon.md)
   uint64_t task_timeout_ms = 600000;
   uint32_t spin_us = 500;                   // keeps children warm between jobs that follow each other (docs/daemon.md)
   uint32_t liveness_timeout_ms = 2000;      // a child or runner whose heartbeat stops this long is replaced

@@ -152,6 +152,7 @@ pto::WorkerConfig worker_config(const DaemonConfig& cfg) {
   wc.num_sub_workers = cfg.sub_workers;
   wc.heap_ring_bytes = cfg.heap_ring_bytes;
   wc.buffer_arena_bytes = cfg.arena_bytes;
+  wc.arena_warm_bytes = cfg.arena_warm_bytes;
   wc.task_timeout_ms = cfg.task_timeout_ms;
   wc.spin_us = cfg.spin_us;
   wc.state_dir = cfg.state_dir + "/worker";

@@ -125,8 +125,10 @@ std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPo
       "# HELP ptod_arena_size_bytes The tensor arena's capacity.\n# TYPE ptod_arena_size_bytes gauge\n"
       "ptod_arena_size_bytes {}\n"
       "# HELP ptod_arena_used_bytes Tensor arena bytes in use.\n# TYPE ptod_arena_used_bytes gauge\n"
-      "ptod_arena_used_bytes {}\n",
-      s.arena_bytes, s.arena_in_use);
+      "ptod_arena_used_bytes {}\n"
+      "# HELP ptod_arena_warm_bytes Pages of freed tensors kept for the next uploads ([worker] arena_warm_bytes).\n"
+      "# TYPE ptod_arena_warm_bytes gauge\nptod_arena_warm_bytes {}\n",
+      s.arena_bytes, s.arena_in_use, s.arena_warm);
   o += fmt::format(
       "# HELP ptod_child_restarts_total Children forked again after they died.\n"
       "# TYPE ptod_child_restarts_total counter\nptod_child_restarts_total {}\n",

@@ -85,12 +85,14 @@ Status TensorStore::create(const Principal& who, const std::string& name, const 
     std::lock_guard<std::mutex> g(mu_);
     bytes_by_owner_[who.name] -= bytes;
   };
-  auto r = w_.alloc(shape, dtype);
+  // An upload writes every byte before the tensor is visible, so it may lie
+  // on warm pages as they are; anything else reads as zeros (the arena is a
+  // file: Worker::alloc zeroes what it takes).
+  auto r = uploading ? w_.alloc_to_overwrite(shape, dtype) : w_.alloc(shape, dtype);
   if (!r.ok()) {
     unreserve();
     return r.status;
   }
-  if (!uploading) std::memset(reinterpret_cast<void*>(r.value.data), 0, bytes);
   TensorEntry e;
   e.owner = who.name;
   e.name = name;

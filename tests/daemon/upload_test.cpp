@@ -5,6 +5,7 @@
 // released; a download carries the checksum of its bytes.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -181,4 +182,40 @@ TEST_CASE("an upload that stalls is dropped after upload_idle_timeout_s and its 
   CHECK(eventually([&] { return c->alloc("probe", {6 << 20}, PTO_FLOAT32).ok(); }));
   CHECK(eventually([&] { return c->alloc("probe2", {6 << 20}, PTO_FLOAT32).ok(); }));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a freed tensor's pages are kept warm for the next upload - an Alloc there never shows its bytes") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  const uint32_t n = 64 * 1024;  // 256 KiB
+  std::vector<float> secret(n, 1.5f), other(n);
+  for (uint32_t i = 0; i < n; ++i) other[i] = float(i % 1000);
+  for (bool fd : {false, true}) {
+    INFO("through the fd socket: " << fd);
+    pto::client::ClientOptions o;
+    o.address = d.address();
+    o.timeout = std::chrono::seconds(30);
+    o.fd_transfers = fd;
+    pto::client::Client k(o);
+    auto a = k.upload("", {n}, PTO_FLOAT32, secret.data(), n * 4);
+    REQUIRE(a.ok());
+    REQUIRE(k.free(a.value.handle()).ok());
+    // The metric counts the kept pages.
+    CHECK_THAT(http_get(d.metrics_port(), "/metrics"), Catch::Contains("ptod_arena_warm_bytes 262144"));
+    // An upload over them: exactly its own bytes.
+    auto b = k.upload("", {n}, PTO_FLOAT32, other.data(), n * 4);
+    REQUIRE(b.ok());
+    std::vector<uint8_t> got;
+    REQUIRE(k.download(b.value.handle(), &got).ok());
+    REQUIRE(got.size() == n * 4);
+    CHECK(std::memcmp(got.data(), other.data(), n * 4) == 0);
+    REQUIRE(k.free(b.value.handle()).ok());
+    // An Alloc over them: zeros.
+    auto z = k.alloc("", {n}, PTO_FLOAT32);
+    REQUIRE(z.ok());
+    REQUIRE(k.download(z.value.handle(), &got).ok());
+    REQUIRE(got.size() == n * 4);
+    CHECK(std::all_of(got.begin(), got.end(), [](uint8_t v) { return v == 0; }));
+    REQUIRE(k.free(z.value.handle()).ok());
+  }
 }

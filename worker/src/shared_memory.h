@@ -47,6 +47,8 @@ class SharedMapping {
   // Copies into [offset, offset + bytes): through the file when there is one.
   Status write(uint64_t offset, const void* src, uint64_t bytes);
   bool file_backed() const { return fd_ >= 0; }
+  // Every page of [offset, offset + bytes) is in memory (mincore).
+  bool resident(uint64_t offset, uint64_t bytes) const;
   void reset();
   uint8_t* data() const { return base_; }
   uint64_t size() const { return bytes_; }

@@ -107,6 +107,9 @@ Status Worker::close() { return impl_->close(); }
 Result<ContinuousTensor> Worker::alloc(const std::vector<uint32_t>& shape, int32_t dtype) {
   return impl_->alloc_buffer(shape, dtype);
 }
+Result<ContinuousTensor> Worker::alloc_to_overwrite(const std::vector<uint32_t>& shape, int32_t dtype) {
+  return impl_->alloc_buffer(shape, dtype, nullptr, true);
+}
 Status Worker::free(const ContinuousTensor& t) { return impl_->free_buffer(t); }
 Result<ContinuousTensor> Worker::alloc_at(uint64_t arena_offset, const std::vector<uint32_t>& shape, int32_t dtype) {
   return impl_->alloc_buffer(shape, dtype, &arena_offset);

@@ -77,6 +77,12 @@ Status WorkerImpl::init() {
       !s.ok())
     return fail(s);
   arena_.attach(arena_map_.data(), cfg_.buffer_arena_bytes);
+  if (arena_map_.file_backed()) {
+    // What an earlier process left in the file's free space is not known
+    // to be zeros (it may have kept warm pages there).
+    warm_.set_cap(cfg_.arena_warm_bytes);
+    warm_.adopt_unknown(0, cfg_.buffer_arena_bytes);
+  }
   if (Status s = pool_.create(scheduler_, rbufs_); !s.ok()) return fail(s);
   // Remote buffers get placeholder addresses no real tensor can have.
   if (!pool_.links().empty())
@@ -289,8 +295,8 @@ Status WorkerImpl::close() {
   return Status::Ok();
 }
 
-Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype,
-                                                  const uint64_t* at) {
+Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype, const uint64_t* at,
+                                                  bool overwrite) {
   Result<ContinuousTensor> r;
   if (!life_.initialized || life_.closed) {
     r.status = Status::Error(life_.closed ? kWorkerClosed : kWorkerInvalidArgument,
@@ -310,10 +316,23 @@ Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& s
     r.status = s;
     return r;
   }
+  const uint64_t off = static_cast<uint64_t>(p - arena_map_.data());
+  const uint64_t len = arena_.length_of(p);
+  // Warm pages under the buffer hold an earlier buffer's bytes: zeroed
+  // (punched) unless the caller overwrites them all. A re-attached buffer
+  // (at) is what an earlier process left there; a range freed in this one
+  // reads as zeros, as a punched one always did.
+  if (arena_map_.file_backed()) {
+    const WarmRanges::Taken warm = warm_.take(off, len);
+    if (!overwrite) {
+      for (const auto& [o, n] : warm.kept) arena_map_.release(o, n);
+      if (!at)
+        for (const auto& [o, n] : warm.unknown) arena_map_.release(o, n);
+    }
+  }
   // A file-backed arena gets its blocks now: a full disk fails this call
   // instead of a later write into the mapping.
-  const uint64_t off = static_cast<uint64_t>(p - arena_map_.data());
-  if (Status s = arena_map_.reserve(off, arena_.length_of(p)); !s.ok()) {
+  if (Status s = arena_map_.reserve(off, len); !s.ok()) {
     (void)arena_.free(p);
     r.status = s;
     return r;
@@ -327,9 +346,14 @@ Status WorkerImpl::free_buffer(const ContinuousTensor& t) {
   if (!life_.initialized || life_.closed)
     return Status::Error(kWorkerClosed, "Worker::free on a closed or uninitialised Worker");
   const void* p = reinterpret_cast<const void*>(t.data);
-  // The blocks go back first: once free, the range may be another buffer's.
-  if (const uint64_t len = arena_.length_of(p))
-    arena_map_.release(static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_map_.data()), len);
+  // The pages are kept warm (up to arena_warm_bytes) or go back to the
+  // file system, before the range is free: once free, it may be another
+  // buffer's, whose allocation must see them as warm.
+  if (const uint64_t len = arena_.length_of(p); len && arena_map_.file_backed()) {
+    const auto [rest, rest_len] =
+        warm_.keep(static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_map_.data()), len);
+    arena_map_.release(rest, rest_len);
+  }
   return arena_.free(p);
 }
 
@@ -384,6 +408,7 @@ WorkerStats WorkerImpl::stats() const {
   for (int i = 0; i < kHeapRings; ++i) s.heap_ring_used[i] = graph_.ring_used(i);
   s.arena_bytes = cfg_.buffer_arena_bytes;
   s.arena_in_use = life_.initialized && !life_.closed ? arena_.bytes_in_use() : 0;
+  s.arena_warm = life_.initialized && !life_.closed ? warm_.kept_bytes() : 0;
   return s;
 }
 

@@ -28,6 +28,7 @@
 #include "scheduler.h"
 #include "shared_memory.h"
 #include "task_graph.h"
+#include "warm_ranges.h"
 
 namespace pto {
 
@@ -61,8 +62,10 @@ class WorkerImpl {
   RunProgress progress(uint64_t run_id) const;
   Status close();
   // at: the arena offset to re-attach (Worker::alloc_at); null: first fit.
-  Result<ContinuousTensor> alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype,
-                                        const uint64_t* at = nullptr);
+  // overwrite: the caller writes every byte (Worker::alloc_to_overwrite), so
+  // warm pages are taken as they are instead of zeroed.
+  Result<ContinuousTensor> alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype, const uint64_t* at = nullptr,
+                                        bool overwrite = false);
   Status free_buffer(const ContinuousTensor& t);
   uint64_t arena_offset(const ContinuousTensor& t) const;
   Status sync_buffer(const ContinuousTensor& t);
@@ -121,6 +124,7 @@ class WorkerImpl {
   std::atomic<bool> closing_{false};  // close() began: no new run starts
   SharedMapping arena_map_;
   Arena arena_;
+  WarmRanges warm_;  // a file-backed arena's freed pages kept for the next buffers
   // One in-process backend and Orchestrator per heap-ring slot, bound to the
   // slot's run while it is in flight (stable addresses: an Orchestrator kept
   // past its run finds its slot unbound, or another run, never freed memory).

@@ -58,6 +58,11 @@ struct WorkerConfig {
   // "": the arena is anonymous memory. A path: the arena is that file, mapped
   // shared, so its bytes outlive the process (alloc_at re-attaches them).
   std::string arena_file;
+  // A file-backed arena keeps the pages of freed buffers, up to this many
+  // bytes, for the next buffers there (docs/worker.md, "Warm arena pages");
+  // the rest go back to the file system at once. 0: every free returns its
+  // pages.
+  uint64_t arena_warm_bytes = 256ull << 20;
   uint32_t spin_us = 50;                       // spin before parking, parent and children
   uint32_t init_timeout_ms = 30000;            // children must report INIT_READY within this
   uint32_t control_timeout_ms = 10000;
@@ -241,6 +246,7 @@ struct WorkerStats {
   uint64_t heap_ring_bytes = 0;
   uint64_t heap_ring_used[4] = {};
   uint64_t arena_bytes = 0, arena_in_use = 0;
+  uint64_t arena_warm = 0;  // freed pages kept for the next buffers (arena_warm_bytes)
 };
 
 enum class ChildKind : uint8_t { CHIP = 0, SUB = 1, L3 = 2 };
@@ -336,8 +342,14 @@ class Worker {
                             std::function<void(const RunResult&)> on_done, const RunOptions& options = {});
   Status close();  // idempotent
 
-  // A buffer in the shared arena that lives until free().
+  // A buffer in the shared arena that lives until free(). In a file-backed
+  // arena it reads as zeros.
   Result<ContinuousTensor> alloc(const std::vector<uint32_t>& shape, int32_t dtype);
+  // The same, but its bytes are unspecified — possibly an earlier buffer's,
+  // of anyone — until written: for a caller that writes every byte before
+  // anything can read it (the daemon's uploads). In a file-backed arena it
+  // may lie on warm pages (arena_warm_bytes), which write() fills in place.
+  Result<ContinuousTensor> alloc_to_overwrite(const std::vector<uint32_t>& shape, int32_t dtype);
   Status free(const ContinuousTensor& t);
   // A file-backed arena (WorkerConfig::arena_file): the buffer at
   // `arena_offset` as it was left by an earlier process; the range must be
@@ -347,9 +359,10 @@ class Worker {
   uint64_t arena_offset(const ContinuousTensor& t) const;
   Status sync(const ContinuousTensor& t);
   // Copies `bytes` from `src` into a buffer of the arena, `at` bytes into
-  // it. The same as a memcpy, faster into a file-backed arena's untouched
-  // pages: the file is written (pwrite) instead of each page being faulted
-  // in through the mapping and zeroed before the copy.
+  // it. The same as a memcpy, faster into a file-backed arena: pages that
+  // are in memory (warm) are copied into, untouched ones are written
+  // through the file (pwrite) instead of each being faulted in through the
+  // mapping and zeroed before the copy.
   Status write(const ContinuousTensor& t, uint64_t at, const void* src, uint64_t bytes);
 
   // Level >= 4: a buffer on a remote next-level worker (its worker id), for
