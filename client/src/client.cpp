@@ -10,9 +10,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "fd_channel.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "pto/package/chip_package.h"
+#include "tensor_streams.h"
 
 namespace pto::client {
 namespace {
@@ -281,31 +282,11 @@ Result<pto::v1::TensorInfo> Client::upload(const std::string& name, const std::v
   prepare(&ctx, true);
   // The per-call timeout, plus one second per 50 MB to move.
   ctx.set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::milliseconds(bytes / 50000));
-  auto writer = tensors_->Upload(&ctx, &r.value);
-  pto::v1::UploadChunk c;
-  c.mutable_header()->set_name(name);
-  for (uint32_t d : shape) c.mutable_header()->add_shape(d);
-  c.mutable_header()->set_dtype(static_cast<pto::v1::DataType>(dtype));
-  bool ok = writer->Write(c);
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  uint32_t crc = 0;
-  // One message for every chunk: its buffer is allocated (and its pages
-  // faulted in) once, not per chunk.
-  pto::v1::UploadChunk d;
-  for (uint64_t off = 0; ok && off < bytes; off += chunk_bytes) {
-    const uint64_t n = std::min<uint64_t>(chunk_bytes, bytes - off);
-    d.set_data(p + off, n);
-    crc = pto::crc32c(crc, p + off, n);
-    ok = writer->Write(d);
-  }
-  if (ok) {  // the checksum of what was sent: the tensor exists only if it matches
-    pto::v1::UploadChunk t;
-    t.mutable_trailer()->set_crc32c(crc);
-    writer->Write(t);
-  }
-  writer->WritesDone();
-  r.status = from_grpc(writer->Finish());
-  return r;
+  pto::v1::UploadHeader h;
+  h.set_name(name);
+  for (uint32_t d : shape) h.add_shape(d);
+  h.set_dtype(static_cast<pto::v1::DataType>(dtype));
+  return streams::upload(channel_, &ctx, h, data, bytes, chunk_bytes);
 }
 
 Result<pto::v1::TensorInfo> Client::alloc(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype) {
@@ -346,35 +327,7 @@ Result<pto::v1::TensorInfo> Client::download(const pto::v1::TensorHandle& t, std
   pto::v1::DownloadRequest req;
   *req.mutable_tensor() = t;
   req.set_chunk_bytes(chunk_bytes);
-  auto reader = tensors_->Download(&ctx, req);
-  pto::v1::DownloadChunk c;
-  out->clear();
-  bool first = true, last = false;
-  uint32_t crc = 0, sent_crc = 0;
-  while (reader->Read(&c)) {
-    if (first) {
-      r.value = c.info();
-      out->reserve(r.value.bytes());
-      first = false;
-    }
-    out->insert(out->end(), c.data().begin(), c.data().end());
-    crc = pto::crc32c(crc, c.data().data(), c.data().size());
-    if (c.last()) {
-      last = true;
-      sent_crc = c.crc32c();
-    }
-  }
-  r.status = from_grpc(reader->Finish());
-  const auto data_loss = static_cast<int32_t>(grpc::StatusCode::DATA_LOSS);
-  if (r.ok() && out->size() != r.value.bytes())
-    r.status = Status::Error(data_loss, fmt::format("download: {} bytes received of {}", out->size(), r.value.bytes()));
-  else if (r.ok() && !last)
-    r.status = Status::Error(data_loss, "download: the stream ended without its last chunk (no checksum)");
-  else if (r.ok() && crc != sent_crc)
-    r.status = Status::Error(data_loss, fmt::format("download: the bytes received have CRC-32C {:08x}, the daemon "
-                                                    "sent {:08x}",
-                                                    crc, sent_crc));
-  return r;
+  return streams::download(channel_, &ctx, req, out);
 }
 
 Status Client::free(const pto::v1::TensorHandle& t) {

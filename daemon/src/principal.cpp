@@ -99,7 +99,7 @@ Status Principals::of_unix_peer(uid_t uid, const std::string& bearer, Principal*
   return Status::Ok();
 }
 
-Status Principals::of(const grpc::ServerContext& ctx, Principal* out) const {
+Status Principals::of(const grpc::ServerContextBase& ctx, Principal* out) const {
   std::string bearer;
   const auto& md = ctx.client_metadata();
   if (auto it = md.find("authorization"); it != md.end()) {

@@ -24,7 +24,7 @@
 #include "config.h"
 
 namespace grpc {
-class ServerContext;
+class ServerContextBase;
 }
 
 namespace ptod {
@@ -54,7 +54,7 @@ class Principals {
  public:
   Principals(const DaemonConfig& cfg, const UnixPeers& unix_peers) : cfg_(cfg), unix_(unix_peers) {}
   // kUnauthenticated when a token is presented that names no principal.
-  Status of(const grpc::ServerContext& ctx, Principal* out) const;
+  Status of(const grpc::ServerContextBase& ctx, Principal* out) const;
   // The same from the parts of a request (what of() reads from the context).
   Status resolve(const std::string& bearer, const std::string& peer, const std::string& cert_name,
                  Principal* out) const;

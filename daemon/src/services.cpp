@@ -18,6 +18,7 @@
 #include "pto/version.h"
 #include "session_service.h"
 #include "submit_args.h"
+#include "tensor_streams.h"
 #include "wire_enums.h"
 
 
@@ -47,7 +48,7 @@ grpc::Status to_grpc(const Status& s) {
   return grpc::Status(c, s.message);
 }
 
-grpc::Status identify(const DaemonParts& p, const grpc::ServerContext* ctx, Principal* who) {
+grpc::Status identify(const DaemonParts& p, const grpc::ServerContextBase* ctx, Principal* who) {
   if (Status s = p.principals.of(*ctx, who); !s.ok()) {
     log("main")->warn("request from {} refused: {}", ctx->peer(), s.message);
     return to_grpc(s);
@@ -171,43 +172,9 @@ grpc::Status TensorsService::Upload(grpc::ServerContext* ctx, grpc::ServerReader
   return grpc::Status::OK;
 }
 
-grpc::Status TensorsService::Download(grpc::ServerContext* ctx, const pto::v1::DownloadRequest* req,
-                                      grpc::ServerWriter<pto::v1::DownloadChunk>* writer) {
-  Principal who;
-  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
-  TensorEntry e;
-  if (Status s = p_.tensors.find_and_pin(who, req->tensor().id(), req->tensor().name(), &e); !s.ok()) return to_grpc(s);
-  struct Unpin {
-    TensorStore& t;
-    uint64_t id;
-    ~Unpin() { t.pin(id, -1); }
-  } unpin_at_end{p_.tensors, e.id};
-  uint64_t chunk = req->chunk_bytes() ? req->chunk_bytes() : (1u << 20);
-  chunk = std::max<uint64_t>(4096, std::min<uint64_t>(chunk, p_.cfg.max_message_bytes - 4096));
-  const uint8_t* src = reinterpret_cast<const uint8_t*>(e.tensor.data);
-  uint64_t off = 0;
-  uint32_t crc = 0;
-  bool first = true;
-  pto::v1::DownloadChunk c;
-  do {
-    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "download cancelled");
-    c.Clear();
-    if (first) to_proto(e, c.mutable_info());
-    const uint64_t n = std::min(chunk, e.bytes - off);
-    c.set_data(reinterpret_cast<const char*>(src + off), n);
-    crc = pto::crc32c(crc, src + off, n);
-    off += n;
-    first = false;
-    if (off == e.bytes) {
-      c.set_last(true);
-      c.set_crc32c(crc);
-    }
-    // buffer_hint: gRPC may coalesce with the next write instead of flushing each.
-    grpc::WriteOptions wo;
-    if (off < e.bytes) wo.set_buffer_hint();
-    if (!writer->Write(c, wo)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-  } while (off < e.bytes);
-  return grpc::Status::OK;
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorsService::Download(grpc::CallbackServerContext* ctx,
+                                                                     const grpc::ByteBuffer* req) {
+  return start_download(p_, ctx, req);
 }
 
 grpc::Status TensorsService::Alloc(grpc::ServerContext* ctx, const pto::v1::AllocRequest* req,

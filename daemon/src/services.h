@@ -32,7 +32,7 @@ struct DaemonParts {
 };
 
 // The request's principal; a refused token is the call's status.
-grpc::Status identify(const DaemonParts& p, const grpc::ServerContext* ctx, Principal* who);
+grpc::Status identify(const DaemonParts& p, const grpc::ServerContextBase* ctx, Principal* who);
 
 class RegistryService final : public pto::v1::Registry::Service {
  public:
@@ -46,12 +46,14 @@ class RegistryService final : public pto::v1::Registry::Service {
   DaemonParts p_;
 };
 
-class TensorsService final : public pto::v1::Tensors::Service {
+// Download is a raw callback method (tensor_streams.h): its chunks are
+// written as wire bytes over the tensor's pages. Upload stays a generated
+// sync method: read as raw bytes it ran slower (docs/proto.md).
+class TensorsService final : public pto::v1::Tensors::WithRawCallbackMethod_Download<pto::v1::Tensors::Service> {
  public:
   explicit TensorsService(DaemonParts p) : p_(p), uploads_(std::chrono::seconds(p.cfg.upload_idle_timeout_s)) {}
   grpc::Status Upload(grpc::ServerContext*, grpc::ServerReader<pto::v1::UploadChunk>*, pto::v1::TensorInfo*) override;
-  grpc::Status Download(grpc::ServerContext*, const pto::v1::DownloadRequest*,
-                        grpc::ServerWriter<pto::v1::DownloadChunk>*) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Download(grpc::CallbackServerContext*, const grpc::ByteBuffer*) override;
   grpc::Status Alloc(grpc::ServerContext*, const pto::v1::AllocRequest*, pto::v1::TensorInfo*) override;
   grpc::Status Free(grpc::ServerContext*, const pto::v1::FreeTensorRequest*, pto::v1::FreeTensorReply*) override;
   grpc::Status List(grpc::ServerContext*, const pto::v1::ListTensorsRequest*, pto::v1::ListTensorsReply*) override;

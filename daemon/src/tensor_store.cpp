@@ -154,7 +154,10 @@ Status TensorStore::commit(uint64_t id) {
 }
 
 void TensorStore::erase_locked(std::map<uint64_t, TensorEntry>::iterator it) {
-  (void)w_.free(it->second.tensor);
+  if (auto l = lent_.find(it->first); l != lent_.end())
+    l->second.freed = true;  // give_back() frees the range
+  else
+    (void)w_.free(it->second.tensor);
   if (!it->second.name.empty()) by_name_.erase(name_key(it->second.owner, it->second.name));
   bytes_by_owner_[it->second.owner] -= it->second.bytes;
   by_id_.erase(it);
@@ -239,6 +242,21 @@ void TensorStore::pin(uint64_t id, int delta) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = by_id_.find(id);
   if (it != by_id_.end()) it->second.pins += delta;
+}
+
+void TensorStore::lend(uint64_t id, const pto::ContinuousTensor& t) {
+  std::lock_guard<std::mutex> g(mu_);
+  Lent& l = lent_[id];
+  ++l.slices;
+  l.tensor = t;
+}
+
+void TensorStore::give_back(uint64_t id) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto l = lent_.find(id);
+  if (l == lent_.end() || --l->second.slices > 0) return;
+  if (l->second.freed) (void)w_.free(l->second.tensor);
+  lent_.erase(l);
 }
 
 bool TensorStore::sync_all() {

@@ -63,6 +63,12 @@ class TensorStore {
                       const std::vector<uint32_t>& shape, int32_t dtype, bool has_dtype, pto::ContinuousTensor* out,
                       TensorEntry* entry);
   void pin(uint64_t id, int delta);
+  // Pages of a tensor that a finished download's slices may still reference
+  // (gRPC lets go of them after the call's end, tensor_streams.h). A tensor
+  // freed meanwhile is gone at once, but its arena range is given back only
+  // with the last lent slice: no later tensor's bytes can lie under it.
+  void lend(uint64_t id, const pto::ContinuousTensor& t);
+  void give_back(uint64_t id);
   // An upload's bytes into its (not yet committed) tensor, `at` bytes in.
   Status write(const TensorEntry& e, uint64_t at, const void* src, uint64_t bytes) {
     return w_.write(e.tensor, at, src, bytes);
@@ -89,6 +95,12 @@ class TensorStore {
   std::map<std::string, uint64_t> by_name_;  // name_key(owner, name) -> id
   std::map<std::string, uint64_t> bytes_by_owner_;
   IdSequence ids_;
+  struct Lent {
+    int slices = 0;
+    bool freed = false;  // its tensor was freed: the range goes with the last slice
+    pto::ContinuousTensor tensor{};
+  };
+  std::map<uint64_t, Lent> lent_;
 };
 
 }  // namespace ptod

@@ -219,3 +219,32 @@ TEST_CASE("a freed tensor's pages are kept warm for the next upload - an Alloc t
     REQUIRE(k.free(z.value.handle()).ok());
   }
 }
+
+TEST_CASE("a tensor downloaded over gRPC can be freed at once - its range returns once gRPC lets go of its pages") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  pto::client::ClientOptions o;
+  o.address = d.address();
+  o.timeout = std::chrono::seconds(30);
+  o.fd_transfers = false;
+  pto::client::Client k(o);
+  const uint32_t n = 1 << 20;  // 4 MiB: several chunks
+  std::vector<float> x(n);
+  for (uint32_t i = 0; i < n; ++i) x[i] = float(i % 4099);
+  for (int round = 0; round < 10; ++round) {
+    INFO("round " << round);
+    auto t = k.upload("", {n}, PTO_FLOAT32, x.data(), n * 4);
+    REQUIRE(t.ok());
+    std::vector<uint8_t> got;
+    REQUIRE(k.download(t.value.handle(), &got).ok());
+    REQUIRE(got.size() == n * 4);
+    CHECK(std::memcmp(got.data(), x.data(), n * 4) == 0);
+    auto f = k.free(t.value.handle());
+    INFO(f.message);
+    REQUIRE(f.ok());
+  }
+  REQUIRE(eventually([&] {
+    auto l = k.tensors();
+    return l.ok() && l.value.tensors_size() == 0 && l.value.arena_in_use() == 0;
+  }));
+}

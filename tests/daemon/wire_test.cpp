@@ -13,6 +13,8 @@
 #include "config.h"
 #include "names.h"
 #include "pto/base/crc32c.h"
+#include "pto/v1/ptod.pb.h"
+#include "pto/v1/raw_fields.h"
 #include "session_frames.h"
 #include "submit_args.h"
 #include "wire_enums.h"
@@ -233,4 +235,96 @@ TEST_CASE("crc32c: the standard check values - in pieces as whole") {
       c = pto::crc32c(c, big.data() + off, std::min(cut, big.size() - off));
     CHECK(c == whole);
   }
+}
+
+namespace {
+// Every field as read_fields hands it over, pieces joined.
+struct Fields : pto::v1::RawFieldSink {
+  std::vector<std::pair<uint32_t, std::string>> seen;  // bytes fields
+  std::vector<std::pair<uint32_t, uint64_t>> scalars;
+  uint64_t announced = 0;
+  int pieces = 0;
+  bool begin(uint32_t f, uint64_t total) override {
+    seen.emplace_back(f, "");
+    announced = total;
+    return true;
+  }
+  bool piece(uint32_t f, const uint8_t* p, size_t n) override {
+    REQUIRE(seen.back().first == f);
+    seen.back().second.append(reinterpret_cast<const char*>(p), n);
+    ++pieces;
+    return true;
+  }
+  bool scalar(uint32_t f, uint64_t v) override {
+    scalars.emplace_back(f, v);
+    return true;
+  }
+};
+std::vector<pto::v1::Piece> split(const std::string& s, size_t every) {
+  std::vector<pto::v1::Piece> out;
+  for (size_t i = 0; i < s.size(); i += every)
+    out.push_back({reinterpret_cast<const uint8_t*>(s.data()) + i, std::min(every, s.size() - i)});
+  return out;
+}
+}  // namespace
+
+TEST_CASE("raw chunk fields: a DownloadChunk read in pieces as protobuf wrote it - bytes handed over slice by slice") {
+  pto::v1::DownloadChunk c;
+  c.mutable_info()->set_bytes(300);
+  c.set_data(std::string(300, 'x') + "yz");
+  c.set_last(true);
+  c.set_crc32c(0xdeadbeef);
+  const std::string wire = c.SerializeAsString();
+  for (size_t every : {size_t(1), size_t(7), size_t(64), wire.size()}) {
+    INFO("pieces of " << every);
+    Fields f;
+    std::string why;
+    REQUIRE(pto::v1::read_fields(split(wire, every), f, &why));
+    REQUIRE(f.seen.size() == 2);
+    CHECK(f.seen[0].first == 1);
+    pto::v1::TensorInfo info;
+    CHECK(info.ParseFromString(f.seen[0].second));
+    CHECK(info.bytes() == 300);
+    CHECK(f.seen[1] == std::pair<uint32_t, std::string>{2, c.data()});
+    CHECK(f.announced == 302);
+    REQUIRE(f.scalars.size() == 2);
+    CHECK(f.scalars[0] == std::pair<uint32_t, uint64_t>{3, 1});
+    CHECK(f.scalars[1] == std::pair<uint32_t, uint64_t>{4, 0xdeadbeef});
+  }
+  // What a sender puts in front of its own bytes is what protobuf writes.
+  pto::v1::DownloadChunk d;
+  d.set_data(std::string(200, 'a'));
+  CHECK(d.SerializeAsString() == pto::v1::bytes_field_header(2, 200) + std::string(200, 'a'));
+}
+
+TEST_CASE("raw chunk fields: malformed bytes are refused with the fault and where it is") {
+  auto refused = [](const std::string& wire) {
+    Fields f;
+    std::string why;
+    CHECK_FALSE(pto::v1::read_fields(split(wire, 3), f, &why));
+    return why;
+  };
+  CHECK_THAT(refused(std::string("\x12\x05"
+                                 "abc",
+                                 5)),
+             Catch::Contains("a length of 5 past the end"));
+  CHECK_THAT(refused(std::string("\x18\x80", 2)), Catch::Contains("truncated or overlong varint"));
+  CHECK_THAT(refused(std::string("\x18"
+                                 "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f",
+                                 11)),
+             Catch::Contains("truncated or overlong varint"));
+  CHECK_THAT(refused(std::string("\x25\x01\x02", 3)), Catch::Contains("truncated fixed-size"));
+  CHECK_THAT(refused(std::string("\x1b", 1)), Catch::Contains("wire type 3"));
+  CHECK_THAT(refused(std::string("\x02\x00", 2)), Catch::Contains("field number 0"));
+  CHECK_THAT(refused(std::string("\x18\x01\x12\x09"
+                                 "ab",
+                                 6)),
+             Catch::Contains("at byte 2"));
+  // A sink's refusal ends the walk without a fault of the bytes.
+  struct No : Fields {
+    bool scalar(uint32_t, uint64_t) override { return false; }
+  } no;
+  std::string why = "x";
+  CHECK_FALSE(pto::v1::read_fields(split(std::string("\x18\x01", 2), 1), no, &why));
+  CHECK(why.empty());
 }

@@ -1,0 +1,128 @@
+#include "tensor_streams.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "job_manager.h"
+#include "pto/base/crc32c.h"
+#include "pto/v1/raw_fields.h"
+
+namespace ptod {
+namespace {
+
+// The protobuf wire bytes of DownloadChunk's fields (ptod.proto): data = 2
+// (length-delimited), last = 3 (varint), crc32c = 4 (fixed32).
+constexpr uint8_t kDataTag = (2 << 3) | 2;
+constexpr uint8_t kLastTag = (3 << 3) | 0;
+constexpr uint8_t kCrcTag = (4 << 3) | 5;
+
+// The tensor's pin for the call (a Free meanwhile fails, as with any
+// transfer in progress), dropped before the call's status is sent.
+struct Pin {
+  TensorStore& tensors;
+  uint64_t id;
+  Pin(TensorStore& t, uint64_t i) : tensors(t), id(i) {}
+  Pin(const Pin&) = delete;
+  Pin& operator=(const Pin&) = delete;
+  ~Pin() { tensors.pin(id, -1); }
+};
+
+// One data slice's hold on the tensor's pages, until gRPC lets go of it.
+struct Lend {
+  TensorStore& tensors;
+  uint64_t id;
+};
+void give_back(void* p) {
+  auto* l = static_cast<Lend*>(p);
+  l->tensors.give_back(l->id);
+  delete l;
+}
+
+class Refused final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit Refused(const grpc::Status& s) { Finish(s); }
+  void OnDone() override { delete this; }
+};
+
+class Download final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  Download(const TensorEntry& e, TensorStore& tensors, uint64_t chunk)
+      : e_(e), tensors_(tensors), pin_(std::make_unique<Pin>(tensors, e.id)), chunk_(chunk) {
+    next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) return end(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+    if (off_ == e_.bytes) return end(grpc::Status::OK);
+    next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void next() {
+    const auto* src = reinterpret_cast<uint8_t*>(e_.tensor.data) + off_;
+    const uint64_t n = std::min(chunk_, e_.bytes - off_);
+    std::string head;
+    if (off_ == 0) {  // the first chunk carries the tensor's description
+      pto::v1::DownloadChunk first;
+      to_proto(e_, first.mutable_info());
+      head = first.SerializeAsString();
+    }
+    std::vector<grpc::Slice> slices;
+    if (n > 0) {
+      head.push_back(static_cast<char>(kDataTag));
+      pto::v1::put_varint(head, n);
+    }
+    slices.emplace_back(head);
+    if (n > 0) {
+      tensors_.lend(e_.id, e_.tensor);
+      slices.emplace_back(const_cast<uint8_t*>(src), n, &give_back, new Lend{tensors_, e_.id});
+    }
+    crc_ = pto::crc32c(crc_, src, n);
+    off_ += n;
+    grpc::WriteOptions wo;
+    if (off_ == e_.bytes) {
+      std::string tail{static_cast<char>(kLastTag), 1, static_cast<char>(kCrcTag)};
+      for (int i = 0; i < 4; ++i) tail.push_back(static_cast<char>(crc_ >> (8 * i)));
+      slices.emplace_back(tail);
+    } else {
+      wo.set_buffer_hint();  // gRPC may coalesce with the next write instead of flushing each
+    }
+    buf_ = grpc::ByteBuffer(slices.data(), slices.size());
+    StartWrite(&buf_, wo);
+  }
+  // Unpinned before the status goes out: the client, told the download
+  // ended, may free the tensor at once (its pages stay lent, not reused).
+  void end(const grpc::Status& s) {
+    pin_.reset();
+    Finish(s);
+  }
+
+  TensorEntry e_;
+  TensorStore& tensors_;
+  std::unique_ptr<Pin> pin_;
+  uint64_t chunk_;
+  uint64_t off_ = 0;
+  uint32_t crc_ = 0;
+  grpc::ByteBuffer buf_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* start_download(const DaemonParts& p, grpc::CallbackServerContext* ctx,
+                                                           const grpc::ByteBuffer* request) {
+  Principal who;
+  if (grpc::Status denied = identify(p, ctx, &who); !denied.ok()) return new Refused(denied);
+  pto::v1::DownloadRequest req;
+  grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer; the copy shares the slices
+  if (grpc::Status bad = grpc::SerializationTraits<pto::v1::DownloadRequest>::Deserialize(&copy, &req); !bad.ok())
+    return new Refused(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "download: the request cannot be parsed"));
+  TensorEntry e;
+  if (Status s = p.tensors.find_and_pin(who, req.tensor().id(), req.tensor().name(), &e); !s.ok())
+    return new Refused(to_grpc(s));
+  uint64_t chunk = req.chunk_bytes() ? req.chunk_bytes() : (1u << 20);
+  chunk = std::max<uint64_t>(4096, std::min<uint64_t>(chunk, p.cfg.max_message_bytes - 4096));
+  return new Download(e, p.tensors, chunk);
+}
+
+}  // namespace ptod
