@@ -80,16 +80,16 @@ class Download final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     crc_ = pto::crc32c(crc_, src, n);
     off_ += n;
-    grpc::WriteOptions wo;
     if (off_ == e_.bytes) {
       std::string tail{static_cast<char>(kLastTag), 1, static_cast<char>(kCrcTag)};
       for (int i = 0; i < 4; ++i) tail.push_back(static_cast<char>(crc_ >> (8 * i)));
       slices.emplace_back(tail);
-    } else {
-      wo.set_buffer_hint();  // gRPC may coalesce with the next write instead of flushing each
     }
     buf_ = grpc::ByteBuffer(slices.data(), slices.size());
-    StartWrite(&buf_, wo);
+    // No buffer_hint (the sync handler set one): a callback write with it
+    // waits for a later flush, and a Python client's download ran at half
+    // speed (0.26-0.32 GB/s against 0.54-0.57).
+    StartWrite(&buf_);
   }
   // Unpinned before the status goes out: the client, told the download
   // ended, may free the tensor at once (its pages stay lent, not reused).
