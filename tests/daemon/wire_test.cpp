@@ -217,6 +217,30 @@ TEST_CASE("the wire's enums are the engine's: same values, same names") {
         pto::kind_name(pto::CallableKind::NATIVE_BLOB));
 }
 
+TEST_CASE("crc32c: three interleaved chains agree with the bitwise definition around every block boundary") {
+  auto bitwise = [](const uint8_t* p, size_t n) {
+    uint32_t c = ~0u;
+    for (size_t i = 0; i < n; ++i) {
+      c ^= p[i];
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    }
+    return ~c;
+  };
+  std::vector<uint8_t> v(5 * 3 * 4096 + 77);
+  uint32_t x = 12345;
+  for (auto& b : v) b = static_cast<uint8_t>((x = x * 1103515245u + 12345u) >> 16);
+  for (size_t n : {size_t(3 * 4096 - 1), size_t(3 * 4096), size_t(3 * 4096 + 1), size_t(2 * 3 * 4096 + 8),
+                   size_t(4 * 3 * 4096 + 13), v.size()})
+    for (size_t start : {size_t(0), size_t(1), size_t(5)}) {
+      if (start + n > v.size()) continue;
+      INFO(n << " bytes from " << start);
+      CHECK(pto::crc32c(0, v.data() + start, n) == bitwise(v.data() + start, n));
+    }
+  // Continued from a non-zero checksum across the chains.
+  const uint32_t head = pto::crc32c(0, v.data(), 100);
+  CHECK(pto::crc32c(head, v.data() + 100, 3 * 4096 * 2) == bitwise(v.data(), 100 + 3 * 4096 * 2));
+}
+
 TEST_CASE("crc32c: the standard check values - in pieces as whole") {
   const char* digits = "123456789";
   CHECK(pto::crc32c(0, digits, 9) == 0xE3069283u);
