@@ -10,7 +10,7 @@ JOBS=${JOBS:-$(nproc)}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 run-clang-tidy -p "$BUILD" -j "$JOBS" -quiet \
-  '(runtime|sim|worker|daemon|client|base|package|python)/(src|tools)/.*\.cpp$' >"$log" 2>&1 || true
+  '(runtime|sim|worker|daemon|client|base|package|python|proto)/(src|tools)/.*\.cpp$' >"$log" 2>&1 || true
 findings=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '(warning|error): ' | sort -u || true)
 if [ -n "$findings" ]; then
   echo "$findings"

@@ -278,15 +278,18 @@ Result<pto::v1::TensorInfo> Client::upload(const std::string& name, const std::v
     }
   }
   if (chunk_bytes == 0) chunk_bytes = 1u << 20;
-  grpc::ClientContext ctx;
-  prepare(&ctx, true);
-  // The per-call timeout, plus one second per 50 MB to move.
-  ctx.set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::milliseconds(bytes / 50000));
   pto::v1::UploadHeader h;
   h.set_name(name);
   for (uint32_t d : shape) h.add_shape(d);
   h.set_dtype(static_cast<pto::v1::DataType>(dtype));
-  return streams::upload(channel_, &ctx, h, data, bytes, chunk_bytes);
+  return streams::upload(
+      channel_,
+      [&](grpc::ClientContext* ctx) {
+        prepare(ctx, true);
+        // The per-call timeout, plus one second per 50 MB to move.
+        ctx->set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::milliseconds(bytes / 50000));
+      },
+      h, data, bytes, chunk_bytes);
 }
 
 Result<pto::v1::TensorInfo> Client::alloc(const std::string& name, const std::vector<uint32_t>& shape, int32_t dtype) {
@@ -313,8 +316,18 @@ Result<pto::v1::TensorInfo> Client::download(const pto::v1::TensorHandle& t, std
       r = from_fd_reply(fd_call_locked(download_request(t, 0), staging_.fd(), staging_.size()));
       if (r.status.code == static_cast<int>(grpc::StatusCode::OUT_OF_RANGE)) continue;
       if (r.status.code == kUnavailable) break;  // the socket broke: the gRPC stream below
-      if (r.ok()) out->assign(static_cast<const uint8_t*>(staging_.data()),
-                              static_cast<const uint8_t*>(staging_.data()) + r.value.bytes());
+      if (r.ok() && r.value.bytes() > staging_.size())  // the daemon's word: it wrote into our memfd's room
+        r.status = Status::Error(
+            static_cast<int32_t>(grpc::StatusCode::DATA_LOSS),
+            fmt::format("download: the daemon says {} bytes, the buffer holds {}", r.value.bytes(), staging_.size()));
+      if (r.ok()) try {
+          out->assign(static_cast<const uint8_t*>(staging_.data()),
+                      static_cast<const uint8_t*>(staging_.data()) + r.value.bytes());
+        } catch (const std::exception&) {  // bad_alloc: no room for it in this process
+          r.status =
+              Status::Error(static_cast<int32_t>(grpc::StatusCode::RESOURCE_EXHAUSTED),
+                            fmt::format("download: {} bytes do not fit in this process's memory", r.value.bytes()));
+        }
       return r;
     }
     r.status = Status::Ok();

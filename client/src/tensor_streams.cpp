@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 
 #include "pto/base/crc32c.h"
+#include "pto/dtype.h"
 #include "pto/v1/raw_fields.h"
 
 namespace pto::client::streams {
@@ -81,7 +83,7 @@ class DownloadSink final : public pto::v1::RawFieldSink {
     r.status = from_grpc(call);
     r.value = info_;
     if (!fault_.empty())
-      r.status = Status::Error(kDataLoss, fault_);
+      r.status = Status::Error(fault_code_, fault_);
     else if (r.ok() && out_->size() != info_.bytes())
       r.status =
           Status::Error(kDataLoss, fmt::format("download: {} bytes received of {}", out_->size(), info_.bytes()));
@@ -121,61 +123,102 @@ class DownloadSink final : public pto::v1::RawFieldSink {
     if (field == 4) sent_crc_ = static_cast<uint32_t>(value);
     return true;
   }
-  // The tensor's description, once its field has been read whole.
+  // The tensor's description, once its field has been read whole: once,
+  // first, and its size what its shape and dtype make (the room made for
+  // the bytes is the daemon's word, so it is checked).
   bool take_info() {
     if (!info_pending_) return true;
     info_pending_ = false;
+    if (has_info_) {
+      fault_ = "download: a second description of the tensor";
+      return false;
+    }
+    has_info_ = true;
     if (!info_.ParseFromString(info_bytes_)) {
       fault_ = "download: the tensor's description cannot be read";
       return false;
     }
-    out_->reserve(info_.bytes());
+    uint64_t n = pto_dtype_size(info_.dtype());
+    for (uint32_t d : info_.shape()) n = d && n > UINT64_MAX / d ? 0 : n * d;
+    if (n != info_.bytes()) {
+      fault_ = fmt::format("download: the tensor's description says {} bytes, its shape and dtype make {}",
+                           info_.bytes(), n);
+      return false;
+    }
+    try {
+      out_->reserve(info_.bytes());
+    } catch (const std::exception&) {  // length_error, bad_alloc: no room for it here
+      fault_ = fmt::format("download: {} bytes do not fit in this process's memory", info_.bytes());
+      fault_code_ = static_cast<int32_t>(grpc::StatusCode::RESOURCE_EXHAUSTED);
+      return false;
+    }
     return true;
   }
 
   std::vector<uint8_t>* out_;
   std::string info_bytes_, fault_;
-  bool info_pending_ = false, last_ = false;
+  int32_t fault_code_ = kDataLoss;
+  bool info_pending_ = false, has_info_ = false, last_ = false;
   uint32_t crc_ = 0, sent_crc_ = 0;
   pto::v1::TensorInfo info_;
 };
 
 }  // namespace
 
-Result<pto::v1::TensorInfo> upload(const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* ctx,
+Result<pto::v1::TensorInfo> upload(const std::shared_ptr<grpc::Channel>& channel,
+                                   const std::function<void(grpc::ClientContext*)>& prepare,
                                    const pto::v1::UploadHeader& header, const void* data, uint64_t bytes,
                                    uint32_t chunk_bytes) {
   Result<pto::v1::TensorInfo> r;
-  auto writer = upload_stream(channel, ctx, &r.value);
-  pto::v1::UploadChunk first;
-  *first.mutable_header() = header;
-  bool ok = writer->Write(serialized(first));
   const auto* p = static_cast<const uint8_t*>(data);
   auto lent = std::make_shared<Lent>();
-  uint32_t crc = 0;
-  for (uint64_t off = 0; ok && off < bytes; off += chunk_bytes) {
-    // A data chunk: its field's header, then the caller's bytes as they are.
-    const uint64_t n = std::min<uint64_t>(chunk_bytes, bytes - off);
-    {
-      std::lock_guard<std::mutex> g(lent->mu);
-      ++lent->slices;
+  {
+    grpc::ClientContext ctx;
+    prepare(&ctx);
+    auto writer = upload_stream(channel, &ctx, &r.value);
+    pto::v1::UploadChunk first;
+    *first.mutable_header() = header;
+    bool ok = writer->Write(serialized(first));
+    uint32_t crc = 0;
+    for (uint64_t off = 0; ok && off < bytes; off += chunk_bytes) {
+      // A data chunk: its field's header, then the caller's bytes as they are.
+      const uint64_t n = std::min<uint64_t>(chunk_bytes, bytes - off);
+      {
+        std::lock_guard<std::mutex> g(lent->mu);
+        ++lent->slices;
+      }
+      grpc::Slice parts[2] = {
+          grpc::Slice(pto::v1::bytes_field_header(2, n)),
+          grpc::Slice(const_cast<uint8_t*>(p + off), n, &give_back, new std::shared_ptr<Lent>(lent))};
+      crc = pto::crc32c(crc, p + off, n);
+      ok = writer->Write(Bytes(parts, 2));
     }
-    grpc::Slice parts[2] = {grpc::Slice(pto::v1::bytes_field_header(2, n)),
-                            grpc::Slice(const_cast<uint8_t*>(p + off), n, &give_back, new std::shared_ptr<Lent>(lent))};
-    crc = pto::crc32c(crc, p + off, n);
-    ok = writer->Write(Bytes(parts, 2));
+    if (ok) {  // the checksum of what was sent: the tensor exists only if it matches
+      pto::v1::UploadChunk t;
+      t.mutable_trailer()->set_crc32c(crc);
+      writer->Write(serialized(t));
+    }
+    writer->WritesDone();
+    r.status = from_grpc(writer->Finish());
   }
-  if (ok) {  // the checksum of what was sent: the tensor exists only if it matches
-    pto::v1::UploadChunk t;
-    t.mutable_trailer()->set_crc32c(crc);
-    writer->Write(serialized(t));
-  }
-  writer->WritesDone();
-  r.status = from_grpc(writer->Finish());
-  // The call is over, so gRPC sends none of the caller's bytes any more; it
-  // lets go of the last slices as it tears the call down.
+  // The call and its context are gone, and with them what gRPC had queued
+  // of ours. Bytes already handed to the connection are let go once written
+  // or when the connection closes, and keepalive (30 s + 10 s, client.cpp)
+  // closes one whose daemon stopped reading. So the wait's liveness check is
+  // the connection: while it is up, the slices are on their way out; once
+  // it is down, they go within moments (10 s allowed, then an error, never
+  // a return while gRPC may still read the caller's bytes unnoticed).
   std::unique_lock<std::mutex> lk(lent->mu);
-  lent->cv.wait_for(lk, std::chrono::seconds(10), [&] { return lent->slices == 0; });
+  const auto released = [&] { return lent->slices == 0; };
+  while (!lent->cv.wait_for(lk, std::chrono::seconds(1), released)) {
+    if (channel->GetState(false) == GRPC_CHANNEL_READY) continue;
+    if (!lent->cv.wait_for(lk, std::chrono::seconds(10), released))
+      r.status = Status::Error(static_cast<int32_t>(grpc::StatusCode::INTERNAL),
+                               fmt::format("upload: gRPC still holds {} chunk(s) of the caller's bytes 10 s after "
+                                           "the connection closed",
+                                           lent->slices));
+    break;
+  }
   return r;
 }
 

@@ -388,6 +388,10 @@ void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Se
   // A clean stop: every tensor's bytes are on disk, so a power loss from
   // here on loses none of them.
   const bool synced = tensors.sync_all();
+  // gRPC lets go of a download's last slices over the arena as it tears the
+  // connections down: the arena is unmapped under none of them.
+  if (!tensors.wait_lent(std::chrono::seconds(5)))
+    main_log->warn("gRPC still holds pages of a download 5 s after the server stopped; closing anyway");
   if (Status s = parts.worker.close(); !s.ok()) main_log->warn("closing the Worker: {}", s.message);
   if (synced) (void)db.set_meta("clean_stop", "1");
   main_log->info("stopped");

@@ -244,19 +244,46 @@ void TensorStore::pin(uint64_t id, int delta) {
   if (it != by_id_.end()) it->second.pins += delta;
 }
 
-void TensorStore::lend(uint64_t id, const pto::ContinuousTensor& t) {
+TensorStore::~TensorStore() {
+  if (!book_) return;
+  std::lock_guard<std::mutex> g(book_->mu);
+  book_->store = nullptr;
+}
+
+TensorStore::Lend* TensorStore::lend(uint64_t id, const pto::ContinuousTensor& t) {
   std::lock_guard<std::mutex> g(mu_);
+  if (!book_) {
+    book_ = std::make_shared<LendBook>();
+    book_->store = this;
+  }
   Lent& l = lent_[id];
   ++l.slices;
   l.tensor = t;
+  return new Lend{book_, id};
 }
 
-void TensorStore::give_back(uint64_t id) {
-  std::lock_guard<std::mutex> g(mu_);
+void TensorStore::give_back(Lend* l) {
+  {
+    std::lock_guard<std::mutex> b(l->book->mu);
+    if (TensorStore* s = l->book->store) {
+      std::lock_guard<std::mutex> g(s->mu_);
+      s->give_back_locked(l->id);
+    }
+  }
+  delete l;
+}
+
+void TensorStore::give_back_locked(uint64_t id) {
   auto l = lent_.find(id);
   if (l == lent_.end() || --l->second.slices > 0) return;
   if (l->second.freed) (void)w_.free(l->second.tensor);
   lent_.erase(l);
+  if (lent_.empty()) lent_cv_.notify_all();
+}
+
+bool TensorStore::wait_lent(std::chrono::milliseconds bound) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return lent_cv_.wait_for(lk, bound, [&] { return lent_.empty(); });
 }
 
 bool TensorStore::sync_all() {

@@ -9,8 +9,11 @@
 // place in the arena file), so a restarted daemon takes them back.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -37,6 +40,9 @@ struct TensorEntry {
 class TensorStore {
  public:
   TensorStore(pto::Worker& w, const DaemonConfig& cfg, StateDb& db) : w_(w), cfg_(cfg), db_(db), ids_(db, "tensor") {}
+  ~TensorStore();
+  TensorStore(const TensorStore&) = delete;
+  TensorStore& operator=(const TensorStore&) = delete;
 
   // Takes back the tensors of the state database at their places in the
   // arena file. Those whose bytes may be lost (`drop_unsynced`: the host
@@ -67,8 +73,19 @@ class TensorStore {
   // (gRPC lets go of them after the call's end, tensor_streams.h). A tensor
   // freed meanwhile is gone at once, but its arena range is given back only
   // with the last lent slice: no later tensor's bytes can lie under it.
-  void lend(uint64_t id, const pto::ContinuousTensor& t);
-  void give_back(uint64_t id);
+  // lend() returns the slice's hold, for give_back() from gRPC's destroy
+  // callback: it outlives the store (a late release after the daemon's
+  // stop does nothing).
+  struct LendBook;
+  struct Lend {
+    std::shared_ptr<LendBook> book;
+    uint64_t id;
+  };
+  Lend* lend(uint64_t id, const pto::ContinuousTensor& t);
+  static void give_back(Lend* l);
+  // The stop: waits (bounded) until gRPC has let go of every lent slice, so
+  // that the arena is unmapped under none; false if some are still out.
+  bool wait_lent(std::chrono::milliseconds bound);
   // An upload's bytes into its (not yet committed) tensor, `at` bytes in.
   Status write(const TensorEntry& e, uint64_t at, const void* src, uint64_t bytes) {
     return w_.write(e.tensor, at, src, bytes);
@@ -95,12 +112,20 @@ class TensorStore {
   std::map<std::string, uint64_t> by_name_;  // name_key(owner, name) -> id
   std::map<std::string, uint64_t> bytes_by_owner_;
   IdSequence ids_;
+  void give_back_locked(uint64_t id);
   struct Lent {
     int slices = 0;
     bool freed = false;  // its tensor was freed: the range goes with the last slice
     pto::ContinuousTensor tensor{};
   };
   std::map<uint64_t, Lent> lent_;
+  std::condition_variable lent_cv_;  // the last slice came back
+  std::shared_ptr<LendBook> book_;
+};
+
+struct TensorStore::LendBook {
+  std::mutex mu;
+  TensorStore* store = nullptr;  // null once the store is gone
 };
 
 }  // namespace ptod

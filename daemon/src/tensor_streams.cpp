@@ -29,15 +29,7 @@ struct Pin {
 };
 
 // One data slice's hold on the tensor's pages, until gRPC lets go of it.
-struct Lend {
-  TensorStore& tensors;
-  uint64_t id;
-};
-void give_back(void* p) {
-  auto* l = static_cast<Lend*>(p);
-  l->tensors.give_back(l->id);
-  delete l;
-}
+void give_back(void* l) { TensorStore::give_back(static_cast<TensorStore::Lend*>(l)); }
 
 class Refused final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
@@ -75,8 +67,7 @@ class Download final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     slices.emplace_back(head);
     if (n > 0) {
-      tensors_.lend(e_.id, e_.tensor);
-      slices.emplace_back(const_cast<uint8_t*>(src), n, &give_back, new Lend{tensors_, e_.id});
+      slices.emplace_back(const_cast<uint8_t*>(src), n, &give_back, tensors_.lend(e_.id, e_.tensor));
     }
     crc_ = pto::crc32c(crc_, src, n);
     off_ += n;

@@ -69,9 +69,14 @@ struct Server {
   }
 };
 
+// info_bytes > 0: the chunk describes a UINT8 tensor of that many bytes.
 std::string chunk(uint64_t info_bytes, const std::string& data, bool last, uint32_t crc) {
   v1::DownloadChunk c;
-  if (info_bytes) c.mutable_info()->set_bytes(info_bytes);
+  if (info_bytes) {
+    c.mutable_info()->set_bytes(info_bytes);
+    c.mutable_info()->add_shape(static_cast<uint32_t>(info_bytes));
+    c.mutable_info()->set_dtype(v1::UINT8);
+  }
   c.set_data(data);
   c.set_last(last);
   if (last) c.set_crc32c(crc);
@@ -125,6 +130,22 @@ TEST_CASE("a download's faults are DATA_LOSS naming them") {
     auto r = s.download(&got);
     CHECK(r.status.code == loss);
     CHECK_THAT(r.status.message, Catch::Contains("malformed chunk") && Catch::Contains("past the end"));
+  }
+  SECTION("a second description") {
+    Server s({chunk(1000, d.substr(0, 10), false, 0), chunk(2000, d.substr(10), true, crc)});
+    auto r = s.download(&got);
+    CHECK(r.status.code == loss);
+    CHECK_THAT(r.status.message, Catch::Contains("a second description"));
+  }
+  SECTION("a size its shape and dtype do not make (the room made is the daemon's word)") {
+    v1::DownloadChunk c;
+    c.mutable_info()->set_bytes(uint64_t(1) << 62);
+    c.mutable_info()->add_shape(4);
+    c.mutable_info()->set_dtype(v1::FLOAT32);
+    Server s({c.SerializeAsString()});
+    auto r = s.download(&got);
+    CHECK(r.status.code == loss);
+    CHECK_THAT(r.status.message, Catch::Contains("its shape and dtype make 16"));
   }
   SECTION("a description that is not one") {
     Server s({std::string("\x0a\x02\xff\xff", 4)});

@@ -248,3 +248,25 @@ TEST_CASE("a tensor downloaded over gRPC can be freed at once - its range return
     return l.ok() && l.value.tensors_size() == 0 && l.value.arena_in_use() == 0;
   }));
 }
+
+TEST_CASE("a gRPC upload the daemon refuses after its header returns at once - the caller's bytes let go") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  pto::client::ClientOptions o;
+  o.address = d.address();
+  o.timeout = std::chrono::seconds(30);
+  o.fd_transfers = false;
+  pto::client::Client k(o);
+  const uint32_t n = 16u << 20;  // 64 MiB: more than the flow-control windows hold
+  std::vector<float> x(n, 2.f);
+  REQUIRE(k.upload("taken", {n}, PTO_FLOAT32, x.data(), uint64_t(n) * 4, 4u << 20).ok());
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = k.upload("taken", {n}, PTO_FLOAT32, x.data(), uint64_t(n) * 4, 4u << 20);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO(r.status.message << " after " << s << " s");
+    CHECK_FALSE(r.ok());
+    CHECK_THAT(r.status.message, Catch::Contains("'taken' exists"));
+    CHECK(s < 5);  // the slices still queued go with the call, not after a timeout
+  }
+}

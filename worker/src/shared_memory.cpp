@@ -61,11 +61,11 @@ Status SharedMapping::reserve(uint64_t offset, uint64_t bytes) {
                                                  " more bytes: " + errno_text(rc));
 }
 
-void SharedMapping::release(uint64_t offset, uint64_t bytes) {
+bool SharedMapping::release(uint64_t offset, uint64_t bytes) {
   // The blocks go back to the file system; the range reads as zeros.
-  if (fd_ >= 0 && bytes)
-    (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
-                    static_cast<off_t>(bytes));
+  if (fd_ < 0 || bytes == 0) return true;
+  return fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                   static_cast<off_t>(bytes)) == 0;
 }
 
 bool SharedMapping::resident(uint64_t offset, uint64_t bytes) const {

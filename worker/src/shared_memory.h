@@ -38,13 +38,16 @@ class SharedMapping {
   Status map(uint64_t bytes, const char* what, bool confined = false);
   // The file (created 0600 if absent) sized to `bytes` and mapped. Its
   // blocks are reserved per range with reserve() (so a full disk is an
-  // error, never a SIGBUS on a write fault) and returned with release().
+  // error, never a SIGBUS on a write fault) and returned with release(),
+  // which says whether the range now reads as zeros (false: the file system
+  // cannot punch holes, its bytes are still there).
   Status map_file(const std::string& path, uint64_t bytes, const char* what);
   Status reserve(uint64_t offset, uint64_t bytes);
-  void release(uint64_t offset, uint64_t bytes);
+  bool release(uint64_t offset, uint64_t bytes);
   // Writes the range's dirty pages to the file and waits (msync).
   Status sync(uint64_t offset, uint64_t bytes);
-  // Copies into [offset, offset + bytes): through the file when there is one.
+  // Copies into [offset, offset + bytes): into the mapping where its pages
+  // are in memory (or there is no file), through the file (pwrite) otherwise.
   Status write(uint64_t offset, const void* src, uint64_t bytes);
   bool file_backed() const { return fd_ >= 0; }
   // Every page of [offset, offset + bytes) is in memory (mincore).

@@ -19,12 +19,10 @@ WarmRanges::Range WarmRanges::keep(uint64_t offset, uint64_t bytes) {
   std::lock_guard<std::mutex> g(mu_);
   const uint64_t room = cap_ > kept_bytes_ ? cap_ - kept_bytes_ : 0;
   const uint64_t kept = std::min(room, bytes);
-  if (kept > 0) {
-    // Neighbours are not merged: a range is taken whole or carved, either
-    // works on pieces, and frees are few.
-    kept_[offset] = kept;
-    kept_bytes_ += kept;
-  }
+  // Neighbours are not merged: a range is taken whole or carved, either
+  // works on pieces, and frees are few. A range kept already (two frees of
+  // one buffer racing; the arena refuses the second) is not counted twice.
+  if (kept > 0 && kept_.emplace(offset, kept).second) kept_bytes_ += kept;
   return {offset + kept, bytes - kept};
 }
 

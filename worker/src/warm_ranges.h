@@ -7,13 +7,15 @@
 // Instead, up to `cap` bytes of freed ranges keep their pages ("kept"); a
 // buffer allocated over them is written in place. What they still hold is
 // an earlier buffer's bytes, possibly another principal's, so an allocation
-// that promises zeros punches the parts it takes (WorkerImpl::alloc_buffer);
+// that promises zeros clears the parts it takes (WorkerImpl::alloc_buffer);
 // only an allocation whose every byte is written before anyone reads it (an
 // upload) takes them as they are.
 //
 // "Unknown" ranges: a file arena re-attached after a restart holds, in its
-// free space, whatever the last process kept there. They are treated as
-// kept ranges that do not count against the cap.
+// free space, whatever the last process kept there (and a file system that
+// cannot punch holes keeps what a free meant to punch). They are tracked
+// apart, not counted against the cap; a zeroing alloc punches (or clears)
+// them, a re-attaching one (alloc_at) leaves them: its tensor lies there.
 #pragma once
 
 #include <cstdint>

@@ -319,6 +319,14 @@ Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& s
   }
   const uint64_t off = static_cast<uint64_t>(p - arena_map_.data());
   const uint64_t len = arena_.length_of(p);
+  // A file-backed arena gets its blocks now: a full disk fails this call
+  // instead of a later write into the mapping. Before the warm pages are
+  // taken: a failed call leaves them tracked (and so cleared for the next).
+  if (Status s = arena_map_.reserve(off, len); !s.ok()) {
+    (void)arena_.free(p);
+    r.status = s;
+    return r;
+  }
   // Warm pages under the buffer hold an earlier buffer's bytes: zeroed
   // unless the caller overwrites them all. Kept pages are in memory, so they
   // are cleared in place (~10 GB/s, and the buffer's first writes then land
@@ -331,15 +339,8 @@ Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& s
     if (!overwrite) {
       for (const auto& [o, n] : warm.kept) std::memset(arena_map_.data() + o, 0, n);
       if (!at)
-        for (const auto& [o, n] : warm.unknown) arena_map_.release(o, n);
+        for (const auto& [o, n] : warm.unknown) zero_range(o, n);
     }
-  }
-  // A file-backed arena gets its blocks now: a full disk fails this call
-  // instead of a later write into the mapping.
-  if (Status s = arena_map_.reserve(off, len); !s.ok()) {
-    (void)arena_.free(p);
-    r.status = s;
-    return r;
   }
   t.data = reinterpret_cast<uint64_t>(p);
   r.value = t;
@@ -356,9 +357,15 @@ Status WorkerImpl::free_buffer(const ContinuousTensor& t) {
   if (const uint64_t len = arena_.length_of(p); len && arena_map_.file_backed()) {
     const auto [rest, rest_len] =
         warm_.keep(static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_map_.data()), len);
-    arena_map_.release(rest, rest_len);
+    // A file system that cannot punch holes keeps the bytes: tracked as
+    // unknown, the next zeroing alloc there clears them.
+    if (rest_len && !arena_map_.release(rest, rest_len)) warm_.adopt_unknown(rest, rest_len);
   }
   return arena_.free(p);
+}
+
+void WorkerImpl::zero_range(uint64_t offset, uint64_t bytes) {
+  if (!arena_map_.release(offset, bytes)) std::memset(arena_map_.data() + offset, 0, bytes);
 }
 
 uint64_t WorkerImpl::arena_offset(const ContinuousTensor& t) const {

@@ -67,6 +67,8 @@ class WorkerImpl {
   Result<ContinuousTensor> alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype, const uint64_t* at = nullptr,
                                         bool overwrite = false);
   Status free_buffer(const ContinuousTensor& t);
+  // Zeros in the arena file: punched out, or cleared where the file system cannot punch.
+  void zero_range(uint64_t offset, uint64_t bytes);
   uint64_t arena_offset(const ContinuousTensor& t) const;
   Status sync_buffer(const ContinuousTensor& t);
   Status write_buffer(const ContinuousTensor& t, uint64_t at, const void* src, uint64_t bytes);
