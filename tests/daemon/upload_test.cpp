@@ -64,6 +64,15 @@ v1::TensorHandle named(const std::string& n) {
   return h;
 }
 
+// A client of d; fd: through the fd socket where it can, else over gRPC alone.
+pto::client::ClientOptions client_options(const DaemonProcess& d, bool fd) {
+  pto::client::ClientOptions o;
+  o.address = d.address();
+  o.timeout = std::chrono::seconds(30);
+  o.fd_transfers = fd;
+  return o;
+}
+
 bool listed(pto::client::Client& c, const std::string& name) {
   auto l = c.tensors();
   if (!l.ok()) return false;
@@ -192,11 +201,7 @@ TEST_CASE("a freed tensor's pages are kept warm for the next upload - an Alloc t
   for (uint32_t i = 0; i < n; ++i) other[i] = float(i % 1000);
   for (bool fd : {false, true}) {
     INFO("through the fd socket: " << fd);
-    pto::client::ClientOptions o;
-    o.address = d.address();
-    o.timeout = std::chrono::seconds(30);
-    o.fd_transfers = fd;
-    pto::client::Client k(o);
+    pto::client::Client k(client_options(d, fd));
     auto a = k.upload("", {n}, PTO_FLOAT32, secret.data(), n * 4);
     REQUIRE(a.ok());
     REQUIRE(k.free(a.value.handle()).ok());
@@ -223,11 +228,7 @@ TEST_CASE("a freed tensor's pages are kept warm for the next upload - an Alloc t
 TEST_CASE("a tensor downloaded over gRPC can be freed at once - its range returns once gRPC lets go of its pages") {
   DaemonProcess d;
   REQUIRE(d.up());
-  pto::client::ClientOptions o;
-  o.address = d.address();
-  o.timeout = std::chrono::seconds(30);
-  o.fd_transfers = false;
-  pto::client::Client k(o);
+  pto::client::Client k(client_options(d, false));
   const uint32_t n = 1 << 20;  // 4 MiB: several chunks
   std::vector<float> x(n);
   for (uint32_t i = 0; i < n; ++i) x[i] = float(i % 4099);
@@ -252,11 +253,7 @@ TEST_CASE("a tensor downloaded over gRPC can be freed at once - its range return
 TEST_CASE("a gRPC upload the daemon refuses after its header returns at once - the caller's bytes let go") {
   DaemonProcess d;
   REQUIRE(d.up());
-  pto::client::ClientOptions o;
-  o.address = d.address();
-  o.timeout = std::chrono::seconds(30);
-  o.fd_transfers = false;
-  pto::client::Client k(o);
+  pto::client::Client k(client_options(d, false));
   const uint32_t n = 16u << 20;  // 64 MiB: more than the flow-control windows hold
   std::vector<float> x(n, 2.f);
   REQUIRE(k.upload("taken", {n}, PTO_FLOAT32, x.data(), uint64_t(n) * 4, 4u << 20).ok());
