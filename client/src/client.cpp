@@ -12,16 +12,12 @@
 
 #include "fd_channel.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc_status.h"
 #include "pto/package/chip_package.h"
 #include "tensor_streams.h"
 
 namespace pto::client {
 namespace {
-
-Status from_grpc(const grpc::Status& s) {
-  if (s.ok()) return Status::Ok();
-  return Status::Error(static_cast<int32_t>(s.error_code()), s.error_message());
-}
 
 Status local_error(std::string m) {
   return Status::Error(static_cast<int32_t>(grpc::StatusCode::INVALID_ARGUMENT), std::move(m));

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "grpc_status.h"
 #include "pto/base/crc32c.h"
 #include "pto/dtype.h"
 #include "pto/v1/raw_fields.h"
@@ -17,11 +18,6 @@ namespace {
 
 using Bytes = grpc::ByteBuffer;
 const auto kDataLoss = static_cast<int32_t>(grpc::StatusCode::DATA_LOSS);
-
-Status from_grpc(const grpc::Status& s) {
-  if (s.ok()) return Status::Ok();
-  return Status::Error(static_cast<int32_t>(s.error_code()), s.error_message());
-}
 
 template <class M>
 Bytes serialized(const M& m) {

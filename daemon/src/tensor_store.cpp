@@ -244,18 +244,18 @@ void TensorStore::pin(uint64_t id, int delta) {
   if (it != by_id_.end()) it->second.pins += delta;
 }
 
+TensorStore::TensorStore(pto::Worker& w, const DaemonConfig& cfg, StateDb& db)
+    : w_(w), cfg_(cfg), db_(db), ids_(db, "tensor"), book_(std::make_shared<LendBook>()) {
+  book_->store = this;
+}
+
 TensorStore::~TensorStore() {
-  if (!book_) return;
   std::lock_guard<std::mutex> g(book_->mu);
   book_->store = nullptr;
 }
 
 TensorStore::Lend* TensorStore::lend(uint64_t id, const pto::ContinuousTensor& t) {
   std::lock_guard<std::mutex> g(mu_);
-  if (!book_) {
-    book_ = std::make_shared<LendBook>();
-    book_->store = this;
-  }
   Lent& l = lent_[id];
   ++l.slices;
   l.tensor = t;

@@ -39,7 +39,7 @@ struct TensorEntry {
 
 class TensorStore {
  public:
-  TensorStore(pto::Worker& w, const DaemonConfig& cfg, StateDb& db) : w_(w), cfg_(cfg), db_(db), ids_(db, "tensor") {}
+  TensorStore(pto::Worker& w, const DaemonConfig& cfg, StateDb& db);
   ~TensorStore();
   TensorStore(const TensorStore&) = delete;
   TensorStore& operator=(const TensorStore&) = delete;

@@ -11,12 +11,6 @@
 namespace ptod {
 namespace {
 
-// The protobuf wire bytes of DownloadChunk's fields (ptod.proto): data = 2
-// (length-delimited), last = 3 (varint), crc32c = 4 (fixed32).
-constexpr uint8_t kDataTag = (2 << 3) | 2;
-constexpr uint8_t kLastTag = (3 << 3) | 0;
-constexpr uint8_t kCrcTag = (4 << 3) | 5;
-
 // The tensor's pin for the call (a Free meanwhile fails, as with any
 // transfer in progress), dropped before the call's status is sent.
 struct Pin {
@@ -54,27 +48,24 @@ class Download final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void next() {
     const auto* src = reinterpret_cast<uint8_t*>(e_.tensor.data) + off_;
     const uint64_t n = std::min(chunk_, e_.bytes - off_);
-    std::string head;
-    if (off_ == 0) {  // the first chunk carries the tensor's description
-      pto::v1::DownloadChunk first;
-      to_proto(e_, first.mutable_info());
-      head = first.SerializeAsString();
-    }
+    // DownloadChunk (ptod.proto): info (first chunk), then data (field 2) as
+    // its key and length and a slice over the tensor, then last and crc32c
+    // (last chunk). Protobuf writes the small parts; fields may follow in
+    // any order, these come in the field numbers' own.
+    pto::v1::DownloadChunk parts;
+    if (off_ == 0) to_proto(e_, parts.mutable_info());
+    std::string head = parts.SerializeAsString();
+    if (n > 0) head += pto::v1::bytes_field_header(2, n);
     std::vector<grpc::Slice> slices;
-    if (n > 0) {
-      head.push_back(static_cast<char>(kDataTag));
-      pto::v1::put_varint(head, n);
-    }
     slices.emplace_back(head);
-    if (n > 0) {
-      slices.emplace_back(const_cast<uint8_t*>(src), n, &give_back, tensors_.lend(e_.id, e_.tensor));
-    }
+    if (n > 0) slices.emplace_back(const_cast<uint8_t*>(src), n, &give_back, tensors_.lend(e_.id, e_.tensor));
     crc_ = pto::crc32c(crc_, src, n);
     off_ += n;
     if (off_ == e_.bytes) {
-      std::string tail{static_cast<char>(kLastTag), 1, static_cast<char>(kCrcTag)};
-      for (int i = 0; i < 4; ++i) tail.push_back(static_cast<char>(crc_ >> (8 * i)));
-      slices.emplace_back(tail);
+      parts.Clear();
+      parts.set_last(true);
+      parts.set_crc32c(crc_);
+      slices.emplace_back(parts.SerializeAsString());
     }
     buf_ = grpc::ByteBuffer(slices.data(), slices.size());
     // No buffer_hint (the sync handler set one): a callback write with it

@@ -31,7 +31,8 @@ class WarmRanges {
   using Range = std::pair<uint64_t, uint64_t>;  // offset, bytes
 
   void set_cap(uint64_t cap);
-  // The whole arena, at attach: its free space may hold old bytes.
+  // Bytes of unknown origin: the whole arena at attach (its free space may
+  // hold an earlier process's), a freed range the file system could not punch.
   void adopt_unknown(uint64_t offset, uint64_t bytes);
   // A freed range: keeps what fits under the cap (from its start) and
   // returns the rest, which the caller punches out of the file.

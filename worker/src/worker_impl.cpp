@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
