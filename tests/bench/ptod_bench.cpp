@@ -11,7 +11,8 @@
 // Anchors: Ray ~1 ms per synchronous task (981 tasks/s); a gRPC C++ unary call
 // on TCP loopback ~60 us (112-131 us measured on this kind of
 // machine). Figures only: nothing fails on a time. PTOD_BENCH_ONLY=bandwidth
-// runs the tensor transfers alone.
+// runs the tensor transfers alone, PTOD_BENCH_ONLY=jobs the job figures alone
+// (latency, jobs per second, batches), PTOD_BENCH_ONLY=batch the batches alone.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -297,9 +298,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("ptod bench: 1 chip, 2 sub workers; a trivial job = one no-op sub task\n");
-  // PTOD_BENCH_ONLY=bandwidth: the tensor transfers alone (quicker A/B runs).
-  if (const char* only = std::getenv("PTOD_BENCH_ONLY"); only && std::string(only) == "bandwidth") {
+  // PTOD_BENCH_ONLY=bandwidth or =jobs: one part alone (quicker A/B runs).
+  const char* only_env = std::getenv("PTOD_BENCH_ONLY");
+  const std::string only = only_env ? only_env : "";
+  if (only == "bandwidth") {
     bandwidth(d.address());
+    return d.stop() == 0 ? 0 : 1;
+  }
+  if (only == "batch") {
+    throughput(1, 1000, d.address());
     return d.stop() == 0 ? 0 : 1;
   }
   const double floor_us = unary_floor("unix socket", d.address());
@@ -321,6 +328,7 @@ int main(int argc, char** argv) {
   const double batched = throughput(1, 1000, d.address());
   std::printf("batched submission / one job per call: %.2fx (%.0f jobs/s)   [target >= 50,000 jobs/s]\n",
               batched / one, batched);
+  if (only == "jobs") return d.stop() == 0 ? 0 : 1;
   bandwidth(d.address());
   fairness(d.address());
   return d.stop() == 0 ? 0 : 1;
