@@ -16,6 +16,8 @@ struct EngineLock {
   std::mutex mu;
   // A run drained, heap-ring space came back, a control request finished.
   std::condition_variable idle;
+  // A run's slot came free: one thread waiting to begin a run takes it.
+  std::condition_variable slot;
 };
 
 }  // namespace pto

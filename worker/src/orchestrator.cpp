@@ -336,7 +336,8 @@ SubmitResult WorkerImpl::submit_task(RunState* run, bool next_level, const Calla
     r.tensors.push_back(std::move(ts));
   }
   lk.unlock();
-  pool_.bell()->ring();
+  // A detached run's tasks have no thread of their own to drive them.
+  scheduler_.kick(run->options.detached);
   return r;
 }
 

@@ -13,6 +13,7 @@ void RunQueue::finish(const std::shared_ptr<RunHandle::State>& st, RunResult r) 
     st->result = std::move(r);
     st->done = true;
   }
+  st->finished.store(true, std::memory_order_release);
   st->cv.notify_all();
 }
 
@@ -32,7 +33,10 @@ RunHandle RunQueue::push(std::shared_ptr<RunHandle::State> st) {
                          [&](const auto& other) { return other->options.priority < st->options.priority; });
   q_.insert(at, std::move(st));
   queued_.fetch_add(1, std::memory_order_release);
-  if (idle_ == 0 && static_cast<int>(threads_.size()) < max_threads_) threads_.emplace_back([this] { main(); });
+  // A thread waiting for a slot takes the front when one frees: another
+  // would only wait beside it.
+  if (idle_ == 0 && slot_waiters_ == 0 && static_cast<int>(threads_.size()) < max_threads_)
+    threads_.emplace_back([this] { main(); });
   cv_.notify_one();
   return h;
 }
@@ -67,16 +71,81 @@ void RunQueue::main() {
       lk.lock();
     }
     ++idle_;
-    cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
+    // Not while another thread tries the front run: nothing overtakes it.
+    // (Woken when the try ends; the bound is a second line of defence.)
+    while (!((stop_ || !q_.empty()) && trying_.load(std::memory_order_acquire) == 0))
+      cv_.wait_for(lk, std::chrono::milliseconds(100));
     --idle_;
     if (q_.empty()) return;  // stopping and drained
     auto st = q_.front();
     q_.pop_front();
+    const bool detached = st->detached;
+    if (detached) trying_.fetch_add(1, std::memory_order_acq_rel);
     queued_.fetch_sub(1, std::memory_order_release);
+    const uint64_t gen = slot_gen_;
     lk.unlock();
-    finish(st, execute_(st));
+    bool no_slot = false;
+    if (std::optional<RunResult> r = execute_(st, &no_slot)) finish(st, std::move(*r));
     lk.lock();
+    // Every slot was taken: back to the front (before the count drops, so
+    // that empty() never reads it gone), for the run that frees a slot
+    // (pop_detached) or for this thread once told a slot came free.
+    if (no_slot) put_back_locked(std::move(st));
+    if (detached && trying_.fetch_sub(1, std::memory_order_acq_rel) == 1 && idle_ > 0)
+      cv_.notify_all();  // a thread held back while the front was tried (or stopping)
+    if (no_slot) {
+      ++slot_waiters_;
+      cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return slot_gen_ != gen; });
+      --slot_waiters_;
+    }
   }
+}
+
+std::shared_ptr<RunHandle::State> RunQueue::pop_detached() {
+  if (queued_.load(std::memory_order_acquire) == 0) return nullptr;
+  std::lock_guard<std::mutex> g(mu_);
+  // A thread trying the front run comes back for it (slot_freed).
+  if (q_.empty() || !q_.front()->detached || trying_.load(std::memory_order_acquire) != 0) return nullptr;
+  auto st = std::move(q_.front());
+  q_.pop_front();
+  trying_.fetch_add(1, std::memory_order_acq_rel);
+  queued_.fetch_sub(1, std::memory_order_release);
+  return st;
+}
+
+void RunQueue::started() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (trying_.fetch_sub(1, std::memory_order_acq_rel) != 1 || idle_ == 0) return;
+  }
+  cv_.notify_all();  // a thread held back while the front was tried (or stopping)
+}
+
+void RunQueue::put_back_locked(std::shared_ptr<RunHandle::State> st) {
+  // Before every queued run of its priority (it was the first of them) and
+  // after the higher ones that came meanwhile.
+  auto at = std::find_if(q_.begin(), q_.end(),
+                         [&](const auto& other) { return other->options.priority <= st->options.priority; });
+  q_.insert(at, std::move(st));
+  queued_.fetch_add(1, std::memory_order_release);
+}
+
+void RunQueue::put_back(std::shared_ptr<RunHandle::State> st) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    put_back_locked(std::move(st));
+    if (trying_.fetch_sub(1, std::memory_order_acq_rel) != 1 || idle_ == 0) return;
+  }
+  cv_.notify_all();  // a thread held back while the front was tried
+}
+
+void RunQueue::slot_freed() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    ++slot_gen_;
+    if (slot_waiters_ == 0) return;
+  }
+  cv_.notify_all();
 }
 
 void RunQueue::stop() {

@@ -3,7 +3,12 @@
 // first) and then in submission order, each calling its run's on_done before
 // its handle reports done. Runs that follow each other closely (a remote
 // session's tasks) find a thread awake: one idle thread spins spin_us before
-// sleeping.
+// sleeping. A detached run (RunOptions::detached) needs no thread once its
+// orchestration function returned: whoever ends it finishes its handle, and
+// the thread that ends a run starts the queued detached runs behind it
+// (pop_detached) in the slot it freed. A queue thread starts one only when a
+// slot is free, else leaves it at the front and waits for a slot to come free
+// (docs/worker.md, "Detached runs").
 #pragma once
 
 #include <atomic>
@@ -12,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,11 +42,15 @@ struct RunHandle::State {
   uint64_t run_id = 0;
   bool cancel_requested = false;
   std::string cancel_reason;
+  bool detached = false;              // options.detached: ended by whoever drives its last task
+  std::atomic<bool> finished{false};  // done, for a waiter that drives instead of sleeping
 };
 
 class RunQueue {
  public:
-  using Execute = std::function<RunResult(const std::shared_ptr<RunHandle::State>&)>;
+  // The run's result, or nothing for a detached run that started (its end
+  // finishes the handle) or that found no free slot (*no_slot).
+  using Execute = std::function<std::optional<RunResult>(const std::shared_ptr<RunHandle::State>&, bool* no_slot)>;
   RunQueue(uint32_t spin_us, int threads, Execute execute)
       : spin_us_(spin_us), max_threads_(threads), execute_(std::move(execute)) {}
   ~RunQueue() { stop(); }
@@ -54,10 +64,25 @@ class RunQueue {
   void stop();
   // Forget the threads without joining them (a forked copy of the owner).
   void detach();
+  // No run is queued or being tried at the front (one started now would
+  // not overtake any).
+  bool empty() const {
+    return queued_.load(std::memory_order_acquire) == 0 && trying_.load(std::memory_order_acquire) == 0;
+  }
+  // The first queued run if it is a detached one, out of the queue, else
+  // null. Until the caller says started() or put_back(), no run overtakes it.
+  std::shared_ptr<RunHandle::State> pop_detached();
+  void started();
+  // A detached run taken from the front that found no free slot: back to the
+  // front of its priority.
+  void put_back(std::shared_ptr<RunHandle::State> st);
+  // A slot came free: a queue thread waiting for one tries again.
+  void slot_freed();
+  // Calls on_done, then marks the handle done and wakes its waiters.
+  static void finish(const std::shared_ptr<RunHandle::State>& st, RunResult r);
 
  private:
   void main();
-  static void finish(const std::shared_ptr<RunHandle::State>& st, RunResult r);
 
   const uint32_t spin_us_;
   const int max_threads_;
@@ -66,9 +91,15 @@ class RunQueue {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<RunHandle::State>> q_;  // by priority, then submission order
   std::atomic<uint32_t> queued_{0};                  // q_.size(), for the threads' spin
+  // Detached runs a thread took from the front to start (put back when no
+  // slot was free): meanwhile no later run may start before them.
+  std::atomic<uint32_t> trying_{0};
   std::atomic<bool> spinning_{false};                // an idle thread is spinning
   std::vector<std::thread> threads_;
-  int idle_ = 0;  // threads waiting for a run
+  int idle_ = 0;           // threads waiting for a run
+  int slot_waiters_ = 0;   // threads waiting for a slot for the detached run at the front
+  uint64_t slot_gen_ = 0;  // slots freed so far
+  void put_back_locked(std::shared_ptr<RunHandle::State> st);
   bool stop_ = false;
 };
 

@@ -30,13 +30,19 @@ struct RunState {
   uint64_t unconsumed = 0;  // nodes not consumed yet
   std::atomic<uint64_t> pending{0};  // tasks submitted and not final (read without the lock by its drainer)
   // Notified when pending reaches 0: the run's own thread waits on it (a
-  // shared condition would wake every run's thread at every run's end).
+  // shared condition would wake every run's thread at every run's end); a
+  // detached run has no thread and goes to the ending list instead.
   std::condition_variable drained;
   RunResult result;
   // Chip tasks (inside its chip-level tasks) submitted and completed by the
   // L2 runtimes, so far: written by the scheduler's driver, read by progress().
   std::atomic<uint64_t> chip_submitted{0}, chip_completed{0};
   std::string cancelled;  // non-empty: cancelled, why
+  // Detached (RunOptions::detached): its function returned and no thread
+  // waits with it; once pending is 0 it waits in TaskGraph's ending list for
+  // whichever thread ends it (`ending`: it is there).
+  bool detached = false;
+  bool ending = false;
   bool ended = false;
   uint64_t start_ns = 0, deadline_ns = 0;
   std::thread::id thread;  // the thread running its orchestration function

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "child_pool.h"
 #include "engine_log.h"
@@ -142,9 +143,10 @@ bool Scheduler::try_drive() {
 // ~2 us on 2 vCPUs); with nothing in flight a short spin catches the next
 // submit. With several runs in flight the CPUs are wanted by their threads
 // and children (every run thread would otherwise pay for the spinner): no spin.
+// Detached runs have no thread: they do not count.
 uint64_t Scheduler::spin_budget_ns() const {
   const uint64_t spin_ns = uint64_t(cfg_.spin_us) * 1000;
-  if (graph_.live_runs() > 1) return 0;
+  if (graph_.attached_runs() > 1) return 0;
   if (running_subs_.load(std::memory_order_relaxed) > 0) return 4 * spin_ns;
   if (running_.load(std::memory_order_relaxed) > 0) return spin_ns / 5;
   return spin_ns;
@@ -153,13 +155,36 @@ uint64_t Scheduler::spin_budget_ns() const {
 // The driving loop of the scheduler thread (until stop()) and of run()'s
 // thread during its drain (until every task is final). The scheduler thread
 // stands aside while run()'s thread drives, so they never compete for CPUs.
+namespace {
+thread_local int tl_driving = 0;  // drive_until frames on this thread
+}  // namespace
+
+bool Scheduler::on_driving_thread() { return tl_driving > 0; }
+
+void Scheduler::drive_once() {
+  bool progressed = false;
+  if (try_drive()) {
+    progressed = drive_round();
+    driving_.store(false, std::memory_order_release);
+  }
+  if (!progressed) std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
 void Scheduler::drive_until(const std::function<bool()>& finished, bool scheduler) {
+  struct Driving {
+    Driving() { ++tl_driving; }
+    ~Driving() { --tl_driving; }
+  } driving;
   SharedDoorbell* bell = pool_.bell();
   uint64_t idle_since = 0;
   uint32_t spins = 0;
   while (!finished()) {
     if (uint32_t helpers = scheduler ? helper_.load(std::memory_order_acquire) : 0; helpers != 0) {
+      // Announced before the helper_ load the futex makes: a helper that
+      // leaves, or a kick() after it left, sees it and wakes this thread.
+      standing_aside_.store(1, std::memory_order_seq_cst);
       futex_wait_shared(&helper_, helpers, 1'000'000);
+      standing_aside_.store(0, std::memory_order_relaxed);
       idle_since = 0;
       continue;
     }
@@ -167,6 +192,10 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
     if (try_drive()) {
       progressed = drive_round();
       driving_.store(false, std::memory_order_release);
+    }
+    if (graph_.ending_count() != 0 && finish_runs_) {
+      finish_runs_();
+      progressed = true;
     }
     if (progressed) {
       idle_since = 0;
@@ -184,6 +213,7 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
       again = drive_round();
       driving_.store(false, std::memory_order_release);
     }
+    again |= graph_.ending_count() != 0;
     if (again || finished() || (scheduler && helper_.load(std::memory_order_acquire))) {
       bell->cancel();
       idle_since = 0;
@@ -208,12 +238,34 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
 // the CPUs the children need; they wait on `idle` instead (false returned),
 // woken by whoever drives their run's last completion.
 bool Scheduler::help_drain(const RunState* run) {
+  return help_until([run] { return run->pending.load(std::memory_order_acquire) == 0; }, UINT64_MAX);
+}
+
+bool Scheduler::help_until(const std::function<bool()>& finished, uint64_t deadline_ns) {
   uint32_t none = 0;
   if (!helper_.compare_exchange_strong(none, 1, std::memory_order_seq_cst)) return false;
-  drive_until([run] { return run->pending.load(std::memory_order_acquire) == 0; }, false);
+  drive_until([&] { return finished() || (deadline_ns != UINT64_MAX && now_ns() >= deadline_ns); }, false);
   helper_.store(0, std::memory_order_seq_cst);
-  futex_wake_shared(&helper_, 1);
+  // The scheduler thread takes over only what is left: woken for nothing, it
+  // would take the CPU of the child that runs the next run's task.
+  if (work_waiting() && standing_aside_.load(std::memory_order_seq_cst)) futex_wake_shared(&helper_, 1);
   return true;
+}
+
+bool Scheduler::work_waiting() const {
+  return running_.load(std::memory_order_seq_cst) > 0 || queued_.load(std::memory_order_seq_cst) > 0 ||
+         controls_queued_.load(std::memory_order_seq_cst) > 0 || graph_.ending_count() > 0 ||
+         stops_requested_.load(std::memory_order_seq_cst);
+}
+
+void Scheduler::kick(bool no_helper_coming) {
+  if (SharedDoorbell* bell = pool_.bell()) bell->ring();
+  if (!no_helper_coming) return;
+  // The work was published before (queued_ under the lock); a leaving helper
+  // either sees it (work_waiting) or this thread sees the helper gone.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (helper_.load(std::memory_order_seq_cst) == 0 && standing_aside_.load(std::memory_order_seq_cst))
+    futex_wake_shared(&helper_, 1);
 }
 
 // --- completions and liveness -------------------------------------------------------

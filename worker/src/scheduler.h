@@ -75,6 +75,26 @@ class Scheduler {
   // scheduler thread and back) until the run has no pending task; false
   // (at once) when another run's thread is already driving.
   bool help_drain(const RunState* run);
+  // The same for any waiter (RunHandle::wait of a detached run): drives until
+  // finished() or the deadline (steady clock, ns); false at once when another
+  // thread is helping.
+  bool help_until(const std::function<bool()>& finished, uint64_t deadline_ns);
+  // True on a thread inside a driving loop (the scheduler thread, a helper),
+  // where a detached run's function may run (WorkerImpl::start_queued).
+  static bool on_driving_thread();
+  // For such a thread that must wait inside the engine (heap-ring space): one
+  // round of driving instead of sleeping, since what it waits for may need
+  // this thread's driving.
+  void drive_once();
+  // New work for the driver (a submit, a detached run to end): rings the
+  // doorbell; with `no_helper_coming`, also wakes the scheduler thread if it
+  // stood aside for a helper that has left since. (An attached run's thread
+  // drives its own tasks once its function returns: waking the scheduler
+  // thread for them only puts it on a CPU a child needs.)
+  void kick(bool no_helper_coming);
+  // What every driver calls after its round while detached runs wait to be
+  // ended (WorkerImpl::finish_detached), without the lock or the drive token.
+  void set_run_finisher(std::function<void()> f) { finish_runs_ = std::move(f); }
 
   // --- called by the transports (mu held) ---
   void complete_member(Endpoint& ep, TaskNode* s, Outcome o, const std::string& message);
@@ -103,6 +123,7 @@ class Scheduler {
   bool try_drive();
   uint64_t spin_budget_ns() const;
   bool has_work_in_flight() const;  // mu held
+  bool work_waiting() const;        // without the lock: anything a stood-aside scheduler thread should take
   bool poll_completions();
   bool progress_controls();
   void check_children(uint64_t now);  // mu held: exits, heartbeats, timeouts, deadlines
@@ -141,6 +162,8 @@ class Scheduler {
   void stop_running_now(const RunState* run, const std::string& why);  // mu held
   std::atomic<bool> stops_requested_{false};
   std::atomic<uint32_t> helper_{0};   // 1 while a run's thread drives its own drain
+  std::atomic<uint32_t> standing_aside_{0};  // 1 while the scheduler thread sleeps on helper_
+  std::function<void()> finish_runs_;
   // Drive-token holder only.
   uint64_t last_check_ns_ = 0;
   std::vector<Plan> plan_;

@@ -65,8 +65,31 @@ void TaskGraph::close_scopes(RunState* run) {
   }
 }
 
+void TaskGraph::detach(RunState* run) {
+  run->detached = true;
+  detached_count_.fetch_add(1, std::memory_order_relaxed);
+  if (run->pending == 0) queue_end(run);
+}
+
+void TaskGraph::queue_end(RunState* run) {
+  if (run->ending) return;
+  run->ending = true;
+  ending_.push_back(run);
+  ending_count_.store(static_cast<uint32_t>(ending_.size()), std::memory_order_release);
+  // A driver ends it after its round; a parked scheduler thread is woken.
+  if (scheduler_) scheduler_->kick(true);
+}
+
+std::vector<RunState*> TaskGraph::take_ending() {
+  std::vector<RunState*> out;
+  out.swap(ending_);
+  ending_count_.store(0, std::memory_order_release);
+  return out;
+}
+
 RunResult TaskGraph::end_run(RunState* run) {
   run->ended = true;
+  if (run->detached) detached_count_.fetch_sub(1, std::memory_order_relaxed);
   if (scheduler_) (void)scheduler_->take_queued(run);  // nothing is queued by now: its fair-queue turns are dropped
   live_.erase(std::remove(live_.begin(), live_.end(), run), live_.end());
   live_count_.store(static_cast<uint32_t>(live_.size()), std::memory_order_relaxed);
@@ -89,7 +112,8 @@ RunResult TaskGraph::end_run(RunState* run) {
   if (run->unconsumed != 0)  // every task is final and every scope closed: nothing can hold a node
     engine_log()->error("{}: run {} ended with {} nodes still referenced", cfg_.name, run->id, run->unconsumed);
   states_.erase(run->id);
-  lock_.idle.notify_all();  // a run waiting for a slot
+  lock_.slot.notify_one();  // a run waiting for a slot
+  lock_.idle.notify_all();  // close() waits for the runs to end
   return r;
 }
 
@@ -214,7 +238,15 @@ Status TaskGraph::heap_alloc(RunState* run, uint64_t bytes, int ring, std::uniqu
     if (!run->cancelled.empty())
       return Status::Error(kWorkerCancelled, "cancelled while waiting for heap-ring space: " + run->cancelled);
     // Bounded: the tasks holding it are running or ready and each ends (task
-    // timeouts, child liveness); check again at least every 100 ms.
+    // timeouts, child liveness); check again at least every 100 ms. A
+    // detached run's function started on a driving thread drives meanwhile:
+    // those tasks may be waiting for this very thread.
+    if (scheduler_ && Scheduler::on_driving_thread()) {
+      lk.unlock();
+      scheduler_->drive_once();
+      lk.lock();
+      continue;
+    }
     lock_.idle.wait_for(lk, std::chrono::milliseconds(100));
   }
 }
@@ -450,7 +482,12 @@ void TaskGraph::finalize(TaskNode* first, Outcome first_outcome) {
     for (TaskNode* p : s->holds) unref(p);
     for (TaskNode* p : s->buffer_holds) unref(p);
     unref(s);
-    if (run->pending == 0) run->drained.notify_all();
+    if (run->pending == 0) {
+      if (run->detached)
+        queue_end(run);
+      else
+        run->drained.notify_all();
+    }
   }
 }
 

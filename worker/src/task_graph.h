@@ -56,6 +56,14 @@ class TaskGraph {
   // node of it, they only follow it).
   RunResult end_run(RunState* run);
   void fail_run(RunState* run, const Status& s);  // an orchestration-side error: the first one is kept
+  // The run's function returned and its thread leaves it (RunOptions::
+  // detached; scopes closed): from now on its end is found by finalize(),
+  // or here when nothing is pending.
+  void detach(RunState* run);
+  // Detached runs with nothing pending, to end (end_run) and finish; their
+  // count is read without the lock by every driver after its round.
+  std::vector<RunState*> take_ending();
+  uint32_t ending_count() const { return ending_count_.load(std::memory_order_acquire); }
   // Cancels the run (false when it already was): submits are refused, tasks
   // not yet launched end SKIPPED, running ones are stopped by the Scheduler
   // and end STOPPED.
@@ -68,8 +76,14 @@ class TaskGraph {
   }
   // Tasks of all runs submitted and not final (read without the lock by spinning waiters).
   uint64_t pending() const { return pending_.load(std::memory_order_acquire); }
-  // Runs in flight (read without the lock: how contended the CPUs are).
+  // Runs in flight (read without the lock: how contended the CPUs are), and
+  // of those the ones with a thread of their own (not detached).
   uint32_t live_runs() const { return live_count_.load(std::memory_order_relaxed); }
+  uint32_t attached_runs() const {
+    const uint32_t live = live_count_.load(std::memory_order_relaxed);
+    const uint32_t detached = detached_count_.load(std::memory_order_relaxed);
+    return live > detached ? live - detached : 0;
+  }
   RunProgress progress(const RunState* run) const;
   RunProgress progress() const;  // every run in flight
 
@@ -123,6 +137,7 @@ class TaskGraph {
     std::deque<TaskNode*> allocs[kHeapRings];  // live allocations per ring, oldest first
     RunState* run = nullptr;
   };
+  void queue_end(RunState* run);  // a detached run with nothing pending: to the ending list
   void add_dependency(TaskNode* consumer, TaskNode* producer, bool data);
   void make_ready(TaskNode* s);
   void unref(TaskNode* s);
@@ -147,6 +162,9 @@ class TaskGraph {
   std::atomic<uint64_t> pending_{0};  // submitted and not final, every run
   std::vector<RunState*> live_;       // runs in flight
   std::atomic<uint32_t> live_count_{0};  // live_.size(), for readers without the lock
+  std::atomic<uint32_t> detached_count_{0};               // of those, detached
+  std::vector<RunState*> ending_;                         // detached runs with nothing pending, not yet ended
+  std::atomic<uint32_t> ending_count_{0};                 // ending_.size()
   std::map<uint64_t, std::unique_ptr<RunState>> states_;  // the runs in flight, by id
 
   Counters counters_;

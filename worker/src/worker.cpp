@@ -140,6 +140,9 @@ bool RunHandle::done() const {
   return state_->done;
 }
 bool RunHandle::wait(std::chrono::milliseconds timeout) const {
+  // A finished handle never touches its Worker (which may be gone by now).
+  if (state_->detached && state_->owner && !state_->finished.load(std::memory_order_acquire))
+    return state_->owner->wait(state_, timeout);
   std::unique_lock<std::mutex> lk(state_->mu);
   return state_->cv.wait_for(lk, timeout, [&] { return state_->done; });
 }

@@ -19,10 +19,17 @@ WorkerImpl::WorkerImpl(const WorkerConfig& cfg)
       graph_(cfg_, lock_),
       scheduler_(cfg_, lock_, pool_, graph_),
       callables_(cfg_, lock_, life_, pool_, scheduler_),
-      runs_(cfg_.spin_us, std::max(cfg_.max_concurrent_runs, 1), [this](const std::shared_ptr<RunHandle::State>& st) {
-        return run(st->fn, st->args, st->cfg, st->options, st);
-      }) {
+      runs_(cfg_.spin_us, std::max(cfg_.max_concurrent_runs, 1),
+            [this](const std::shared_ptr<RunHandle::State>& st, bool* no_slot) -> std::optional<RunResult> {
+              if (!st->detached) return run(st->fn, st->args, st->cfg, st->options, st);
+              bool started = false;
+              std::optional<RunResult> failed = start_detached(st, false, &started);
+              *no_slot = !started && !failed;
+              if (started) finish_detached();  // nothing pending (a call that failed at submit): it ends here
+              return failed;
+            }) {
   graph_.set_scheduler(&scheduler_);
+  scheduler_.set_run_finisher([this] { finish_detached(); });
 }
 
 WorkerImpl::~WorkerImpl() { (void)close(); }
@@ -128,40 +135,32 @@ bool WorkerImpl::inside_own_run() const {
 
 void WorkerImpl::bind_slot(int slot, RunState* run) { local_[slot]->run = run; }
 
-RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg,
-                          const RunOptions& options, const std::shared_ptr<RunHandle::State>& handle) {
-  RunResult bad;
-  if (inside_own_run()) {
-    bad.status = Status::Error(kWorkerInvalidArgument, "run() from inside an orchestration of the same Worker");
-    return bad;
-  }
-  if (life_.closed || closing_) {
-    bad.status = Status::Error(kWorkerClosed, "run after close()");
-    return bad;
-  }
-  if (!life_.initialized) {
-    bad.status = Status::Error(kWorkerInvalidArgument, "run before init()");
-    return bad;
-  }
-  if (!fn) {
-    bad.status = Status::Error(kWorkerInvalidArgument, "run with an empty orchestration function");
-    return bad;
-  }
-  const uint64_t t0 = now_ns();
+bool WorkerImpl::begin(const RunOptions& options, const std::shared_ptr<RunHandle::State>& handle, bool wait_for_slot,
+                       RunState** out, RunResult* failed) {
+  auto fail = [&](int32_t code, const char* message) {
+    failed->status = Status::Error(code, message);
+    return false;
+  };
+  if (inside_own_run()) return fail(kWorkerInvalidArgument, "run() from inside an orchestration of the same Worker");
+  if (life_.closed || closing_) return fail(kWorkerClosed, "run after close()");
+  if (!life_.initialized) return fail(kWorkerInvalidArgument, "run before init()");
   RunState* run = nullptr;
   {
     // A slot frees when a run in flight ends; each ends (task timeouts,
     // child liveness), so the wait is bounded by theirs.
     std::unique_lock<std::mutex> lk(lock_.mu);
+    // A run that does not wait never overtakes one that does.
+    if (!wait_for_slot && slot_waiters_ > 0) return false;
     while (!(run = graph_.begin_run(options))) {
-      if (closing_) {
-        bad.status = Status::Error(kWorkerClosed, "run after close()");
-        return bad;
-      }
-      lock_.idle.wait_for(lk, std::chrono::milliseconds(100));
+      if (closing_) return fail(kWorkerClosed, "run after close()");
+      if (!wait_for_slot) return false;
+      ++slot_waiters_;
+      lock_.slot.wait_for(lk, std::chrono::milliseconds(100));
+      --slot_waiters_;
     }
     run->thread = std::this_thread::get_id();
     bind_slot(run->slot, run);
+    if (handle && handle->detached) detached_[run->id] = handle;
   }
   if (handle) {
     std::lock_guard<std::mutex> g(handle->mu);
@@ -171,6 +170,11 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
       graph_.cancel(run, handle->cancel_reason);
     }
   }
+  *out = run;
+  return true;
+}
+
+void WorkerImpl::call(RunState* run, const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg) {
   Orchestrator& orch = orchs_[run->slot];
   tl_running.push_back(this);
   try {
@@ -187,6 +191,19 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
     graph_.fail_run(run, Status::Error(kWorkerRunFailed, "the orchestration function threw a non-std exception"));
   }
   tl_running.pop_back();
+}
+
+RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg,
+                          const RunOptions& options, const std::shared_ptr<RunHandle::State>& handle) {
+  RunResult bad;
+  if (!fn) {
+    bad.status = Status::Error(kWorkerInvalidArgument, "run with an empty orchestration function");
+    return bad;
+  }
+  const uint64_t t0 = now_ns();
+  RunState* run = nullptr;
+  if (!begin(options, handle, true, &run, &bad)) return bad;
+  call(run, fn, args, cfg);
   std::unique_lock<std::mutex> lk(lock_.mu);
   graph_.close_scopes(run);
   // Every pending task ends: children are watched and tasks time out. This
@@ -202,12 +219,87 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
   bind_slot(run->slot, nullptr);
   RunResult r = graph_.end_run(run);
   lk.unlock();
+  runs_.slot_freed();  // a queued detached run waiting for a slot
   if (handle) {  // a cancel from here on finds the run ended
     std::lock_guard<std::mutex> g(handle->mu);
     handle->run_id = 0;
   }
   r.wall_ns = now_ns() - t0;
   return r;
+}
+
+std::optional<RunResult> WorkerImpl::start_detached(const std::shared_ptr<RunHandle::State>& handle, bool wait_for_slot,
+                                                    bool* started) {
+  *started = false;
+  RunResult bad;
+  if (!handle->fn) {
+    bad.status = Status::Error(kWorkerInvalidArgument, "run with an empty orchestration function");
+    return bad;
+  }
+  RunState* run = nullptr;
+  if (!begin(handle->options, handle, wait_for_slot, &run, &bad)) {
+    if (bad.status.ok()) return std::nullopt;  // no free slot
+    return bad;
+  }
+  *started = true;
+  call(run, handle->fn, handle->args, handle->cfg);
+  {
+    std::lock_guard<std::mutex> g(lock_.mu);
+    graph_.close_scopes(run);
+    // No thread stays: an Orchestrator kept past here is refused like one
+    // kept past any run's end.
+    bind_slot(run->slot, nullptr);
+    graph_.detach(run);
+  }
+  return std::nullopt;
+}
+
+void WorkerImpl::finish_detached() {
+  // Until nothing is left to end: a run started here in a freed slot may
+  // have ended at once (a call refused at submit).
+  while (graph_.ending_count() != 0) {
+    std::vector<std::pair<std::shared_ptr<RunHandle::State>, RunResult>> ended;
+    {
+      std::lock_guard<std::mutex> g(lock_.mu);
+      for (RunState* run : graph_.take_ending()) {
+        const uint64_t id = run->id, start_ns = run->start_ns;
+        auto it = detached_.find(id);
+        RunResult r = graph_.end_run(run);
+        if (it == detached_.end()) continue;  // not a handle's (never: every detached run has one)
+        r.wall_ns = now_ns() - start_ns;
+        ended.emplace_back(std::move(it->second), std::move(r));
+        detached_.erase(it);
+      }
+    }
+    for (auto& [h, r] : ended) {
+      {
+        std::lock_guard<std::mutex> g(h->mu);
+        h->run_id = 0;  // a cancel from here on finds the run ended
+      }
+      RunQueue::finish(h, std::move(r));
+    }
+    start_queued();
+  }
+}
+
+void WorkerImpl::start_queued() {
+  // The queued detached runs at the front take the freed slots here: no run
+  // thread is woken for them. Their functions only submit; one that waits
+  // for heap-ring space on a driving thread drives meanwhile (TaskGraph::
+  // heap_alloc).
+  for (;;) {
+    std::shared_ptr<RunHandle::State> st = runs_.pop_detached();
+    if (!st) break;
+    bool started = false;
+    std::optional<RunResult> failed = start_detached(st, false, &started);
+    if (!started && !failed) {
+      runs_.put_back(std::move(st));
+      break;
+    }
+    runs_.started();
+    if (failed) RunQueue::finish(st, std::move(*failed));
+  }
+  runs_.slot_freed();  // a run thread waiting for a slot tries too
 }
 
 RunHandle WorkerImpl::queue_run(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
@@ -219,7 +311,41 @@ RunHandle WorkerImpl::queue_run(OrchestrationFunction fn, TaskArgs args, CallCon
   st->options = options;
   st->on_done = std::move(on_done);
   st->owner = this;
+  st->detached = options.detached;
+  // A detached run starts here when it overtakes nobody: no run is queued
+  // and a slot is free (a run thread would start it no sooner).
+  if (st->detached && runs_.empty() && !inside_own_run()) {
+    bool started = false;
+    if (std::optional<RunResult> failed = start_detached(st, false, &started)) {
+      RunQueue::finish(st, std::move(*failed));
+      started = true;
+    }
+    if (started) {
+      finish_detached();  // nothing pending (a call refused at submit): it ends here
+      RunHandle h;
+      h.state_ = st;
+      return h;
+    }
+  }
   return runs_.push(std::move(st));
+}
+
+bool WorkerImpl::wait(const std::shared_ptr<RunHandle::State>& h, std::chrono::milliseconds timeout) {
+  const uint64_t deadline = now_ns() + static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)) * 1'000'000;
+  // A waiter of a detached run in flight drives (no other thread's wake-up
+  // between the child's answer and this one): the run may end right here.
+  if (h->detached && !h->finished.load(std::memory_order_acquire) && !inside_own_run() && life_.initialized &&
+      !life_.closed) {
+    bool in_flight;
+    {
+      std::lock_guard<std::mutex> g(h->mu);
+      in_flight = h->run_id != 0;
+    }
+    if (in_flight) scheduler_.help_until([&h] { return h->finished.load(std::memory_order_acquire); }, deadline);
+  }
+  std::unique_lock<std::mutex> lk(h->mu);
+  const uint64_t now = now_ns();
+  return h->cv.wait_for(lk, std::chrono::nanoseconds(deadline > now ? deadline - now : 0), [&] { return h->done; });
 }
 
 bool WorkerImpl::cancel(const std::shared_ptr<RunHandle::State>& h, const std::string& reason) {

@@ -13,8 +13,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +62,8 @@ class WorkerImpl {
   RunHandle queue_run(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
                       std::function<void(const RunResult&)> on_done, const RunOptions& options);
   bool cancel(const std::shared_ptr<RunHandle::State>& handle, const std::string& reason);
+  // RunHandle::wait: a detached run's waiter drives while it waits.
+  bool wait(const std::shared_ptr<RunHandle::State>& handle, std::chrono::milliseconds timeout);
   RunProgress progress(uint64_t run_id) const;
   Status close();
   // at: the arena offset to re-attach (Worker::alloc_at); null: first fit.
@@ -102,6 +107,24 @@ class WorkerImpl {
   bool inside_own_run() const;
   // Binds a slot's in-process backend to its run (mu held); nullptr unbinds.
   void bind_slot(int slot, RunState* run);
+  // A run's start: the checks, then a slot (waiting for one, bounded by the
+  // runs in flight, unless !wait_for_slot); the handle learns its run. False
+  // with *failed set, or false with *failed untouched when no slot was free.
+  bool begin(const RunOptions& options, const std::shared_ptr<RunHandle::State>& handle, bool wait_for_slot,
+             RunState** out, RunResult* failed);
+  // The orchestration function on this thread; its failure fails the run.
+  void call(RunState* run, const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg);
+  // A detached run (docs/worker.md, "Detached runs"): begun, its function
+  // called on this thread, then left to end without it. nullopt when it
+  // started (or no slot was free and !wait_for_slot: *started false), else
+  // the result of a run that could not start.
+  std::optional<RunResult> start_detached(const std::shared_ptr<RunHandle::State>& handle, bool wait_for_slot,
+                                          bool* started);
+  // Ends the detached runs that have nothing pending and finishes their
+  // handles (on_done) on this thread, then starts queued detached runs in
+  // the freed slots. Any thread, no lock held.
+  void finish_detached();
+  void start_queued();
   // child.cpp: what a forked child runs.
   [[noreturn]] void child_main(Endpoint& ep, bool forked_by_main_thread);
   // orchestrator.cpp (no lock): the call's shape, placement and arguments.
@@ -122,6 +145,9 @@ class WorkerImpl {
   CallableTable callables_;
   RunQueue runs_;
 
+  // Detached runs in flight, by run id: their handles, finished by whoever ends them (mu).
+  std::map<uint64_t, std::shared_ptr<RunHandle::State>> detached_;
+  int slot_waiters_ = 0;         // threads in begin() waiting for a slot (mu)
   std::mutex close_mu_;          // one close() at a time
   std::atomic<bool> closing_{false};  // close() began: no new run starts
   SharedMapping arena_map_;

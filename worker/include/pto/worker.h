@@ -107,6 +107,15 @@ struct RunOptions {
   // a runner writes, is appended to this file (created 0600) instead of the
   // children's inherited streams. At most 255 bytes; longer is not captured.
   std::string log_file;
+  // The orchestration function only submits and returns (a call: one task,
+  // a few tasks): no thread stays with the run once it returned. submit()
+  // runs the function on the caller's thread when a slot is free and no run
+  // is queued (else a run thread starts it and goes on); the run ends —
+  // on_done runs, the handle reports done — on whichever thread drives its
+  // last task: the Worker's scheduler thread, a run's thread draining its own
+  // run, or a thread in RunHandle::wait(), which drives while it waits
+  // (docs/worker.md, "Detached runs"). For run() it makes no difference.
+  bool detached = false;
 };
 
 // Progress of one run, or of every run in flight.
@@ -200,7 +209,9 @@ class RunHandle {
   RunHandle() = default;
   bool valid() const { return state_ != nullptr; }
   bool done() const;
-  // True when the run finished within timeout.
+  // True when the run finished within timeout. A detached run's waiter
+  // drives the Worker meanwhile (when no other thread is helping), so the
+  // run's end — and its on_done — may happen on the waiting thread.
   bool wait(std::chrono::milliseconds timeout) const;
   // Waits for the run and returns its result.
   const RunResult& result() const;
@@ -337,7 +348,10 @@ class Worker {
   }
   RunHandle submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg);
   // The same, calling on_done(result) on the run thread when the run ends
-  // (before wait() returns). on_done must not call into this Worker's run().
+  // (before wait() returns). on_done must not call into this Worker's run(),
+  // nor wait for another run. A detached run's on_done runs on the thread
+  // that ends it (RunOptions::detached), possibly the Worker's own driver:
+  // keep it short.
   RunHandle submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
                             std::function<void(const RunResult&)> on_done, const RunOptions& options = {});
   Status close();  // idempotent

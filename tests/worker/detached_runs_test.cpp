@@ -1,0 +1,274 @@
+// Detached runs (RunOptions::detached, docs/worker.md "Detached runs"): a run
+// whose orchestration function only submits has no thread of its own once the
+// function returned. It starts on the submitting thread when a slot is free,
+// else on the thread whose run frees one, and ends — on_done, the handle
+// done — on whichever thread drives its last task: a waiter in
+// RunHandle::wait drives.
+//
+// The "stamp" sub callable sleeps scalars[0] ms and writes its start
+// (CLOCK_MONOTONIC, comparable across the children) into int64 tensor 0 at
+// scalars[1].
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "pto/base/clock.h"
+#include "worker_support.h"
+
+using namespace pto;
+using namespace pto_test;
+
+namespace {
+
+int stamp(const TaskArgsView& a, std::string&) {
+  reinterpret_cast<int64_t*>(a.tensors[0].data)[a.scalars[1]] = static_cast<int64_t>(now_ns());
+  std::this_thread::sleep_for(std::chrono::milliseconds(a.scalars[0]));
+  return 0;
+}
+
+// What each run's on_done saw: how often it ran and on which thread.
+struct Ends {
+  std::mutex mu;
+  std::vector<int> calls;
+  std::vector<std::thread::id> threads;
+  explicit Ends(size_t n) : calls(n, 0), threads(n) {}
+  std::function<void(const RunResult&)> of(size_t i) {
+    return [this, i](const RunResult&) {
+      std::lock_guard<std::mutex> g(mu);
+      ++calls[i];
+      threads[i] = std::this_thread::get_id();
+    };
+  }
+};
+
+int write_i(const TaskArgsView& a, std::string&) {
+  float* x = reinterpret_cast<float*>(a.tensors[0].data);
+  for (int k = 0; k < 1024; ++k) x[k] = static_cast<float>(a.scalars[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return 0;
+}
+
+struct Fixture {
+  explicit Fixture(int subs, int max_runs = 4, uint64_t heap_ring_bytes = 1 << 20)
+      : w({.level = 3, .num_sub_workers = subs, .heap_ring_bytes = heap_ring_bytes, .max_concurrent_runs = max_runs}) {
+    stamp_h = w.register_callable(NativeCallable::function("stamp", stamp));
+    write_h = w.register_callable(NativeCallable::function("write_i", write_i));
+    REQUIRE(w.init().ok());
+    auto r = w.alloc({256}, PTO_INT64);
+    REQUIRE(r.ok());
+    starts = r.value;
+    std::memset(reinterpret_cast<void*>(starts.data), 0, 256 * 8);
+  }
+  int64_t start(int slot) const { return reinterpret_cast<int64_t*>(starts.data)[slot]; }
+  // A detached run of one stamp task of `ms`, recorded in `slot`; `fn_thread`
+  // learns where its function ran.
+  RunHandle call(int ms, int slot, std::function<void(const RunResult&)> on_done, RunOptions o = {},
+                 std::thread::id* fn_thread = nullptr) {
+    o.detached = true;
+    return w.submit_function(
+        [=, this](Orchestrator& orch, const TaskArgsView&, const CallConfig&) {
+          if (fn_thread) *fn_thread = std::this_thread::get_id();
+          return orch.submit_sub(stamp_h, TaskArgs().add_tensor(starts, NO_DEP).add_scalar(ms).add_scalar(slot)).ok()
+                     ? 0
+                     : 1;
+        },
+        {}, {}, std::move(on_done), o);
+  }
+  Worker w;
+  CallableHandle stamp_h, write_h;
+  ContinuousTensor starts;
+};
+
+}  // namespace
+
+TEST_CASE("a detached run starts on the submitting thread and ends once, on a thread that drives it") {
+  Fixture f(1);
+  Ends ends(1);
+  std::thread::id fn_thread;
+  RunHandle h = f.call(0, 0, ends.of(0), {}, &fn_thread);
+  CHECK(fn_thread == std::this_thread::get_id());  // a slot was free: no run thread took it
+  REQUIRE(h.wait(std::chrono::seconds(20)));
+  INFO(h.result().status.message);
+  REQUIRE(h.result().ok());
+  CHECK(h.result().tasks_succeeded == 1);
+  CHECK(f.start(0) != 0);
+  std::lock_guard<std::mutex> g(ends.mu);
+  CHECK(ends.calls[0] == 1);
+}
+
+TEST_CASE("waiting for a detached run drives it: its end comes on the waiting thread") {
+  Fixture f(1);
+  Ends ends(1);
+  // Long enough that the waiter is driving before the child answers.
+  RunHandle h = f.call(100, 0, ends.of(0));
+  REQUIRE(h.wait(std::chrono::seconds(20)));
+  REQUIRE(h.result().ok());
+  std::lock_guard<std::mutex> g(ends.mu);
+  CHECK(ends.calls[0] == 1);
+  CHECK(ends.threads[0] == std::this_thread::get_id());
+}
+
+TEST_CASE("nobody waiting: the Worker's driver ends a detached run") {
+  Fixture f(1);
+  Ends ends(1);
+  RunHandle h = f.call(20, 0, ends.of(0));
+  REQUIRE(eventually([&] { return h.done(); }, 20000));  // done() does not drive
+  REQUIRE(h.result().ok());
+  std::lock_guard<std::mutex> g(ends.mu);
+  CHECK(ends.calls[0] == 1);
+  CHECK(ends.threads[0] != std::this_thread::get_id());
+}
+
+TEST_CASE("detached runs behind full slots start in submission order, each ending once") {
+  for (int max_runs : {1, 2}) {
+    DYNAMIC_SECTION("max_concurrent_runs = " << max_runs) {
+      Fixture f(2, max_runs);
+      constexpr int kRuns = 40;
+      Ends ends(kRuns);
+      std::mutex mu;
+      std::vector<int> started;  // the order the runs' functions ran in
+      std::vector<RunHandle> hs;
+      for (int i = 0; i < kRuns; ++i)
+        hs.push_back(f.w.submit_function(
+            [&, i](Orchestrator& orch, const TaskArgsView&, const CallConfig&) {
+              {
+                std::lock_guard<std::mutex> g(mu);
+                started.push_back(i);
+              }
+              return orch.submit_sub(f.stamp_h, TaskArgs().add_tensor(f.starts, NO_DEP).add_scalar(i % 3).add_scalar(i))
+                             .ok()
+                         ? 0
+                         : 1;
+            },
+            {}, {}, ends.of(size_t(i)), RunOptions{.detached = true}));
+      for (auto& h : hs) {
+        REQUIRE(h.wait(std::chrono::seconds(30)));
+        REQUIRE(h.result().ok());
+      }
+      std::lock_guard<std::mutex> g(ends.mu);
+      for (int i = 0; i < kRuns; ++i) CHECK(ends.calls[size_t(i)] == 1);
+      std::lock_guard<std::mutex> g2(mu);
+      REQUIRE(started.size() == size_t(kRuns));
+      for (int i = 0; i < kRuns; ++i) CHECK(started[size_t(i)] == i);
+    }
+  }
+}
+
+TEST_CASE("a detached run's function that waits for heap-ring space on a driving thread drives meanwhile") {
+  // One slot with a ring of two buffers: the second run starts on the thread
+  // that ends the first (the Worker's driver), and its function must wait for
+  // its own earlier tasks to free ring space 30 times — tasks only a driver
+  // can complete.
+  Fixture f(2, 1, 2 * 4096);
+  Ends ends(2);
+  std::thread::id fn_thread;
+  RunHandle first = f.call(50, 0, ends.of(0));
+  RunHandle second = f.w.submit_function(
+      [&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+        fn_thread = std::this_thread::get_id();
+        for (int i = 0; i < 32; ++i) {
+          Scope s(o);
+          auto b = o.alloc({1024}, PTO_FLOAT32);
+          if (!b.ok() || !o.submit_sub(f.write_h, TaskArgs().add_tensor(b.value, OUT_EXISTING).add_scalar(i)).ok())
+            return 1;
+        }
+        return 0;
+      },
+      {}, {}, ends.of(1), RunOptions{.detached = true});
+  REQUIRE(eventually([&] { return second.done(); }, 60000));
+  INFO(second.result().status.message);
+  CHECK(second.result().ok());
+  CHECK(second.result().tasks_succeeded == 32);
+  CHECK(fn_thread != std::this_thread::get_id());
+  REQUIRE(first.result().ok());
+}
+
+TEST_CASE("cancel and deadline reach a detached run's running task") {
+  Fixture f(1);
+  SECTION("cancel") {
+    Ends ends(1);
+    RunHandle h = f.call(20000, 0, ends.of(0));
+    REQUIRE(eventually([&] { return f.start(0) != 0; }));
+    const uint64_t t0 = now_ns();
+    REQUIRE(h.cancel("the test cancels it"));
+    REQUIRE(h.wait(std::chrono::seconds(10)));
+    CHECK(double(now_ns() - t0) / 1e6 < 1000);
+    CHECK(h.result().status.code == kWorkerCancelled);
+    CHECK(h.result().tasks_stopped == 1);
+    CHECK_FALSE(h.cancel("again"));
+  }
+  SECTION("deadline") {
+    Ends ends(1);
+    const uint64_t t0 = now_ns();
+    RunHandle h = f.call(20000, 0, ends.of(0), RunOptions{.deadline_ms = 300});
+    REQUIRE(h.wait(std::chrono::seconds(10)));
+    CHECK(double(now_ns() - t0) / 1e6 < 2000);
+    CHECK(h.result().status.code == kWorkerCancelled);
+    CHECK(h.result().status.message.find("deadline of 300 ms") != std::string::npos);
+  }
+}
+
+TEST_CASE("a detached run that submits nothing, or fails at submit, ends at once on the submitting thread") {
+  Fixture f(1);
+  Ends ends(2);
+  RunHandle empty = f.w.submit_function([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; }, {}, {},
+                                        ends.of(0), RunOptions{.detached = true});
+  RunHandle refused = f.w.submit_function(
+      [](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+        return o.submit_sub(CallableHandle{}, TaskArgs()).ok() ? 0 : 1;  // no such callable
+      },
+      {}, {}, ends.of(1), RunOptions{.detached = true});
+  CHECK(empty.done());  // ended before submit_function returned
+  CHECK(refused.done());
+  CHECK(empty.result().ok());
+  CHECK_FALSE(refused.result().ok());
+  std::lock_guard<std::mutex> g(ends.mu);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(ends.calls[size_t(i)] == 1);
+    CHECK(ends.threads[size_t(i)] == std::this_thread::get_id());
+  }
+}
+
+TEST_CASE("close() waits for the detached runs in flight and queued - each ends once") {
+  auto f = std::make_unique<Fixture>(2, 2);
+  constexpr int kRuns = 12;
+  Ends ends(kRuns);
+  std::vector<RunHandle> hs;
+  for (int i = 0; i < kRuns; ++i) hs.push_back(f->call(20, i, ends.of(size_t(i))));
+  REQUIRE(f->w.close().ok());
+  for (auto& h : hs) {
+    CHECK(h.done());
+    CHECK(h.result().ok());
+  }
+  std::lock_guard<std::mutex> g(ends.mu);
+  for (int i = 0; i < kRuns; ++i) CHECK(ends.calls[size_t(i)] == 1);
+}
+
+TEST_CASE("detached and attached runs share the slots: every run ends, each once") {
+  Fixture f(2, 2);
+  constexpr int kRuns = 60;
+  Ends ends(kRuns);
+  std::vector<RunHandle> hs;
+  for (int i = 0; i < kRuns; ++i) {
+    RunOptions o;
+    o.detached = i % 3 != 0;
+    o.priority = i % 5 == 0 ? RunPriority::HIGH : RunPriority::NORMAL;
+    hs.push_back(f.w.submit_function(
+        [&f, i](Orchestrator& orch, const TaskArgsView&, const CallConfig&) {
+          return orch.submit_sub(f.stamp_h, TaskArgs().add_tensor(f.starts, NO_DEP).add_scalar(i % 2).add_scalar(i))
+                         .ok()
+                     ? 0
+                     : 1;
+        },
+        {}, {}, ends.of(size_t(i)), o));
+  }
+  for (int i = 0; i < kRuns; ++i) {
+    INFO("run " << i);
+    REQUIRE(hs[size_t(i)].wait(std::chrono::seconds(30)));
+    CHECK(hs[size_t(i)].result().ok());
+  }
+  std::lock_guard<std::mutex> g(ends.mu);
+  for (int i = 0; i < kRuns; ++i) CHECK(ends.calls[size_t(i)] == 1);
+}
