@@ -244,10 +244,16 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
                          j.spec.options.deadline_ms ? fmt::format(", deadline {} ms", j.spec.options.deadline_ms) : "",
                          j.spec.label.empty() ? "" : ", label " + j.spec.label);
       if (draining_ || stop_) j.cancel_pending = "not started: the daemon is draining";
-      // An orchestration receives the job's arguments; a chip or sub job is
-      // one task that carries them.
-      starts.push_back({j.id, c.abi == pto::EntryAbi::ORCHESTRATION && c.runs_here ? j.spec.args : pto::TaskArgs(),
-                        j.spec.config, j.spec.options});
+      // An orchestration receives the job's arguments; a chip or sub job (or
+      // a level-4 orchestration, one next-level task) is one task that
+      // carries them. Such a call, submitted by a caller that waits for it,
+      // runs detached: no run thread, the waiting caller drives it and ends
+      // it (wait_run). Batches and calls nobody waits for keep a run thread
+      // each, which spreads their jobs' bookkeeping over the CPUs instead of
+      // piling it on the Worker's driver.
+      const bool runner = c.abi == pto::EntryAbi::ORCHESTRATION && c.runs_here;
+      starts.push_back({j.id, runner ? j.spec.args : pto::TaskArgs(), j.spec.config, j.spec.options});
+      starts.back().options.detached = !runner && acknowledge_later && specs.size() == 1;
       const uint64_t jid = j.id;
       jobs_.emplace(jid, std::move(j));
     }
@@ -275,6 +281,16 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
   }
   for (auto& [h, why] : pending) (void)h.cancel(why);
   return Status::Ok();
+}
+
+void JobManager::wait_run(uint64_t id, std::chrono::steady_clock::time_point until) {
+  pto::RunHandle h;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (auto it = jobs_.find(id); it != jobs_.end() && !final_state(it->second.state)) h = it->second.run;
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+  if (h.valid() && left.count() > 0) (void)h.wait(left);
 }
 
 Status JobManager::flush_records(uint64_t id) {

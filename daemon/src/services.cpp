@@ -286,7 +286,11 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   reply->set_queue_position(pos);
   reply->set_state(pto::v1::QUEUED);
   if (waits) {
-    wait_reply(ctx, who, std::chrono::steady_clock::now() + std::chrono::milliseconds(req->wait_ms()), reply);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(req->wait_ms());
+    // A short job ends on this thread (its run driven from here); a long
+    // one is handed to the Worker's own driver after kHelpFor.
+    p_.jobs.wait_run(id, std::min(until, std::chrono::steady_clock::now() + kHelpFor));
+    wait_reply(ctx, who, until, reply);
     if (Status s = p_.jobs.flush_records(id); !s.ok()) return to_grpc(s);
   }
   return grpc::Status::OK;

@@ -3,6 +3,8 @@
 // gRPC status with a message; nothing a client sends can stop the daemon.
 #pragma once
 
+#include <chrono>
+
 #include <grpcpp/grpcpp.h>
 
 #include "callable_registry.h"
@@ -17,6 +19,9 @@ namespace ptod {
 
 // The most jobs one SubmitBatch call may carry.
 constexpr int kMaxBatchJobs = 10000;
+// How long a Submit that waits drives its job's run itself (JobManager::
+// wait_run) before it leaves the job to the Worker's driver and sleeps.
+constexpr std::chrono::milliseconds kHelpFor{50};
 
 grpc::Status to_grpc(const Status& s);
 
