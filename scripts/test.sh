@@ -10,19 +10,22 @@
 # build treats warnings as errors (PTO_WERROR). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase says when it starts (seconds since this script began): the
+# whole run must stay well inside CI's budget.
+phase() { echo "== $1 (at ${SECONDS}s)"; }
 
 ./scripts/install-deps.sh
 
 JOBS=${JOBS:-$(nproc)}
 
-echo "== normal build (Release)"
+phase "normal build (Release)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTO_WERROR=ON
 cmake --build build -j "$JOBS"
 
-echo "== clang-tidy (product sources, checks in .clang-tidy)"
+phase "clang-tidy (product sources, checks in .clang-tidy)"
 ./scripts/tidy.sh build
 
-echo "== ThreadSanitizer build (concurrency tests)"
+phase "ThreadSanitizer build (concurrency tests)"
 # clang: see cmake/Sanitizers.cmake (GCC's runtime cannot start threads after a multi-threaded fork).
 CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_TSAN=ON -DPTO_BUILD_BENCH=OFF -DPTO_WERROR=ON
 cmake --build build-tsan -j "$JOBS"
@@ -34,14 +37,15 @@ cmake --build build-tsan -j "$JOBS"
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 die_after_fork=0" setarch "$(uname -m)" -R \
    ctest --output-on-failure -j "$JOBS" -L concurrency)
 
-echo "== AddressSanitizer + UndefinedBehaviorSanitizer build (whole suite)"
+phase "AddressSanitizer + UndefinedBehaviorSanitizer build (whole suite)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_ASAN=ON -DPTO_BUILD_BENCH=OFF -DPTO_WERROR=ON
 cmake --build build-asan -j "$JOBS"
 (cd build-asan && setarch "$(uname -m)" -R \
    ctest --output-on-failure -j "$JOBS")
 
-echo "== fuzz targets: every decoder of outside bytes, 20 s each"
+phase "fuzz targets: every decoder of outside bytes, 20 s each"
 ./scripts/fuzz.sh 20
 
-echo "== full suite (normal build)"
+phase "full suite (normal build)"
 (cd build && ctest --output-on-failure -j "$JOBS")
+phase "done"
