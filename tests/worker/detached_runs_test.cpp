@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "pto/base/clock.h"
+#include "scheduler.h"
 #include "worker_support.h"
 
 using namespace pto;
@@ -164,10 +165,12 @@ TEST_CASE("a detached run's function that waits for heap-ring space on a driving
   Fixture f(2, 1, 2 * 4096);
   Ends ends(2);
   std::thread::id fn_thread;
-  RunHandle first = f.call(50, 0, ends.of(0));
+  std::atomic<bool> on_driver{false};
+  RunHandle first = f.call(30, 0, ends.of(0));
   RunHandle second = f.w.submit_function(
       [&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
         fn_thread = std::this_thread::get_id();
+        on_driver = Scheduler::on_driving_thread();
         for (int i = 0; i < 32; ++i) {
           Scope s(o);
           auto b = o.alloc({1024}, PTO_FLOAT32);
@@ -182,6 +185,7 @@ TEST_CASE("a detached run's function that waits for heap-ring space on a driving
   CHECK(second.result().ok());
   CHECK(second.result().tasks_succeeded == 32);
   CHECK(fn_thread != std::this_thread::get_id());
+  CHECK(on_driver.load());  // started in the slot the first run freed, on the thread that ended it
   REQUIRE(first.result().ok());
 }
 

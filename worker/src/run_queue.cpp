@@ -32,6 +32,7 @@ RunHandle RunQueue::push(std::shared_ptr<RunHandle::State> st) {
   auto at = std::find_if(q_.begin(), q_.end(),
                          [&](const auto& other) { return other->options.priority < st->options.priority; });
   q_.insert(at, std::move(st));
+  outstanding_.fetch_add(1, std::memory_order_seq_cst);
   queued_.fetch_add(1, std::memory_order_release);
   // A thread waiting for a slot takes the front when one frees: another
   // would only wait beside it.
@@ -48,12 +49,20 @@ bool RunQueue::cancel_queued(const std::shared_ptr<RunHandle::State>& st, const 
     if (it == q_.end()) return false;
     q_.erase(it);
     queued_.fetch_sub(1, std::memory_order_release);
+    outstanding_.fetch_sub(1, std::memory_order_seq_cst);
   }
   RunResult r;
   r.status = Status::Error(kWorkerCancelled, "cancelled before it started: " + reason);
   r.outcome = Outcome::STOPPED;
   finish(st, std::move(r));
   return true;
+}
+
+RunResult RunQueue::cancelled_before_start(const RunHandle::State& st) {
+  RunResult r;
+  r.status = Status::Error(kWorkerCancelled, "cancelled before it started: " + st.cancel_reason);
+  r.outcome = Outcome::STOPPED;
+  return r;
 }
 
 void RunQueue::main() {
@@ -71,72 +80,100 @@ void RunQueue::main() {
       lk.lock();
     }
     ++idle_;
-    // Not while another thread tries the front run: nothing overtakes it.
-    // (Woken when the try ends; the bound is a second line of defence.)
-    while (!((stop_ || !q_.empty()) && trying_.load(std::memory_order_acquire) == 0))
-      cv_.wait_for(lk, std::chrono::milliseconds(100));
+    // Not while a run taken from the queue has its start unsettled: nothing
+    // overtakes it. (Woken when it settles; the bound is a second defence.)
+    while (!((stop_ || !q_.empty()) && starting_ == 0)) cv_.wait_for(lk, std::chrono::milliseconds(100));
     --idle_;
     if (q_.empty()) return;  // stopping and drained
     auto st = q_.front();
     q_.pop_front();
-    const bool detached = st->detached;
-    if (detached) trying_.fetch_add(1, std::memory_order_acq_rel);
     queued_.fetch_sub(1, std::memory_order_release);
+    st->starting = true;
+    ++starting_;
     const uint64_t gen = slot_gen_;
     lk.unlock();
     bool no_slot = false;
-    if (std::optional<RunResult> r = execute_(st, &no_slot)) finish(st, std::move(*r));
-    lk.lock();
-    // Every slot was taken: back to the front (before the count drops, so
-    // that empty() never reads it gone), for the run that frees a slot
-    // (pop_detached) or for this thread once told a slot came free.
-    if (no_slot) put_back_locked(std::move(st));
-    if (detached && trying_.fetch_sub(1, std::memory_order_acq_rel) == 1 && idle_ > 0)
-      cv_.notify_all();  // a thread held back while the front was tried (or stopping)
-    if (no_slot) {
-      ++slot_waiters_;
-      cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return slot_gen_ != gen; });
-      --slot_waiters_;
+    std::optional<RunResult> r = execute_(st, &no_slot);
+    if (!no_slot) {
+      settle(st);  // an attached run settled in WorkerImpl::begin already
+      if (r) finish(st, std::move(*r));
+      lk.lock();
+      continue;
     }
+    // Every slot was taken: back to the front, for the run that frees a
+    // slot (pop_detached) or for this thread once told a slot came free.
+    lk.lock();
+    if (!put_back_locked(st)) {
+      lk.unlock();
+      finish(st, cancelled_before_start(*st));
+      lk.lock();
+      continue;
+    }
+    ++slot_waiters_;
+    cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return slot_gen_ != gen; });
+    --slot_waiters_;
   }
 }
 
 std::shared_ptr<RunHandle::State> RunQueue::pop_detached() {
   if (queued_.load(std::memory_order_acquire) == 0) return nullptr;
   std::lock_guard<std::mutex> g(mu_);
-  // A thread trying the front run comes back for it (slot_freed).
-  if (q_.empty() || !q_.front()->detached || trying_.load(std::memory_order_acquire) != 0) return nullptr;
+  // A run taken before with its start unsettled comes first.
+  if (q_.empty() || !q_.front()->detached || starting_ != 0) return nullptr;
   auto st = std::move(q_.front());
   q_.pop_front();
-  trying_.fetch_add(1, std::memory_order_acq_rel);
   queued_.fetch_sub(1, std::memory_order_release);
+  st->starting = true;
+  ++starting_;
   return st;
 }
 
-void RunQueue::started() {
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (trying_.fetch_sub(1, std::memory_order_acq_rel) != 1 || idle_ == 0) return;
-  }
-  cv_.notify_all();  // a thread held back while the front was tried (or stopping)
+void RunQueue::settle_locked(RunHandle::State& st) {
+  if (!st.starting) return;
+  st.starting = false;
+  --starting_;
+  outstanding_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-void RunQueue::put_back_locked(std::shared_ptr<RunHandle::State> st) {
+void RunQueue::settle(const std::shared_ptr<RunHandle::State>& st) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!st->starting) return;
+    settle_locked(*st);
+    if (starting_ != 0 || idle_ == 0) return;
+  }
+  cv_.notify_all();  // threads held back while it was unsettled (or stopping)
+}
+
+bool RunQueue::put_back_locked(const std::shared_ptr<RunHandle::State>& st) {
+  bool cancelled;
+  {
+    std::lock_guard<std::mutex> g(st->mu);
+    cancelled = st->cancel_requested;
+  }
+  if (cancelled) {  // a cancel that found it out of the queue: it never starts
+    settle_locked(*st);
+    return false;
+  }
+  st->starting = false;
+  --starting_;
   // Before every queued run of its priority (it was the first of them) and
   // after the higher ones that came meanwhile.
   auto at = std::find_if(q_.begin(), q_.end(),
                          [&](const auto& other) { return other->options.priority <= st->options.priority; });
-  q_.insert(at, std::move(st));
+  q_.insert(at, st);
   queued_.fetch_add(1, std::memory_order_release);
+  return true;
 }
 
 void RunQueue::put_back(std::shared_ptr<RunHandle::State> st) {
+  bool queued;
   {
     std::lock_guard<std::mutex> g(mu_);
-    put_back_locked(std::move(st));
-    if (trying_.fetch_sub(1, std::memory_order_acq_rel) != 1 || idle_ == 0) return;
+    queued = put_back_locked(st);
   }
-  cv_.notify_all();  // a thread held back while the front was tried
+  if (!queued) finish(st, cancelled_before_start(*st));
+  cv_.notify_all();  // threads held back while it was unsettled
 }
 
 void RunQueue::slot_freed() {
@@ -161,6 +198,39 @@ void RunQueue::stop() {
 void RunQueue::detach() {
   for (auto& t : threads_)
     if (t.joinable()) t.detach();
+}
+
+void RunFinisher::push(std::shared_ptr<RunHandle::State> st, RunResult r) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    q_.emplace_back(std::move(st), std::move(r));
+    if (!thread_.joinable()) thread_ = std::thread([this] { main(); });
+  }
+  cv_.notify_one();
+}
+
+void RunFinisher::main() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
+    if (q_.empty()) return;  // stopping and drained
+    auto [st, r] = std::move(q_.front());
+    q_.pop_front();
+    lk.unlock();
+    RunQueue::finish(st, std::move(r));
+    lk.lock();
+  }
+}
+
+void RunFinisher::stop() {
+  std::thread t;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+    t = std::move(thread_);
+  }
+  cv_.notify_all();
+  if (t.joinable()) t.join();  // what is queued is finished first
 }
 
 }  // namespace pto

@@ -43,7 +43,9 @@ struct RunHandle::State {
   bool cancel_requested = false;
   std::string cancel_reason;
   bool detached = false;              // options.detached: ended by whoever drives its last task
+  std::atomic<bool> ended{false};     // its run ended (the result is known; on_done may still be to run)
   std::atomic<bool> finished{false};  // done, for a waiter that drives instead of sleeping
+  bool starting = false;              // taken from the queue, its start not settled yet (RunQueue's mu)
 };
 
 class RunQueue {
@@ -64,17 +66,19 @@ class RunQueue {
   void stop();
   // Forget the threads without joining them (a forked copy of the owner).
   void detach();
-  // No run is queued or being tried at the front (one started now would
-  // not overtake any).
-  bool empty() const {
-    return queued_.load(std::memory_order_acquire) == 0 && trying_.load(std::memory_order_acquire) == 0;
-  }
+  // No run is queued, nor taken from the queue with its start unsettled
+  // (one started now would overtake none).
+  bool empty() const { return outstanding_.load(std::memory_order_seq_cst) == 0; }
   // The first queued run if it is a detached one, out of the queue, else
-  // null. Until the caller says started() or put_back(), no run overtakes it.
+  // null. Until the caller settles it (settle(), put_back()), no later run
+  // starts.
   std::shared_ptr<RunHandle::State> pop_detached();
-  void started();
+  // A run taken from the queue has its place: a slot, or a turn among the
+  // threads waiting for one (WorkerImpl::begin). Idempotent; a no-op for a
+  // run that did not come from the queue.
+  void settle(const std::shared_ptr<RunHandle::State>& st);
   // A detached run taken from the front that found no free slot: back to the
-  // front of its priority.
+  // front of its priority (or, if it was cancelled meanwhile, finished so).
   void put_back(std::shared_ptr<RunHandle::State> st);
   // A slot came free: a queue thread waiting for one tries again.
   void slot_freed();
@@ -83,6 +87,11 @@ class RunQueue {
 
  private:
   void main();
+  // put_back with mu_ held; false (nothing queued) when it was cancelled: the
+  // caller finishes it.
+  bool put_back_locked(const std::shared_ptr<RunHandle::State>& st);
+  void settle_locked(RunHandle::State& st);
+  static RunResult cancelled_before_start(const RunHandle::State& st);
 
   const uint32_t spin_us_;
   const int max_threads_;
@@ -91,15 +100,37 @@ class RunQueue {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<RunHandle::State>> q_;  // by priority, then submission order
   std::atomic<uint32_t> queued_{0};                  // q_.size(), for the threads' spin
-  // Detached runs a thread took from the front to start (put back when no
-  // slot was free): meanwhile no later run may start before them.
-  std::atomic<uint32_t> trying_{0};
-  std::atomic<bool> spinning_{false};                // an idle thread is spinning
+  // Queued runs plus those taken with their start unsettled: one counter,
+  // so that empty() never reads a run moving between the two as gone.
+  std::atomic<uint32_t> outstanding_{0};
+  int starting_ = 0;  // runs taken with their start unsettled: nobody takes another meanwhile
+  std::atomic<bool> spinning_{false};  // an idle thread is spinning
   std::vector<std::thread> threads_;
   int idle_ = 0;           // threads waiting for a run
   int slot_waiters_ = 0;   // threads waiting for a slot for the detached run at the front
   uint64_t slot_gen_ = 0;  // slots freed so far
-  void put_back_locked(std::shared_ptr<RunHandle::State> st);
+  bool stop_ = false;
+};
+
+// Finishes the handles (on_done) of detached runs that the Worker's
+// scheduler thread ended: on_done may commit a record or register a callable,
+// which must not stall, or wait for, the thread that drives the Worker. One
+// thread, started with the first handle; stop() finishes what is left.
+class RunFinisher {
+ public:
+  ~RunFinisher() { stop(); }
+  void push(std::shared_ptr<RunHandle::State> st, RunResult r);
+  void stop();
+  void detach() {  // a forked copy of the owner: the thread does not exist here
+    if (thread_.joinable()) thread_.detach();
+  }
+
+ private:
+  void main();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::shared_ptr<RunHandle::State>, RunResult>> q_;
+  std::thread thread_;
   bool stop_ = false;
 };
 

@@ -17,12 +17,20 @@
 
 namespace pto {
 
+namespace {
+thread_local int tl_driving = 0;                // drive_until frames on this thread
+thread_local bool tl_scheduler_thread = false;  // this is a Worker's scheduler thread
+}  // namespace
+
 Scheduler::Scheduler(const WorkerConfig& cfg, EngineLock& lock, ChildPool& pool, TaskGraph& graph)
     : cfg_(cfg), lock_(lock), pool_(pool), graph_(graph) {}
 
 void Scheduler::start() {
   stop_.store(false, std::memory_order_release);
-  thread_ = std::thread([this] { drive_until([this] { return stop_.load(std::memory_order_acquire); }, true); });
+  thread_ = std::thread([this] {
+    tl_scheduler_thread = true;
+    drive_until([this] { return stop_.load(std::memory_order_acquire); }, true);
+  });
 }
 
 void Scheduler::stop() {
@@ -155,11 +163,8 @@ uint64_t Scheduler::spin_budget_ns() const {
 // The driving loop of the scheduler thread (until stop()) and of run()'s
 // thread during its drain (until every task is final). The scheduler thread
 // stands aside while run()'s thread drives, so they never compete for CPUs.
-namespace {
-thread_local int tl_driving = 0;  // drive_until frames on this thread
-}  // namespace
-
 bool Scheduler::on_driving_thread() { return tl_driving > 0; }
+bool Scheduler::on_scheduler_thread() { return tl_scheduler_thread; }
 
 void Scheduler::drive_once() {
   bool progressed = false;

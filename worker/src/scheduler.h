@@ -82,6 +82,7 @@ class Scheduler {
   // True on a thread inside a driving loop (the scheduler thread, a helper),
   // where a detached run's function may run (WorkerImpl::start_queued).
   static bool on_driving_thread();
+  static bool on_scheduler_thread();  // the Worker's own scheduler thread (any Worker's)
   // For such a thread that must wait inside the engine (heap-ring space): one
   // round of driving instead of sleeping, since what it waits for may need
   // this thread's driving.

@@ -65,10 +65,11 @@ void TaskGraph::close_scopes(RunState* run) {
   }
 }
 
-void TaskGraph::detach(RunState* run) {
+bool TaskGraph::detach(RunState* run) {
+  if (run->pending == 0) return true;
   run->detached = true;
   detached_count_.fetch_add(1, std::memory_order_relaxed);
-  if (run->pending == 0) queue_end(run);
+  return false;
 }
 
 void TaskGraph::queue_end(RunState* run) {

@@ -57,9 +57,9 @@ class TaskGraph {
   RunResult end_run(RunState* run);
   void fail_run(RunState* run, const Status& s);  // an orchestration-side error: the first one is kept
   // The run's function returned and its thread leaves it (RunOptions::
-  // detached; scopes closed): from now on its end is found by finalize(),
-  // or here when nothing is pending.
-  void detach(RunState* run);
+  // detached; scopes closed): from now on finalize() finds its end. True
+  // when nothing is pending: it is not detached, the caller ends it.
+  bool detach(RunState* run);
   // Detached runs with nothing pending, to end (end_run) and finish; their
   // count is read without the lock by every driver after its round.
   std::vector<RunState*> take_ending();

@@ -22,11 +22,11 @@ WorkerImpl::WorkerImpl(const WorkerConfig& cfg)
       runs_(cfg_.spin_us, std::max(cfg_.max_concurrent_runs, 1),
             [this](const std::shared_ptr<RunHandle::State>& st, bool* no_slot) -> std::optional<RunResult> {
               if (!st->detached) return run(st->fn, st->args, st->cfg, st->options, st);
-              bool started = false;
-              std::optional<RunResult> failed = start_detached(st, false, &started);
-              *no_slot = !started && !failed;
-              if (started) finish_detached();  // nothing pending (a call that failed at submit): it ends here
-              return failed;
+              RunResult r;
+              const Start s = start_detached(st, false, &r);
+              *no_slot = s == Start::kNoSlot;
+              if (s == Start::kEnded) return r;
+              return std::nullopt;
             }) {
   graph_.set_scheduler(&scheduler_);
   scheduler_.set_run_finisher([this] { finish_detached(); });
@@ -152,12 +152,19 @@ bool WorkerImpl::begin(const RunOptions& options, const std::shared_ptr<RunHandl
     // A run that does not wait never overtakes one that does.
     if (!wait_for_slot && slot_waiters_ > 0) return false;
     while (!(run = graph_.begin_run(options))) {
-      if (closing_) return fail(kWorkerClosed, "run after close()");
+      if (closing_) {
+        if (handle) runs_.settle(handle);
+        return fail(kWorkerClosed, "run after close()");
+      }
       if (!wait_for_slot) return false;
       ++slot_waiters_;
+      // Its turn among the waiters is its place: a run taken from the queue
+      // after it may start now (nothing that does not wait overtakes it).
+      if (handle) runs_.settle(handle);
       lock_.slot.wait_for(lk, std::chrono::milliseconds(100));
       --slot_waiters_;
     }
+    if (handle) runs_.settle(handle);
     run->thread = std::this_thread::get_id();
     bind_slot(run->slot, run);
     if (handle && handle->detached) detached_[run->id] = handle;
@@ -213,6 +220,7 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
   if (run->pending > 0) {
     lk.unlock();
     scheduler_.help_drain(run);
+    finish_unfinished();  // detached runs it ended while it drove
     lk.lock();
   }
   while (run->pending > 0) run->drained.wait_for(lk, std::chrono::milliseconds(100));
@@ -228,35 +236,60 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
   return r;
 }
 
-std::optional<RunResult> WorkerImpl::start_detached(const std::shared_ptr<RunHandle::State>& handle, bool wait_for_slot,
-                                                    bool* started) {
-  *started = false;
-  RunResult bad;
+WorkerImpl::Start WorkerImpl::start_detached(const std::shared_ptr<RunHandle::State>& handle, bool wait_for_slot,
+                                             RunResult* result) {
   if (!handle->fn) {
-    bad.status = Status::Error(kWorkerInvalidArgument, "run with an empty orchestration function");
-    return bad;
+    result->status = Status::Error(kWorkerInvalidArgument, "run with an empty orchestration function");
+    return Start::kEnded;
   }
   RunState* run = nullptr;
-  if (!begin(handle->options, handle, wait_for_slot, &run, &bad)) {
-    if (bad.status.ok()) return std::nullopt;  // no free slot
-    return bad;
-  }
-  *started = true;
+  if (!begin(handle->options, handle, wait_for_slot, &run, result))
+    return result->status.ok() ? Start::kNoSlot : Start::kEnded;
   call(run, handle->fn, handle->args, handle->cfg);
+  std::lock_guard<std::mutex> g(lock_.mu);
+  graph_.close_scopes(run);
+  // No thread stays: an Orchestrator kept past here is refused like one
+  // kept past any run's end.
+  bind_slot(run->slot, nullptr);
+  if (!graph_.detach(run)) return Start::kStarted;
+  // Nothing pending (it submitted nothing, or its submit was refused): it
+  // ends here, on the caller's thread, not through the ending list.
+  const uint64_t start_ns = run->start_ns;
+  detached_.erase(run->id);
+  *result = graph_.end_run(run);
+  result->wall_ns = now_ns() - start_ns;
+  handle->ended.store(true, std::memory_order_release);
+  return Start::kEnded;
+}
+
+thread_local std::vector<std::pair<std::shared_ptr<RunHandle::State>, RunResult>> WorkerImpl::unfinished_;
+
+void WorkerImpl::hand_over(std::shared_ptr<RunHandle::State> h, RunResult r) {
   {
-    std::lock_guard<std::mutex> g(lock_.mu);
-    graph_.close_scopes(run);
-    // No thread stays: an Orchestrator kept past here is refused like one
-    // kept past any run's end.
-    bind_slot(run->slot, nullptr);
-    graph_.detach(run);
+    std::lock_guard<std::mutex> g(h->mu);
+    h->run_id = 0;  // a cancel from here on finds the run ended
   }
-  return std::nullopt;
+  // on_done may commit, or register a callable: never on a thread while it
+  // drives the Worker (it would stall every run, or wait for itself).
+  if (Scheduler::on_scheduler_thread())
+    finisher_.push(std::move(h), std::move(r));
+  else if (Scheduler::on_driving_thread())
+    unfinished_.emplace_back(std::move(h), std::move(r));
+  else
+    RunQueue::finish(h, std::move(r));
+}
+
+void WorkerImpl::finish_unfinished() {
+  while (!unfinished_.empty()) {
+    auto [h, r] = std::move(unfinished_.back());
+    unfinished_.pop_back();
+    RunQueue::finish(h, std::move(r));
+  }
 }
 
 void WorkerImpl::finish_detached() {
   // Until nothing is left to end: a run started here in a freed slot may
-  // have ended at once (a call refused at submit).
+  // have ended at once.
   while (graph_.ending_count() != 0) {
     std::vector<std::pair<std::shared_ptr<RunHandle::State>, RunResult>> ended;
     {
@@ -267,17 +300,12 @@ void WorkerImpl::finish_detached() {
         RunResult r = graph_.end_run(run);
         if (it == detached_.end()) continue;  // not a handle's (never: every detached run has one)
         r.wall_ns = now_ns() - start_ns;
+        it->second->ended.store(true, std::memory_order_release);
         ended.emplace_back(std::move(it->second), std::move(r));
         detached_.erase(it);
       }
     }
-    for (auto& [h, r] : ended) {
-      {
-        std::lock_guard<std::mutex> g(h->mu);
-        h->run_id = 0;  // a cancel from here on finds the run ended
-      }
-      RunQueue::finish(h, std::move(r));
-    }
+    for (auto& [h, r] : ended) hand_over(std::move(h), std::move(r));
     start_queued();
   }
 }
@@ -290,14 +318,14 @@ void WorkerImpl::start_queued() {
   for (;;) {
     std::shared_ptr<RunHandle::State> st = runs_.pop_detached();
     if (!st) break;
-    bool started = false;
-    std::optional<RunResult> failed = start_detached(st, false, &started);
-    if (!started && !failed) {
+    RunResult r;
+    const Start s = start_detached(st, false, &r);
+    if (s == Start::kNoSlot) {
       runs_.put_back(std::move(st));
       break;
     }
-    runs_.started();
-    if (failed) RunQueue::finish(st, std::move(*failed));
+    runs_.settle(st);
+    if (s == Start::kEnded) hand_over(std::move(st), std::move(r));
   }
   runs_.slot_freed();  // a run thread waiting for a slot tries too
 }
@@ -313,15 +341,13 @@ RunHandle WorkerImpl::queue_run(OrchestrationFunction fn, TaskArgs args, CallCon
   st->owner = this;
   st->detached = options.detached;
   // A detached run starts here when it overtakes nobody: no run is queued
-  // and a slot is free (a run thread would start it no sooner).
+  // (nor taken from the queue to start) and a slot is free — a run thread
+  // would start it no sooner.
   if (st->detached && runs_.empty() && !inside_own_run()) {
-    bool started = false;
-    if (std::optional<RunResult> failed = start_detached(st, false, &started)) {
-      RunQueue::finish(st, std::move(*failed));
-      started = true;
-    }
-    if (started) {
-      finish_detached();  // nothing pending (a call refused at submit): it ends here
+    RunResult r;
+    const Start s = start_detached(st, false, &r);
+    if (s == Start::kEnded) hand_over(st, std::move(r));
+    if (s != Start::kNoSlot) {
       RunHandle h;
       h.state_ = st;
       return h;
@@ -331,18 +357,21 @@ RunHandle WorkerImpl::queue_run(OrchestrationFunction fn, TaskArgs args, CallCon
 }
 
 bool WorkerImpl::wait(const std::shared_ptr<RunHandle::State>& h, std::chrono::milliseconds timeout) {
-  const uint64_t deadline = now_ns() + static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)) * 1'000'000;
-  // A waiter of a detached run in flight drives (no other thread's wake-up
-  // between the child's answer and this one): the run may end right here.
-  if (h->detached && !h->finished.load(std::memory_order_acquire) && !inside_own_run() && life_.initialized &&
-      !life_.closed) {
-    bool in_flight;
-    {
-      std::lock_guard<std::mutex> g(h->mu);
-      in_flight = h->run_id != 0;
-    }
-    if (in_flight) scheduler_.help_until([&h] { return h->finished.load(std::memory_order_acquire); }, deadline);
-  }
+  const int64_t ms = std::clamp<int64_t>(timeout.count(), 0, int64_t(1) << 40);  // no overflow below
+  const uint64_t deadline = now_ns() + static_cast<uint64_t>(ms) * 1'000'000;
+  // A waiter of a detached run drives (no other thread's wake-up between the
+  // child's answer and this one): the run may end right here. close() waits
+  // for such waiters to leave (waiters_, counted before closing_ is read).
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  // (A handle finished without its run ending — cancelled in the queue,
+  // refused at its start — has nothing to drive.)
+  const auto over = [&h] {
+    return h->ended.load(std::memory_order_acquire) || h->finished.load(std::memory_order_acquire);
+  };
+  if (!closing_.load(std::memory_order_seq_cst) && life_.initialized && !life_.closed && !inside_own_run() && !over())
+    scheduler_.help_until(over, deadline);
+  finish_unfinished();  // what this thread ended while it drove, its own run among them
+  waiters_.fetch_sub(1, std::memory_order_seq_cst);
   std::unique_lock<std::mutex> lk(h->mu);
   const uint64_t now = now_ns();
   return h->cv.wait_for(lk, std::chrono::nanoseconds(deadline > now ? deadline - now : 0), [&] { return h->done; });
@@ -383,6 +412,7 @@ Status WorkerImpl::close() {
   if (life_.initialized && pool_.owner_pid() != getpid()) {
     scheduler_.detach();
     runs_.detach();
+    finisher_.detach();
     return Status::Ok();
   }
   if (inside_own_run())
@@ -395,6 +425,10 @@ Status WorkerImpl::close() {
     closing_ = true;
     while (!graph_.runs().empty()) lock_.idle.wait_for(lk, std::chrono::milliseconds(100));
   }
+  // Threads still in RunHandle::wait() of a detached run leave once its run
+  // ended (they may be finishing it): then nothing of this Worker is in use.
+  while (waiters_.load(std::memory_order_seq_cst) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  finisher_.stop();  // the handles of runs the scheduler thread ended are finished first
   if (life_.closed) return Status::Ok();
   {
     std::lock_guard<std::mutex> g(lock_.mu);

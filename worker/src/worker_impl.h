@@ -115,16 +115,21 @@ class WorkerImpl {
   // The orchestration function on this thread; its failure fails the run.
   void call(RunState* run, const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg);
   // A detached run (docs/worker.md, "Detached runs"): begun, its function
-  // called on this thread, then left to end without it. nullopt when it
-  // started (or no slot was free and !wait_for_slot: *started false), else
-  // the result of a run that could not start.
-  std::optional<RunResult> start_detached(const std::shared_ptr<RunHandle::State>& handle, bool wait_for_slot,
-                                          bool* started);
-  // Ends the detached runs that have nothing pending and finishes their
-  // handles (on_done) on this thread, then starts queued detached runs in
-  // the freed slots. Any thread, no lock held.
+  // called on this thread, then left to end without it (kStarted); or no
+  // slot was free (kNoSlot, nothing done); or it ended here, refused or with
+  // nothing pending (kEnded: *result is its result, its handle unfinished).
+  enum class Start { kStarted, kNoSlot, kEnded };
+  Start start_detached(const std::shared_ptr<RunHandle::State>& handle, bool wait_for_slot, RunResult* result);
+  // Ends the detached runs that have nothing pending, hands their handles
+  // over to be finished, then starts queued detached runs in the freed
+  // slots. Any thread, no lock held.
   void finish_detached();
   void start_queued();
+  // An ended detached run's handle is finished (on_done, done): here, or on
+  // this thread once it stops driving (finish_unfinished), or on the
+  // finisher thread when this is the scheduler thread.
+  void hand_over(std::shared_ptr<RunHandle::State> h, RunResult r);
+  void finish_unfinished();
   // child.cpp: what a forked child runs.
   [[noreturn]] void child_main(Endpoint& ep, bool forked_by_main_thread);
   // orchestrator.cpp (no lock): the call's shape, placement and arguments.
@@ -148,6 +153,11 @@ class WorkerImpl {
   // Detached runs in flight, by run id: their handles, finished by whoever ends them (mu).
   std::map<uint64_t, std::shared_ptr<RunHandle::State>> detached_;
   int slot_waiters_ = 0;         // threads in begin() waiting for a slot (mu)
+  RunFinisher finisher_;         // on_done of detached runs the scheduler thread ended
+  // Detached runs this thread ended while it drove as a helper: their
+  // handles are finished once it has stopped driving (finish_unfinished).
+  static thread_local std::vector<std::pair<std::shared_ptr<RunHandle::State>, RunResult>> unfinished_;
+  std::atomic<int> waiters_{0};  // threads in wait(): close() waits for them
   std::mutex close_mu_;          // one close() at a time
   std::atomic<bool> closing_{false};  // close() began: no new run starts
   SharedMapping arena_map_;

@@ -110,11 +110,12 @@ struct RunOptions {
   // The orchestration function only submits and returns (a call: one task,
   // a few tasks): no thread stays with the run once it returned. submit()
   // runs the function on the caller's thread when a slot is free and no run
-  // is queued (else a run thread starts it and goes on); the run ends —
-  // on_done runs, the handle reports done — on whichever thread drives its
-  // last task: the Worker's scheduler thread, a run's thread draining its own
-  // run, or a thread in RunHandle::wait(), which drives while it waits
-  // (docs/worker.md, "Detached runs"). For run() it makes no difference.
+  // is queued (else the thread whose run frees a slot, or a run thread,
+  // starts it); the run ends on whichever thread drives its last task: the
+  // Worker's scheduler thread, a run's thread draining its own run, or a
+  // thread in RunHandle::wait(), which drives while it waits (docs/worker.md,
+  // "Detached runs"). The function must not wait for another run. For run()
+  // it makes no difference.
   bool detached = false;
 };
 
@@ -225,6 +226,7 @@ class RunHandle {
  private:
   friend class WorkerImpl;
   friend class RunQueue;
+  friend class RunFinisher;
   struct State;
   std::shared_ptr<State> state_;
 };
@@ -349,9 +351,9 @@ class Worker {
   RunHandle submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg);
   // The same, calling on_done(result) on the run thread when the run ends
   // (before wait() returns). on_done must not call into this Worker's run(),
-  // nor wait for another run. A detached run's on_done runs on the thread
-  // that ends it (RunOptions::detached), possibly the Worker's own driver:
-  // keep it short.
+  // nor wait for another run. A detached run's on_done (RunOptions::detached)
+  // runs on a thread in its wait(), a run thread, or the Worker's finisher
+  // thread — never on a thread while it drives the Worker.
   RunHandle submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
                             std::function<void(const RunResult&)> on_done, const RunOptions& options = {});
   Status close();  // idempotent
