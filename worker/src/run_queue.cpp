@@ -102,8 +102,9 @@ void RunQueue::main() {
     }
     // Every slot was taken: back to the front, for the run that frees a
     // slot (pop_detached) or for this thread once told a slot came free.
+    const bool cancelled = cancel_requested(st);
     lk.lock();
-    if (!put_back_locked(st)) {
+    if (!put_back_locked(st, cancelled)) {
       lk.unlock();
       finish(st, cancelled_before_start(*st));
       lk.lock();
@@ -145,12 +146,12 @@ void RunQueue::settle(const std::shared_ptr<RunHandle::State>& st) {
   cv_.notify_all();  // threads held back while it was unsettled (or stopping)
 }
 
-bool RunQueue::put_back_locked(const std::shared_ptr<RunHandle::State>& st) {
-  bool cancelled;
-  {
-    std::lock_guard<std::mutex> g(st->mu);
-    cancelled = st->cancel_requested;
-  }
+bool RunQueue::cancel_requested(const std::shared_ptr<RunHandle::State>& st) {
+  std::lock_guard<std::mutex> g(st->mu);
+  return st->cancel_requested;
+}
+
+bool RunQueue::put_back_locked(const std::shared_ptr<RunHandle::State>& st, bool cancelled) {
   if (cancelled) {  // a cancel that found it out of the queue: it never starts
     settle_locked(*st);
     return false;
@@ -167,10 +168,11 @@ bool RunQueue::put_back_locked(const std::shared_ptr<RunHandle::State>& st) {
 }
 
 void RunQueue::put_back(std::shared_ptr<RunHandle::State> st) {
+  const bool cancelled = cancel_requested(st);  // not under mu_: a handle's lock is taken before the engine's
   bool queued;
   {
     std::lock_guard<std::mutex> g(mu_);
-    queued = put_back_locked(st);
+    queued = put_back_locked(st, cancelled);
   }
   if (!queued) finish(st, cancelled_before_start(*st));
   cv_.notify_all();  // threads held back while it was unsettled

@@ -87,9 +87,12 @@ class RunQueue {
 
  private:
   void main();
-  // put_back with mu_ held; false (nothing queued) when it was cancelled: the
-  // caller finishes it.
-  bool put_back_locked(const std::shared_ptr<RunHandle::State>& st);
+  // put_back with mu_ held; false (nothing queued) when it was cancelled
+  // (read before, without mu_): the caller finishes it. mu_ is a leaf lock:
+  // nothing is locked under it (the engine's lock is taken before it, and
+  // a handle's before the engine's).
+  bool put_back_locked(const std::shared_ptr<RunHandle::State>& st, bool cancelled);
+  static bool cancel_requested(const std::shared_ptr<RunHandle::State>& st);
   void settle_locked(RunHandle::State& st);
   static RunResult cancelled_before_start(const RunHandle::State& st);
 
