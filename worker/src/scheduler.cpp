@@ -160,9 +160,6 @@ uint64_t Scheduler::spin_budget_ns() const {
   return spin_ns;
 }
 
-// The driving loop of the scheduler thread (until stop()) and of run()'s
-// thread during its drain (until every task is final). The scheduler thread
-// stands aside while run()'s thread drives, so they never compete for CPUs.
 bool Scheduler::on_driving_thread() { return tl_driving > 0; }
 bool Scheduler::on_scheduler_thread() { return tl_scheduler_thread; }
 
@@ -175,6 +172,10 @@ void Scheduler::drive_once() {
   if (!progressed) std::this_thread::sleep_for(std::chrono::microseconds(50));
 }
 
+// The driving loop of the scheduler thread (until stop()) and of a helper
+// (run()'s thread during its drain, a RunHandle::wait()er; until finished).
+// The scheduler thread stands aside while a helper drives, so they never
+// compete for CPUs.
 void Scheduler::drive_until(const std::function<bool()>& finished, bool scheduler) {
   struct Driving {
     Driving() { ++tl_driving; }
