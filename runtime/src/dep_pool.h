@@ -21,10 +21,17 @@ class DepPool {
     published_top_ = published_top;
     tail_ = tail;
     top_ = published_top->load(std::memory_order_relaxed);
+    seen_tail_ = tail->load(std::memory_order_relaxed);
   }
 
   // True when n more entries fit without overwriting live ones.
-  bool can_reserve(uint64_t n) const { return top_ + n - tail_->load(std::memory_order_acquire) <= size_; }
+  // The tail read last time is tried first (it only moves forward); the
+  // shared one, on the line retiring schedulers write, only when that says no.
+  bool can_reserve(uint64_t n) {
+    if (top_ + n - seen_tail_ <= size_) return true;
+    seen_tail_ = tail_->load(std::memory_order_acquire);
+    return top_ + n - seen_tail_ <= size_;
+  }
 
   // Call only after can_reserve covered this entry.
   int32_t alloc(uint64_t task_id, int32_t next) {
@@ -49,7 +56,8 @@ class DepPool {
  private:
   DepListEntry* entries_ = nullptr;
   uint64_t size_ = 0;
-  uint64_t top_ = 0;  // orchestrator-private
+  uint64_t top_ = 0;        // orchestrator-private
+  uint64_t seen_tail_ = 0;  // the tail as last read (it only moves forward)
   std::atomic<uint64_t>* published_top_ = nullptr;
   std::atomic<uint64_t>* tail_ = nullptr;
 };

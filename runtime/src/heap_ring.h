@@ -21,6 +21,7 @@ class HeapRing {
     published_top_ = published_top;
     tail_ = tail;
     top_ = published_top->load(std::memory_order_relaxed);
+    seen_tail_ = tail->load(std::memory_order_relaxed);
   }
 
   // bytes must already be rounded to the output alignment. On kOk, *addr is
@@ -30,12 +31,16 @@ class HeapRing {
     uint64_t start = top_;
     const uint64_t off = start % size_;
     if (off + bytes > size_) start += size_ - off;  // skip the end, restart at 0
-    const uint64_t tail = tail_->load(std::memory_order_acquire);
     // When nothing is live (tail == top) the skipped end holds no data, so the
     // whole heap is free; otherwise the skipped end counts as used until the
-    // tail passes it.
-    const uint64_t live_from = tail == top_ ? start : tail;
-    if (start + bytes - live_from > size_) return Alloc::kFull;
+    // tail passes it. The tail read last time is tried first (what fits by
+    // an older tail fits); the shared tail, on the line retiring schedulers
+    // write, is read again only when that says full.
+    auto fits = [&](uint64_t tail) { return start + bytes - (tail == top_ ? start : tail) <= size_; };
+    if (!fits(seen_tail_)) {
+      seen_tail_ = tail_->load(std::memory_order_acquire);
+      if (!fits(seen_tail_)) return Alloc::kFull;
+    }
     *addr = reinterpret_cast<uint64_t>(base_) + start % size_;
     top_ = start + bytes;
     published_top_->store(top_, std::memory_order_release);
@@ -50,7 +55,8 @@ class HeapRing {
  private:
   uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
-  uint64_t top_ = 0;  // orchestrator-private
+  uint64_t top_ = 0;        // orchestrator-private
+  uint64_t seen_tail_ = 0;  // the tail as last read (it only moves forward)
   std::atomic<uint64_t>* published_top_ = nullptr;
   std::atomic<uint64_t>* tail_ = nullptr;
 };

@@ -87,6 +87,7 @@ Orchestrator::Orchestrator(RuntimeState& state) : s_(state) {
   scope_tasks_.reserve(s_.config.task_window * kMaxRings);
   captures_.set_budget(s_.config.capture_cache_tasks);
   producers_.reserve(64);
+  owners_.reserve(PTO2_MAX_PARAMS);
 }
 
 int Orchestrator::current_ring() const { return std::min(scope_depth(), kMaxRings - 1); }
@@ -396,6 +397,19 @@ bool Orchestrator::take_fanout_ref(uint64_t producer) {
   return true;
 }
 
+bool Orchestrator::producer_settled(uint64_t producer) const {
+  // Completed (or retired, its slot reused by a task of ours that has
+  // completed since): the completion has read its final fanout list, so no
+  // edge is needed. A reference would only keep the producer's own buffers,
+  // and a task names those through their owner, which stays linked. Skipping
+  // the reference, the lock and the release saves three locked instructions
+  // on a line the scheduler that completed it holds.
+  if (s_.slot_of(producer).state.load(std::memory_order_acquire) < kSlotCompleted) return false;
+  for (uint64_t o : owners_)
+    if (o == producer) return false;
+  return true;
+}
+
 void Orchestrator::add_producer(uint64_t consumer, uint64_t producer, int32_t* edges, ProducerRef ref) {
   TaskSlotState& pst = s_.slot_of(producer);
   if (ref == ProducerRef::kHeld) {
@@ -572,6 +586,7 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
   // (producers_ still holds it; the blocks are one logical task).
   if (!sibling_) {
     producers_.clear();
+    owners_.clear();
     for (int32_t i = 0; i < n; ++i) {
       const PTOParam& p = params[i];
       if (p.type == PTO_PARAM_SCALAR || (p.type == PTO_PARAM_OUTPUT && p.tensor->addr == 0)) continue;
@@ -580,7 +595,10 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
         continue;
       }
       tensor_map_->lookup(*p.tensor, /*as_writer=*/p.type != PTO_PARAM_INPUT, id, &producers_);
-      if (p.tensor->owner != 0) producers_.push_back(task_from_owner(p.tensor->owner));
+      if (p.tensor->owner != 0) {
+        producers_.push_back(task_from_owner(p.tensor->owner));
+        owners_.push_back(producers_.back());
+      }
     }
   }
   for (int32_t i = 0; i < num_extra_deps; ++i) {
@@ -660,7 +678,8 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
   // Step 4: dependencies.
   int32_t edges = 0;
   link_bound(ring, seq, static_cast<int32_t>(producers_.size()));
-  for (uint64_t p : producers_) add_producer(id, p, &edges);
+  for (uint64_t p : producers_)
+    if (!producer_settled(p)) add_producer(id, p, &edges);
   if (sibling_ && first_block_owns_) add_lifetime_ref(id, first_block_);
   d.dep_end_pos = deps.top();
   deps.publish();

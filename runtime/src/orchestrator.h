@@ -124,6 +124,9 @@ class Orchestrator {
   // Keeps producer alive (not retired) until consumer completes, without
   // making consumer wait for it.
   void add_lifetime_ref(uint64_t consumer, uint64_t producer);
+  // True when producer has completed and owns no buffer the task names: the
+  // task has nothing to wait for and nothing to keep, so it is not linked.
+  bool producer_settled(uint64_t producer) const;
   void dedup_producers();
   // tensor_map: also the TensorMap entries the next submit inserts (a replay inserts none).
   void prefetch_next(uint32_t ring, uint64_t seq, bool tensor_map = true);
@@ -190,6 +193,7 @@ class Orchestrator {
   std::vector<uint64_t> scope_tasks_;           // tasks of all open scopes, innermost last
   std::vector<size_t> scope_begin_;             // index into scope_tasks_ per open scope
   std::vector<uint64_t> producers_;             // scratch for one submit
+  std::vector<uint64_t> owners_;                // of producers_, the owners of buffers the task names
   std::vector<uint64_t> kernel_addr_cache_[kNumWorkerTypes];
   Status error_;
   bool done_ = false;

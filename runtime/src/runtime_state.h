@@ -76,7 +76,11 @@ class RuntimeState : public Wakeup {
 #endif
     sched_ec.notify();
   }
-  std::atomic<int32_t> spinning{0};  // scheduler threads looking for work without parking
+  // Scheduler threads looking for work without parking. Written whenever a
+  // scheduler goes idle or busy: its own line (the hot atomics below each
+  // have one too, so that one side's writes do not evict what the other
+  // side reads on every task).
+  alignas(64) std::atomic<int32_t> spinning{0};
 
   const DepListEntry& dep_entry(int32_t link) { return dep_entries[link & 3][link >> 2]; }
   TaskRing& ring_of(uint64_t id) { return rings[task_ring(id)]; }
@@ -127,22 +131,26 @@ class RuntimeState : public Wakeup {
   std::unique_ptr<PinnedReadyQueues> pinned;
   std::unique_ptr<std::atomic<int64_t>[]> cluster_outstanding;
 
-  EventCount sched_ec;  // schedulers park here: new work, core finished, run start/stop
-  EventCount orch_ec;   // orchestrator / run() park here: tail moved, task completed, thread done
+  alignas(64) EventCount sched_ec;  // schedulers park here: new work, core finished, run start/stop
+  alignas(64) EventCount orch_ec;   // the orchestrator parks here: tail moved, task completed
+  // run() parks here while the run drains: a scheduler thread finished it.
+  // Not orch_ec, which every completion notifies: a drain parked there was
+  // woken once per task, a futex wake on the scheduler's path each time.
+  alignas(64) EventCount run_ec;
 
   // Set when a run was abandoned with kernels still executing: the mappings
   // they point into are then leaked rather than unmapped under them.
   bool leak_mappings = false;
 
-  TaskObserver* observer = nullptr;  // set between runs (Runtime::set_task_observer)
-
-  std::atomic<uint64_t> completed_count{0};  // progress measure for liveness checks
-  // Runtime::progress(): the run's submits (the orchestrator mirrors its own
-  // count with a relaxed store: a plain move on the submit path) and the
-  // completed count when the run began.
-  std::atomic<uint64_t> run_submitted{0};
+  // Read on every task, written between runs.
+  alignas(64) TaskObserver* observer = nullptr;  // set between runs (Runtime::set_task_observer)
+  std::atomic<uint32_t> abort{0};                // stop the run's scheduler loops now
+  // Runtime::progress(): the completed count when the run began ...
   std::atomic<uint64_t> run_completed_base{0};
-  std::atomic<uint32_t> abort{0};            // stop the run's scheduler loops now
+  // ... and the run's submits (the orchestrator mirrors its own count with a
+  // relaxed store: a plain move on the submit path).
+  alignas(64) std::atomic<uint64_t> run_submitted{0};
+  alignas(64) std::atomic<uint64_t> completed_count{0};  // progress measure for liveness checks
 
  private:
   std::mutex fault_mu_;

@@ -13,28 +13,33 @@ constexpr int kDrainBatch = 64;
 constexpr uint64_t kParkBusyNs = 1000000;   // cores busy: look again within 1 ms
 constexpr uint64_t kParkIdleNs = 10000000;  // nothing in flight: 10 ms
 constexpr uint64_t kParkBetweenRunsNs = 100000000;
+constexpr uint32_t kMaxBackoff = 32;  // pauses between idle looks (~1 us here)
 }  // namespace
 
 SchedulerThread::SchedulerThread(RuntimeState& state, int index, std::vector<int> cores, bool peers)
     : s_(state), index_(index), peers_(peers) {
   for (int c : cores)
     cores_.push_back({c, static_cast<int32_t>(s_.platform.core_type(c)), s_.platform.core_cluster(c), kNoTask, {}});
+  busy_.reserve(cores_.size());
 }
 
 bool SchedulerThread::poll_completions() {
-  if (busy_ == 0) return false;
   bool progress = false;
-  for (Core& c : cores_) {
-    if (c.running == kNoTask) continue;
+  for (size_t i = 0; i < busy_.size();) {
+    Core& c = cores_[busy_[i]];
     uint64_t finished = 0;
-    if (!s_.platform.poll_finished(c.id, &finished)) continue;
+    if (!s_.platform.poll_finished(c.id, &finished)) {
+      ++i;
+      continue;
+    }
     if (finished != c.running) {
       component_logger("scheduler")
           ->error("core {} reported task {} finished but was running task {}", c.id, finished, c.running);
     }
     const uint64_t id = c.running;
     c.running = kNoTask;
-    --busy_;
+    busy_[i] = busy_.back();
+    busy_.pop_back();
     progress = true;
     if (s_.config.profiling) record(id, &c, c.dispatch_ns);
     // A batch descriptor completes with its last block.
@@ -147,10 +152,20 @@ bool SchedulerThread::dispatch() {
   }
   bool empty[kNumWorkerTypes] = {false, false};
   uint64_t carry[kNumWorkerTypes] = {kNoTask, kNoTask};
-  for (Core& c : cores_) {
+  // With both shared queues found empty and nothing pinned, no idle core
+  // further on can get a task: the pass ends there.
+  const bool pinned = s_.pinned->any();
+  for (int ci = 0; ci < static_cast<int>(cores_.size()); ++ci) {
+    Core& c = cores_[ci];
     if (c.running != kNoTask) continue;
+    // A type whose queue was found empty has no carry either (a carry comes
+    // from a pop): only a pinned task could still be there for this core.
+    if (empty[c.type] && !(pinned && c.cluster >= 0)) continue;
     int32_t block = 0;
-    if (!take(c, empty, carry, &id, &block)) continue;
+    if (!take(c, empty, carry, &id, &block)) {
+      if (empty[0] && empty[1] && !pinned) break;
+      continue;
+    }
     const TaskDescriptor& d = s_.descriptor_of(id);
     c.payload.task_id = id;
     c.payload.kernel_id = d.kernel_id;
@@ -166,7 +181,7 @@ bool SchedulerThread::dispatch() {
                             ? make_task_id(task_ring(id), task_seq(id) - static_cast<uint64_t>(d.block_base))
                             : id;
     c.running = id;
-    ++busy_;
+    busy_.push_back(ci);
     if (s_.config.profiling) c.dispatch_ns = now_ns();
     s_.platform.dispatch(c.id, c.payload);
     progress = true;
@@ -234,14 +249,20 @@ void SchedulerThread::run_until_drained() {
     if (counted) s_.spinning.fetch_sub(1, std::memory_order_seq_cst);
     counted = false;
   };
+  // Between idle looks the thread pauses longer and longer (up to
+  // kMaxBackoff pauses): every look reads lines the orchestrator is writing
+  // (the ring head, the next slot), and looking at them as fast as possible
+  // made every submit wait for those lines to come back.
+  uint32_t backoff = 1;
   for (;;) {
     if (s_.abort.load(std::memory_order_acquire)) break;
     if (step()) {
       stop_counting();
       idle_since = 0;
+      backoff = 1;
       continue;
     }
-    if (busy_ == 0 && s_.run_drained()) break;
+    if (busy_.empty() && s_.run_drained()) break;
     const uint64_t now = now_ns();
     if (idle_since == 0) idle_since = now;
     if (now - idle_since < spin_ns) {
@@ -251,7 +272,8 @@ void SchedulerThread::run_until_drained() {
         s_.spinning.fetch_add(1, std::memory_order_seq_cst);
         counted = true;
       }
-      cpu_relax();
+      for (uint32_t i = 0; i < backoff; ++i) cpu_relax();
+      backoff = std::min(backoff * 2, kMaxBackoff);
       continue;
     }
     // Leave the spinning state *before* the last look for work: a publisher
@@ -259,11 +281,11 @@ void SchedulerThread::run_until_drained() {
     stop_counting();
     const uint32_t key = s_.sched_ec.prepare_wait();
     const bool progress = step();
-    const bool done = (busy_ == 0 && s_.run_drained()) || s_.abort.load(std::memory_order_acquire);
+    const bool done = (busy_.empty() && s_.run_drained()) || s_.abort.load(std::memory_order_acquire);
     if (progress || done) {
       s_.sched_ec.cancel_wait();
     } else {
-      s_.sched_ec.commit_wait(key, busy_ > 0 ? kParkBusyNs : kParkIdleNs);
+      s_.sched_ec.commit_wait(key, !busy_.empty() ? kParkBusyNs : kParkIdleNs);
     }
     if (done && !progress) break;
     idle_since = 0;
@@ -317,7 +339,7 @@ void Scheduler::thread_main(int index) {
     seen = run_generation_.load(std::memory_order_acquire);
     workers_[index]->run_until_drained();
     threads_done_.fetch_add(1, std::memory_order_acq_rel);
-    s_.orch_ec.notify();
+    s_.run_ec.notify();
   }
 }
 
@@ -330,7 +352,7 @@ void Scheduler::start_run() {
 bool Scheduler::wait_run_finished(const std::function<bool()>& on_slice) {
   const int n = threads();
   return spin_then_park(
-      s_.orch_ec, uint64_t(s_.config.spin_before_park_us) * 1000, kParkBusyNs,
+      s_.run_ec, uint64_t(s_.config.spin_before_park_us) * 1000, kParkBusyNs,
       [&] { return threads_done_.load(std::memory_order_acquire) == n; }, on_slice);
 }
 

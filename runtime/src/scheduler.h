@@ -60,7 +60,10 @@ class SchedulerThread {
   int index_;
   bool peers_;
   std::vector<Core> cores_;
-  int busy_ = 0;
+  // Indices into cores_ of the cores running a task: a completion pass looks
+  // at these, not at every core (a thread owns up to every core of the chip,
+  // and a pass over all of them cost more than a task in a chain).
+  std::vector<int> busy_;
   std::vector<TaskRecord> records_;  // profiling
 };
 

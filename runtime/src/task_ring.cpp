@@ -10,6 +10,7 @@ void TaskRing::init(int ring, SharedRegion& region) {
   descriptors_ = region.descriptors(ring);
   slots_ = region.slot_states(ring);
   next_seq_ = fc_->current_task_index.load(std::memory_order_relaxed);
+  seen_last_alive_ = fc_->last_task_alive.load(std::memory_order_relaxed);
 }
 
 bool TaskRing::retire_consumed() {
