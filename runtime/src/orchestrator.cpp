@@ -725,9 +725,16 @@ int32_t Orchestrator::read_tensor(const Tensor* t, void* dst, uint64_t dst_bytes
   const int64_t id = submit(PTO2_KERNEL_DUMMY, PTO2_WORKER_VECTOR, &p, 1, nullptr, 0);
   if (id < 0) return error_.code;
   TaskSlotState& st = s_.slot_of(static_cast<uint64_t>(id));
-  if (!wait_for([&] { return st.state.load(std::memory_order_acquire) >= kSlotCompleted; }, [] { return Status::Ok(); },
-                [&] { return fmt::format("[ReadTensor] waiting for the writers of {:#x}", t->addr); }))
-    return error_.code;
+  // Named before the wait looks at the task: its completion wakes this thread
+  // (and no other completion does, RuntimeState::notify_awaited).
+  s_.awaited_task.store(static_cast<uint64_t>(id), std::memory_order_seq_cst);
+  const bool done =
+      wait_for([&] { return st.state.load(std::memory_order_acquire) >= kSlotCompleted; }, [] { return Status::Ok(); },
+               [&] { return fmt::format("[ReadTensor] waiting for the writers of {:#x}", t->addr); });
+  // Back to waking on freed space (a space wait prepares its park with a
+  // seq_cst RMW after this store, and a retirer reads it after a fence).
+  s_.awaited_task.store(kNoTask, std::memory_order_seq_cst);
+  if (!done) return error_.code;
   // Copy the view row by row into dense row-major order.
   const int32_t nd = t->ndim;
   const uint64_t row = t->shapes[nd - 1] * esz;

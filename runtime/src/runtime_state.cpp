@@ -83,9 +83,13 @@ void RuntimeState::complete(uint64_t id, int shard_hint) {
   }
   // ... and drops the reference its own execution held.
   release(id);
-  if (cluster >= 0) cluster_outstanding[cluster].fetch_sub(1, std::memory_order_acq_rel);
+  // The orchestrator waits on completions in two places only: for a cluster
+  // whose tasks have all completed (allocate_cluster) and for one task
+  // (read_tensor). Waking it on every completion cost the scheduler a futex
+  // wake per task while it waited.
+  if (cluster >= 0 && cluster_outstanding[cluster].fetch_sub(1, std::memory_order_acq_rel) == 1) orch_ec.notify();
   completed_count.fetch_add(1, std::memory_order_release);
-  orch_ec.notify();
+  notify_awaited(id);
 }
 
 void RuntimeState::release(uint64_t id) {
@@ -93,7 +97,14 @@ void RuntimeState::release(uint64_t id) {
   if (st.refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   st.state.store(kSlotConsumed, std::memory_order_seq_cst);
   if (ring_of(id).retire_consumed()) {
-    orch_ec.notify();
+    // Space came free: it matters to an orchestrator waiting for space, not
+    // to one waiting for a task (read_tensor), which would wake per task.
+#if defined(PTO_UNDER_TSAN)
+    if (awaited_task.fetch_add(0, std::memory_order_acq_rel) == kNoTask) orch_ec.notify();
+#else
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (awaited_task.load(std::memory_order_relaxed) == kNoTask) orch_ec.notify();
+#endif
     // Parked schedulers care about retirement only when it ends the run.
     if (run_drained()) sched_ec.notify();
   }

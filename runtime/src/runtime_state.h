@@ -92,6 +92,19 @@ class RuntimeState : public Wakeup {
   void complete(uint64_t id, int shard_hint);
   // Drops one fanout reference.
   void release(uint64_t id);
+  // After task id completed: wakes the orchestrator if it waits for id.
+  // Ordering: the completer's state store, then a seq_cst fence (or RMW),
+  // then the load of awaited_task; the waiter stores awaited_task, then
+  // prepares its wait with a seq_cst RMW, then reads the state — one of the
+  // two sees the other's store.
+  void notify_awaited(uint64_t id) {
+#if defined(PTO_UNDER_TSAN)
+    if (awaited_task.fetch_add(0, std::memory_order_acq_rel) == id) orch_ec.notify();
+#else
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (awaited_task.load(std::memory_order_relaxed) == id) orch_ec.notify();
+#endif
+  }
   // Queues a task whose producers have all completed.
   void push_ready(uint64_t id, int shard_hint);
   // Puts a ready task on its queue: its cluster's pinned queue, or the
@@ -132,10 +145,12 @@ class RuntimeState : public Wakeup {
   std::unique_ptr<std::atomic<int64_t>[]> cluster_outstanding;
 
   alignas(64) EventCount sched_ec;  // schedulers park here: new work, core finished, run start/stop
-  alignas(64) EventCount orch_ec;   // the orchestrator parks here: tail moved, task completed
+  // The orchestrator parks here: a tail moved, the task it awaits or the
+  // last task of a cluster completed.
+  alignas(64) EventCount orch_ec;
   // run() parks here while the run drains: a scheduler thread finished it.
-  // Not orch_ec, which every completion notifies: a drain parked there was
-  // woken once per task, a futex wake on the scheduler's path each time.
+  // Its own: parked on orch_ec, a drain was woken by every completion (a
+  // futex wake on the scheduler's path per task, when completions woke it).
   alignas(64) EventCount run_ec;
 
   // Set when a run was abandoned with kernels still executing: the mappings
@@ -145,6 +160,7 @@ class RuntimeState : public Wakeup {
   // Read on every task, written between runs.
   alignas(64) TaskObserver* observer = nullptr;  // set between runs (Runtime::set_task_observer)
   std::atomic<uint32_t> abort{0};                // stop the run's scheduler loops now
+  std::atomic<uint64_t> awaited_task{kNoTask};   // the task the orchestrator waits for (read_tensor)
   // Runtime::progress(): the completed count when the run began ...
   std::atomic<uint64_t> run_completed_base{0};
   // ... and the run's submits (the orchestrator mirrors its own count with a
