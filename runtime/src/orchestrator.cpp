@@ -726,7 +726,7 @@ int32_t Orchestrator::read_tensor(const Tensor* t, void* dst, uint64_t dst_bytes
   if (id < 0) return error_.code;
   TaskSlotState& st = s_.slot_of(static_cast<uint64_t>(id));
   // Named before the wait looks at the task: its completion wakes this thread
-  // (and no other completion does, RuntimeState::notify_awaited).
+  // (and no other completion does, RuntimeState::complete).
   s_.awaited_task.store(static_cast<uint64_t>(id), std::memory_order_seq_cst);
   const bool done =
       wait_for([&] { return st.state.load(std::memory_order_acquire) >= kSlotCompleted; }, [] { return Status::Ok(); },

@@ -89,7 +89,7 @@ void RuntimeState::complete(uint64_t id, int shard_hint) {
   // wake per task while it waited.
   if (cluster >= 0 && cluster_outstanding[cluster].fetch_sub(1, std::memory_order_acq_rel) == 1) orch_ec.notify();
   completed_count.fetch_add(1, std::memory_order_release);
-  notify_awaited(id);
+  if (awaited_after_fence() == id) orch_ec.notify();
 }
 
 void RuntimeState::release(uint64_t id) {
@@ -99,12 +99,7 @@ void RuntimeState::release(uint64_t id) {
   if (ring_of(id).retire_consumed()) {
     // Space came free: it matters to an orchestrator waiting for space, not
     // to one waiting for a task (read_tensor), which would wake per task.
-#if defined(PTO_UNDER_TSAN)
-    if (awaited_task.fetch_add(0, std::memory_order_acq_rel) == kNoTask) orch_ec.notify();
-#else
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (awaited_task.load(std::memory_order_relaxed) == kNoTask) orch_ec.notify();
-#endif
+    if (awaited_after_fence() == kNoTask) orch_ec.notify();
     // Parked schedulers care about retirement only when it ends the run.
     if (run_drained()) sched_ec.notify();
   }

@@ -92,17 +92,17 @@ class RuntimeState : public Wakeup {
   void complete(uint64_t id, int shard_hint);
   // Drops one fanout reference.
   void release(uint64_t id);
-  // After task id completed: wakes the orchestrator if it waits for id.
-  // Ordering: the completer's state store, then a seq_cst fence (or RMW),
-  // then the load of awaited_task; the waiter stores awaited_task, then
-  // prepares its wait with a seq_cst RMW, then reads the state — one of the
-  // two sees the other's store.
-  void notify_awaited(uint64_t id) {
+  // The task the orchestrator awaits (kNoTask: none), read after a seq_cst
+  // fence (an RMW under TSan, which does not model fences). Ordering: the
+  // caller's state change (a completion, a retirement), then this; the
+  // waiter stores awaited_task, then prepares its park with a seq_cst RMW,
+  // then reads the state — one of the two sees the other's store.
+  uint64_t awaited_after_fence() {
 #if defined(PTO_UNDER_TSAN)
-    if (awaited_task.fetch_add(0, std::memory_order_acq_rel) == id) orch_ec.notify();
+    return awaited_task.fetch_add(0, std::memory_order_acq_rel);
 #else
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (awaited_task.load(std::memory_order_relaxed) == id) orch_ec.notify();
+    return awaited_task.load(std::memory_order_relaxed);
 #endif
   }
   // Queues a task whose producers have all completed.
