@@ -198,6 +198,7 @@ class Orchestrator {
   Status error_;
   bool done_ = false;
   uint64_t submitted_ = 0;
+  static constexpr uint64_t kSyncEvery = 8;  // submits between TensorMap syncs (step 0)
   uint64_t noops_ = 0;
   uint64_t blocked_waits_ = 0;
   uint64_t heap_begin_ = 0, heap_end_ = 0;                  // the heap rings' addresses
