@@ -335,6 +335,7 @@ void Orchestrator::publish_as_noop(uint32_t ring, uint64_t seq) {
   d.num_params = 0;
   d.fanin_count = 0;
   d.fanin_head = 0;
+  d.dep_reserved = 0;
   // Whatever the failed submit recorded of its placement goes: a pinned
   // no-op would reach a cluster queue, and its completion would count down
   // a cluster that never counted it up.
@@ -562,6 +563,7 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
   d.num_params = n;
   d.fanin_head = 0;
   d.fanin_count = 0;
+  d.dep_reserved = 0;
   d.packed_buffer_base = 0;
   d.packed_buffer_end = 0;
   d.cluster_id = spec.cluster_id;
@@ -652,6 +654,7 @@ int64_t Orchestrator::submit_one(const PTO2TaskSpec& spec) {
   const uint64_t dep_needed = 2 * producers_.size() + (sibling_ && first_block_owns_ ? 1 : 0);
   if (!deps.can_reserve(dep_needed) && !reserve_deps(ring, seq, dep_needed))
     return submit_failed(params, n, extra_deps, num_extra_deps);
+  d.dep_reserved = static_cast<int32_t>(dep_needed);
   uint64_t tm_needed = 0;
   for (int32_t i = 0; i < n; ++i) tm_needed += params[i].type != PTO_PARAM_SCALAR;
   if (!wait_for([&] { return tensor_map_->reserve(tm_needed); },
@@ -731,13 +734,14 @@ int32_t Orchestrator::read_tensor(const Tensor* t, void* dst, uint64_t dst_bytes
   TaskSlotState& st = s_.slot_of(static_cast<uint64_t>(id));
   // Named before the wait looks at the task: its completion wakes this thread
   // (and no other completion does, RuntimeState::complete).
-  s_.awaited_task.store(static_cast<uint64_t>(id), std::memory_order_seq_cst);
+  // An RMW, like the completer's side under TSan (RuntimeState::awaited_after_fence).
+  s_.awaited_task.exchange(static_cast<uint64_t>(id), std::memory_order_seq_cst);
   const bool done =
       wait_for([&] { return st.state.load(std::memory_order_acquire) >= kSlotCompleted; }, [] { return Status::Ok(); },
                [&] { return fmt::format("[ReadTensor] waiting for the writers of {:#x}", t->addr); });
   // Back to waking on freed space (a space wait prepares its park with a
   // seq_cst RMW after this store, and a retirer reads it after a fence).
-  s_.awaited_task.store(kNoTask, std::memory_order_seq_cst);
+  s_.awaited_task.exchange(kNoTask, std::memory_order_seq_cst);
   if (!done) return error_.code;
   // Copy the view row by row into dense row-major order.
   const int32_t nd = t->ndim;

@@ -4,13 +4,15 @@
 // Submit steps (docs/runtime.md §6), reordered so that every wait happens before the
 // task takes references on other tasks (a task that holds a reference while
 // waiting for space could keep that space from ever being freed):
-//   0  sync TensorMap (batch cleanup of retired tasks' entries)
+//   0  sync TensorMap (batch cleanup of retired tasks' entries), every 8th submit
 //   1  allocate a task slot (back-pressure), 1b reset its state
 //   2  fill the descriptor, copy parameters
 //   3  TensorMap lookups -> producer list (no references taken yet)
 //   5  heap allocation of the packed outputs (back-pressure)
 //      reserve dep-list and TensorMap entries (back-pressure)
-//   4  link producers with the fanout-lock protocol (docs/runtime.md §6)
+//   4  link producers with the fanout-lock protocol (docs/runtime.md §6);
+//      a producer already completed is not linked unless it owns a buffer
+//      the task names
 //   6  insert this task's writes/reads into the TensorMap
 //   7  finalize fanin; early-ready tasks go to the orchestrator ready queue
 //   8  publish current_task_index (release)

@@ -411,6 +411,7 @@ bool Orchestrator::replay_task(const CapturedRegion& region, uint32_t index, con
   d.num_params = t.num_params;
   d.fanin_head = 0;
   d.fanin_count = 0;
+  d.dep_reserved = 0;
   d.cluster_id = -1;
   d.group_id = -1;
   d.block_dim = t.block_dim;
@@ -439,6 +440,7 @@ bool Orchestrator::replay_task(const CapturedRegion& region, uint32_t index, con
     batch_first_ = index;
     if (!reserve_deps(ring, seq, dep_needed)) return false;
   }
+  d.dep_reserved = static_cast<int32_t>(dep_needed);
   // Its references, set after the last wait (a slot whose wait fails is
   // published as a no-op holding reset_slot's two): its own completion and
   // its consumers in the region, counted now so that they link without

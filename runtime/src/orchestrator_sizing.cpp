@@ -57,15 +57,14 @@ void Orchestrator::start_probe() {
     probe_->seed_ring(r, oldest[r], tr.next_seq());
     if (oldest[r] == SizingProbe::kNoTask) continue;
     // Every task from the oldest held one on is pinned and intact (a slot is
-    // reused only after its task retired). The dep-list entries of a task are
-    // the distance from its predecessor's end position.
-    uint64_t prev_dep = oldest[r] > 0 ? tr.descriptor(oldest[r] - 1).dep_end_pos : 0;
+    // reused only after its task retired). A task counts the dep-list entries
+    // it reserved, not the fewer it may have used: an edge to a producer that
+    // had completed takes none (§6), and a rerun may find it still running.
     for (uint64_t seq = oldest[r]; seq < tr.next_seq(); ++seq) {
       const TaskDescriptor& d = tr.descriptor(seq);
       uint64_t tensors = 0;
       for (int32_t i = 0; i < d.num_params; ++i) tensors += d.param_kind[i] != PTO_PARAM_SCALAR;
-      probe_->seed_task(r, d.packed_buffer_end - d.packed_buffer_base, d.dep_end_pos - prev_dep, tensors);
-      prev_dep = d.dep_end_pos;
+      probe_->seed_task(r, d.packed_buffer_end - d.packed_buffer_base, static_cast<uint64_t>(d.dep_reserved), tensors);
     }
   }
 }

@@ -95,8 +95,10 @@ class RuntimeState : public Wakeup {
   // The task the orchestrator awaits (kNoTask: none), read after a seq_cst
   // fence (an RMW under TSan, which does not model fences). Ordering: the
   // caller's state change (a completion, a retirement), then this; the
-  // waiter stores awaited_task, then prepares its park with a seq_cst RMW,
-  // then reads the state — one of the two sees the other's store.
+  // waiter sets awaited_task with a seq_cst RMW, prepares its park with
+  // another, then reads the state — one of the two sees the other's change
+  // (the same argument as EventCount's; a miss would cost one 1 ms park
+  // slice, never a hang).
   uint64_t awaited_after_fence() {
 #if defined(PTO_UNDER_TSAN)
     return awaited_task.fetch_add(0, std::memory_order_acq_rel);
@@ -157,7 +159,8 @@ class RuntimeState : public Wakeup {
   // they point into are then leaked rather than unmapped under them.
   bool leak_mappings = false;
 
-  // Read on every task, written between runs.
+  // Read on every task, written rarely: between runs (observer, abort when a
+  // run is given up) and around a pto2_rt_read_tensor wait (awaited_task).
   alignas(64) TaskObserver* observer = nullptr;  // set between runs (Runtime::set_task_observer)
   std::atomic<uint32_t> abort{0};                // stop the run's scheduler loops now
   std::atomic<uint64_t> awaited_task{kNoTask};   // the task the orchestrator waits for (read_tensor)

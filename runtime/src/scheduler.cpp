@@ -289,6 +289,7 @@ void SchedulerThread::run_until_drained() {
     }
     if (done && !progress) break;
     idle_since = 0;
+    backoff = 1;
   }
   stop_counting();
 }

@@ -78,7 +78,10 @@ struct alignas(64) TaskDescriptor {
   int32_t num_params = 0;
   int32_t fanin_count = 0;  // producers this task waits for (edges)
   int32_t fanin_head = 0;   // dep-list of those producers (released when this task completes)
-  int32_t pad0 = 0;
+  // Dep-list entries its submit reserved: 2 per producer it may link (+1 for
+  // a block's lifetime reference). What it used depends on which producers
+  // had completed (§6), so a sizing probe counts a held task at this.
+  int32_t dep_reserved = 0;
   uint64_t packed_buffer_base = 0;  // this task's outputs, packed in one heap allocation
   uint64_t packed_buffer_end = 0;
   uint64_t heap_end_pos = 0;  // heap_top after this task's allocation (tail moves here on retire)

@@ -70,6 +70,20 @@ int follow_advice(const std::string& message, RuntimeConfig* cfg) {
 
 // Runs orch on a chip with cfg: it must fail with `code`; rerun once with the
 // recommended sizes, the same orchestration must pass.
+// A runtime-allocated row filled by one task, then updated (INOUT) by n - 1
+// more: each links the row's owner whether or not it has completed.
+void owned_chain(PTO2Runtime* rt, std::vector<int64_t>& one, int n) {
+  const uint32_t shape[2] = {1, 8};
+  Tensor acc = make_tensor(shape, 2, PTO2_INT64);
+  PTOParam f[] = {make_output_param(acc), make_scalar_param(0)};
+  pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, f, 2);
+  for (int i = 1; i < n; ++i) {
+    Tensor u = row_of(one, 1, 0);
+    PTOParam p[] = {make_inout_param(acc), make_input_param(u), make_scalar_param(i)};
+    pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, p, 3);
+  }
+}
+
 void advice_makes_it_pass(RuntimeConfig cfg, int32_t code, const std::function<int(PTO2Runtime*)>& orch) {
   RunResult first;
   {
@@ -185,17 +199,15 @@ TEST_CASE("one task's outputs larger than the heap: HEAP_REQUEST_TOO_LARGE", "[d
 
 TEST_CASE("dependency-list pool full of entries held by an open scope: DEP_POOL_DEADLOCK", "[deadlock]") {
   RuntimeConfig cfg = small_config(2);
-  cfg.dep_pool_size = 16;  // an edge takes 1 entry (producer done) or 2: 24 edges exhaust it either way
+  // The chain updates a runtime-allocated buffer: every task links its
+  // owner, completed or not, so each takes at least one entry and 24 exhaust
+  // 16 whatever the timing. (On an external buffer an edge to a producer
+  // that had completed takes none, and the run could pass.)
+  cfg.dep_pool_size = 16;
   Chip chip(cfg, 0);
-  std::vector<int64_t> acc(8, 0), one(8, 1);
+  std::vector<int64_t> one(8, 1);
   RunResult r = chip.runtime->run([&](PTO2Runtime* rt) {
-    PTO2_SCOPE(rt) {
-      for (int i = 0; i < 25; ++i) {
-        Tensor v = row_of(acc, 1, 0), u = row_of(one, 1, 0);
-        PTOParam p[] = {make_inout_param(v), make_input_param(u), make_scalar_param(i)};
-        pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, p, 3);
-      }
-    }
+    PTO2_SCOPE(rt) { owned_chain(rt, one, 25); }
     return 0;
   });
   CHECK(r.status.code == kDepPoolDeadlock);
@@ -376,15 +388,9 @@ TEST_CASE("advice: HEAP_REQUEST_TOO_LARGE", "[deadlock][advice]") {
 TEST_CASE("advice: DEP_POOL_DEADLOCK, 16 entries and a long INOUT chain", "[deadlock][advice]") {
   RuntimeConfig cfg = small_config(2);
   cfg.dep_pool_size = GENERATE(16u, 64u);
-  std::vector<int64_t> acc(8, 0), one(8, 1);
+  std::vector<int64_t> one(8, 1);
   advice_makes_it_pass(cfg, kDepPoolDeadlock, [&](PTO2Runtime* rt) {
-    PTO2_SCOPE(rt) {
-      for (int i = 0; i < 100; ++i) {
-        Tensor v = row_of(acc, 1, 0), u = row_of(one, 1, 0);
-        PTOParam p[] = {make_inout_param(v), make_input_param(u), make_scalar_param(i)};
-        pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, p, 3);
-      }
-    }
+    PTO2_SCOPE(rt) { owned_chain(rt, one, 100); }
     return 0;
   });
 }
