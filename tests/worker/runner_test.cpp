@@ -36,7 +36,10 @@ struct Fixture {
   RunResult run(const char* symbol, RunOptions o = {}, const std::string& principal = "") {
     TaskArgs a;
     a.add_tensor(x, INOUT).add_scalar(100);
-    return w.run_function(pool.orchestration(RUNNER_ORCHS, symbol, symbol, "", principal), a, {}, o);
+    RunResult r = w.run_function(pool.orchestration(RUNNER_ORCHS, symbol, symbol, "", principal), a, {}, o);
+    // Shown with the next assertion, so a REQUIRE(run(...).ok()) that fails says why.
+    if (!r.ok()) UNSCOPED_INFO("run of " << symbol << " failed: " << r.status.message);
+    return r;
   }
   Worker w;
   RunnerPool pool;
