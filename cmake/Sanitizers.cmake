@@ -16,8 +16,22 @@ if(PTO_TSAN)
   add_compile_definitions(PTO_UNDER_TSAN=1)
 endif()
 if(PTO_ASAN)
+  # clang 18 or later: older ASan runtimes (GCC 12's, clang 14's) do not take
+  # their allocator's locks around fork(). The engine forks runners and
+  # replacement children while its other threads allocate, and a child forked
+  # while one of them held a size class's lock hangs at its first allocation
+  # of that class (seen as a runner that stops beating). glibc's own malloc,
+  # in the normal build, is fork-safe.
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang" OR CMAKE_CXX_COMPILER_VERSION VERSION_LESS 18)
+    message(FATAL_ERROR "PTO_ASAN needs clang 18 or later (CC=clang-19 CXX=clang++-19, Debian 12's clang-19 and "
+                        "libclang-rt-19-dev): older AddressSanitizer runtimes leave a child forked from a "
+                        "multi-threaded process with its allocator locked")
+  endif()
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
+  # clang does not define GCC's __SANITIZE_ADDRESS__: code that tells
+  # LeakSanitizer about a deliberate leak tests this instead.
+  add_compile_definitions(PTO_UNDER_ASAN=1)
 endif()
 if(PTO_FUZZ)
   # libFuzzer targets (tests/fuzz): clang's coverage instrumentation on every
@@ -28,6 +42,7 @@ if(PTO_FUZZ)
   if(NOT PTO_ASAN)
     add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
     add_link_options(-fsanitize=address,undefined)
+    add_compile_definitions(PTO_UNDER_ASAN=1)
   endif()
   add_compile_options(-fsanitize=fuzzer-no-link)
 endif()

@@ -22,6 +22,7 @@ PACKAGES=(
   lintian help2man prometheus
   libstarpu-dev
   clang clang-tidy libfuzzer-14-dev libclang-rt-14-dev
+  clang-19 libclang-rt-19-dev llvm-19
 )
 
 missing=()

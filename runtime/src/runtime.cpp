@@ -1,6 +1,6 @@
 #include "pto2/runtime.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(PTO_UNDER_ASAN)
 #include <sanitizer/lsan_interface.h>
 #endif
 
@@ -126,7 +126,7 @@ Runtime::~Runtime() {
         "memory leaked; the Platform must stay alive while they may run");
     impl_->abandon();
     RuntimeImpl* leaked = impl_.release();
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(PTO_UNDER_ASAN)
     __lsan_ignore_object(leaked);  // deliberate: see above
 #else
     (void)leaked;

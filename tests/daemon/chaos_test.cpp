@@ -161,14 +161,6 @@ void client_loop(const DaemonProcess& d, int id, std::atomic<bool>& stop, Tally&
       case 2:
         kind = "orchestration";
         req.mutable_callable()->set_name("pto_test_orch_subs");
-#if defined(__SANITIZE_ADDRESS__)
-        // GCC 12's AddressSanitizer allocator is not fork-safe: a runner
-        // forked while another daemon thread holds one of its locks can block
-        // in its first allocation of that size (glibc's malloc, in the normal
-        // build, is fork-safe). Such a job ends at its deadline, CANCELLED
-        // with the reason, instead of holding the test.
-        req.set_deadline_ms(20000);
-#endif
         tensor(req, "x" + s, v1::INOUT);
         req.mutable_args()->add_scalars(20);
         break;

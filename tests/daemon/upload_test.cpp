@@ -222,6 +222,12 @@ TEST_CASE("a freed tensor's pages are kept warm for the next upload - an Alloc t
     REQUIRE(got.size() == n * 4);
     CHECK(std::all_of(got.begin(), got.end(), [](uint8_t v) { return v == 0; }));
     REQUIRE(k.free(z.value.handle()).ok());
+    // z's download lent its pages to gRPC: they come back, warm, once gRPC
+    // lets go of them, which may be after the Free returned. The next round's
+    // upload must find them there, or it takes fresh pages.
+    CHECK(eventually([&] {
+      return http_get(d.metrics_port(), "/metrics").find("ptod_arena_warm_bytes 262144") != std::string::npos;
+    }));
   }
 }
 

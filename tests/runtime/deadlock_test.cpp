@@ -12,7 +12,7 @@
 
 #include "test_support.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(PTO_UNDER_ASAN)
 #include <sanitizer/lsan_interface.h>
 #endif
 
@@ -243,7 +243,7 @@ TEST_CASE("a hung kernel running inline: STALLED, and destroying the Runtime doe
   // The kernel runs on the scheduler thread itself and waits for the test.
   // The platform is leaked on purpose: the stuck thread returns into it later.
   auto* platform = new HostThreadPlatform(HostThreadPlatformConfig{1, 1, 0, 50});
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(PTO_UNDER_ASAN)
   __lsan_ignore_object(platform);
 #endif
   platform->register_kernel(0, WorkerType::kVector, [](int64_t*) {

@@ -339,7 +339,7 @@ TEST_CASE("a chip child keeps a bounded number of engines while jobs sweep the c
   CHECK(runs == 144);
   CHECK(f32(f)[5] == vector_f(f32(a)[5], f32(b)[5]));
   INFO("peak anonymous memory " << peak_kb / 1024 << " MiB, peak threads " << peak_threads);
-#if defined(__SANITIZE_ADDRESS__) || defined(PTO_UNDER_TSAN)
+#if defined(PTO_UNDER_ASAN) || defined(PTO_UNDER_TSAN)
   // A sanitizer's shadow memory and quarantine multiply anonymous memory;
   // the bound holds for what users run and is checked on the normal build.
   WARN("memory bound not checked under a sanitizer (peak " << peak_kb / 1024 << " MiB)");
