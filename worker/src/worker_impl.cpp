@@ -289,6 +289,14 @@ void WorkerImpl::finish_unfinished() {
 }
 
 void WorkerImpl::finish_detached() {
+  // A run taken here leaves the graph before its handle is handed over:
+  // close(), which waits for the graph to empty, also waits for this count
+  // (raised before the lock that takes the runs) to fall back.
+  handing_over_.fetch_add(1, std::memory_order_seq_cst);
+  struct Done {
+    std::atomic<int>& n;
+    ~Done() { n.fetch_sub(1, std::memory_order_seq_cst); }
+  } done{handing_over_};
   // Until nothing is left to end: a run started here in a freed slot may
   // have ended at once.
   while (graph_.ending_count() != 0) {
@@ -429,6 +437,10 @@ Status WorkerImpl::close() {
   // Threads still in RunHandle::wait() of a detached run leave once its run
   // ended (they may be finishing it): then nothing of this Worker is in use.
   while (waiters_.load(std::memory_order_seq_cst) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // A thread that ended detached runs may still be handing their handles to
+  // the finisher: stopped before they arrive, it would finish them after
+  // close() returned.
+  while (handing_over_.load(std::memory_order_seq_cst) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   finisher_.stop();  // the handles of runs the scheduler thread ended are finished first
   if (life_.closed) return Status::Ok();
   {

@@ -156,8 +156,9 @@ class WorkerImpl {
   // Detached runs this thread ended while it drove as a helper: their
   // handles are finished once it has stopped driving (finish_unfinished).
   static thread_local std::vector<std::pair<std::shared_ptr<RunHandle::State>, RunResult>> unfinished_;
-  std::atomic<int> waiters_{0};  // threads in wait(): close() waits for them
-  std::mutex close_mu_;          // one close() at a time
+  std::atomic<int> waiters_{0};       // threads in wait(): close() waits for them
+  std::atomic<int> handing_over_{0};  // threads in finish_detached(): close() waits for them
+  std::mutex close_mu_;               // one close() at a time
   std::atomic<bool> closing_{false};  // close() began: no new run starts
   SharedMapping arena_map_;
   Arena arena_;
