@@ -107,7 +107,9 @@ Status JobManager::restore() {
     finished_order_.push_back(j.id);
     jobs_.emplace(j.id, std::move(j));
   }
-  trim_locked();
+  std::vector<std::string> trimmed;
+  trim_locked(&trimmed);
+  remove_files(trimmed);  // at start-up: nobody waits for mu_ yet
   if (!rows.empty())
     log("jobs")->info("restored {} job record(s); {} were queued or running when the daemon stopped: FAILED",
                       rows.size(), interrupted);
@@ -405,7 +407,15 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
 }
 
 void JobManager::apply_ending(uint64_t id, Ending e) {
-  std::lock_guard<std::mutex> g(mu_);
+  std::vector<std::string> trimmed;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    apply_ending_locked(id, std::move(e), &trimmed);
+  }
+  remove_files(trimmed);
+}
+
+void JobManager::apply_ending_locked(uint64_t id, Ending e, std::vector<std::string>* trimmed) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   Job& done = it->second;
@@ -430,7 +440,7 @@ void JobManager::apply_ending(uint64_t id, Ending e) {
     ++counts_.cancelled_total;
   changed_locked(done);
   finished_order_.push_back(id);
-  trim_locked();
+  trim_locked(trimmed);
   if (live_locked() == 0) cv_.notify_all();  // wait_idle
 }
 
@@ -443,19 +453,23 @@ void JobManager::changed_locked(Job& j) {
   j.changed->notify_all();
 }
 
-void JobManager::trim_locked() {
+void JobManager::trim_locked(std::vector<std::string>* files) {
   while (finished_order_.size() > cfg_.retain_finished) {
     auto it = jobs_.find(finished_order_.front());
     if (it != jobs_.end()) {
       // A job's trace lives as long as the job is retained.
-      if (!it->second.result.trace_path().empty()) std::remove(it->second.result.trace_path().c_str());
-      if (const std::string log = log_path(it->first); !log.empty()) std::remove(log.c_str());
+      if (!it->second.result.trace_path().empty()) files->push_back(it->second.result.trace_path());
+      if (std::string log = log_path(it->first); !log.empty()) files->push_back(std::move(log));
       gone_.push_back(it->first);  // deleted with the next commit of records
       it->second.changed->notify_all();
       jobs_.erase(it);
     }
     finished_order_.pop_front();
   }
+}
+
+void JobManager::remove_files(const std::vector<std::string>& files) {
+  for (const std::string& f : files) std::remove(f.c_str());
 }
 
 JobRow JobManager::row_locked(const Job& j, const Ending* e) const {

@@ -140,6 +140,7 @@ class JobManager {
   void run_ended(uint64_t id, const pto::RunResult& r);
   // The job's end, its record committed: visible from here on.
   void apply_ending(uint64_t id, Ending e);
+  void apply_ending_locked(uint64_t id, Ending e, std::vector<std::string>* trimmed);
   Status admit_locked(const std::vector<JobSpec>& specs) const;
   void uncount_queued_locked(const Job& j);
   // As clients see it; with `e`, as it will be once that ending is applied.
@@ -149,8 +150,11 @@ class JobManager {
   // Queued jobs that start before j (higher priority, or as high and older).
   uint32_t queue_position_locked(const Job& j) const;
   // Drops the oldest finished jobs beyond retain_finished; their records go
-  // with the next commit (gone_).
-  void trim_locked();
+  // with the next commit (gone_), their trace and log files into *files for
+  // the caller to remove once mu_ is released (a syscall each, kept out of
+  // the lock every job's start and end take).
+  void trim_locked(std::vector<std::string>* files);
+  static void remove_files(const std::vector<std::string>& files);
   std::vector<uint64_t> take_gone();
   // The job, if `who` may see it.
   const Job* visible_locked(const Principal& who, uint64_t id) const;

@@ -12,7 +12,8 @@
 // on TCP loopback ~60 us (112-131 us measured on this kind of
 // machine). Figures only: nothing fails on a time. PTOD_BENCH_ONLY=bandwidth
 // runs the tensor transfers alone, PTOD_BENCH_ONLY=jobs the job figures alone
-// (latency, jobs per second, batches), PTOD_BENCH_ONLY=batch the batches alone.
+// (latency, jobs per second, batches), PTOD_BENCH_ONLY=batch the batches alone,
+// PTOD_BENCH_ONLY=clients the jobs per second of 1 and 8 clients alone.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -307,6 +308,11 @@ int main(int argc, char** argv) {
   }
   if (only == "batch") {
     throughput(1, 1000, d.address());
+    return d.stop() == 0 ? 0 : 1;
+  }
+  if (only == "clients") {
+    const double one = throughput(1, 1, d.address());
+    std::printf("8 clients / 1 client: %.2fx   [target >= 1.5x]\n", throughput(8, 1, d.address()) / one);
     return d.stop() == 0 ? 0 : 1;
   }
   const double floor_us = unary_floor("unix socket", d.address());

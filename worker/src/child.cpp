@@ -154,6 +154,8 @@ class ChildRunner {
   int serve() {
     for (;;) {
       const uint32_t s = wait_request();
+      // Only a task's own output goes through the capture's memfd.
+      if (s != MB_TASK_READY) capture_.release();
       if (s == MB_SHUTDOWN) return 0;
       if (s == MB_TASK_READY)
         run_task();
@@ -182,6 +184,7 @@ class ChildRunner {
         for (int i = 0; i < 16; ++i) spin_step(spins);
         continue;
       }
+      capture_.release();  // idle: the child's streams are its own again
       mb_->child_parked.store(1, std::memory_order_seq_cst);
       s = mb_->state.load(std::memory_order_seq_cst);
       if (!wanted(s)) futex_wait_shared(&mb_->state, s, 100'000'000);

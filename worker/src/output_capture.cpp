@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 
@@ -12,7 +13,7 @@ namespace pto {
 namespace {
 
 // The streams as they were before a capture began, for a process forked
-// during one (restore_streams_after_fork); -1 while nothing is captured.
+// while fds 1 and 2 point at the memfd (restore_streams_after_fork); -1 otherwise.
 std::atomic<int> g_saved_out{-1}, g_saved_err{-1};
 
 constexpr char kCapped[] = "\n[pto: this job's log reached its limit of 64 MiB; further output is dropped]\n";
@@ -43,8 +44,11 @@ OutputCapture::~OutputCapture() {
 }
 
 void OutputCapture::begin(const char* path) {
-  if (path[0] == '\0') return;
   std::lock_guard<std::mutex> g(mu_);
+  if (path[0] == '\0') {  // not captured: the task writes to the child's own streams
+    release_locked();
+    return;
+  }
   if (disabled_) return;
   if (buf_fd_ < 0) {
     saved_out_ = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
@@ -63,15 +67,22 @@ void OutputCapture::begin(const char* path) {
   }
   std::fflush(stdout);
   std::fflush(stderr);
-  if (::dup2(buf_fd_, 1) < 0 || ::dup2(buf_fd_, 2) < 0) {
-    (void)::dup2(saved_out_, 1);
-    (void)::dup2(saved_err_, 2);
-    return;
+  if (redirected_) {
+    // Still on the memfd since the last captured task: what arrived since
+    // (nobody's task) goes where it would have gone.
+    forward_stray_locked();
+  } else {
+    if (::dup2(buf_fd_, 1) < 0 || ::dup2(buf_fd_, 2) < 0) {
+      (void)::dup2(saved_out_, 1);
+      (void)::dup2(saved_err_, 2);
+      return;
+    }
+    redirected_ = true;
+    g_saved_out.store(saved_out_);
+    g_saved_err.store(saved_err_);
   }
   path_ = path;
   active_ = true;
-  g_saved_out.store(saved_out_);
-  g_saved_err.store(saved_err_);
 }
 
 void OutputCapture::end() {
@@ -79,26 +90,58 @@ void OutputCapture::end() {
   if (!active_) return;
   std::fflush(stdout);
   std::fflush(stderr);
-  (void)::dup2(saved_out_, 1);
-  (void)::dup2(saved_err_, 2);
-  g_saved_out.store(-1);
-  g_saved_err.store(-1);
   active_ = false;
-  drain_locked();
-  (void)::ftruncate(buf_fd_, 0);
-  (void)::lseek(buf_fd_, 0, SEEK_SET);
+  // A task that wrote nothing (the usual one) leaves the memfd empty: one
+  // lseek, no truncate. The streams stay on the memfd (release() puts them
+  // back): back-to-back captured tasks cost no dup2 at all.
+  if (const off_t written = ::lseek(buf_fd_, 0, SEEK_CUR); written > 0) {
+    drain_locked(written);
+    (void)::ftruncate(buf_fd_, 0);
+    (void)::lseek(buf_fd_, 0, SEEK_SET);
+  }
   copied_ = 0;
   path_.clear();
 }
 
-void OutputCapture::drain() {
+void OutputCapture::release() {
   std::lock_guard<std::mutex> g(mu_);
-  if (active_) drain_locked();
+  release_locked();
 }
 
-void OutputCapture::drain_locked() {
-  // Both fds share the memfd's offset: everything below it has been written.
-  const off_t end = ::lseek(buf_fd_, 0, SEEK_CUR);
+void OutputCapture::release_locked() {
+  if (!redirected_ || active_) return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  forward_stray_locked();
+  (void)::dup2(saved_out_, 1);
+  (void)::dup2(saved_err_, 2);
+  g_saved_out.store(-1);
+  g_saved_err.store(-1);
+  redirected_ = false;
+}
+
+void OutputCapture::forward_stray_locked() {
+  const off_t stray = ::lseek(buf_fd_, 0, SEEK_CUR);
+  if (stray <= 0) return;
+  // Between tasks only the child's own threads write: to its stderr, as a
+  // diagnostic would (stdout and stderr share the memfd; which it was is lost).
+  char chunk[65536];
+  for (off_t at = 0; at < stray;) {
+    const ssize_t n = ::pread(buf_fd_, chunk, std::min<off_t>(sizeof chunk, stray - at), at);
+    if (n <= 0 || ::write(saved_err_, chunk, static_cast<size_t>(n)) != n) break;
+    at += n;
+  }
+  (void)::ftruncate(buf_fd_, 0);
+  (void)::lseek(buf_fd_, 0, SEEK_SET);
+}
+
+void OutputCapture::drain() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (active_) drain_locked(::lseek(buf_fd_, 0, SEEK_CUR));
+}
+
+void OutputCapture::drain_locked(off_t end) {
+  // Both fds share the memfd's offset (`end`): everything below it has been written.
   if (end <= 0 || static_cast<uint64_t>(end) <= copied_ || path_.empty()) return;
   const int log = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   if (log >= 0) {

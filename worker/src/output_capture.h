@@ -5,9 +5,14 @@
 // 100 ms and frees those pages, the task's end appends the rest — so a task
 // that writes nothing touches no file, a running task's output shows within
 // ~100 ms, and a task that crashes loses at most its last ~100 ms of output.
+// The streams stay on the memfd after a task, for the next captured one
+// (no dup2 between back-to-back tasks); the child puts them back before it
+// parks, serves a control request or an uncaptured task, or exits.
 // A runner (one job per process) writes straight into its job's log. Every
 // log stops growing at kMaxLogBytes, with one line saying so.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <mutex>
@@ -24,8 +29,12 @@ class OutputCapture {
   // ("" = not captured: nothing changes). If a descriptor cannot be made,
   // capture is off for good and the streams stay the child's.
   void begin(const char* path);
-  // The task ended: the streams back, the rest of its output appended.
+  // The task ended: the rest of its output appended. The streams stay on the
+  // memfd until release().
   void end();
+  // Between tasks: fds 1 and 2 back to the child's own streams, with what
+  // was written to them since the last task (to stderr). Idempotent.
+  void release();
   // What the running task wrote since the last look, appended (heartbeat).
   void drain();
   // In a process forked while a task was captured (an L3 child's inner
@@ -34,12 +43,15 @@ class OutputCapture {
   static void restore_streams_after_fork();
 
  private:
-  void drain_locked();
+  void drain_locked(off_t end);  // end: the memfd's offset, what the task wrote so far
+  void release_locked();
+  void forward_stray_locked();  // what is in the memfd, written between tasks, to stderr
   std::mutex mu_;
   int saved_out_ = -1, saved_err_ = -1, buf_fd_ = -1;
   std::string path_;
   uint64_t copied_ = 0;  // bytes of the memfd already appended to path_
   bool active_ = false, disabled_ = false;
+  bool redirected_ = false;  // fds 1 and 2 point at the memfd
 };
 
 // The runner's streams straight into `path` (stdout line-buffered so a
