@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz; clang, ASan + UBSan) into
 # build-fuzz/ and runs each for SECONDS (default 20) on a scratch copy of its
-# seed corpus. Exits non-zero on any crash, sanitizer report, leak, timeout or
-# out-of-memory; the input that caused it is kept in build-fuzz/findings/.
+# seed corpus, as many at once as there are CPUs (JOBS). Exits non-zero on
+# any crash, sanitizer report, leak, timeout or out-of-memory; the input that
+# caused it is kept in build-fuzz/findings/.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,13 +20,29 @@ if [ ${#targets[@]} -eq 0 ]; then
   for t in tests/fuzz/corpus/*/; do targets+=("$(basename "$t")"); done
 fi
 mkdir -p build-fuzz/findings
+# One target per CPU at a time (each libFuzzer process is single-threaded):
+# the same fuzzing time per target in a fraction of the wall time.
+# Writes the target's exit status to findings/T.status (none: it did not run).
+fuzz_one() {
+  local t=$1 work log rc=0
+  work=$(mktemp -d)
+  log=build-fuzz/findings/$t.log
+  cp tests/fuzz/corpus/"$t"/* "$work"/ &&
+    build-fuzz/tests/fuzz/"$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+      -artifact_prefix=build-fuzz/findings/"$t"- -print_final_stats=1 "$work" >"$log" 2>&1 || rc=$?
+  echo "$rc" >build-fuzz/findings/"$t".status
+  rm -rf "$work"
+}
+rm -f build-fuzz/findings/*.status
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+  fuzz_one "$t" &
+done
+wait
 status=0
 for t in "${targets[@]}"; do
-  work=$(mktemp -d)
-  cp tests/fuzz/corpus/"$t"/* "$work"/
   log=build-fuzz/findings/$t.log
-  if build-fuzz/tests/fuzz/"$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
-       -artifact_prefix=build-fuzz/findings/"$t"- -print_final_stats=1 "$work" >"$log" 2>&1; then
+  if [ "$(cat build-fuzz/findings/"$t".status 2>/dev/null)" = 0 ]; then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
     echo "fuzz $t: ${SECONDS_EACH} s, $runs executions, no crash"
   else
@@ -33,6 +50,5 @@ for t in "${targets[@]}"; do
     grep -E 'ERROR|SUMMARY|runtime error' "$log" | head -5 || true
     status=1
   fi
-  rm -rf "$work"
 done
 exit $status
