@@ -27,6 +27,7 @@ fuzz_one() {
   local t=$1 work log rc=0
   work=$(mktemp -d)
   log=build-fuzz/findings/$t.log
+  : >"$log"
   cp tests/fuzz/corpus/"$t"/* "$work"/ &&
     build-fuzz/tests/fuzz/"$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
       -artifact_prefix=build-fuzz/findings/"$t"- -print_final_stats=1 "$work" >"$log" 2>&1 || rc=$?
@@ -34,6 +35,7 @@ fuzz_one() {
   rm -rf "$work"
 }
 rm -f build-fuzz/findings/*.status
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # an interrupted run leaves no fuzzer behind
 for t in "${targets[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
   fuzz_one "$t" &

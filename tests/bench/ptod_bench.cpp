@@ -18,9 +18,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -56,21 +58,24 @@ std::vector<std::pair<double, double>> histogram(int metrics_port, const std::st
   for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
     const size_t le = at + key.size();
     const size_t close = text.find('"', le);
+    if (close == std::string::npos || close + 2 >= text.size()) break;
     const std::string bound = text.substr(le, close - le);
     out.emplace_back(bound == "+Inf" ? 1e30 : std::atof(bound.c_str()), std::atof(text.c_str() + close + 2));
   }
   return out;
 }
 
-// The bucket bound (us) under which half of what was added between two
-// readings of a histogram lies.
-double median_between(const std::vector<std::pair<double, double>>& before,
-                      const std::vector<std::pair<double, double>>& after) {
-  if (before.size() != after.size() || after.empty()) return 0;
+// "<= N us": the bucket bound under which half of what was added between two
+// readings of a histogram lies; "n/a" when nothing was added (or no reading).
+std::string median_between(const std::vector<std::pair<double, double>>& before,
+                           const std::vector<std::pair<double, double>>& after) {
+  if (before.size() != after.size() || after.empty()) return "n/a (no metrics)";
   const double total = after.back().second - before.back().second;
+  if (total <= 0) return "n/a (no tasks)";
   for (size_t i = 0; i < after.size(); ++i)
-    if (after[i].second - before[i].second >= total / 2) return after[i].first * 1e6;
-  return 0;
+    if (after[i].second - before[i].second >= total / 2)
+      return after[i].first >= 1e30 ? "above the last bucket" : "<= " + std::to_string(std::lround(after[i].first * 1e6)) + " us";
+  return "n/a";
 }
 
 int g_metrics_port = 0;  // the daemon's, for the task figures beside a latency
@@ -96,8 +101,9 @@ double latency(const char* what, const std::string& address, const v1::SubmitReq
       what, us[us.size() / 2], us[us.size() * 99 / 100], us.size());
   // How much of it the child's task takes: dispatch written -> completion
   // seen, a parked child's wake-up included.
-  std::printf("  of which the task's mailbox round trip: p50 <= %.0f us\n",
-              median_between(trips0, histogram(g_metrics_port, "ptod_mailbox_round_trip_seconds")));
+  // (Its 200 warm-up jobs included.)
+  std::printf("  of which the task's mailbox round trip: p50 %s\n",
+              median_between(trips0, histogram(g_metrics_port, "ptod_mailbox_round_trip_seconds")).c_str());
   return us[us.size() / 2];
 }
 

@@ -1,8 +1,9 @@
 // What a child's tasks print (docs/worker.md "Logs"): a task of a run with a
 // log file writes into that file, and only its own lines. A child keeps its
 // streams on its capture between back-to-back captured tasks and puts them
-// back before it parks or runs an uncaptured task; these tests hold the child
-// hot (it spins 100 ms for its next request) so that the tasks meet it so.
+// back before it parks or runs an uncaptured task, and after a task that
+// pointed them elsewhere; these tests hold the child hot (it spins 100 ms for
+// its next request) so that the tasks meet it so.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -20,17 +21,25 @@ using namespace pto_test;
 
 namespace {
 
-// Prints its tag to both streams; with scalars[1] set it also leaves a
-// thread behind that prints "stray <tag>" 5 ms after the task has ended.
+// Prints its tag to both streams. scalars[1]: 1 leaves a thread behind that
+// prints "stray <tag>" 5 ms after the task has ended; 2 then points the
+// task's stdout at /dev/null (a task that redirects its own streams).
 int say(const TaskArgsView& a, std::string&) {
   const auto tag = static_cast<unsigned long long>(a.scalars[0]);
+  const uint64_t what = a.scalar_count > 1 ? a.scalars[1] : 0;
   std::printf("say %llu to stdout\n", tag);
   std::fprintf(stderr, "say %llu on stderr\n", tag);
-  if (a.scalar_count > 1 && a.scalars[1])
+  if (what == 1)
     std::thread([tag] {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       std::fprintf(stderr, "stray %llu\n", tag);
     }).detach();
+  if (what == 2) {
+    std::fflush(stdout);
+    const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    dup2(null, 1);
+    close(null);
+  }
   return 0;
 }
 
@@ -51,62 +60,103 @@ std::string stdout_of(int pid) {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "(readlink " + link + ": " + std::strerror(errno) + ")";
 }
 
+// This process's fd 2 pointed at a file while the Worker forks its child
+// (which keeps it), and back on every way out of the test.
+struct StderrToFile {
+  explicit StderrToFile(const std::string& path)
+      : saved(dup(2)), file(open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600)) {
+    ok = saved >= 0 && file >= 0 && dup2(file, 2) == 2;
+  }
+  void restore() {
+    if (saved >= 0) dup2(saved, 2);
+  }
+  ~StderrToFile() {
+    restore();
+    for (int fd : {saved, file})
+      if (fd >= 0) close(fd);
+  }
+  int saved, file;
+  bool ok = false;
+};
+
+struct TempDir {
+  TempDir() : path((std::filesystem::temp_directory_path() / "pto-task-logs-XXXXXX").string()) {
+    if (!mkdtemp(path.data())) path.clear();
+  }
+  ~TempDir() {
+    if (!path.empty()) std::filesystem::remove_all(path);
+  }
+  std::string path;
+};
+
 }  // namespace
 
 TEST_CASE(
     "back-to-back captured tasks on a hot child write only their own logs - what comes between tasks and an "
-    "uncaptured task's output reach the child's own stderr") {
-  std::string dir = (std::filesystem::temp_directory_path() / "pto-task-logs-XXXXXX").string();
-  REQUIRE(mkdtemp(dir.data()));
-  // The child's stderr is a file of ours: it inherits fd 2 when it is forked.
-  const int saved_err = dup(2);
-  const int err_file = open((dir + "/stderr").c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
-  REQUIRE((saved_err >= 0 && err_file >= 0));
-  REQUIRE(dup2(err_file, 2) == 2);
+    "uncaptured task's output reach the child's own stderr - a task that moves its stdout takes no later "
+    "task's output") {
+  TempDir tmp;
+  REQUIRE(!tmp.path.empty());
+  const std::string dir = tmp.path;
+  auto log_of = [&](int i) { return dir + "/run-" + std::to_string(i) + ".log"; };
   {
-    Worker w({.level = 3, .num_sub_workers = 1, .spin_us = 100000});
+    StderrToFile err(dir + "/stderr");
+    REQUIRE(err.ok);
+    // One run at a time: the tasks reach the child in submission order.
+    Worker w({.level = 3, .num_sub_workers = 1, .spin_us = 100000, .max_concurrent_runs = 1});
     const CallableHandle h = w.register_callable(NativeCallable::function("say", say));
     const Status up = w.init();
-    dup2(saved_err, 2);  // ours again; the child keeps the file
+    err.restore();  // ours again; the child keeps the file
     REQUIRE(up.ok());
-    auto submit = [&](uint64_t tag, bool stray, const std::string& log) {
+    auto submit = [&](uint64_t tag, uint64_t what, const std::string& log) {
       RunOptions o;
       o.log_file = log;
       return w.submit_function(
           [=](Orchestrator& orch, const TaskArgsView&, const CallConfig&) {
             TaskArgs a;
-            a.add_scalar(tag).add_scalar(stray ? 1 : 0);
+            a.add_scalar(tag).add_scalar(what);
             return orch.submit_sub(h, a).ok() ? 0 : 1;
           },
           {}, {}, nullptr, o);
     };
     std::vector<RunHandle> runs;
-    for (int i = 0; i < kRuns; ++i)
-      runs.push_back(submit(uint64_t(i), i == kRuns - 1, dir + "/run-" + std::to_string(i) + ".log"));
+    for (int i = 0; i < kRuns; ++i) runs.push_back(submit(uint64_t(i), i == kRuns - 1 ? 1 : 0, log_of(i)));
     for (RunHandle& r : runs) {
       REQUIRE(r.wait(std::chrono::seconds(30)));
       REQUIRE(r.result().ok());
     }
-    // Hot after a captured task: its streams are still the capture's.
+    const auto ended = std::chrono::steady_clock::now();
+    // Hot after a captured task: its streams are still the capture's (if
+    // this thread looks within the child's 100 ms of spinning).
     const std::vector<ChildInfo> children = w.children();
     const ChildInfo* c = child(children, ChildKind::SUB, 0);
     REQUIRE(c);
-    CHECK_THAT(stdout_of(c->pid), Catch::Contains("memfd:pto-task-output"));
+    const std::string hot = stdout_of(c->pid);
+    if (std::chrono::steady_clock::now() - ended < std::chrono::milliseconds(60))
+      CHECK_THAT(hot, Catch::Contains("memfd:pto-task-output"));
+    else
+      WARN("looked too late to see the hot child's streams: " << hot);
     std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the last task's thread prints "stray"
     // An uncaptured task: the child's own streams, with the stray line first.
-    RunHandle plain = submit(99, false, "");
+    RunHandle plain = submit(99, 0, "");
     REQUIRE(plain.wait(std::chrono::seconds(30)));
     REQUIRE(plain.result().ok());
     CHECK_THAT(stdout_of(c->pid), !Catch::Contains("memfd:"));
+    // A captured task that points its stdout at /dev/null, then one more
+    // right behind it: the second one's stdout is its log again.
+    RunHandle moves = submit(100, 2, log_of(100));
+    RunHandle after = submit(101, 0, log_of(101));
+    REQUIRE((moves.wait(std::chrono::seconds(30)) && after.wait(std::chrono::seconds(30))));
+    REQUIRE((moves.result().ok() && after.result().ok()));
     REQUIRE(w.close().ok());
   }
-  ::close(saved_err);
-  ::close(err_file);
   for (int i = 0; i < kRuns; ++i) {
-    const std::string log = slurp(dir + "/run-" + std::to_string(i) + ".log");
+    const std::string log = slurp(log_of(i));
     INFO("run " << i << "'s log: " << log);
     CHECK(log == "say " + std::to_string(i) + " to stdout\nsay " + std::to_string(i) + " on stderr\n");
   }
+  CHECK(slurp(log_of(100)) == "say 100 to stdout\nsay 100 on stderr\n");
+  CHECK(slurp(log_of(101)) == "say 101 to stdout\nsay 101 on stderr\n");
   const std::string err = slurp(dir + "/stderr");
   INFO("the child's stderr: " << err);
   const auto stray = err.find("stray 39"), plain = err.find("say 99 on stderr");
@@ -114,5 +164,4 @@ TEST_CASE(
   CHECK(plain != std::string::npos);
   CHECK(stray < plain);
   CHECK(err.find("say 0 ") == std::string::npos);
-  std::filesystem::remove_all(dir);
 }

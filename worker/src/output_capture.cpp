@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 
 namespace pto {
@@ -54,12 +55,15 @@ void OutputCapture::begin(const char* path) {
     saved_out_ = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
     saved_err_ = ::fcntl(2, F_DUPFD_CLOEXEC, 3);
     buf_fd_ = ::memfd_create("pto-task-output", MFD_CLOEXEC);
-    if (saved_out_ < 0 || saved_err_ < 0 || buf_fd_ < 0) {
+    struct stat st {};
+    if (saved_out_ < 0 || saved_err_ < 0 || buf_fd_ < 0 || ::fstat(buf_fd_, &st) != 0) {
       for (int* fd : {&buf_fd_, &saved_out_, &saved_err_})
         if (*fd >= 0) ::close(*fd), *fd = -1;
       disabled_ = true;
       return;
     }
+    buf_dev_ = st.st_dev;
+    buf_ino_ = st.st_ino;
     // Line-buffered: a follower sees a task's lines as the heartbeat drains
     // them, not when a 4 KiB buffer fills (stdio was flushed, nothing is lost).
     std::fflush(stdout);
@@ -69,9 +73,15 @@ void OutputCapture::begin(const char* path) {
   std::fflush(stderr);
   if (redirected_) {
     // Still on the memfd since the last captured task: what arrived since
-    // (nobody's task) goes where it would have gone.
-    forward_stray_locked();
-  } else {
+    // (nobody's task) goes where it would have gone. The memfd is never
+    // truncated while the fds point at it (a write racing the truncate would
+    // be lost); its offset only grows, over punched-out pages, until a
+    // release rewinds it.
+    const off_t at = ::lseek(buf_fd_, 0, SEEK_CUR);
+    if (at > static_cast<off_t>(copied_)) forward_locked(at);
+    if (at > kRewindAt) release_locked();
+  }
+  if (!redirected_) {
     if (::dup2(buf_fd_, 1) < 0 || ::dup2(buf_fd_, 2) < 0) {
       (void)::dup2(saved_out_, 1);
       (void)::dup2(saved_err_, 2);
@@ -80,6 +90,8 @@ void OutputCapture::begin(const char* path) {
     redirected_ = true;
     g_saved_out.store(saved_out_);
     g_saved_err.store(saved_err_);
+    const off_t at = ::lseek(buf_fd_, 0, SEEK_CUR);
+    copied_ = at > 0 ? static_cast<uint64_t>(at) : 0;  // 0 unless a release could not put the fds back
   }
   path_ = path;
   active_ = true;
@@ -91,16 +103,19 @@ void OutputCapture::end() {
   std::fflush(stdout);
   std::fflush(stderr);
   active_ = false;
-  // A task that wrote nothing (the usual one) leaves the memfd empty: one
-  // lseek, no truncate. The streams stay on the memfd (release() puts them
-  // back): back-to-back captured tasks cost no dup2 at all.
-  if (const off_t written = ::lseek(buf_fd_, 0, SEEK_CUR); written > 0) {
-    drain_locked(written);
-    (void)::ftruncate(buf_fd_, 0);
-    (void)::lseek(buf_fd_, 0, SEEK_SET);
-  }
-  copied_ = 0;
+  // A task that wrote nothing (the usual one) costs an lseek here. The
+  // streams stay on the memfd (release() puts them back): back-to-back
+  // captured tasks cost no dup2 at all.
+  if (const off_t at = ::lseek(buf_fd_, 0, SEEK_CUR); at > static_cast<off_t>(copied_)) drain_locked(at);
   path_.clear();
+  // A task that pointed fd 1 or 2 elsewhere (freopen, dup2) must not take the
+  // next tasks' output with it: the child's own streams again.
+  if (!on_memfd(1) || !on_memfd(2)) release_locked();
+}
+
+bool OutputCapture::on_memfd(int fd) const {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && st.st_dev == buf_dev_ && st.st_ino == buf_ino_;
 }
 
 void OutputCapture::release() {
@@ -112,38 +127,54 @@ void OutputCapture::release_locked() {
   if (!redirected_ || active_) return;
   std::fflush(stdout);
   std::fflush(stderr);
-  forward_stray_locked();
   (void)::dup2(saved_out_, 1);
   (void)::dup2(saved_err_, 2);
   g_saved_out.store(-1);
   g_saved_err.store(-1);
   redirected_ = false;
+  // Nothing writes into the memfd now: what came since the last task goes
+  // out, and the memfd starts again from 0.
+  if (const off_t at = ::lseek(buf_fd_, 0, SEEK_CUR); at > static_cast<off_t>(copied_)) forward_locked(at);
+  (void)::ftruncate(buf_fd_, 0);
+  (void)::lseek(buf_fd_, 0, SEEK_SET);
+  copied_ = 0;
 }
 
-void OutputCapture::forward_stray_locked() {
-  const off_t stray = ::lseek(buf_fd_, 0, SEEK_CUR);
-  if (stray <= 0) return;
+void OutputCapture::forward_locked(off_t end) {
   // Between tasks only the child's own threads write: to its stderr, as a
   // diagnostic would (stdout and stderr share the memfd; which it was is lost).
   char chunk[65536];
-  for (off_t at = 0; at < stray;) {
-    const ssize_t n = ::pread(buf_fd_, chunk, std::min<off_t>(sizeof chunk, stray - at), at);
-    if (n <= 0 || ::write(saved_err_, chunk, static_cast<size_t>(n)) != n) break;
+  for (off_t at = static_cast<off_t>(copied_); at < end;) {
+    const ssize_t n = ::pread(buf_fd_, chunk, static_cast<size_t>(std::min<off_t>(sizeof chunk, end - at)), at);
+    if (n <= 0) break;
+    for (ssize_t put = 0; put < n;) {
+      const ssize_t w = ::write(saved_err_, chunk + put, static_cast<size_t>(n - put));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        put = n;  // stderr is gone: the rest is dropped, as a write to it would be
+        at = end;
+        break;
+      }
+      put += w;
+    }
     at += n;
   }
-  (void)::ftruncate(buf_fd_, 0);
-  (void)::lseek(buf_fd_, 0, SEEK_SET);
+  (void)::fallocate(buf_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(copied_),
+                    end - static_cast<off_t>(copied_));
+  copied_ = static_cast<uint64_t>(end);
 }
 
 void OutputCapture::drain() {
-  std::lock_guard<std::mutex> g(mu_);
-  if (active_) drain_locked(::lseek(buf_fd_, 0, SEEK_CUR));
+  // The heartbeat never waits for the lock: the task thread may hold it
+  // while it writes to a stderr that blocks, and the beats must go on.
+  std::unique_lock<std::mutex> g(mu_, std::try_to_lock);
+  if (g.owns_lock() && active_) drain_locked(::lseek(buf_fd_, 0, SEEK_CUR));
 }
 
 void OutputCapture::drain_locked(off_t end) {
   // Both fds share the memfd's offset (`end`): everything below it has been written.
-  if (end <= 0 || static_cast<uint64_t>(end) <= copied_ || path_.empty()) return;
-  const int log = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (end <= 0 || static_cast<uint64_t>(end) <= copied_) return;
+  const int log = path_.empty() ? -1 : ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   if (log >= 0) {
     append_capped(log, buf_fd_, copied_, static_cast<uint64_t>(end));
     ::close(log);

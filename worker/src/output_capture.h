@@ -7,7 +7,9 @@
 // ~100 ms, and a task that crashes loses at most its last ~100 ms of output.
 // The streams stay on the memfd after a task, for the next captured one
 // (no dup2 between back-to-back tasks); the child puts them back before it
-// parks, serves a control request or an uncaptured task, or exits.
+// parks, serves a control request, shutdown or an uncaptured task, and after
+// a task that pointed them elsewhere. The memfd is never truncated while the
+// fds point at it: offsets mark what is dealt with.
 // A runner (one job per process) writes straight into its job's log. Every
 // log stops growing at kMaxLogBytes, with one line saying so.
 #pragma once
@@ -35,7 +37,8 @@ class OutputCapture {
   // Between tasks: fds 1 and 2 back to the child's own streams, with what
   // was written to them since the last task (to stderr). Idempotent.
   void release();
-  // What the running task wrote since the last look, appended (heartbeat).
+  // What the running task wrote since the last look, appended (heartbeat;
+  // skipped when the task thread holds the lock).
   void drain();
   // In a process forked while a task was captured (an L3 child's inner
   // Worker replacing a child): fds 1 and 2 back to what they were before the
@@ -43,13 +46,19 @@ class OutputCapture {
   static void restore_streams_after_fork();
 
  private:
+  // A hot child's memfd offset grows (over punched-out pages) until a release
+  // rewinds it; begin() releases first past this.
+  static constexpr off_t kRewindAt = off_t(1) << 30;
   void drain_locked(off_t end);  // end: the memfd's offset, what the task wrote so far
   void release_locked();
-  void forward_stray_locked();  // what is in the memfd, written between tasks, to stderr
+  void forward_locked(off_t end);  // [copied_, end), written between tasks, to stderr
+  bool on_memfd(int fd) const;
   std::mutex mu_;
   int saved_out_ = -1, saved_err_ = -1, buf_fd_ = -1;
+  dev_t buf_dev_ = 0;
+  ino_t buf_ino_ = 0;
   std::string path_;
-  uint64_t copied_ = 0;  // bytes of the memfd already appended to path_
+  uint64_t copied_ = 0;  // the memfd's bytes below this offset are dealt with (in a log, or forwarded)
   bool active_ = false, disabled_ = false;
   bool redirected_ = false;  // fds 1 and 2 point at the memfd
 };
