@@ -74,14 +74,16 @@ std::string median_between(const std::vector<std::pair<double, double>>& before,
   if (total <= 0) return "n/a (no tasks)";
   for (size_t i = 0; i < after.size(); ++i)
     if (after[i].second - before[i].second >= total / 2)
-      return after[i].first >= 1e30 ? "above the last bucket" : "<= " + std::to_string(std::lround(after[i].first * 1e6)) + " us";
+      return after[i].first >= 1e30 ? "above the last bucket"
+                                     : "<= " + std::to_string(std::lround(after[i].first * 1e6)) + " us";
   return "n/a";
 }
 
 int g_metrics_port = 0;  // the daemon's, for the task figures beside a latency
+constexpr char kRoundTrips[] = "ptod_mailbox_round_trip_seconds";
 
 double latency(const char* what, const std::string& address, const v1::SubmitRequest& job = trivial()) {
-  const auto trips0 = histogram(g_metrics_port, "ptod_mailbox_round_trip_seconds");
+  const auto trips0 = histogram(g_metrics_port, kRoundTrips);
   Client c(options(address));
   std::vector<double> us;
   for (int i = 0; i < 2200; ++i) {
@@ -99,11 +101,11 @@ double latency(const char* what, const std::string& address, const v1::SubmitReq
       "trivial job, submit -> result, %s: p50 %.0f us, p99 %.0f us (%zu jobs)   [target p50 <= 300 us; "
       "Ray sync task ~1000 us]\n",
       what, us[us.size() / 2], us[us.size() * 99 / 100], us.size());
-  // How much of it the child's task takes: dispatch written -> completion
-  // seen, a parked child's wake-up included.
-  // (Its 200 warm-up jobs included.)
+  // How much of it the child's task takes (dispatch written -> completion
+  // seen, a parked child's wake-up included), over the whole phase: the 200
+  // warm-up jobs too.
   std::printf("  of which the task's mailbox round trip: p50 %s\n",
-              median_between(trips0, histogram(g_metrics_port, "ptod_mailbox_round_trip_seconds")).c_str());
+              median_between(trips0, histogram(g_metrics_port, kRoundTrips)).c_str());
   return us[us.size() / 2];
 }
 

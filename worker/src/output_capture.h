@@ -28,8 +28,9 @@ class OutputCapture {
  public:
   ~OutputCapture();
   // The task starts: fds 1 and 2 point at the memfd; its output is for `path`
-  // ("" = not captured: nothing changes). If a descriptor cannot be made,
-  // capture is off for good and the streams stay the child's.
+  // ("" = not captured: the streams are the child's own, as release()). If a
+  // descriptor cannot be made, capture is off for good and the streams stay
+  // the child's.
   void begin(const char* path);
   // The task ended: the rest of its output appended. The streams stay on the
   // memfd until release().
@@ -40,9 +41,9 @@ class OutputCapture {
   // What the running task wrote since the last look, appended (heartbeat;
   // skipped when the task thread holds the lock).
   void drain();
-  // In a process forked while a task was captured (an L3 child's inner
-  // Worker replacing a child): fds 1 and 2 back to what they were before the
-  // capture, so the new process never writes into another task's log.
+  // In a process forked while fds 1 and 2 pointed at the memfd (an L3
+  // child's inner Worker replacing a child): they go back to what they were
+  // before the capture, so the new process never writes into a task's log.
   static void restore_streams_after_fork();
 
  private:
