@@ -2,10 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "grpc_status.h"
@@ -43,23 +41,6 @@ std::unique_ptr<grpc::ClientReader<Bytes>> download_stream(const std::shared_ptr
   const grpc::internal::RpcMethod m("/pto.v1.Tensors/Download", grpc::internal::RpcMethod::SERVER_STREAMING, ch);
   return std::unique_ptr<grpc::ClientReader<Bytes>>(
       grpc::internal::ClientReaderFactory<Bytes>::Create(ch.get(), m, ctx, req));
-}
-
-// Slices over the caller's memory that gRPC still holds. Shared with each
-// slice (its destroy callback), so a late release finds it alive.
-struct Lent {
-  std::mutex mu;
-  std::condition_variable cv;
-  int slices = 0;
-};
-void give_back(void* p) {
-  auto* lent = static_cast<std::shared_ptr<Lent>*>(p);
-  {
-    std::lock_guard<std::mutex> g((*lent)->mu);
-    --(*lent)->slices;
-  }
-  (*lent)->cv.notify_all();
-  delete lent;
 }
 
 // The fields of DownloadChunk (ptod.proto): info = 1, data = 2, last = 3,
@@ -167,7 +148,7 @@ Result<pto::v1::TensorInfo> upload(const std::shared_ptr<grpc::Channel>& channel
                                    uint32_t chunk_bytes) {
   Result<pto::v1::TensorInfo> r;
   const auto* p = static_cast<const uint8_t*>(data);
-  auto lent = std::make_shared<Lent>();
+  auto lent = std::make_shared<pto::v1::LentSlices>();
   {
     grpc::ClientContext ctx;
     prepare(&ctx);
@@ -179,13 +160,7 @@ Result<pto::v1::TensorInfo> upload(const std::shared_ptr<grpc::Channel>& channel
     for (uint64_t off = 0; ok && off < bytes; off += chunk_bytes) {
       // A data chunk: its field's header, then the caller's bytes as they are.
       const uint64_t n = std::min<uint64_t>(chunk_bytes, bytes - off);
-      {
-        std::lock_guard<std::mutex> g(lent->mu);
-        ++lent->slices;
-      }
-      grpc::Slice parts[2] = {
-          grpc::Slice(pto::v1::bytes_field_header(2, n)),
-          grpc::Slice(const_cast<uint8_t*>(p + off), n, &give_back, new std::shared_ptr<Lent>(lent))};
+      grpc::Slice parts[2] = {grpc::Slice(pto::v1::bytes_field_header(2, n)), lent->slice(p + off, n)};
       crc = pto::crc32c(crc, p + off, n);
       ok = writer->Write(Bytes(parts, 2));
     }
@@ -200,21 +175,10 @@ Result<pto::v1::TensorInfo> upload(const std::shared_ptr<grpc::Channel>& channel
   // The call and its context are gone, and with them what gRPC had queued
   // of ours. Bytes already handed to the connection are let go once written
   // or when the connection closes, and keepalive (30 s + 10 s, client.cpp)
-  // closes one whose daemon stopped reading. So the wait's liveness check is
-  // the connection: while it is up, the slices are on their way out; once
-  // it is down, they go within moments (10 s allowed, then an error, never
-  // a return while gRPC may still read the caller's bytes unnoticed).
-  std::unique_lock<std::mutex> lk(lent->mu);
-  const auto released = [&] { return lent->slices == 0; };
-  while (!lent->cv.wait_for(lk, std::chrono::seconds(1), released)) {
-    if (channel->GetState(false) == GRPC_CHANNEL_READY) continue;
-    if (!lent->cv.wait_for(lk, std::chrono::seconds(10), released))
-      r.status = Status::Error(static_cast<int32_t>(grpc::StatusCode::INTERNAL),
-                               fmt::format("upload: gRPC still holds {} chunk(s) of the caller's bytes 10 s after "
-                                           "the connection closed",
-                                           lent->slices));
-    break;
-  }
+  // closes one whose daemon stopped reading.
+  std::string why;
+  if (!lent->wait([&] { return channel->GetState(false) == GRPC_CHANNEL_READY; }, &why))
+    r.status = Status::Error(static_cast<int32_t>(grpc::StatusCode::INTERNAL), "upload: " + why);
   return r;
 }
 

@@ -392,6 +392,8 @@ void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Se
   // connections down: the arena is unmapped under none of them.
   if (!tensors.wait_lent(std::chrono::seconds(5)))
     main_log->warn("gRPC still holds pages of a download 5 s after the server stopped; closing anyway");
+  if (!sessions.wait_lent(std::chrono::seconds(5)))
+    main_log->warn("gRPC still holds pages of a remote buffer 5 s after the server stopped; closing anyway");
   if (Status s = parts.worker.close(); !s.ok()) main_log->warn("closing the Worker: {}", s.message);
   if (synced) (void)db.set_meta("clean_stop", "1");
   main_log->info("stopped");

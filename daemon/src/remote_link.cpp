@@ -185,7 +185,6 @@ std::shared_ptr<grpc::Channel> GrpcRemoteLink::make_channel(std::string* why) co
 bool GrpcRemoteLink::open_session(std::string* why) {
   auto channel = make_channel(why);
   if (!channel) return false;
-  auto stub = pto::v1::Session::NewStub(channel);
   auto ctx = std::make_unique<grpc::ClientContext>();
   if (!peer_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + peer_.token);
   std::unique_lock<std::mutex> wl(write_mu_);  // no direct write may see half a session
@@ -218,16 +217,27 @@ bool GrpcRemoteLink::open_session(std::string* why) {
     hs_cv.notify_all();
     watchdog.join();
   };
-  auto stream = stub->Open(ctx_.get());
+  // The generated stub's own stream, with ByteBuffer for the frames
+  // (session_wire.h; grpc::internal is what generated code uses).
+  const grpc::internal::RpcMethod open("/pto.v1.Session/Open", grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel.get(), open,
+                                                                                         ctx_.get()));
   pto::v1::Frame hello;
   hello.mutable_hello()->set_min_version(kSessionVersion);
   hello.mutable_hello()->set_max_version(kSessionVersion);
   hello.mutable_hello()->set_node(node_name());
   fill_header(&hello);
-  bool ok = stream->Write(hello);
+  bool ok = stream->Write(encode_frame(hello));
   pto::v1::Frame f;
   std::string refused;
-  while (ok && stream->Read(&f)) {
+  grpc::ByteBuffer bb;
+  Payload no_chunk;
+  while (ok && stream->Read(&bb)) {
+    if (!decode_frame(bb, &f, &no_chunk, &refused)) {
+      refused = "protocol error: " + refused;
+      break;
+    }
     if (!f.has_hello()) {
       refused = fmt::format("protocol error: the peer's first frame is not HELLO (body {})", int(f.body_case()));
       break;
@@ -391,7 +401,7 @@ bool GrpcRemoteLink::write_tasks(std::vector<pto::RemoteTask>& tasks) {
   if ((!refused.empty() || over) && wake_) wake_();
   if (over || body->tasks_size() == 0) return !over;
   fill_header(&tf);
-  return stream_->Write(tf);
+  return stream_->Write(encode_frame(tf));
 }
 
 void GrpcRemoteLink::writer_loop() {
@@ -399,7 +409,7 @@ void GrpcRemoteLink::writer_loop() {
   const uint64_t dead_ns = uint64_t(cfg_.dead_after_ms) * 1'000'000;
   uint64_t last_health = 0;
   std::vector<pto::RemoteTask> tasks;
-  std::deque<pto::v1::Frame> frames;
+  std::deque<OutFrame> frames;
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(mu_);
@@ -416,14 +426,11 @@ void GrpcRemoteLink::writer_loop() {
     }
     bool ok = true;
     const uint64_t now = now_ns();
-    std::vector<std::unique_ptr<std::string>> sent_chunks;
     {
       std::lock_guard<std::mutex> w(write_mu_);
       for (auto& fr : frames) {
-        fill_header(&fr);
-        if (ok) ok = stream_->Write(fr);
-        if (fr.has_control() && fr.control().op() == pto::v1::Control::BUFFER_WRITE)
-          sent_chunks.emplace_back(fr.mutable_control()->release_data());
+        fill_header(&fr.f);
+        if (ok) ok = stream_->Write(encode_frame(fr.f, &fr.data));
       }
       frames.clear();
       if (!tasks.empty() && ok) ok = write_tasks(tasks);
@@ -431,15 +438,9 @@ void GrpcRemoteLink::writer_loop() {
         pto::v1::Frame hb;
         hb.mutable_health()->set_sent_ns(now);
         fill_header(&hb);
-        ok = stream_->Write(hb);
+        ok = stream_->Write(encode_frame(hb));
         last_health = now;
       }
-    }
-    if (!sent_chunks.empty()) {
-      std::lock_guard<std::mutex> g(mu_);
-      for (auto& b : sent_chunks)
-        if (writes_active_ > 0 && spare_chunks_.size() <= static_cast<size_t>(kChunkWindow))
-          spare_chunks_.push_back(std::move(b));
     }
     if (!ok) {
       end_session("the connection broke while sending");
@@ -457,8 +458,14 @@ void GrpcRemoteLink::writer_loop() {
 void GrpcRemoteLink::reader_loop() {
   pto::v1::Frame f;
   std::string why;
-  while (stream_->Read(&f)) {
+  grpc::ByteBuffer bb;
+  Payload chunk;
+  while (stream_->Read(&bb)) {
     last_recv_ns_ = now_ns();
+    if (!decode_frame(bb, &f, &chunk, &why)) {
+      why = "protocol error: " + why;
+      break;
+    }
     if (std::string bad = check_frame_order(f, session_, in_seq_ + 1); !bad.empty()) {
       why = "protocol error: " + bad;
       break;
@@ -505,7 +512,8 @@ void GrpcRemoteLink::reader_loop() {
       auto it = controls_.find(f.control_reply().id());
       if (it != controls_.end()) {
         it->second.done = true;
-        it->second.reply = f.control_reply();
+        it->second.reply = std::move(*f.mutable_control_reply());
+        it->second.data = std::move(chunk);
         ctl_cv_.notify_all();
       }
     } else if (f.has_health()) {
@@ -591,7 +599,7 @@ void GrpcRemoteLink::run() {
       if (stop_ && !session_over_) {
         pto::v1::Frame f;
         f.mutable_shutdown()->set_reason("the coordinator is stopping");
-        frames_out_.push_back(std::move(f));
+        frames_out_.push_back({std::move(f), grpc::Slice()});
         out_cv_.notify_one();
         cv_.wait_for(lk, std::chrono::milliseconds(200), [&] { return frames_out_.empty(); });
       }

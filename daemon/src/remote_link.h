@@ -29,6 +29,7 @@
 #include "pto/remote.h"
 #include "pto/v1/session.grpc.pb.h"
 #include "remote_stager.h"
+#include "session_wire.h"
 
 namespace ptod {
 
@@ -72,7 +73,9 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
   struct ControlWait {
     bool done = false;
     pto::v1::ControlReply reply;
+    Payload data;  // a BUFFER_READ's chunk, still in gRPC's buffers
   };
+
 
   // RemoteStager::Session, mu_ held.
   bool session_live() const override { return session_up_ && !session_over_; }
@@ -92,12 +95,13 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
                          std::vector<pto::v1::ControlReply>* replies);
   // One CONTROL queued for the writer (mu_ held): its id, or 0 when no
   // session is up. Its reply is taken with await_control().
-  uint64_t post_control(pto::v1::Control&& c);
+  // With `data`, a BUFFER_WRITE's chunk as a slice over its bytes.
+  uint64_t post_control(pto::v1::Control&& c, grpc::Slice data = grpc::Slice());
   // Waits until control id's reply arrived or the deadline passed (mu_ held
   // through lk), takes the reply and forgets the id.
   pto::Status await_control(std::unique_lock<std::mutex>& lk, uint64_t id,
                             std::chrono::steady_clock::time_point deadline, uint32_t timeout_ms,
-                            pto::v1::ControlReply* reply);
+                            pto::v1::ControlReply* reply, Payload* data = nullptr);
   pto::Status digest_op(int op, const pto::CallableIdentity& id, uint32_t timeout_ms);  // COMMIT, ABORT, UNREGISTER
   pto::Status transfer(const pto::RemoteBufferRef& b, char* host, uint64_t bytes, bool write, uint32_t timeout_ms);
   void fill_header(pto::v1::Frame* f);
@@ -123,7 +127,7 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
 
   // The session in flight.
   std::unique_ptr<grpc::ClientContext> ctx_;
-  std::unique_ptr<grpc::ClientReaderWriter<pto::v1::Frame, pto::v1::Frame>> stream_;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream_;
   bool session_up_ = false, session_over_ = false;
   std::string end_reason_;
   uint64_t session_ = 0;
@@ -131,13 +135,7 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
   std::atomic<uint64_t> last_recv_ns_{0};
   std::atomic<uint32_t> window_{0};
   std::deque<pto::RemoteTask> tasks_out_;
-  std::deque<pto::v1::Frame> frames_out_;
-  // Buffers of BUFFER_WRITE chunks already sent, for the next chunks: a new
-  // 4 MiB buffer per chunk costs its page faults every time. Kept only while
-  // a write is in progress (writes_active_), at most kChunkWindow + 1;
-  // emptied when the last write ends.
-  std::vector<std::unique_ptr<std::string>> spare_chunks_;
-  int writes_active_ = 0;
+  std::deque<OutFrame> frames_out_;
   std::unordered_map<uint64_t, Pending> pending_;
   std::vector<pto::RemoteCompletion> done_;
   std::atomic<bool> has_done_{false};

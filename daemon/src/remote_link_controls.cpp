@@ -26,25 +26,26 @@ pto::Status GrpcRemoteLink::call(pto::v1::Control c, uint32_t timeout_ms, pto::v
   return s;
 }
 
-uint64_t GrpcRemoteLink::post_control(pto::v1::Control&& c) {
+uint64_t GrpcRemoteLink::post_control(pto::v1::Control&& c, grpc::Slice data) {
   if (!session_up_ || session_over_) return 0;
   const uint64_t id = ++control_id_;
   c.set_id(id);
   pto::v1::Frame f;
   *f.mutable_control() = std::move(c);
   controls_[id];
-  frames_out_.push_back(std::move(f));
+  frames_out_.push_back({std::move(f), std::move(data)});
   out_cv_.notify_one();
   return id;
 }
 
 pto::Status GrpcRemoteLink::await_control(std::unique_lock<std::mutex>& lk, uint64_t id,
                                           std::chrono::steady_clock::time_point deadline, uint32_t timeout_ms,
-                                          pto::v1::ControlReply* reply) {
+                                          pto::v1::ControlReply* reply, Payload* data) {
   if (id == 0)
     return pto::Status::Error(pto::kWorkerChildFailed, fmt::format("{} is not connected ({})", label(), state_));
   const bool done = ctl_cv_.wait_until(lk, deadline, [&] { return controls_[id].done; });
   *reply = std::move(controls_[id].reply);
+  if (data) *data = std::move(controls_[id].data);
   controls_.erase(id);
   if (!done)
     return pto::Status::Error(pto::kWorkerTimeout, fmt::format("{} did not answer within {} ms", label(), timeout_ms));
@@ -163,8 +164,9 @@ pto::Status GrpcRemoteLink::buffer_read(const pto::RemoteBufferRef& b, void* dst
 // between windows. Each chunk waits at most timeout_ms for its reply; after
 // the first failure nothing more is sent or awaited (later replies are
 // dropped by the reader), and a chunk is only sent on the session the
-// transfer began on. The chunk's bytes are copied (into the message, out of
-// the reply) without the lock, which the reader needs to hand over replies.
+// transfer began on. A chunk written goes as a slice over the caller's
+// bytes (session_wire.h); a chunk read is copied from gRPC's buffers
+// straight into the caller's, without the lock.
 pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, uint64_t bytes, bool write,
                                      uint32_t timeout_ms) {
   struct Chunk {
@@ -172,31 +174,22 @@ pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, 
   };
   std::deque<Chunk> in_flight;
   uint64_t next = 0;
+  auto lent = std::make_shared<pto::v1::LentSlices>();
   std::unique_lock<std::mutex> lk(mu_);
   const uint64_t session = session_;
-  if (write) ++writes_active_;
   auto post_next = [&] {
     const uint64_t n = std::min<uint64_t>(kChunkBytes, bytes - next);
-    std::unique_ptr<std::string> buf;
-    if (write && !spare_chunks_.empty()) {
-      buf = std::move(spare_chunks_.back());
-      spare_chunks_.pop_back();
-    }
-    lk.unlock();
     pto::v1::Control c;
     c.set_op(write ? pto::v1::Control::BUFFER_WRITE : pto::v1::Control::BUFFER_READ);
     c.set_buffer_id(b.id);
     c.set_generation(b.generation);
     c.set_offset(b.offset + next);
-    if (write) {
-      if (!buf) buf = std::make_unique<std::string>();
-      buf->assign(host + next, n);
-      c.set_allocated_data(buf.release());
-    } else {
+    grpc::Slice data;
+    if (write)
+      data = lent->slice(host + next, n);
+    else
       c.set_bytes(n);
-    }
-    lk.lock();
-    in_flight.push_back({session_ == session ? post_control(std::move(c)) : 0, next, n});
+    in_flight.push_back({session_ == session ? post_control(std::move(c), std::move(data)) : 0, next, n});
     next += n;
   };
   while (next < bytes && in_flight.size() < static_cast<size_t>(kChunkWindow)) post_next();
@@ -205,29 +198,45 @@ pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, 
     const Chunk k = in_flight.front();
     in_flight.pop_front();
     pto::v1::ControlReply r;
+    Payload got;
     if (!first.ok()) {  // already failed: forget the rest without waiting
       if (k.id != 0) controls_.erase(k.id);
       continue;
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    if (pto::Status s = await_control(lk, k.id, deadline, timeout_ms, &r); !s.ok()) {
+    if (pto::Status s = await_control(lk, k.id, deadline, timeout_ms, &r, &got); !s.ok()) {
       first = s;
       continue;
     }
     if (!write) {
-      if (r.data().size() != k.n) {
+      const uint64_t size = got.empty() ? r.data().size() : got.size;
+      if (size != k.n) {
         first = pto::Status::Error(
             pto::kWorkerChildFailed,
-            fmt::format("{}: read {} bytes at offset {}, got {}", label(), k.n, b.offset + k.off, r.data().size()));
+            fmt::format("{}: read {} bytes at offset {}, got {}", label(), k.n, b.offset + k.off, size));
         continue;
       }
       lk.unlock();
-      std::memcpy(host + k.off, r.data().data(), k.n);
+      if (got.empty())
+        std::memcpy(host + k.off, r.data().data(), k.n);
+      else
+        got.copy_to(host + k.off);
       lk.lock();
     }
     if (next < bytes) post_next();
   }
-  if (write && --writes_active_ == 0) spare_chunks_.clear();
+  lk.unlock();
+  // gRPC may still hold a written chunk's slice after its reply came back
+  // (or after a failure, queued or in the socket). The caller's bytes are
+  // its until every slice is let go.
+  std::string why;
+  const bool let_go = lent->wait(
+      [&] {
+        std::lock_guard<std::mutex> g(mu_);
+        return session_ == session && session_up_ && !session_over_;
+      },
+      &why);
+  if (!let_go && first.ok()) first = pto::Status::Error(pto::kWorkerChildFailed, fmt::format("{}: {}", label(), why));
   return first;
 }
 

@@ -18,14 +18,14 @@ namespace ptod {
 
 // One open session. Shared with the runs it started: a run that ends after
 // the session drops its completion.
-struct SessionConn {
+struct SessionConn : std::enable_shared_from_this<SessionConn> {
   grpc::ServerContext* ctx = nullptr;
   uint64_t session = 0;
   uint32_t worker = 0;
   std::mutex mu;
   std::condition_variable cv;             // the writer's queue
   std::condition_variable stop_cv;        // the watchdog: the session closed
-  std::deque<pto::v1::Frame> out;         // frames to write (bodies; the writer adds the header)
+  std::deque<OutFrame> out;               // frames to write (bodies; the writer adds the header)
   std::vector<pto::v1::Completion> done;  // completions to batch into one frame
   uint32_t credits_back = 0;              // credits to hand back with them
   bool closed = false;
@@ -47,6 +47,7 @@ struct SessionConn {
     bool freed = false;
   };
   pto::Worker* engine = nullptr;
+  std::shared_ptr<LentPages> lent;     // the service's count of lent slices
   std::map<uint64_t, Buffer> buffers;  // under mu
   uint64_t next_buffer = 0;
 
@@ -63,17 +64,50 @@ struct SessionConn {
     }
   }
 
-  void push(pto::v1::Frame f) {
-    std::lock_guard<std::mutex> g(mu);
-    if (closed) return;
+  // A frame for the writer. A frame with a chunk keeps its buffer in use
+  // until gRPC lets go of the slice, whose release takes mu: a frame that
+  // holds one is never destroyed under mu.
+  void push(OutFrame f) {
+    std::unique_lock<std::mutex> g(mu);
+    if (closed) {
+      g.unlock();
+      return;  // f goes here, without mu
+    }
     out.push_back(std::move(f));
     cv.notify_one();
+  }
+  // The arena's bytes of buffer `id` as a slice, the buffer in use until
+  // gRPC lets go of it (mu held).
+  grpc::Slice lend(uint64_t id, const void* p, size_t n) {
+    ++buffers[id].users;
+    {
+      std::lock_guard<std::mutex> g(lent->mu);
+      ++lent->held;
+    }
+    struct Hold {
+      std::shared_ptr<SessionConn> c;
+      uint64_t id;
+    };
+    return grpc::Slice(
+        const_cast<void*>(p), n,
+        [](void* h) {
+          auto* hold = static_cast<Hold*>(h);
+          const std::shared_ptr<LentPages> count = hold->c->lent;
+          hold->c->release_buffer(hold->id);
+          delete hold;  // may be the session's last reference: its buffers are freed
+          {
+            std::lock_guard<std::mutex> g(count->mu);
+            --count->held;
+          }
+          count->cv.notify_all();
+        },
+        new Hold{shared_from_this(), id});
   }
   // The stream's writes (and the frame sequence) happen under write_mu:
   // from the writer thread, or directly from the thread that finished a task
   // when nothing else is queued (one thread wake-up less per task).
   std::mutex write_mu;
-  std::function<bool(pto::v1::Frame)> write;  // set while the session is open
+  std::function<bool(OutFrame)> write;  // set while the session is open
 
   void complete(pto::v1::Completion c) {
     tree_dirty = true;
@@ -96,7 +130,7 @@ struct SessionConn {
     f.mutable_completion()->set_credits(credits_back);
     credits_back = 0;
     lk.unlock();
-    const bool ok = write && write(std::move(f));
+    const bool ok = write && write({std::move(f), grpc::Slice()});
     write_mu.unlock();
     if (!ok) {  // the stream broke: the reader sees it too and ends the session
       lk.lock();
@@ -206,20 +240,28 @@ void fill_worker_tree(const DaemonParts& p, pto::v1::WorkerNode* root) {
   }
 }
 
+SessionService::SessionService(DaemonParts p) : p_(p) {
+  AddMethod(new grpc::internal::RpcServiceMethod(
+      "/pto.v1.Session/Open", grpc::internal::RpcMethod::BIDI_STREAMING,
+      new grpc::internal::BidiStreamingHandler<SessionService, grpc::ByteBuffer, grpc::ByteBuffer>(
+          [](SessionService* s, grpc::ServerContext* ctx, Stream* stream) { return s->Open(ctx, stream); }, this)));
+}
+
 grpc::Status SessionService::Open(grpc::ServerContext* ctx, Stream* stream) {
   if (grpc::Status s = check_token(ctx); !s.ok()) return s;
   auto c = std::make_shared<SessionConn>();
   if (grpc::Status s = identify(p_, ctx, &c->who); !s.ok()) return s;
   c->ctx = ctx;
   c->engine = &p_.worker;
+  c->lent = lent_;
   c->peer = ctx->peer();
   uint64_t out_seq = 0;
-  const FrameWriter write_now = [&](pto::v1::Frame f) {
-    f.set_version(kSessionVersion);
-    f.set_session(c->session);
-    f.set_worker(c->worker);
-    f.set_seq(++out_seq);
-    return stream->Write(f);
+  const FrameWriter write_now = [&](OutFrame o) {
+    o.f.set_version(kSessionVersion);
+    o.f.set_session(c->session);
+    o.f.set_worker(c->worker);
+    o.f.set_seq(++out_seq);
+    return stream->Write(encode_frame(o.f, &o.data));
   };
   if (grpc::Status s = handshake(*c, stream, write_now); !s.ok()) return s;
   c->write = write_now;
@@ -267,7 +309,11 @@ grpc::Status SessionService::handshake(SessionConn& c, Stream* stream, const Fra
   auto lg = log("session");
   const DaemonConfig& cfg = p_.cfg;
   pto::v1::Frame f;
-  if (!stream->Read(&f)) return grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before HELLO");
+  grpc::ByteBuffer bb;
+  Payload no_chunk;
+  std::string bad;
+  if (!stream->Read(&bb)) return grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before HELLO");
+  if (!decode_frame(bb, &f, &no_chunk, &bad)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, bad);
   c.worker = f.worker();
   auto refuse = [&](grpc::StatusCode code, const std::string& why) {
     lg->warn("session from {} refused: {}", c.peer, why);
@@ -276,7 +322,7 @@ grpc::Status SessionService::handshake(SessionConn& c, Stream* stream, const Fra
     r.mutable_hello()->set_message(why);
     r.mutable_hello()->set_min_version(kSessionVersion);
     r.mutable_hello()->set_max_version(kSessionVersion);
-    (void)write_now(r);
+    (void)write_now({std::move(r)});
     return grpc::Status(code, why);
   };
   const auto& h = f.hello();
@@ -296,7 +342,7 @@ grpc::Status SessionService::handshake(SessionConn& c, Stream* stream, const Fra
     if (i % 100 == 0) {
       pto::v1::Frame nr;
       nr.mutable_hello()->set_state(pto::v1::Hello::NOT_READY);
-      if (!write_now(nr)) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
+      if (!write_now({std::move(nr)})) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
     }
     usleep(10000);
   }
@@ -310,7 +356,7 @@ grpc::Status SessionService::handshake(SessionConn& c, Stream* stream, const Fra
   hr->set_credits(cfg.session_credits);
   hr->set_heartbeat_ms(cfg.heartbeat_ms);
   fill_worker_tree(p_, hr->mutable_tree());
-  if (!write_now(r)) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
+  if (!write_now({std::move(r)})) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
   return grpc::Status::OK;
 }
 
@@ -324,7 +370,7 @@ void SessionService::write_loop(const std::shared_ptr<SessionConn>& c, const Fra
   std::unique_lock<std::mutex> lk(c->mu);
   for (;;) {
     c->cv.wait_for(lk, period, [&] { return c->closed || !c->out.empty() || !c->done.empty(); });
-    std::deque<pto::v1::Frame> frames;
+    std::deque<OutFrame> frames;
     frames.swap(c->out);
     pto::v1::Frame comp;
     if (!c->done.empty()) {
@@ -340,7 +386,7 @@ void SessionService::write_loop(const std::shared_ptr<SessionConn>& c, const Fra
     const uint64_t now = now_ns();
     {
       std::lock_guard<std::mutex> w(c->write_mu);
-      if (comp.has_completion()) ok = write_now(std::move(comp));
+      if (comp.has_completion()) ok = write_now({std::move(comp)});
       for (auto& fr : frames)
         if (ok) ok = write_now(std::move(fr));
       if (ok && now - last_health >= uint64_t(cfg.heartbeat_ms) * 1'000'000) {
@@ -349,10 +395,11 @@ void SessionService::write_loop(const std::shared_ptr<SessionConn>& c, const Fra
         // The tree every fifth beat, and in the first beat after a task ended.
         if (++beats % 5 == 1 || c->tree_dirty.exchange(false))
           fill_worker_tree(p_, hb.mutable_health()->mutable_tree());
-        ok = write_now(std::move(hb));
+        ok = write_now({std::move(hb)});
         last_health = now;
       }
     }
+    frames.clear();  // not under mu (SessionConn::push)
     lk.lock();
     if (!ok) {
       c->closed = true;
@@ -397,8 +444,15 @@ grpc::Status SessionService::read_loop(const std::shared_ptr<SessionConn>& c, St
     result = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, m);
   };
   pto::v1::Frame f;
-  while (why->empty() && stream->Read(&f)) {
+  grpc::ByteBuffer bb;
+  Payload chunk;
+  std::string bad;
+  while (why->empty() && stream->Read(&bb)) {
     c->last_recv_ns = now_ns();
+    if (!decode_frame(bb, &f, &chunk, &bad)) {
+      protocol_error(bad);
+      break;
+    }
     if (std::string bad = check_frame_order(f, c->session, in_seq + 1); !bad.empty()) {
       protocol_error(bad);
       break;
@@ -420,9 +474,9 @@ grpc::Status SessionService::read_loop(const std::shared_ptr<SessionConn>& c, St
         if (!why->empty()) protocol_error(*why);
         break;
       case pto::v1::Frame::kControl: {
-        pto::v1::Frame r;
+        OutFrame r;
         c->in_control = true;
-        control(*c, f.control(), r.mutable_control_reply());
+        control(*c, f.control(), chunk, r.f.mutable_control_reply(), &r.data);
         c->last_recv_ns = now_ns();
         c->in_control = false;
         c->push(std::move(r));
@@ -446,7 +500,7 @@ void SessionService::close_session(SessionConn& c, const grpc::Status& result, s
   if (result.ok() && why->empty()) *why = "the stream ended";
   if (!result.ok()) {
     log("session")->warn("session {:016x} from {}: {}: ending it", c.session, c.peer, *why);
-    c.push(body_shutdown("protocol error: " + *why));
+    c.push({body_shutdown("protocol error: " + *why)});
   }
   std::lock_guard<std::mutex> g(c.mu);
   c.closed = true;
@@ -462,6 +516,12 @@ void SessionService::retire(const std::shared_ptr<SessionConn>& c, const std::st
     std::lock_guard<std::mutex> w(c->write_mu);
     c->write = nullptr;
   }
+  std::deque<OutFrame> unsent;  // their chunks' slices hold c: let go here, without mu
+  {
+    std::lock_guard<std::mutex> g(c->mu);
+    unsent.swap(c->out);
+  }
+  unsent.clear();
   // What this session prepared and never committed is undone.
   for (const pto::Digest& d : c->prepared) (void)p_.registry.abort(d);
   {
@@ -471,11 +531,16 @@ void SessionService::retire(const std::shared_ptr<SessionConn>& c, const std::st
   log("session")->info("session {:016x} ended: {}", c->session, why);
 }
 
+bool SessionService::wait_lent(std::chrono::milliseconds bound) {
+  std::unique_lock<std::mutex> lk(lent_->mu);
+  return lent_->cv.wait_for(lk, bound, [&] { return lent_->held == 0; });
+}
+
 void SessionService::shutdown_all(const std::string& reason) {
   std::lock_guard<std::mutex> g(mu_);
   // The writers send the SHUTDOWN, then cancel their streams.
   for (const auto& c : live_) {
-    c->push(body_shutdown(reason));
+    c->push({body_shutdown(reason)});
     std::lock_guard<std::mutex> g2(c->mu);
     c->closed = true;
     c->stop_cv.notify_all();
@@ -595,7 +660,8 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
       options);
 }
 
-void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v1::ControlReply* reply) {
+void SessionService::control(SessionConn& c, const pto::v1::Control& req, const Payload& chunk,
+                             pto::v1::ControlReply* reply, grpc::Slice* data) {
   reply->set_id(req.id());
   reply->set_ok(true);
   auto no = [&](const std::string& m) {
@@ -685,7 +751,7 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
     case pto::v1::Control::BUFFER_FREE:
     case pto::v1::Control::BUFFER_WRITE:
     case pto::v1::Control::BUFFER_READ:
-      if (std::string why = buffer_op(c, req, reply); !why.empty()) no(why);
+      if (std::string why = buffer_op(c, req, chunk, reply, data); !why.empty()) no(why);
       return;
     default: return no(fmt::format("control op {} is not supported by this peer", int(req.op())));
   }
@@ -693,7 +759,8 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, pto::v
 
 // BUFFER_FREE, BUFFER_WRITE and BUFFER_READ on one of the session's remote
 // buffers; "" or why the request is refused.
-std::string SessionService::buffer_op(SessionConn& c, const pto::v1::Control& req, pto::v1::ControlReply* reply) {
+std::string SessionService::buffer_op(SessionConn& c, const pto::v1::Control& req, const Payload& chunk,
+                                      pto::v1::ControlReply* reply, grpc::Slice* data) {
   std::lock_guard<std::mutex> g(c.mu);
   auto it = c.buffers.find(req.buffer_id());
   if (req.generation() != c.session || it == c.buffers.end() || it->second.freed)
@@ -709,15 +776,25 @@ std::string SessionService::buffer_op(SessionConn& c, const pto::v1::Control& re
     }
     return "";
   }
-  const uint64_t n = req.op() == pto::v1::Control::BUFFER_WRITE ? req.data().size() : req.bytes();
+  const uint64_t n = req.op() == pto::v1::Control::BUFFER_WRITE ? (chunk.empty() ? req.data().size() : chunk.size)
+                                                                : req.bytes();
   if (req.offset() > size || n > size - req.offset() || n > (64u << 20))
     return fmt::format("{} bytes at offset {} do not fit remote buffer {} ({} bytes)", n, req.offset(), req.buffer_id(),
                        size);
   if (req.op() == pto::v1::Control::BUFFER_WRITE) {
     // Through the arena file (pwrite), as an upload: no page fault per
     // 4 KiB of the mapping, as a memcpy into fresh pages would take.
-    if (pto::Status s = p_.worker.write(b.t, req.offset(), req.data().data(), n); !s.ok())
+    std::vector<iovec> pieces;
+    if (chunk.empty())
+      pieces.push_back({const_cast<char*>(req.data().data()), n});
+    else
+      for (const auto& p : chunk.pieces) pieces.push_back({const_cast<uint8_t*>(p.data), p.size});
+    if (pto::Status s = p_.worker.write(b.t, req.offset(), pieces); !s.ok())
       return fmt::format("writing remote buffer {}: {}", req.buffer_id(), s.message);
+  } else if (n >= kPayloadMinBytes) {
+    // Lent, not copied: the buffer stays in use (a BUFFER_FREE waits for
+    // it) until gRPC has written the bytes.
+    *data = c.lend(req.buffer_id(), reinterpret_cast<const void*>(b.t.data + req.offset()), n);
   } else {
     reply->set_data(reinterpret_cast<const char*>(b.t.data + req.offset()), n);
   }

@@ -10,6 +10,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -19,24 +21,37 @@
 #include "pto/v1/session.grpc.pb.h"
 #include "services.h"
 #include "session_frames.h"
+#include "session_wire.h"
 
 namespace ptod {
 
 struct SessionConn;
 
-class SessionService final : public pto::v1::Session::Service {
+// Slices over arena pages that sessions lent gRPC (BUFFER_READ replies),
+// counted so that the daemon's stop unmaps the arena under none of them.
+struct LentPages {
+  std::mutex mu;
+  std::condition_variable cv;
+  int held = 0;
+};
+
+// The Session service with its one method registered as the generated
+// service does, but with ByteBuffer for the frames (session_wire.h).
+class SessionService final : public grpc::Service {
  public:
-  explicit SessionService(DaemonParts p) : p_(p) {}
-  grpc::Status Open(grpc::ServerContext* ctx,
-                    grpc::ServerReaderWriter<pto::v1::Frame, pto::v1::Frame>* stream) override;
+  explicit SessionService(DaemonParts p);
+  using Stream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+  grpc::Status Open(grpc::ServerContext* ctx, Stream* stream);
   // Drain: every open session gets a SHUTDOWN and ends (before the server's
   // shutdown, which waits for its streams).
   void shutdown_all(const std::string& reason);
+  // After the server's shutdown: waits (at most `bound`) until gRPC has let
+  // go of every slice over the arena; false if some are still held.
+  bool wait_lent(std::chrono::milliseconds bound);
 
  private:
-  using Stream = grpc::ServerReaderWriter<pto::v1::Frame, pto::v1::Frame>;
   // Writes one frame, adding its header (version, session, worker, seq).
-  using FrameWriter = std::function<bool(pto::v1::Frame)>;
+  using FrameWriter = std::function<bool(OutFrame)>;
 
   // Open()'s phases, in order.
   grpc::Status check_token(grpc::ServerContext* ctx);
@@ -48,10 +63,16 @@ class SessionService final : public pto::v1::Session::Service {
   void retire(const std::shared_ptr<SessionConn>& c, const std::string& why);
 
   void start_task(const std::shared_ptr<SessionConn>& c, const pto::v1::RemoteTask& t);
-  void control(SessionConn& c, const pto::v1::Control& req, pto::v1::ControlReply* reply);
-  std::string buffer_op(SessionConn& c, const pto::v1::Control& req, pto::v1::ControlReply* reply);
+  // A CONTROL answered: the reply, and for BUFFER_READ its chunk as a slice
+  // over the arena (*data). `chunk` is a BUFFER_WRITE's data when it was
+  // left in gRPC's buffers.
+  void control(SessionConn& c, const pto::v1::Control& req, const Payload& chunk, pto::v1::ControlReply* reply,
+               grpc::Slice* data);
+  std::string buffer_op(SessionConn& c, const pto::v1::Control& req, const Payload& chunk,
+                        pto::v1::ControlReply* reply, grpc::Slice* data);
 
   DaemonParts p_;
+  std::shared_ptr<LentPages> lent_ = std::make_shared<LentPages>();
   std::mutex mu_;
   std::set<std::shared_ptr<SessionConn>> live_;
 };

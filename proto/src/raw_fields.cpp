@@ -38,16 +38,17 @@ class Cursor {
     }
     return true;
   }
-  // Hands the next n bytes to the sink in pieces; false if fewer remain or
-  // the sink refuses.
-  bool bytes(uint64_t n, uint32_t field, RawFieldSink& sink, bool* short_read) {
+  // Hands the next n bytes to `use` in pieces; false if fewer remain or
+  // `use` refuses.
+  template <class Use>
+  bool bytes(uint64_t n, Use use, bool* short_read) {
     while (n > 0) {
       if (at_end()) {
         *short_read = true;
         return false;
       }
       const size_t take = static_cast<size_t>(std::min<uint64_t>(n, pieces_[i_].size - off_));
-      if (!sink.piece(field, pieces_[i_].data + off_, take)) return false;
+      if (!use(pieces_[i_].data + off_, take)) return false;
       off_ += take;
       pos_ += take;
       n -= take;
@@ -104,7 +105,7 @@ bool read_fields(const std::vector<Piece>& pieces, RawFieldSink& sink, std::stri
           ok = false;
           break;
         }
-        if (!c.bytes(n, field, sink, &short_read)) {
+        if (!c.bytes(n, [&](const uint8_t* p, size_t k) { return sink.piece(field, p, k); }, &short_read)) {
           if (short_read) return fault("a length of " + std::to_string(n) + " past the end of the message");
           ok = false;
         }
@@ -130,6 +131,105 @@ bool read_fields(const grpc::ByteBuffer& bb, RawFieldSink& sink, std::string* wh
   pieces.reserve(slices.size());
   for (const grpc::Slice& s : slices) pieces.push_back({s.begin(), s.size()});
   return read_fields(pieces, sink, why);
+}
+
+bool split_fields(const std::vector<Piece>& pieces, uint64_t take, Split* out, std::string* why) {
+  Cursor c(pieces);
+  *out = Split{};
+  uint64_t start = 0;
+  auto fault = [&](const std::string& m) {
+    *why = m + " in the field at byte " + std::to_string(start);
+    return false;
+  };
+  while (!c.at_end()) {
+    start = c.pos();
+    uint64_t key = 0, value = 0;
+    if (!c.varint(&key)) return fault("a truncated or overlong field key");
+    const uint64_t field = key >> 3;
+    const auto type = static_cast<uint32_t>(key & 7);
+    if (field == 0 || field > 0x1fffffff) return fault("field number " + std::to_string(field));
+    const bool picked = type == 2 && field < 64 && (take >> field & 1);
+    if (!picked) put_varint(out->rest, key);
+    switch (type) {
+      case 0:
+        if (!c.varint(&value)) return fault("a truncated or overlong varint");
+        put_varint(out->rest, value);
+        break;
+      case 1:
+      case 5: {
+        const int width = type == 1 ? 8 : 4;
+        if (!c.fixed(width, &value)) return fault("a truncated fixed-size field");
+        for (int k = 0; k < width; ++k) out->rest.push_back(static_cast<char>(value >> (8 * k)));
+        break;
+      }
+      case 2: {
+        uint64_t n = 0;
+        if (!c.varint(&n)) return fault("a truncated or overlong length");
+        if (picked) {
+          if (out->taken != 0 && out->taken != field)
+            return fault("fields " + std::to_string(out->taken) + " and " + std::to_string(field) + " both");
+          out->taken = static_cast<uint32_t>(field);
+          out->contents.emplace_back();
+        } else {
+          put_varint(out->rest, n);
+        }
+        bool short_read = false;
+        const bool ok = c.bytes(
+            n,
+            [&](const uint8_t* p, size_t k) {
+              if (picked)
+                out->contents.back().push_back({p, k});
+              else
+                out->rest.append(reinterpret_cast<const char*>(p), k);
+              return true;
+            },
+            &short_read);
+        if (!ok) return fault("a length of " + std::to_string(n) + " past the end of the message");
+        break;
+      }
+      default: return fault("wire type " + std::to_string(type) + " (groups are not used)");
+    }
+  }
+  return true;
+}
+
+grpc::Slice LentSlices::slice(const void* p, size_t n) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    ++held_;
+  }
+  return grpc::Slice(const_cast<void*>(p), n, &give_back, new std::shared_ptr<LentSlices>(shared_from_this()));
+}
+
+void LentSlices::give_back(void* p) {
+  auto* self = static_cast<std::shared_ptr<LentSlices>*>(p);
+  {
+    std::lock_guard<std::mutex> g((*self)->mu_);
+    --(*self)->held_;
+  }
+  (*self)->cv_.notify_all();
+  delete self;
+}
+
+int LentSlices::held() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return held_;
+}
+
+bool LentSlices::wait(const std::function<bool()>& alive, std::string* why) {
+  std::unique_lock<std::mutex> lk(mu_);
+  const auto released = [&] { return held_ == 0; };
+  while (!cv_.wait_for(lk, std::chrono::seconds(1), released)) {
+    lk.unlock();
+    const bool up = alive();
+    lk.lock();
+    if (up) continue;
+    if (cv_.wait_for(lk, std::chrono::seconds(10), released)) return true;
+    *why = "gRPC still holds " + std::to_string(held_) +
+           " slice(s) of the caller's bytes 10 s after the connection closed";
+    return false;
+  }
+  return true;
 }
 
 void put_varint(std::string& out, uint64_t v) {

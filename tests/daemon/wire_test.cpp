@@ -16,6 +16,7 @@
 #include "pto/v1/ptod.pb.h"
 #include "pto/v1/raw_fields.h"
 #include "session_frames.h"
+#include "session_wire.h"
 #include "submit_args.h"
 #include "wire_enums.h"
 
@@ -351,4 +352,136 @@ TEST_CASE("raw chunk fields: malformed bytes are refused with the fault and wher
   std::string why = "x";
   CHECK_FALSE(pto::v1::read_fields(split(std::string("\x18\x01", 2), 1), no, &why));
   CHECK(why.empty());
+}
+
+TEST_CASE("raw fields: a message split around one field - the rest and the field's pieces parse back to it") {
+  pto::v1::Frame f;
+  f.set_version(1);
+  f.set_session(0xfeedfacecafe);
+  f.set_seq(300);
+  f.mutable_control()->set_op(pto::v1::Control::BUFFER_WRITE);
+  f.mutable_control()->set_offset(7);
+  f.mutable_control()->set_data(std::string(1000, 'd'));
+  const std::string wire = f.SerializeAsString();
+  for (size_t every : {size_t(1), size_t(5), size_t(333), wire.size()}) {
+    INFO("pieces of " << every);
+    pto::v1::Split frame, body;
+    std::string why;
+    REQUIRE(pto::v1::split_fields(split(wire, every), (1u << 12) | (1u << 13), &frame, &why));
+    CHECK(frame.taken == 12);
+    REQUIRE(frame.contents.size() == 1);
+    REQUIRE(pto::v1::split_fields(frame.contents[0], 1u << 9, &body, &why));
+    CHECK(body.taken == 9);
+    REQUIRE(body.contents.size() == 1);
+    std::string data;
+    for (const auto& p : body.contents[0]) data.append(reinterpret_cast<const char*>(p.data), p.size);
+    CHECK(data == f.control().data());
+    pto::v1::Frame back;
+    REQUIRE(back.ParseFromString(frame.rest));
+    CHECK(back.seq() == 300);
+    CHECK(back.session() == 0xfeedfacecafe);
+    CHECK_FALSE(back.has_control());
+    REQUIRE(back.mutable_control()->ParseFromString(body.rest));
+    back.mutable_control()->set_data(data);
+    CHECK(back.SerializeAsString() == wire);
+  }
+  // Two different picked fields, and malformed bytes, are refused.
+  pto::v1::Split s;
+  std::string why;
+  CHECK_FALSE(pto::v1::split_fields(split(std::string("\x62\x00\x6a\x00", 4), 1), (1u << 12) | (1u << 13), &s, &why));
+  CHECK_THAT(why, Catch::Contains("fields 12 and 13"));
+  CHECK_FALSE(pto::v1::split_fields(split(std::string("\x62\x05" "ab", 4), 2), 1u << 12, &s, &why));
+  CHECK_THAT(why, Catch::Contains("past the end"));
+}
+
+namespace {
+grpc::ByteBuffer cut(const std::string& s, size_t every) {
+  std::vector<grpc::Slice> slices;
+  for (size_t i = 0; i < s.size(); i += every) slices.emplace_back(s.data() + i, std::min(every, s.size() - i));
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+std::string joined(const ptod::Payload& p) {
+  std::string out(p.size, '\0');
+  p.copy_to(out.data());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("session frames as raw bytes - a lent chunk is the data field protobuf reads - a received one stays in pieces") {
+  std::string big(300 << 10, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7 + (i >> 9));
+  for (const bool reply : {false, true}) {
+    INFO((reply ? "control reply" : "control"));
+    pto::v1::Frame f;
+    f.set_version(1);
+    f.set_seq(9);
+    if (reply) {
+      f.mutable_control_reply()->set_id(4);
+      f.mutable_control_reply()->set_ok(true);
+    } else {
+      f.mutable_control()->set_id(4);
+      f.mutable_control()->set_op(pto::v1::Control::BUFFER_WRITE);
+      f.mutable_control()->set_offset(12345);
+    }
+    // Encoded with the chunk as a slice: what protobuf parses has it as data.
+    const grpc::Slice chunk(big.data(), big.size());
+    grpc::ByteBuffer bb = ptod::encode_frame(f, &chunk);
+    std::vector<grpc::Slice> slices;
+    REQUIRE(bb.Dump(&slices).ok());
+    std::string wire;
+    for (const auto& s : slices) wire.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    pto::v1::Frame parsed;
+    REQUIRE(parsed.ParseFromString(wire));
+    CHECK(parsed.seq() == 9);
+    CHECK((reply ? parsed.control_reply().data() : parsed.control().data()) == big);
+    CHECK((reply ? parsed.control_reply().id() : parsed.control().id()) == 4);
+    if (!reply) CHECK(parsed.control().offset() == 12345);
+    // Decoded however it arrives: the same frame, the data in pieces.
+    for (size_t every : {size_t(4096), size_t(65536 + 3), wire.size()}) {
+      pto::v1::Frame got;
+      ptod::Payload data;
+      std::string why;
+      REQUIRE(ptod::decode_frame(cut(wire, every), &got, &data, &why));
+      CHECK(got.seq() == 9);
+      CHECK((reply ? got.control_reply().data() : got.control().data()).empty());
+      CHECK(data.size == big.size());
+      CHECK(joined(data) == big);
+      if (reply)
+        got.mutable_control_reply()->set_data(big);
+      else
+        got.mutable_control()->set_data(big);
+      CHECK(got.SerializeAsString() == parsed.SerializeAsString());
+    }
+    // A generated message's own encoding decodes the same way.
+    pto::v1::Frame got;
+    ptod::Payload data;
+    std::string why;
+    REQUIRE(ptod::decode_frame(cut(parsed.SerializeAsString(), 8192), &got, &data, &why));
+    CHECK(joined(data) == big);
+  }
+  // Small frames and large frames of another body parse whole.
+  pto::v1::Frame small;
+  small.mutable_control()->set_data("abc");
+  pto::v1::Frame got;
+  ptod::Payload data;
+  std::string why;
+  REQUIRE(ptod::decode_frame(ptod::encode_frame(small), &got, &data, &why));
+  CHECK(got.control().data() == "abc");
+  CHECK(data.empty());
+  pto::v1::Frame task;
+  task.mutable_task()->add_tasks()->add_tensors()->set_data(big);
+  REQUIRE(ptod::decode_frame(cut(task.SerializeAsString(), 4096), &got, &data, &why));
+  CHECK(got.task().tasks(0).tensors(0).data() == big);
+  CHECK(data.empty());
+  // A control whose field runs past its own occurrence into the next one
+  // (protobuf refuses it: occurrences merge, their bytes do not join).
+  const std::string inner = pto::v1::bytes_field_header(9, big.size()) + big;
+  const std::string across = std::string("\x62\x02\x52\x30", 4) + pto::v1::bytes_field_header(12, inner.size()) + inner;
+  CHECK_FALSE(pto::v1::Frame().ParseFromString(across));
+  CHECK_FALSE(ptod::decode_frame(cut(across, 4096), &got, &data, &why));
+  CHECK_THAT(why, Catch::Contains("past the end"));
+  // Bytes that are not a frame are refused, saying so.
+  std::string junk = std::string("\x62\xff\xff\x7f", 4) + std::string(70000, 'x');
+  CHECK_FALSE(ptod::decode_frame(cut(junk, 1000), &got, &data, &why));
+  CHECK_THAT(why, Catch::Contains("malformed frame"));
 }

@@ -14,6 +14,8 @@
 //    freed (Worker::alloc).
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -46,9 +48,10 @@ class SharedMapping {
   bool release(uint64_t offset, uint64_t bytes);
   // Writes the range's dirty pages to the file and waits (msync).
   Status sync(uint64_t offset, uint64_t bytes);
-  // Copies into [offset, offset + bytes): into the mapping where its pages
-  // are in memory (or there is no file), through the file (pwrite) otherwise.
-  Status write(uint64_t offset, const void* src, uint64_t bytes);
+  // Copies the pieces, one after another, from offset on: into the mapping
+  // where the range's pages are in memory (or there is no file), through
+  // the file (pwrite) otherwise.
+  Status write(uint64_t offset, const std::vector<iovec>& pieces);
   bool file_backed() const { return fd_ >= 0; }
   // Every page of [offset, offset + bytes) is in memory (mincore).
   bool resident(uint64_t offset, uint64_t bytes) const;

@@ -117,7 +117,10 @@ Result<ContinuousTensor> Worker::alloc_at(uint64_t arena_offset, const std::vect
 uint64_t Worker::arena_offset(const ContinuousTensor& t) const { return impl_->arena_offset(t); }
 Status Worker::sync(const ContinuousTensor& t) { return impl_->sync_buffer(t); }
 Status Worker::write(const ContinuousTensor& t, uint64_t at, const void* src, uint64_t bytes) {
-  return impl_->write_buffer(t, at, src, bytes);
+  return impl_->write_buffer(t, at, {iovec{const_cast<void*>(src), bytes}});
+}
+Status Worker::write(const ContinuousTensor& t, uint64_t at, const std::vector<iovec>& pieces) {
+  return impl_->write_buffer(t, at, pieces);
 }
 Result<ContinuousTensor> Worker::alloc_remote(int worker, const std::vector<uint32_t>& shape, int32_t dtype) {
   return impl_->alloc_remote(worker, shape, dtype);

@@ -554,11 +554,13 @@ Status WorkerImpl::sync_buffer(const ContinuousTensor& t) {
   return arena_map_.sync(off, std::min<uint64_t>(tensor_bytes(t), arena_map_.size() - off));
 }
 
-Status WorkerImpl::write_buffer(const ContinuousTensor& t, uint64_t at, const void* src, uint64_t bytes) {
+Status WorkerImpl::write_buffer(const ContinuousTensor& t, uint64_t at, const std::vector<iovec>& pieces) {
   const uint64_t off = arena_offset(t);
+  uint64_t bytes = 0;
+  for (const iovec& v : pieces) bytes += v.iov_len;
   if (off == UINT64_MAX || at > tensor_bytes(t) || bytes > tensor_bytes(t) - at)
     return Status::Error(kWorkerInvalidArgument, "write: the bytes do not lie in the buffer");
-  return arena_map_.write(off + at, src, bytes);
+  return arena_map_.write(off + at, pieces);
 }
 
 RunProgress WorkerImpl::progress() const {

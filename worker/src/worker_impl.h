@@ -75,7 +75,7 @@ class WorkerImpl {
   void zero_range(uint64_t offset, uint64_t bytes);
   uint64_t arena_offset(const ContinuousTensor& t) const;
   Status sync_buffer(const ContinuousTensor& t);
-  Status write_buffer(const ContinuousTensor& t, uint64_t at, const void* src, uint64_t bytes);
+  Status write_buffer(const ContinuousTensor& t, uint64_t at, const std::vector<iovec>& pieces);
   std::vector<ChildInfo> children() const;
   WorkerStats stats() const;
   RunProgress progress() const;

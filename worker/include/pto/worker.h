@@ -19,6 +19,8 @@
 // submit, naming its address.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -380,6 +382,9 @@ class Worker {
   // through the file (pwrite) instead of each being faulted in through the
   // mapping and zeroed before the copy.
   Status write(const ContinuousTensor& t, uint64_t at, const void* src, uint64_t bytes);
+  // The same with the bytes in pieces, one after another (a received
+  // message's slices): one residency check for the whole range.
+  Status write(const ContinuousTensor& t, uint64_t at, const std::vector<iovec>& pieces);
 
   // Level >= 4: a buffer on a remote next-level worker (its worker id), for
   // tensors too large to travel with each task or that stay on the peer

@@ -12,9 +12,14 @@
 #pragma once
 
 #include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -43,6 +48,43 @@ struct Piece {
   size_t size;
 };
 bool read_fields(const std::vector<Piece>& pieces, RawFieldSink& sink, std::string* why);
+
+// Splits the message in `pieces` in two without copying its large part:
+// the contents of every length-delimited field whose number's bit is set in
+// `take` (fields 1..63) go to `contents` as pieces of the input, one list
+// per occurrence in order (protobuf merges an embedded message's
+// occurrences; a bytes field's last one counts), with the field's number in
+// `taken` (0: none); every other field goes to `rest` as wire bytes (keys
+// and varints written canonically). False, with *why, on malformed bytes
+// (as read_fields) or when two different fields of `take` occur.
+struct Split {
+  std::string rest;
+  std::vector<std::vector<Piece>> contents;
+  uint32_t taken = 0;
+};
+bool split_fields(const std::vector<Piece>& pieces, uint64_t take, Split* out, std::string* why);
+
+// Slices over a sender's own memory, counted until gRPC has let go of each
+// (it may hold one after the call that wrote it returned, until the bytes
+// are in the socket or the connection is gone). Each slice keeps this
+// object alive, so a late release finds it.
+class LentSlices : public std::enable_shared_from_this<LentSlices> {
+ public:
+  grpc::Slice slice(const void* p, size_t n);
+  int held() const;
+  // Waits until every slice is let go. The liveness check is the
+  // connection: while alive() says it is up the slices are on their way
+  // out; once it is down they go within moments — 10 s allowed, then false
+  // with *why, never a return while gRPC may still read the bytes
+  // unnoticed. alive() is asked once a second.
+  bool wait(const std::function<bool()>& alive, std::string* why);
+
+ private:
+  static void give_back(void* p);
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int held_ = 0;
+};
 
 // The wire bytes in front of a length-delimited field's contents.
 void put_varint(std::string& out, uint64_t v);
