@@ -408,10 +408,11 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
 
 void JobManager::apply_ending(uint64_t id, Ending e) {
   std::vector<std::string> trimmed;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    apply_ending_locked(id, std::move(e), &trimmed);
-  }
+  std::lock_guard<std::mutex> g(mu_);
+  apply_ending_locked(id, std::move(e), &trimmed);
+  // Under mu_: a caller waiting for this job sees it ended only with the
+  // trimmed jobs' files gone ("a job's log goes with its record"; removed
+  // after mu_ was released, a client could see the end first).
   remove_files(trimmed);
 }
 
