@@ -45,11 +45,13 @@ void Payload::copy_to(void* dst) const {
 }
 
 grpc::ByteBuffer encode_frame(const pto::v1::Frame& f, const grpc::Slice* data) {
-  std::string head = f.SerializeAsString();
-  if (!data || data->size() == 0) {
-    grpc::Slice s(std::move(head));
-    return grpc::ByteBuffer(&s, 1);
+  if (!data || data->size() == 0) {  // as a generated stream writes it
+    grpc::ByteBuffer out;
+    bool own = false;
+    (void)grpc::SerializationTraits<pto::v1::Frame>::Serialize(f, &out, &own);
+    return out;
   }
+  std::string head = f.SerializeAsString();
   // A second occurrence of the body field holding only the data: protobuf
   // merges it into the first (the control's other fields).
   const uint32_t body = f.has_control() ? kControl : kControlReply;
