@@ -23,7 +23,9 @@ namespace {
 
 // Prints its tag to both streams. scalars[1]: 1 leaves a thread behind that
 // prints "stray <tag>" 5 ms after the task has ended; 2 then points the
-// task's stdout at /dev/null (a task that redirects its own streams).
+// task's stdout at /dev/null (a task that redirects its own streams); 3
+// then moves its stdout's offset past 1 GiB (what a child's capture reaches
+// after 1 GiB of output, without writing it).
 int say(const TaskArgsView& a, std::string&) {
   const auto tag = static_cast<unsigned long long>(a.scalars[0]);
   const uint64_t what = a.scalar_count > 1 ? a.scalars[1] : 0;
@@ -34,6 +36,11 @@ int say(const TaskArgsView& a, std::string&) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       std::fprintf(stderr, "stray %llu\n", tag);
     }).detach();
+  if (what == 3) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    (void)lseek(1, (off_t(1) << 30) + 1, SEEK_SET);
+  }
   if (what == 2) {
     std::fflush(stdout);
     const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -50,6 +57,16 @@ std::string slurp(const std::string& path) {
   std::stringstream s;
   s << f.rdbuf();
   return s.str();
+}
+
+// The offset of the process's fd 1 (/proc/<pid>/fdinfo/1), -1 if unknown.
+long long stdout_pos(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/fdinfo/1");
+  std::string key;
+  long long pos = -1;
+  while (f >> key)
+    if (key == "pos:" && (f >> pos)) break;
+  return pos;
 }
 
 // Where the process's fd 1 points (a memfd reads "/memfd:<name> (deleted)").
@@ -164,4 +181,42 @@ TEST_CASE(
   CHECK(plain != std::string::npos);
   CHECK(stray < plain);
   CHECK(err.find("say 0 ") == std::string::npos);
+}
+
+TEST_CASE("a hot child's capture starts again from 0 once its offset passes 1 GiB - the next task's log is its own") {
+  TempDir tmp;
+  REQUIRE(!tmp.path.empty());
+  const std::string dir = tmp.path;
+  Worker w({.level = 3, .num_sub_workers = 1, .spin_us = 100000, .max_concurrent_runs = 1});
+  const CallableHandle h = w.register_callable(NativeCallable::function("say", say));
+  REQUIRE(w.init().ok());
+  auto submit = [&](uint64_t tag, uint64_t what, const std::string& log) {
+    RunOptions o;
+    o.log_file = log;
+    return w.submit_function(
+        [=](Orchestrator& orch, const TaskArgsView&, const CallConfig&) {
+          TaskArgs a;
+          a.add_scalar(tag).add_scalar(what);
+          return orch.submit_sub(h, a).ok() ? 0 : 1;
+        },
+        {}, {}, nullptr, o);
+  };
+  RunHandle far = submit(1, 3, dir + "/far.log");
+  RunHandle next = submit(2, 0, dir + "/next.log");  // queued behind it: reaches the child hot
+  REQUIRE((far.wait(std::chrono::seconds(30)) && next.wait(std::chrono::seconds(30))));
+  REQUIRE((far.result().ok() && next.result().ok()));
+  const std::vector<ChildInfo> children = w.children();
+  const ChildInfo* c = child(children, ChildKind::SUB, 0);
+  REQUIRE(c);
+  // Back at the start: without the rewind a hot child's offset would be past
+  // 1 GiB (a child that parked in between started again from 0 anyway).
+  const long long pos = stdout_pos(c->pid);
+  CHECK(pos >= 0);
+  CHECK(pos < 4096);
+  REQUIRE(w.close().ok());
+  CHECK(slurp(dir + "/next.log") == "say 2 to stdout\nsay 2 on stderr\n");
+  // The far task's log: its lines, then the hole it skipped as zeros, up to the cap.
+  const std::string far_log = slurp(dir + "/far.log");
+  CHECK(far_log.rfind("say 1 to stdout\nsay 1 on stderr\n", 0) == 0);
+  CHECK(far_log.size() <= (uint64_t(64) << 20) + 4096);
 }
