@@ -222,7 +222,7 @@ bool GrpcRemoteLink::open_session(std::string* why) {
   const grpc::internal::RpcMethod open("/pto.v1.Session/Open", grpc::internal::RpcMethod::BIDI_STREAMING, channel);
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
       grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel.get(), open,
-                                                                                         ctx_.get()));
+                                                                                            ctx_.get()));
   pto::v1::Frame hello;
   hello.mutable_hello()->set_min_version(kSessionVersion);
   hello.mutable_hello()->set_max_version(kSessionVersion);

@@ -76,7 +76,6 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
     Payload data;  // a BUFFER_READ's chunk, still in gRPC's buffers
   };
 
-
   // RemoteStager::Session, mu_ held.
   bool session_live() const override { return session_up_ && !session_over_; }
   void send_staged(pto::RemoteTask&& task) override;

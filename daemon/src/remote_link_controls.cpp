@@ -211,9 +211,8 @@ pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, 
     if (!write) {
       const uint64_t size = got.empty() ? r.data().size() : got.size;
       if (size != k.n) {
-        first = pto::Status::Error(
-            pto::kWorkerChildFailed,
-            fmt::format("{}: read {} bytes at offset {}, got {}", label(), k.n, b.offset + k.off, size));
+        first = pto::Status::Error(pto::kWorkerChildFailed, fmt::format("{}: read {} bytes at offset {}, got {}",
+                                                                        label(), k.n, b.offset + k.off, size));
         continue;
       }
       lk.unlock();

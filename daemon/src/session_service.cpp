@@ -776,8 +776,8 @@ std::string SessionService::buffer_op(SessionConn& c, const pto::v1::Control& re
     }
     return "";
   }
-  const uint64_t n = req.op() == pto::v1::Control::BUFFER_WRITE ? (chunk.empty() ? req.data().size() : chunk.size)
-                                                                : req.bytes();
+  const uint64_t n =
+      req.op() == pto::v1::Control::BUFFER_WRITE ? (chunk.empty() ? req.data().size() : chunk.size) : req.bytes();
   if (req.offset() > size || n > size - req.offset() || n > (64u << 20))
     return fmt::format("{} bytes at offset {} do not fit remote buffer {} ({} bytes)", n, req.offset(), req.buffer_id(),
                        size);

@@ -68,8 +68,8 @@ class SessionService final : public grpc::Service {
   // left in gRPC's buffers.
   void control(SessionConn& c, const pto::v1::Control& req, const Payload& chunk, pto::v1::ControlReply* reply,
                grpc::Slice* data);
-  std::string buffer_op(SessionConn& c, const pto::v1::Control& req, const Payload& chunk,
-                        pto::v1::ControlReply* reply, grpc::Slice* data);
+  std::string buffer_op(SessionConn& c, const pto::v1::Control& req, const Payload& chunk, pto::v1::ControlReply* reply,
+                        grpc::Slice* data);
 
   DaemonParts p_;
   std::shared_ptr<LentPages> lent_ = std::make_shared<LentPages>();

@@ -1,6 +1,5 @@
 #include "session_wire.h"
 
-#include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 
 #include <cstring>
@@ -95,8 +94,8 @@ bool decode_frame(const grpc::ByteBuffer& bb, pto::v1::Frame* f, Payload* data, 
   int chunks = 0;
   for (const auto& occurrence : frame.contents) {
     pto::v1::Split body;
-    if (!pto::v1::split_fields(occurrence, uint64_t{1} << (frame.taken == kControl ? kControlData : kReplyData),
-                               &body, why)) {
+    if (!pto::v1::split_fields(occurrence, uint64_t{1} << (frame.taken == kControl ? kControlData : kReplyData), &body,
+                               why)) {
       *why = "a malformed frame: " + *why;
       return false;
     }

@@ -105,7 +105,8 @@ bool read_fields(const std::vector<Piece>& pieces, RawFieldSink& sink, std::stri
           ok = false;
           break;
         }
-        if (!c.bytes(n, [&](const uint8_t* p, size_t k) { return sink.piece(field, p, k); }, &short_read)) {
+        if (!c.bytes(
+                n, [&](const uint8_t* p, size_t k) { return sink.piece(field, p, k); }, &short_read)) {
           if (short_read) return fault("a length of " + std::to_string(n) + " past the end of the message");
           ok = false;
         }

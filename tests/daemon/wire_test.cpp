@@ -390,7 +390,11 @@ TEST_CASE("raw fields: a message split around one field - the rest and the field
   std::string why;
   CHECK_FALSE(pto::v1::split_fields(split(std::string("\x62\x00\x6a\x00", 4), 1), (1u << 12) | (1u << 13), &s, &why));
   CHECK_THAT(why, Catch::Contains("fields 12 and 13"));
-  CHECK_FALSE(pto::v1::split_fields(split(std::string("\x62\x05" "ab", 4), 2), 1u << 12, &s, &why));
+  CHECK_FALSE(pto::v1::split_fields(split(std::string("\x62\x05"
+                                                      "ab",
+                                                      4),
+                                          2),
+                                    1u << 12, &s, &why));
   CHECK_THAT(why, Catch::Contains("past the end"));
 }
 
@@ -407,7 +411,8 @@ std::string joined(const ptod::Payload& p) {
 }
 }  // namespace
 
-TEST_CASE("session frames as raw bytes - a lent chunk is the data field protobuf reads - a received one stays in pieces") {
+TEST_CASE(
+    "session frames as raw bytes - a lent chunk is the data field protobuf reads - a received one stays in pieces") {
   std::string big(300 << 10, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7 + (i >> 9));
   for (const bool reply : {false, true}) {

@@ -25,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const size_t every = 1 + size_t(mode & 0x3f) * 67;
   std::vector<grpc::Slice> slices;
-  for (size_t i = 0; i < wire.size(); i += every) slices.emplace_back(wire.data() + i, std::min(every, wire.size() - i));
+  for (size_t i = 0; i < wire.size(); i += every)
+    slices.emplace_back(wire.data() + i, std::min(every, wire.size() - i));
   const grpc::ByteBuffer bb(slices.data(), slices.size());
   pto::v1::Frame got;
   ptod::Payload chunk;

@@ -94,8 +94,8 @@ Status SharedMapping::write(uint64_t offset, const std::vector<iovec>& pieces) {
   for (const iovec& v : pieces) {
     const auto* p = static_cast<const uint8_t*>(v.iov_base);
     for (uint64_t done = 0; done < v.iov_len;) {
-      const ssize_t n = ::pwrite(fd_, p + done, std::min<uint64_t>(v.iov_len - done, 1u << 30),
-                                 static_cast<off_t>(offset + done));
+      const ssize_t n =
+          ::pwrite(fd_, p + done, std::min<uint64_t>(v.iov_len - done, 1u << 30), static_cast<off_t>(offset + done));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0)
         return Status::Error(kStorageError,
