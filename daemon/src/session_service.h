@@ -20,20 +20,11 @@
 
 #include "pto/v1/session.grpc.pb.h"
 #include "services.h"
+#include "session_conn.h"
 #include "session_frames.h"
 #include "session_wire.h"
 
 namespace ptod {
-
-struct SessionConn;
-
-// Slices over arena pages that sessions lent gRPC (BUFFER_READ replies),
-// counted so that the daemon's stop unmaps the arena under none of them.
-struct LentPages {
-  std::mutex mu;
-  std::condition_variable cv;
-  int held = 0;
-};
 
 // The Session service with its one method registered as the generated
 // service does, but with ByteBuffer for the frames (session_wire.h).

@@ -50,6 +50,19 @@ int say(const TaskArgsView& a, std::string&) {
   return 0;
 }
 
+// A run of one `say` task (scalars tag, what) whose log file is `log`.
+RunHandle submit_say(Worker& w, CallableHandle h, uint64_t tag, uint64_t what, const std::string& log) {
+  RunOptions o;
+  o.log_file = log;
+  return w.submit_function(
+      [=](Orchestrator& orch, const TaskArgsView&, const CallConfig&) {
+        TaskArgs a;
+        a.add_scalar(tag).add_scalar(what);
+        return orch.submit_sub(h, a).ok() ? 0 : 1;
+      },
+      {}, {}, nullptr, o);
+}
+
 constexpr int kRuns = 40;
 
 std::string slurp(const std::string& path) {
@@ -125,17 +138,7 @@ TEST_CASE(
     const Status up = w.init();
     err.restore();  // ours again; the child keeps the file
     REQUIRE(up.ok());
-    auto submit = [&](uint64_t tag, uint64_t what, const std::string& log) {
-      RunOptions o;
-      o.log_file = log;
-      return w.submit_function(
-          [=](Orchestrator& orch, const TaskArgsView&, const CallConfig&) {
-            TaskArgs a;
-            a.add_scalar(tag).add_scalar(what);
-            return orch.submit_sub(h, a).ok() ? 0 : 1;
-          },
-          {}, {}, nullptr, o);
-    };
+    auto submit = [&](uint64_t tag, uint64_t what, const std::string& log) { return submit_say(w, h, tag, what, log); };
     std::vector<RunHandle> runs;
     for (int i = 0; i < kRuns; ++i) runs.push_back(submit(uint64_t(i), i == kRuns - 1 ? 1 : 0, log_of(i)));
     for (RunHandle& r : runs) {
@@ -190,17 +193,7 @@ TEST_CASE("a hot child's capture starts again from 0 once its offset passes 1 Gi
   Worker w({.level = 3, .num_sub_workers = 1, .spin_us = 100000, .max_concurrent_runs = 1});
   const CallableHandle h = w.register_callable(NativeCallable::function("say", say));
   REQUIRE(w.init().ok());
-  auto submit = [&](uint64_t tag, uint64_t what, const std::string& log) {
-    RunOptions o;
-    o.log_file = log;
-    return w.submit_function(
-        [=](Orchestrator& orch, const TaskArgsView&, const CallConfig&) {
-          TaskArgs a;
-          a.add_scalar(tag).add_scalar(what);
-          return orch.submit_sub(h, a).ok() ? 0 : 1;
-        },
-        {}, {}, nullptr, o);
-  };
+  auto submit = [&](uint64_t tag, uint64_t what, const std::string& log) { return submit_say(w, h, tag, what, log); };
   RunHandle far = submit(1, 3, dir + "/far.log");
   RunHandle next = submit(2, 0, dir + "/next.log");  // queued behind it: reaches the child hot
   REQUIRE((far.wait(std::chrono::seconds(30)) && next.wait(std::chrono::seconds(30))));
