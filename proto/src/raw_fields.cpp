@@ -212,11 +212,6 @@ void LentSlices::give_back(void* p) {
   delete self;
 }
 
-int LentSlices::held() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return held_;
-}
-
 bool LentSlices::wait(const std::function<bool()>& alive, std::string* why) {
   std::unique_lock<std::mutex> lk(mu_);
   const auto released = [&] { return held_ == 0; };

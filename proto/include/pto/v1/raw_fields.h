@@ -1,8 +1,9 @@
-// The tensor streams as raw bytes (docs/proto.md, "Transfers as raw
+// The tensor streams and the remote session's frames as raw bytes
+// (docs/proto.md, "Transfers as raw bytes"; docs/remote.md, "Frames as raw
 // bytes"): the top-level fields of a protobuf message held in a gRPC
-// ByteBuffer, read without copying it whole, and the few wire bytes a
+// ByteBuffer, read or split without copying it whole, the few wire bytes a
 // sender writes in front of a bytes field whose contents it passes as a
-// slice over its own memory.
+// slice over its own memory, and the count of such slices gRPC still holds.
 //
 // Through generated messages a chunk's bytes were copied into the message,
 // then into gRPC's buffer (sender), and out of gRPC's buffer into the
@@ -71,7 +72,6 @@ bool split_fields(const std::vector<Piece>& pieces, uint64_t take, Split* out, s
 class LentSlices : public std::enable_shared_from_this<LentSlices> {
  public:
   grpc::Slice slice(const void* p, size_t n);
-  int held() const;
   // Waits until every slice is let go. The liveness check is the
   // connection: while alive() says it is up the slices are on their way
   // out; once it is down they go within moments — 10 s allowed, then false
@@ -81,7 +81,7 @@ class LentSlices : public std::enable_shared_from_this<LentSlices> {
 
  private:
   static void give_back(void* p);
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable cv_;
   int held_ = 0;
 };
