@@ -276,3 +276,41 @@ TEST_CASE("detached and attached runs share the slots: every run ends, each once
   std::lock_guard<std::mutex> g(ends.mu);
   for (int i = 0; i < kRuns; ++i) CHECK(ends.calls[size_t(i)] == 1);
 }
+
+TEST_CASE("a detached run queued behind an attached run starts on that run's thread as its slot frees") {
+  // No run thread is woken for it: the attached run's thread, having ended
+  // its run, starts it in the slot it freed — before it finishes its own
+  // handle. (Left to a run thread, it would start only after a quiet round.)
+  Fixture f(2, 1);
+  std::thread::id a_thread, d_thread;
+  std::atomic<bool> d_started{false};
+  std::atomic<int> d_before_a_done{-1};
+  RunHandle a = f.w.submit_function(
+      [&](Orchestrator& orch, const TaskArgsView&, const CallConfig&) {
+        a_thread = std::this_thread::get_id();
+        return orch.submit_sub(f.stamp_h, TaskArgs().add_tensor(f.starts, NO_DEP).add_scalar(150).add_scalar(0)).ok()
+                   ? 0
+                   : 1;
+      },
+      {}, {}, [&](const RunResult&) { d_before_a_done = d_started.load() ? 1 : 0; });
+  const uint64_t until = now_ns() + 10'000'000'000ull;
+  while (f.start(0) == 0 && now_ns() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(f.start(0) != 0);  // A holds the only slot
+  Ends ends(1);
+  RunHandle d = f.w.submit_function(
+      [&](Orchestrator& orch, const TaskArgsView&, const CallConfig&) {
+        d_thread = std::this_thread::get_id();
+        d_started = true;
+        return orch.submit_sub(f.stamp_h, TaskArgs().add_tensor(f.starts, NO_DEP).add_scalar(0).add_scalar(1)).ok() ? 0
+                                                                                                                    : 1;
+      },
+      {}, {}, ends.of(0), RunOptions{.detached = true});
+  REQUIRE(a.wait(std::chrono::seconds(30)));
+  REQUIRE(d.wait(std::chrono::seconds(30)));
+  CHECK(a.result().ok());
+  CHECK(d.result().ok());
+  CHECK(d_thread == a_thread);
+  CHECK(d_before_a_done == 1);
+  std::lock_guard<std::mutex> g(ends.mu);
+  CHECK(ends.calls[0] == 1);
+}
