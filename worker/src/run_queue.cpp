@@ -17,7 +17,7 @@ void RunQueue::finish(const std::shared_ptr<RunHandle::State>& st, RunResult r) 
   st->cv.notify_all();
 }
 
-RunHandle RunQueue::push(std::shared_ptr<RunHandle::State> st, bool slot_taken) {
+RunHandle RunQueue::push(std::shared_ptr<RunHandle::State> st) {
   RunHandle h;
   h.state_ = st;
   std::unique_lock<std::mutex> g(mu_);
@@ -31,16 +31,8 @@ RunHandle RunQueue::push(std::shared_ptr<RunHandle::State> st, bool slot_taken) 
   // After every queued run of the same or a higher priority.
   auto at = std::find_if(q_.begin(), q_.end(),
                          [&](const auto& other) { return other->options.priority < st->options.priority; });
-  at = q_.insert(at, std::move(st));
+  q_.insert(at, std::move(st));
   outstanding_.fetch_add(1, std::memory_order_seq_cst);
-  // Waking a queue thread only for it to find no slot, and again at every
-  // slot freed, cost two context switches per job with many clients waiting
-  // on their jobs. A thread still takes it after a quiet round (main()).
-  if (slot_taken && !threads_.empty() && std::all_of(q_.begin(), at, [](const auto& r) { return r->awaits_slot; })) {
-    (*at)->awaits_slot = true;
-    queued_.fetch_add(1, std::memory_order_release);
-    return h;
-  }
   queued_.fetch_add(1, std::memory_order_release);
   // A thread waiting for a slot takes the front when one frees: another
   // would only wait beside it.
@@ -90,11 +82,7 @@ void RunQueue::main() {
     ++idle_;
     // Not while a run taken from the queue has its start unsettled: nothing
     // overtakes it. (Woken when it settles; the bound is a second defence.)
-    // A run at the front that awaits a slot is left to the run that frees
-    // one — for one quiet round at most (the bound: no slot frees unseen).
-    bool quiet_round = false;
-    while (!((stop_ || (!q_.empty() && (!q_.front()->awaits_slot || quiet_round))) && starting_ == 0))
-      quiet_round = cv_.wait_for(lk, std::chrono::milliseconds(100)) == std::cv_status::timeout;
+    while (!((stop_ || !q_.empty()) && starting_ == 0)) cv_.wait_for(lk, std::chrono::milliseconds(100));
     --idle_;
     if (q_.empty()) return;  // stopping and drained
     auto st = q_.front();
@@ -137,7 +125,6 @@ std::shared_ptr<RunHandle::State> RunQueue::pop_detached() {
   q_.pop_front();
   queued_.fetch_sub(1, std::memory_order_release);
   st->starting = true;
-  st->awaits_slot = false;
   ++starting_;
   return st;
 }
@@ -155,7 +142,6 @@ void RunQueue::settle(const std::shared_ptr<RunHandle::State>& st) {
     if (!st->starting) return;
     settle_locked(*st);
     if (starting_ != 0 || idle_ == 0) return;
-    if (!stop_ && (q_.empty() || q_.front()->awaits_slot)) return;  // nothing a queue thread would take
   }
   cv_.notify_all();  // threads held back while it was unsettled (or stopping)
 }

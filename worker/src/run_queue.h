@@ -46,10 +46,6 @@ struct RunHandle::State {
   std::atomic<bool> ended{false};     // its run ended (the result is known; on_done may still be to run)
   std::atomic<bool> finished{false};  // done, for a waiter that drives instead of sleeping
   bool starting = false;              // taken from the queue, its start not settled yet (RunQueue's mu)
-  // A detached run queued at the front because every slot was taken: the run
-  // that frees a slot starts it (WorkerImpl::start_queued), so no queue
-  // thread is woken for it (RunQueue's mu).
-  bool awaits_slot = false;
 };
 
 class RunQueue {
@@ -62,11 +58,7 @@ class RunQueue {
   ~RunQueue() { stop(); }
 
   // Queues a run; a handle that is already done when the queue is stopped.
-  // `slot_taken`: a detached run that found every slot taken (or queued
-  // runs ahead of it). Behind nothing but such runs, it wakes no queue
-  // thread: the run that frees a slot starts it, and the caller looks for a
-  // free slot once more after this.
-  RunHandle push(std::shared_ptr<RunHandle::State> st, bool slot_taken = false);
+  RunHandle push(std::shared_ptr<RunHandle::State> st);
   // A queued run that has not started leaves the queue (its handle reports
   // it cancelled); false when it is not queued.
   bool cancel_queued(const std::shared_ptr<RunHandle::State>& st, const std::string& reason);

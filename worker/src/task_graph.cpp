@@ -33,12 +33,6 @@ uint64_t TaskGraph::ring_used(int r) const {
 
 // --- runs -----------------------------------------------------------------------
 
-bool TaskGraph::free_slot() const {
-  for (const auto& s : slots_)
-    if (!s->run) return true;
-  return false;
-}
-
 RunState* TaskGraph::begin_run(const RunOptions& options) {
   int free_slot = -1;
   for (size_t i = 0; i < slots_.size() && free_slot < 0; ++i)

@@ -49,7 +49,6 @@ class TaskGraph {
   // A new run with a free slot, or nullptr when every slot is taken (the
   // caller waits on lock.idle and tries again).
   RunState* begin_run(const RunOptions& options);
-  bool free_slot() const;  // begin_run would find a slot
   // Closes the scopes the orchestration left open (an error when any was).
   void close_scopes(RunState* run);
   // After the run drained: its result. Its slot is free again and its state

@@ -228,7 +228,7 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
   bind_slot(run->slot, nullptr);
   RunResult r = graph_.end_run(run);
   lk.unlock();
-  start_queued();  // a queued detached run waiting for a slot takes this one
+  runs_.slot_freed();  // a queued detached run waiting for a slot
   if (handle) {  // a cancel from here on finds the run ended
     std::lock_guard<std::mutex> g(handle->mu);
     handle->run_id = 0;
@@ -352,29 +352,17 @@ RunHandle WorkerImpl::queue_run(OrchestrationFunction fn, TaskArgs args, CallCon
   // A detached run starts here when it overtakes nobody: no run is queued
   // (nor taken from the queue to start) and a slot is free — a run thread
   // would start it no sooner.
-  if (st->detached && !inside_own_run()) {
-    if (runs_.empty()) {
-      RunResult r;
-      const Start s = start_detached(st, false, &r);
-      if (s == Start::kEnded) hand_over(st, std::move(r));
-      if (s != Start::kNoSlot) {
-        RunHandle h;
-        h.state_ = st;
-        return h;
-      }
+  if (st->detached && runs_.empty() && !inside_own_run()) {
+    RunResult r;
+    const Start s = start_detached(st, false, &r);
+    if (s == Start::kEnded) hand_over(st, std::move(r));
+    if (s != Start::kNoSlot) {
+      RunHandle h;
+      h.state_ = st;
+      return h;
     }
-    // Queued for the run that frees a slot (start_queued). One that came
-    // free before the push saw nothing of this one: look again.
-    RunHandle h = runs_.push(std::move(st), true);
-    if (free_slot()) start_queued();
-    return h;
   }
   return runs_.push(std::move(st));
-}
-
-bool WorkerImpl::free_slot() {
-  std::lock_guard<std::mutex> g(lock_.mu);
-  return graph_.free_slot();
 }
 
 bool WorkerImpl::wait(const std::shared_ptr<RunHandle::State>& h, std::chrono::milliseconds timeout) {

@@ -104,7 +104,6 @@ class WorkerImpl {
   // Whether this thread is running an orchestration of this Worker (a
   // nested run() or close() from there could never finish).
   bool inside_own_run() const;
-  bool free_slot();  // a run could begin now (takes the engine's lock)
   // Binds a slot's in-process backend to its run (mu held); nullptr unbinds.
   void bind_slot(int slot, RunState* run);
   // A run's start: the checks, then a slot (waiting for one, bounded by the
