@@ -382,6 +382,9 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
     std::lock_guard<std::mutex> g(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return;
+    // A runner writes its job's log itself, unseen by the Worker.
+    const RegisteredCallable& c = it->second.spec.callable;
+    e.log_written = r.log_written || (c.abi == pto::EntryAbi::ORCHESTRATION && c.runs_here);
     // A job that never started ends on its canceller's thread: commit there.
     more_queued = it->second.start_ns != 0 && counts_.queued > 0;
     const std::string& trace = it->second.result.trace_path();
@@ -428,6 +431,7 @@ void JobManager::apply_ending_locked(uint64_t id, Ending e, std::vector<std::str
     --queued_by_owner_[done.spec.options.principal];
   }
   done.state = e.state;
+  done.log_written = e.log_written;
   done.end_ns = e.end_ns;
   done.end_ms = e.end_ms;
   done.result = std::move(e.result);
@@ -460,7 +464,9 @@ void JobManager::trim_locked(std::vector<std::string>* files) {
     if (it != jobs_.end()) {
       // A job's trace lives as long as the job is retained.
       if (!it->second.result.trace_path().empty()) files->push_back(it->second.result.trace_path());
-      if (std::string log = log_path(it->first); !log.empty()) files->push_back(std::move(log));
+      // A log never written was never created: no failing unlink per job.
+      if (std::string log = log_path(it->first); !log.empty() && it->second.log_written)
+        files->push_back(std::move(log));
       gone_.push_back(it->first);  // deleted with the next commit of records
       it->second.changed->notify_all();
       jobs_.erase(it);

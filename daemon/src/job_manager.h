@@ -122,6 +122,9 @@ class JobManager {
     pto::RunHandle run;                                // set once the run is queued with the Worker
     std::string cancel_pending;                        // a cancel that came before `run` was set
     uint64_t record_ticket = 0;                        // acknowledge_later: JobRecords::flush's ticket
+    // Its log file may exist (removed when the job is trimmed): false only
+    // for a chip or sub job whose task answered that it wrote nothing there.
+    bool log_written = true;
     // Its place in the queue as last counted, valid while queue_gen_ is unchanged.
     mutable uint64_t position_gen = ~uint64_t(0);
     mutable uint32_t position = 0;
@@ -134,6 +137,7 @@ class JobManager {
     pto::v1::JobState state = pto::v1::FAILED;
     uint64_t end_ns = 0, end_ms = 0;
     pto::v1::JobResult result;
+    bool log_written = true;
   };
   // The orchestration function of a job's run (on a Worker run thread).
   int execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc);

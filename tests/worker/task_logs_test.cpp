@@ -213,3 +213,30 @@ TEST_CASE("a hot child's capture starts again from 0 once its offset passes 1 Gi
   CHECK(far_log.rfind("say 1 to stdout\nsay 1 on stderr\n", 0) == 0);
   CHECK(far_log.size() <= (uint64_t(64) << 20) + 4096);
 }
+
+TEST_CASE("a run's result says whether its tasks wrote to its log - a silent run's log was never created") {
+  TempDir tmp;
+  REQUIRE(!tmp.path.empty());
+  const std::string dir = tmp.path;
+  Worker w({.level = 3, .num_sub_workers = 1, .max_concurrent_runs = 1});
+  const CallableHandle say_h = w.register_callable(NativeCallable::function("say", say));
+  const CallableHandle quiet_h =
+      w.register_callable(NativeCallable::function("quiet", [](const TaskArgsView&, std::string&) { return 0; }));
+  REQUIRE(w.init().ok());
+  RunHandle loud = submit_say(w, say_h, 1, 0, dir + "/loud.log");
+  RunHandle quiet = submit_say(w, quiet_h, 2, 0, dir + "/quiet.log");
+  RunOptions o;
+  o.log_file = dir + "/none.log";
+  RunHandle none =
+      w.submit_function([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; }, {}, {}, nullptr, o);
+  for (RunHandle* r : {&loud, &quiet, &none}) {
+    REQUIRE(r->wait(std::chrono::seconds(30)));
+    REQUIRE(r->result().ok());
+  }
+  CHECK(loud.result().log_written);
+  CHECK(std::filesystem::exists(dir + "/loud.log"));
+  CHECK_FALSE(quiet.result().log_written);
+  CHECK_FALSE(std::filesystem::exists(dir + "/quiet.log"));
+  CHECK_FALSE(none.result().log_written);  // no task at all
+  REQUIRE(w.close().ok());
+}

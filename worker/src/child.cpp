@@ -210,6 +210,7 @@ class ChildRunner {
             ? Status::Error(kWorkerChildFailed, fmt::format("blob_bytes {} exceeds the mailbox", mb_->blob_bytes))
             : decode_args(mb_->blob, mb_->blob_bytes, &view);
     const CallConfig cfg = mb_->config;
+    bool logged = false;
     if (st.ok()) {
       mb_->log_path[sizeof mb_->log_path - 1] = '\0';
       capture_.begin(mb_->log_path);
@@ -221,7 +222,10 @@ class ChildRunner {
         st = Status::Error(kWorkerRunFailed, "callable threw a non-std exception");
       }
       capture_.end();
+      logged = capture_.appended();
     }
+    // An L3 child's inner Worker has children of its own that may log.
+    mb_->log_appended = logged || inner_ ? 1 : 0;
     if (inner_) report_inner();  // before the answer: the parent reads it after
     if (st.ok()) {
       mb_->clear_error();

@@ -85,10 +85,11 @@ class MailboxTransport final : public EndpointTransport {
     add_chip_progress(ep);  // the final counts, written before the answer
     const bool ok = st == MB_TASK_DONE;
     const std::string msg = ok ? std::string() : mb->error();
+    const bool log_untouched = mb->log_appended == 0;
     mb->state.store(MB_IDLE, std::memory_order_release);
     TaskNode* s = ep.running;
     ep.running = nullptr;
-    w_.complete_member(ep, s, ok ? Outcome::SUCCESS : Outcome::TASK_FAILURE, msg);
+    w_.complete_member(ep, s, ok ? Outcome::SUCCESS : Outcome::TASK_FAILURE, msg, log_untouched);
   }
 
   void check(Endpoint& ep, uint64_t now) override {

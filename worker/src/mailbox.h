@@ -80,7 +80,9 @@ struct Mailbox {
   // An answer's error text lives in the blob, which the request no longer
   // needs: up to kMaxMessageBytes, cut in the middle beyond that.
   uint32_t error_bytes;
-  uint32_t reserved0;
+  // With a task's answer: 1 when its output reached log_path (the file may
+  // exist), 0 when nothing of it went there.
+  uint32_t log_appended;
   // Bumped every heartbeat period by a thread of the child's own, whatever
   // its task does; the parent's liveness check (liveness_timeout_ms) reads it.
   std::atomic<uint64_t> heartbeat;

@@ -46,6 +46,7 @@ OutputCapture::~OutputCapture() {
 
 void OutputCapture::begin(const char* path) {
   std::lock_guard<std::mutex> g(mu_);
+  appended_ = false;
   if (path[0] == '\0') {  // not captured: the task writes to the child's own streams
     release_locked();
     return;
@@ -113,6 +114,11 @@ void OutputCapture::end() {
   if (!on_memfd(1) || !on_memfd(2)) release_locked();
 }
 
+bool OutputCapture::appended() {
+  std::lock_guard<std::mutex> g(mu_);
+  return appended_;
+}
+
 bool OutputCapture::on_memfd(int fd) const {
   struct stat st {};
   return ::fstat(fd, &st) == 0 && st.st_dev == buf_dev_ && st.st_ino == buf_ino_;
@@ -176,6 +182,7 @@ void OutputCapture::drain_locked(off_t end) {
   if (end <= 0 || static_cast<uint64_t>(end) <= copied_) return;
   const int log = path_.empty() ? -1 : ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   if (log >= 0) {
+    appended_ = true;
     append_capped(log, buf_fd_, copied_, static_cast<uint64_t>(end));
     ::close(log);
   }

@@ -35,6 +35,8 @@ class OutputCapture {
   // The task ended: the rest of its output appended. The streams stay on the
   // memfd until release().
   void end();
+  // Whether the task that began last appended to its log (or created it).
+  bool appended();
   // Between tasks: fds 1 and 2 back to the child's own streams, with what
   // was written to them since the last task (to stderr). Idempotent.
   void release();
@@ -61,6 +63,7 @@ class OutputCapture {
   std::string path_;
   uint64_t copied_ = 0;  // the memfd's bytes below this offset are dealt with (in a log, or forwarded)
   bool active_ = false, disabled_ = false;
+  bool appended_ = false;    // the task begun last opened its log to append
   bool redirected_ = false;  // fds 1 and 2 point at the memfd
 };
 

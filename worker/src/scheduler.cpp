@@ -291,7 +291,8 @@ bool Scheduler::poll_completions() {
   return true;
 }
 
-void Scheduler::complete_member(Endpoint& ep, TaskNode* s, Outcome o, const std::string& message) {
+void Scheduler::complete_member(Endpoint& ep, TaskNode* s, Outcome o, const std::string& message, bool log_untouched) {
+  if (!log_untouched) s->run->result.log_written = true;
   ++ep.tasks_run;
   --running_;
   if (ep.kind == ChildKind::SUB) --running_subs_;

@@ -98,7 +98,9 @@ class Scheduler {
   void set_run_finisher(std::function<void()> f) { finish_runs_ = std::move(f); }
 
   // --- called by the transports (mu held) ---
-  void complete_member(Endpoint& ep, TaskNode* s, Outcome o, const std::string& message);
+  // `log_untouched`: the child answered that the task appended nothing to
+  // its run's log (RunResult::log_written stays false unless another did).
+  void complete_member(Endpoint& ep, TaskNode* s, Outcome o, const std::string& message, bool log_untouched = false);
   // The child is gone: fail what it held (an answer it wrote before dying still counts).
   void mark_dead(Endpoint& ep, const std::string& why, bool reaped);
   // Kills the child, reaps it (bounded), fails what it held.

@@ -44,6 +44,7 @@ RunState* TaskGraph::begin_run(const RunOptions& options) {
   run->options = options;
   run->slot = free_slot;
   run->start_ns = now_ns();
+  run->result.log_written = false;  // until a task's answer says otherwise (Scheduler::complete_member)
   if (options.deadline_ms)
     run->deadline_ns = run->start_ns + std::min<uint64_t>(options.deadline_ms, uint64_t(1) << 40) * 1'000'000;
   slots_[free_slot]->run = run;

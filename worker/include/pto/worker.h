@@ -141,6 +141,12 @@ struct RunResult {
   std::optional<TaskFailure> first_failure;
   std::vector<TaskFailure> failures;  // failed tasks (not the skipped ones), at most 64
   uint64_t wall_ns = 0;
+  // False only when every task that ran answered, through its child's
+  // mailbox, that it appended nothing to RunOptions::log_file: the file was
+  // then not created by this run. True when a task did, or ended without
+  // its child's answer (stopped, its child lost, a remote worker), or the
+  // run never started. A runner's own writes are not seen here.
+  bool log_written = true;
   bool ok() const { return status.ok(); }
 };
 
