@@ -221,8 +221,7 @@ class ChildRunner {
       } catch (...) {
         st = Status::Error(kWorkerRunFailed, "callable threw a non-std exception");
       }
-      capture_.end();
-      logged = capture_.appended();
+      logged = capture_.end();
     }
     // An L3 child's inner Worker has children of its own that may log.
     mb_->log_appended = logged || inner_ ? 1 : 0;

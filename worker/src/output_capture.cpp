@@ -98,9 +98,9 @@ void OutputCapture::begin(const char* path) {
   active_ = true;
 }
 
-void OutputCapture::end() {
+bool OutputCapture::end() {
   std::lock_guard<std::mutex> g(mu_);
-  if (!active_) return;
+  if (!active_) return false;
   std::fflush(stdout);
   std::fflush(stderr);
   active_ = false;
@@ -112,10 +112,6 @@ void OutputCapture::end() {
   // A task that pointed fd 1 or 2 elsewhere (freopen, dup2) must not take the
   // next tasks' output with it: the child's own streams again.
   if (!on_memfd(1) || !on_memfd(2)) release_locked();
-}
-
-bool OutputCapture::appended() {
-  std::lock_guard<std::mutex> g(mu_);
   return appended_;
 }
 

@@ -33,10 +33,9 @@ class OutputCapture {
   // the child's.
   void begin(const char* path);
   // The task ended: the rest of its output appended. The streams stay on the
-  // memfd until release().
-  void end();
-  // Whether the task that began last appended to its log (or created it).
-  bool appended();
+  // memfd until release(). True when the task's output reached its log (the
+  // file was opened to append: it exists).
+  bool end();
   // Between tasks: fds 1 and 2 back to the child's own streams, with what
   // was written to them since the last task (to stderr). Idempotent.
   void release();
