@@ -182,7 +182,11 @@ void Orchestrator::api_orchestration_done() {
 void Orchestrator::orchestration_done() {
   done_ = true;
   s_.region.header()->orchestrator_done.store(1, std::memory_order_release);
-  s_.sched_ec.notify();
+  // Only the threads of a started run look at orchestrator_done; between
+  // runs they wait for the next start (Scheduler::start_run). A run that
+  // published nothing woke none of them, and waking them here would cost a
+  // futex wake and a parked thread's round trip per empty run.
+  if (run_started_) s_.sched_ec.notify();
 }
 
 bool Orchestrator::resolve_kernel(int32_t kernel_id, int32_t worker_type, uint64_t* addr) {

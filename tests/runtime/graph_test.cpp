@@ -3,8 +3,15 @@
 // 1, 2 and 4 scheduler threads, with kernels inline and on executor threads.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "test_support.h"
@@ -294,6 +301,51 @@ TEST_CASE("a Runtime runs many orchestrations in a row", "[graph]") {
     REQUIRE(r.ok());
     REQUIRE(r.stats.tasks_completed == 50);
   }
+}
+
+namespace {
+// Voluntary context switches of every thread of this process but the caller:
+// a parked thread that is woken and parks again counts one.
+uint64_t other_threads_switches() {
+  uint64_t total = 0;
+  const std::string self = std::to_string(gettid());
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    if (e.path().filename() == self) continue;
+    std::ifstream f(e.path() / "status");
+    std::string line;
+    while (std::getline(f, line))
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) total += std::stoull(line.substr(24));
+  }
+  return total;
+}
+}  // namespace
+
+TEST_CASE("runs that publish nothing wake no scheduler thread", "[graph]") {
+  // An empty run (a chip task whose orchestration submits nothing, back to
+  // back) must not cost the parked scheduler threads a wake-up each.
+  Chip chip(small_config(2), 0);
+  std::vector<int64_t> v(4, 0), one(4, 1);
+  RunResult warm = chip.runtime->run([&](PTO2Runtime* rt) {
+    Tensor a = rows(v, 1, 4, 0, 1), u = rows(one, 1, 4, 0, 1);
+    mix(rt, a, u, 0);
+    return 0;
+  });
+  REQUIRE(warm.ok());
+  // Past the spin budget: both scheduler threads are parked between runs.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50 + chip.runtime->config().spin_before_park_us / 1000));
+  const uint64_t before = other_threads_switches();
+  const auto t0 = std::chrono::steady_clock::now();
+  // Apart, so that a thread woken by one run would have parked again before the next.
+  constexpr int kRuns = 100;
+  for (int i = 0; i < kRuns; ++i) {
+    REQUIRE(chip.runtime->run([](PTO2Runtime*) { return 0; }).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  const uint64_t woken = other_threads_switches() - before;
+  // A parked thread's own timeout (every 100 ms) may wake it; nothing else should.
+  INFO(woken << " wake-ups of other threads over " << kRuns << " empty runs in " << ms << " ms");
+  CHECK(woken <= uint64_t(4 + 4 * (ms / 100)));
 }
 
 TEST_CASE("outputs of one task are packed into one 1024-aligned heap allocation", "[graph][heap]") {
