@@ -15,9 +15,18 @@ uint64_t hash(uint64_t addr) { return (addr * 0x9E3779B97F4A7C15ull) >> 20; }
 
 }  // namespace
 
-ExternalBases::ExternalBases() { clear(); }
+ExternalBases::ExternalBases() { reset(); }
 
 void ExternalBases::clear() {
+  // Every change of state starts with add(), which grows recs_: with recs_
+  // empty and the table at its first size, this is the state reset() left.
+  // A run that touched no external buffer (an empty one, for example) does
+  // not pay for refilling the table.
+  if (recs_.empty() && table_.size() == kInitialSlots) return;
+  reset();
+}
+
+void ExternalBases::reset() {
   recs_.clear();
   free_.clear();
   table_.assign(kInitialSlots, Slot{0, kNone});

@@ -54,6 +54,7 @@ class ExternalBases {
   };
   static constexpr uint32_t kNone = UINT32_MAX;
 
+  void reset();
   uint32_t find(uint64_t addr) const;
   void hash_insert(uint64_t addr, uint32_t idx);
   void hash_erase(uint64_t addr);

@@ -173,13 +173,21 @@ void runner_submit_cost(uint32_t spin_us) {
 }
 
 int main(int argc, char** argv) {
-  // --spin-us N: the Workers' spin budget (default 50).
+  // --spin-us N: the Workers' spin budget (default 50); --only sub|chip|runner: one part.
   uint32_t spin_us = 50;
-  for (int i = 1; i + 1 < argc; ++i)
+  std::string only;
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--spin-us") spin_us = static_cast<uint32_t>(std::stoul(argv[i + 1]));
+    if (std::string(argv[i]) == "--only") only = argv[i + 1];
+  }
+  if (!only.empty() && only != "sub" && only != "chip" && only != "runner") {
+    std::fprintf(stderr, "--only %s: expected sub, chip or runner\n", only.c_str());
+    return 2;
+  }
+  const auto wanted = [&](const char* part) { return only.empty() || only == part; };
   const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("pto worker bench: level-3 Worker, forked children, %d CPU(s)\n", cpus);
-  {
+  if (wanted("sub")) {
     Worker w({.level = 3, .num_sub_workers = 1, .spin_us = spin_us});
     auto noop = w.register_callable(NativeCallable::import(BENCH_NATIVE_SUBS, "pto_test_noop"));
     if (!noop.ok() || !w.init().ok()) {
@@ -199,13 +207,13 @@ int main(int argc, char** argv) {
     for (int p : pids) c1 += cpu_seconds_of(p);
     std::printf("\nidle for 2 s: parent + children used %.3f%% of one CPU\n", (c1 - c0) / 2.0 * 100);
   }
-  {
+  if (wanted("sub")) {
     Worker w({.level = 3, .num_sub_workers = 2, .spin_us = spin_us});
     auto noop = w.register_callable(NativeCallable::import(BENCH_NATIVE_SUBS, "pto_test_noop"));
     if (!noop.ok() || !w.init().ok()) return 1;
     measure("no-op sub tasks (2 sub workers)", w, [&](Orchestrator& o) { return o.submit_sub(noop).ok(); });
   }
-  {
+  if (wanted("chip")) {
     Worker w({.level = 3, .num_chips = 1, .spin_us = spin_us});
     auto empty = w.register_callable(ChipCallable::from_config(BENCH_SLEEP_CONFIG));
     if (!empty.ok() || !w.init().ok()) {
@@ -217,6 +225,6 @@ int main(int argc, char** argv) {
     measure("empty chip callable (1 chip: the L2 runtime runs an orchestration that submits nothing)", w,
             [&](Orchestrator& o) { return o.submit_next_level(empty, zero).ok(); });
   }
-  runner_submit_cost(spin_us);
+  if (wanted("runner")) runner_submit_cost(spin_us);
   return 0;
 }

@@ -124,24 +124,22 @@ void ChipWorker::publish_progress() const {
 Status ChipWorker::check_args(const Digest& digest, const Prepared& p, const TaskArgsView& args) {
   const auto& specs = p.cfg.args;
   int n_tensors = 0, n_scalars = 0;
-  std::string names;
-  for (const ArgSpec& a : specs) {
-    if (a.role == ArgSpec::Role::kScalar) {
-      ++n_scalars;
-    } else {
-      names += (n_tensors++ ? ", " : "") + a.name;
-    }
-  }
-  const std::string callable = to_hex(digest).substr(0, 16);
-  if (args.tensor_count != n_tensors)
+  for (const ArgSpec& a : specs) ++(a.role == ArgSpec::Role::kScalar ? n_scalars : n_tensors);
+  // The messages' parts are built only for a message: this runs on every task.
+  const auto callable = [&] { return to_hex(digest).substr(0, 16); };
+  if (args.tensor_count != n_tensors) {
+    std::string names;
+    for (const ArgSpec& a : specs)
+      if (a.role != ArgSpec::Role::kScalar) names += (names.empty() ? "" : ", ") + a.name;
     return Status::Error(kWorkerInvalidArgument,
-                         fmt::format("chip callable {} takes {} tensors ({}); the task passed {}", callable, n_tensors,
-                                     names, args.tensor_count));
+                         fmt::format("chip callable {} takes {} tensors ({}); the task passed {}", callable(),
+                                     n_tensors, names, args.tensor_count));
+  }
   if (args.scalar_count != 0 && args.scalar_count != n_scalars)
     return Status::Error(kWorkerInvalidArgument,
                          fmt::format("chip callable {} takes {} scalars (or none, for the config's values); the task "
                                      "passed {}",
-                                     callable, n_scalars, args.scalar_count));
+                                     callable(), n_scalars, args.scalar_count));
   for (int i = 0, t = 0; i < static_cast<int>(specs.size()); ++i) {
     const ArgSpec& a = specs[i];
     if (a.role == ArgSpec::Role::kScalar) continue;
@@ -149,7 +147,7 @@ Status ChipWorker::check_args(const Digest& digest, const Prepared& p, const Tas
     if (x.dtype != a.dtype || tensor_bytes(x) != a.bytes() || x.data == 0)
       return Status::Error(
           kWorkerInvalidArgument,
-          fmt::format("chip callable {}: tensor {} ('{}') must be {} with {} bytes; the task passed {}", callable,
+          fmt::format("chip callable {}: tensor {} ('{}') must be {} with {} bytes; the task passed {}", callable(),
                       t - 1, a.name, pto_dtype_name(a.dtype), a.bytes(),
                       x.data == 0 ? std::string("no buffer")
                                   : fmt::format("{} with {} bytes", pto_dtype_name(x.dtype), tensor_bytes(x))));
