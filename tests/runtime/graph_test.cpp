@@ -3,22 +3,20 @@
 // 1, 2 and 4 scheduler threads, with kernels inline and on executor threads.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "test_support.h"
+#include "thread_switches.h"
 #include "vector_example.h"
 
 using namespace pto2;
 using namespace pto2::test;
+using pto_test::other_threads_switches;
 
 // The shared orchestration names kernels by these ids.
 static_assert(int(vector_example::kAdd) == int(kAdd) && int(vector_example::kAddScalar) == int(kAddScalar) &&
@@ -302,23 +300,6 @@ TEST_CASE("a Runtime runs many orchestrations in a row", "[graph]") {
     REQUIRE(r.stats.tasks_completed == 50);
   }
 }
-
-namespace {
-// Voluntary context switches of every thread of this process but the caller:
-// a parked thread that is woken and parks again counts one.
-uint64_t other_threads_switches() {
-  uint64_t total = 0;
-  const std::string self = std::to_string(gettid());
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-    if (e.path().filename() == self) continue;
-    std::ifstream f(e.path() / "status");
-    std::string line;
-    while (std::getline(f, line))
-      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) total += std::stoull(line.substr(24));
-  }
-  return total;
-}
-}  // namespace
 
 TEST_CASE("runs that publish nothing wake no scheduler thread", "[graph]") {
   // An empty run (a chip task whose orchestration submits nothing, back to

@@ -154,8 +154,12 @@ bool Scheduler::try_drive() {
 // Detached runs have no thread: they do not count.
 uint64_t Scheduler::spin_budget_ns() const {
   const uint64_t spin_ns = uint64_t(cfg_.spin_us) * 1000;
-  if (graph_.attached_runs() > 1) return 0;
-  if (running_subs_.load(std::memory_order_relaxed) > 0) return 4 * spin_ns;
+  // With several runs with threads of their own in flight, those threads and
+  // the children want the CPUs - but a sub task's completion is coming, and
+  // parking for it costs a wake-up per task (docs/worker.md, "Waiting").
+  const bool several = graph_.attached_runs() > 1;
+  if (running_subs_.load(std::memory_order_relaxed) > 0) return several ? spin_ns : 4 * spin_ns;
+  if (several) return 0;
   if (running_.load(std::memory_order_relaxed) > 0) return spin_ns / 5;
   return spin_ns;
 }
