@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/auth_metadata_processor.h>
 #include <openssl/crypto.h>
 #include <sys/stat.h>
@@ -19,7 +18,7 @@
 
 #include "callable_registry.h"
 #include "fd_transfers.h"
-#include "grpc/health/v1/health.pb.h"
+#include "health_service.h"
 #include "job_manager.h"
 #include "log.h"
 #include "metrics.h"
@@ -197,12 +196,19 @@ Status start_worker(const DaemonConfig& cfg, const pto::WorkerConfig& wc, pto::W
 
 // The gRPC services, over the daemon's parts.
 struct Services {
-  explicit Services(const DaemonParts& p) : registry(p), tensors(p), jobs(p), node(p), session(p) {}
+  explicit Services(const DaemonParts& p)
+      : registry(p),
+        tensors(p),
+        jobs(p),
+        node(p),
+        session(p),
+        health({"pto.v1.Registry", "pto.v1.Tensors", "pto.v1.Jobs", "pto.v1.Node", "pto.v1.Session"}) {}
   RegistryService registry;
   TensorsService tensors;
   JobsService jobs;
   NodeService node;
   SessionService session;
+  HealthService health;
 };
 
 // A TCP listener's credentials: TLS with the token check when configured.
@@ -225,13 +231,11 @@ std::shared_ptr<grpc::ServerCredentials> listener_credentials(const DaemonConfig
 // bound. On a bind error *server may be running: the caller's return stops it.
 Status start_server(const DaemonConfig& cfg, Services& svc, std::unique_ptr<grpc::Server>* server,
                     std::vector<int>* ports) {
-  grpc::EnableDefaultHealthCheckService(true);
+  // Not gRPC's built-in health service: it is a callback service (see
+  // health_service.h). Ours is registered below; reflection serves its
+  // descriptors, so grpcurl can call grpc.health.v1.Health/Check.
+  grpc::EnableDefaultHealthCheckService(false);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  // gRPC's built-in health service does not bring its .proto's descriptors;
-  // reflection finds them only in the generated pool, which holds a file
-  // only if its generated code is linked in: touching it here links it, so
-  // grpcurl can call grpc.health.v1.Health/Check through reflection.
-  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::ServerBuilder builder;
   // Bounded threads: a flood of Watch streams cannot grow the daemon without limit.
   grpc::ResourceQuota quota("ptod");
@@ -254,6 +258,7 @@ Status start_server(const DaemonConfig& cfg, Services& svc, std::unique_ptr<grpc
   builder.RegisterService(&svc.jobs);
   builder.RegisterService(&svc.node);
   builder.RegisterService(&svc.session);
+  builder.RegisterService(&svc.health);
   *server = builder.BuildAndStart();
   if (!*server)
     return Status::Error(pto::kInvalidConfig,
@@ -262,14 +267,6 @@ Status start_server(const DaemonConfig& cfg, Services& svc, std::unique_ptr<grpc
   for (size_t i = 0; i < cfg.listen.size(); ++i)
     if ((*ports)[i] == 0) return Status::Error(pto::kInvalidConfig, fmt::format("cannot listen on {}", cfg.listen[i]));
   return Status::Ok();
-}
-
-void set_serving(grpc::Server& server, bool serving) {
-  grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
-  if (!health) return;
-  health->SetServingStatus(serving);
-  for (const char* svc : {"pto.v1.Registry", "pto.v1.Tensors", "pto.v1.Jobs", "pto.v1.Node", "pto.v1.Session"})
-    health->SetServingStatus(svc, serving);
 }
 
 Status start_metrics(const DaemonConfig& cfg, pto::Worker& worker, JobManager& jobs, const pto::RunnerPool& runners,
@@ -354,9 +351,9 @@ void serve_until_signal(const DaemonConfig& cfg, asio::io_context& io, asio::sig
 // user code runs in children and runners, which are killed; every later
 // step has its own short bound; and a backstop ends the process if a step
 // still overran.
-void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Server& server, UnixListener& unix,
-                    FdTransfers& fd_transfers, std::unique_ptr<MetricsServer>& metrics, TensorStore& tensors,
-                    StateDb& db) {
+void drain_and_stop(const DaemonParts& parts, SessionService& sessions, HealthService& health, grpc::Server& server,
+                    UnixListener& unix, FdTransfers& fd_transfers, std::unique_ptr<MetricsServer>& metrics,
+                    TensorStore& tensors, StateDb& db) {
   auto main_log = log("main");
   const DaemonConfig& cfg = parts.cfg;
   const auto hard_end =
@@ -368,7 +365,7 @@ void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Se
     _exit(1);  // children and runners notice the parent's end within 100 ms
   }).detach();
   parts.draining = true;
-  set_serving(server, false);
+  health.set_serving(false);
   sd_notify(0, "STOPPING=1\nSTATUS=draining");
   parts.jobs.start_drain("the daemon is shutting down");
   if (!parts.jobs.wait_idle(std::chrono::seconds(cfg.drain_timeout_s))) {
@@ -381,6 +378,7 @@ void drain_and_stop(const DaemonParts& parts, SessionService& sessions, grpc::Se
   // not wait for their deadlines.
   parts.jobs.stop(std::chrono::milliseconds(300));
   sessions.shutdown_all("the peer is shutting down");
+  health.shutdown();  // its Watch streams end now, not at the shutdown's deadline
   unix.stop();
   fd_transfers.stop();
   server.Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
@@ -443,7 +441,7 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   if (Status s = start_server(cfg, services, &server, &ports); !s.ok()) return fail(s.message);
   unix.start(server.get(), &unix_peers);
   fd_transfers.start();
-  set_serving(*server, true);
+  services.health.set_serving(true);
   std::unique_ptr<MetricsServer> metrics;
   if (Status s = start_metrics(cfg, worker, jobs, runners, &metrics); !s.ok()) {
     unix.stop();
@@ -457,7 +455,7 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
   announce(cfg, opts, ports, metrics.get());
   serve_until_signal(cfg, io, signals);
-  drain_and_stop(parts, services.session, *server, unix, fd_transfers, metrics, tensors, db);
+  drain_and_stop(parts, services.session, services.health, *server, unix, fd_transfers, metrics, tensors, db);
   socket.release();
   fd_socket.release();
   return 0;

@@ -108,6 +108,20 @@ grpc::Status RegistryService::List(grpc::ServerContext* ctx, const pto::v1::List
 
 // ----------------------------------------------------------------- Tensors
 
+TensorsService::TensorsService(DaemonParts p) : p_(p), uploads_(std::chrono::seconds(p.cfg.upload_idle_timeout_s)) {
+  // The method's index in the service, as the generated code numbers them:
+  // the .proto's order.
+  const int download = pto::v1::DownloadRequest::descriptor()
+                           ->file()
+                           ->FindServiceByName("Tensors")
+                           ->FindMethodByName("Download")
+                           ->index();
+  MarkMethodStreamed(download, new grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+                                   [this](grpc::ServerContext* ctx, DownloadStream* stream) {
+                                     return serve_download(p_, ctx, stream);
+                                   }));
+}
+
 grpc::Status TensorsService::Upload(grpc::ServerContext* ctx, grpc::ServerReader<pto::v1::UploadChunk>* reader,
                                     pto::v1::TensorInfo* reply) {
   Principal who;
@@ -170,11 +184,6 @@ grpc::Status TensorsService::Upload(grpc::ServerContext* ctx, grpc::ServerReader
   to_proto(e, reply);
   log("tensors")->debug("tensor {} uploaded ({} bytes, CRC-32C {:08x})", e.id, e.bytes, crc);
   return grpc::Status::OK;
-}
-
-grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorsService::Download(grpc::CallbackServerContext* ctx,
-                                                                     const grpc::ByteBuffer* req) {
-  return start_download(p_, ctx, req);
 }
 
 grpc::Status TensorsService::Alloc(grpc::ServerContext* ctx, const pto::v1::AllocRequest* req,

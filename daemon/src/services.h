@@ -51,14 +51,17 @@ class RegistryService final : public pto::v1::Registry::Service {
   DaemonParts p_;
 };
 
-// Download is a raw callback method (tensor_streams.h): its chunks are
-// written as wire bytes over the tensor's pages. Upload stays a generated
-// sync method: read as raw bytes it ran slower (docs/proto.md).
-class TensorsService final : public pto::v1::Tensors::WithRawCallbackMethod_Download<pto::v1::Tensors::Service> {
+// Download is served as raw bytes (tensor_streams.h): its chunks are written
+// as wire bytes over the tensor's pages, by a sync handler that reads its
+// request and writes its chunks as grpc::ByteBuffer (the generated service's
+// Download is replaced: it is never called). Not a callback method: one
+// would bring gRPC's callback threads into the daemon (docs/daemon.md).
+// Upload stays a generated sync method: read as raw bytes it ran slower
+// (docs/proto.md).
+class TensorsService final : public pto::v1::Tensors::Service {
  public:
-  explicit TensorsService(DaemonParts p) : p_(p), uploads_(std::chrono::seconds(p.cfg.upload_idle_timeout_s)) {}
+  explicit TensorsService(DaemonParts p);
   grpc::Status Upload(grpc::ServerContext*, grpc::ServerReader<pto::v1::UploadChunk>*, pto::v1::TensorInfo*) override;
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* Download(grpc::CallbackServerContext*, const grpc::ByteBuffer*) override;
   grpc::Status Alloc(grpc::ServerContext*, const pto::v1::AllocRequest*, pto::v1::TensorInfo*) override;
   grpc::Status Free(grpc::ServerContext*, const pto::v1::FreeTensorRequest*, pto::v1::FreeTensorReply*) override;
   grpc::Status List(grpc::ServerContext*, const pto::v1::ListTensorsRequest*, pto::v1::ListTensorsReply*) override;

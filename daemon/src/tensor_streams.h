@@ -32,8 +32,12 @@
 
 namespace ptod {
 
-// The reactor of one Download call (deletes itself when gRPC is done with it).
-grpc::ServerWriteReactor<grpc::ByteBuffer>* start_download(const DaemonParts& p, grpc::CallbackServerContext* ctx,
-                                                           const grpc::ByteBuffer* request);
+// The stream a Download is served on: its request and chunks as wire bytes,
+// on a sync handler thread (TensorsService; a callback method would bring
+// gRPC's callback threads into the daemon, docs/daemon.md).
+using DownloadStream = grpc::ServerSplitStreamer<grpc::ByteBuffer, grpc::ByteBuffer>;
+
+// One Download call, start to end.
+grpc::Status serve_download(const DaemonParts& p, grpc::ServerContext* ctx, DownloadStream* stream);
 
 }  // namespace ptod

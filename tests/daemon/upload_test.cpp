@@ -256,6 +256,45 @@ TEST_CASE("a tensor downloaded over gRPC can be freed at once - its range return
   }));
 }
 
+TEST_CASE("a download its client abandons mid-stream unpins the tensor - a Free then succeeds, the daemon serves on") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  pto::client::Client k(client_options(d, false));
+  const uint32_t n = 16u << 20;  // 64 MiB in 1 MiB chunks: far more than the connection's windows hold
+  std::vector<float> x(n, 2.5f);
+  auto t = k.upload("big", {n}, PTO_FLOAT32, x.data(), uint64_t(n) * 4);
+  REQUIRE(t.ok());
+  auto stub = v1::Tensors::NewStub(grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::DownloadRequest req;
+    *req.mutable_tensor() = named("big");
+    req.set_chunk_bytes(1u << 20);
+    auto r = stub->Download(&ctx, req);
+    v1::DownloadChunk chunk;
+    REQUIRE(r->Read(&chunk));
+    CHECK(chunk.has_info());
+    // While it is under way the tensor is pinned.
+    auto busy = k.free(named("big"));
+    CHECK(busy.code == static_cast<int>(SC::FAILED_PRECONDITION));
+    ctx.TryCancel();
+    while (r->Read(&chunk)) {}
+    CHECK(r->Finish().error_code() == SC::CANCELLED);
+  }
+  // The daemon's handler notices the client gone and lets go of its pin.
+  REQUIRE(eventually([&] { return k.free(named("big")).ok(); }, 10000));
+  REQUIRE(eventually([&] {
+    auto l = k.tensors();
+    return l.ok() && l.value.tensors_size() == 0 && l.value.arena_in_use() == 0;
+  }));
+  auto again = k.upload("", {4}, PTO_FLOAT32, x.data(), 16);
+  REQUIRE(again.ok());
+  std::vector<uint8_t> got;
+  REQUIRE(k.download(again.value.handle(), &got).ok());
+  CHECK(std::memcmp(got.data(), x.data(), 16) == 0);
+}
+
 TEST_CASE("a gRPC upload the daemon refuses after its header returns at once - the caller's bytes let go") {
   DaemonProcess d;
   REQUIRE(d.up());
