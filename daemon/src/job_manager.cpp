@@ -256,6 +256,7 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
       const bool runner = c.abi == pto::EntryAbi::ORCHESTRATION && c.runs_here;
       starts.push_back({j.id, runner ? j.spec.args : pto::TaskArgs(), j.spec.config, j.spec.options});
       starts.back().options.detached = !runner && acknowledge_later && specs.size() == 1;
+      starts.back().options.waiter_drives = starts.back().options.detached;  // Submit's handler: wait_run next
       const uint64_t jid = j.id;
       jobs_.emplace(jid, std::move(j));
     }

@@ -16,6 +16,7 @@
 
 #include "pto/base/clock.h"
 #include "scheduler.h"
+#include "thread_switches.h"
 #include "worker_support.h"
 
 using namespace pto;
@@ -109,6 +110,34 @@ TEST_CASE("waiting for a detached run drives it: its end comes on the waiting th
   std::lock_guard<std::mutex> g(ends.mu);
   CHECK(ends.calls[0] == 1);
   CHECK(ends.threads[0] == std::this_thread::get_id());
+}
+
+TEST_CASE("calls whose submitter drives them (waiter_drives) wake no other thread of the Worker") {
+  // ptod's waiting Submit: a one-task call, then wait() on the same thread,
+  // a client's round trip apart. The waiter drives the task and ends the
+  // run, so a wake-up of the Worker's scheduler thread per call (at its
+  // submit) is waste.
+  Fixture f(1);
+  RunOptions o;
+  o.waiter_drives = true;
+  REQUIRE(f.call(0, 0, nullptr, o).wait(std::chrono::seconds(20)));  // the child warm
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));        // the scheduler thread parked
+  constexpr int kCalls = 300;
+  const uint64_t before = other_threads_switches();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCalls; ++i) {
+    RunHandle h = f.call(0, 1, nullptr, o);
+    REQUIRE(h.wait(std::chrono::seconds(20)));
+    REQUIRE(h.result().ok());
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  const uint64_t woken = other_threads_switches() - before;
+  // The scheduler thread's own timed looks (one per ms at most) remain; a
+  // wake-up per call would add 300.
+  INFO(woken << " voluntary context switches of the Worker's other threads over " << kCalls << " calls in " << ms
+             << " ms");
+  CHECK(woken < uint64_t(kCalls / 2 + ms));
 }
 
 TEST_CASE("nobody waiting: the Worker's driver ends a detached run") {

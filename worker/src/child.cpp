@@ -198,7 +198,7 @@ class ChildRunner {
   void reply(uint32_t from, uint32_t state) {
     mb_->done_sequence = mb_->sequence;
     mb_->state.compare_exchange_strong(from, state, std::memory_order_seq_cst);
-    bell_->ring();
+    bell_->ring_answer();
   }
 
   void run_task() {

@@ -38,10 +38,23 @@ inline void futex_wake_shared(std::atomic<uint32_t>* word, int count = 1) {
 struct alignas(64) SharedDoorbell {
   std::atomic<uint32_t> seq{0};
   std::atomic<uint32_t> parked{0};
+  // A helper (a thread driving the parent's Worker besides its scheduler
+  // thread) is awake and polling: it sees a child's answer without a ring.
+  std::atomic<uint32_t> watched{0};
 
   void ring() {
     seq.fetch_add(1, std::memory_order_seq_cst);
     if (parked.load(std::memory_order_seq_cst) != 0) futex_wake_shared(&seq, 1 << 30);
+  }
+  // A child's answer: as ring(), but it wakes nobody while a helper polls —
+  // the scheduler thread, parked, would only stand aside again; the helper
+  // wakes it when it stops driving with work left. A helper about to park
+  // clears `watched` before prepare() (the same eventcount order, so no
+  // answer is missed).
+  void ring_answer() {
+    seq.fetch_add(1, std::memory_order_seq_cst);
+    if (parked.load(std::memory_order_seq_cst) != 0 && watched.load(std::memory_order_seq_cst) == 0)
+      futex_wake_shared(&seq, 1 << 30);
   }
   uint32_t prepare() {
     parked.fetch_add(1, std::memory_order_seq_cst);

@@ -336,8 +336,9 @@ SubmitResult WorkerImpl::submit_task(RunState* run, bool next_level, const Calla
     r.tensors.push_back(std::move(ts));
   }
   lk.unlock();
-  // A detached run's tasks have no thread of their own to drive them.
-  scheduler_.kick(run->options.detached);
+  // A detached run's tasks have no thread of their own to drive them
+  // (unless the thread submitting them drives next: QuietSubmits).
+  if (!Scheduler::quiet_submits()) scheduler_.kick(run->options.detached);
   return r;
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "child_pool.h"
@@ -20,7 +21,12 @@ namespace pto {
 namespace {
 thread_local int tl_driving = 0;                // drive_until frames on this thread
 thread_local bool tl_scheduler_thread = false;  // this is a Worker's scheduler thread
+thread_local int tl_quiet = 0;                  // QuietSubmits alive on this thread
 }  // namespace
+
+Scheduler::QuietSubmits::QuietSubmits() { ++tl_quiet; }
+Scheduler::QuietSubmits::~QuietSubmits() { --tl_quiet; }
+bool Scheduler::quiet_submits() { return tl_quiet > 0; }
 
 Scheduler::Scheduler(const WorkerConfig& cfg, EngineLock& lock, ChildPool& pool, TaskGraph& graph)
     : cfg_(cfg), lock_(lock), pool_(pool), graph_(graph) {}
@@ -186,6 +192,18 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
     ~Driving() { --tl_driving; }
   } driving;
   SharedDoorbell* bell = pool_.bell();
+  // A helper polls: children's answers need not wake the parked scheduler
+  // thread (SharedDoorbell::ring_answer). Cleared whenever it parks or leaves.
+  struct Watching {
+    SharedDoorbell* bell;
+    explicit Watching(SharedDoorbell* b) : bell(b) { set(true); }
+    ~Watching() { set(false); }
+    void set(bool on) const {
+      if (bell) bell->watched.store(on ? 1 : 0, std::memory_order_seq_cst);
+    }
+  };
+  std::optional<Watching> watching;
+  if (!scheduler) watching.emplace(bell);
   uint64_t idle_since = 0;
   uint32_t spins = 0;
   while (!finished()) {
@@ -217,6 +235,7 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
       for (int i = 0; i < 16; ++i) spin_step(spins);
       continue;
     }
+    if (watching) watching->set(false);  // before prepare(): an answer from here on rings
     const uint32_t key = bell->prepare();
     bool again = false;
     if (try_drive()) {
@@ -226,6 +245,7 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
     again |= graph_.ending_count() != 0;
     if (again || finished() || (scheduler && helper_.load(std::memory_order_acquire))) {
       bell->cancel();
+      if (watching) watching->set(true);
       idle_since = 0;
       continue;
     }
@@ -236,6 +256,7 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
     }
     // Parked at most 1 ms while anything is in flight: liveness and timeouts.
     bell->commit(key, busy || !scheduler ? 1'000'000 : 100'000'000);
+    if (watching) watching->set(true);
     idle_since = 0;
   }
 }
@@ -257,8 +278,14 @@ bool Scheduler::help_until(const std::function<bool()>& finished, uint64_t deadl
   drive_until([&] { return finished() || (deadline_ns != UINT64_MAX && now_ns() >= deadline_ns); }, false);
   helper_.store(0, std::memory_order_seq_cst);
   // The scheduler thread takes over only what is left: woken for nothing, it
-  // would take the CPU of the child that runs the next run's task.
-  if (work_waiting() && standing_aside_.load(std::memory_order_seq_cst)) futex_wake_shared(&helper_, 1);
+  // would take the CPU of the child that runs the next run's task. It may be
+  // standing aside, or parked on the doorbell (a quiet submit rang nothing).
+  if (work_waiting()) {
+    if (standing_aside_.load(std::memory_order_seq_cst))
+      futex_wake_shared(&helper_, 1);
+    else if (SharedDoorbell* bell = pool_.bell())
+      bell->ring();
+  }
   return true;
 }
 

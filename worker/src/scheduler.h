@@ -93,6 +93,17 @@ class Scheduler {
   // drives its own tasks once its function returns: waking the scheduler
   // thread for them only puts it on a CPU a child needs.)
   void kick(bool no_helper_coming);
+  // While one lives, submits on this thread do not kick(): the thread drives
+  // next (RunOptions::waiter_drives, a detached run started on its waiter's
+  // thread), and a wake-up of the scheduler thread per call was all they
+  // bought. A helper that stops driving with work left wakes it instead.
+  struct QuietSubmits {
+    QuietSubmits();
+    ~QuietSubmits();
+    QuietSubmits(const QuietSubmits&) = delete;
+    QuietSubmits& operator=(const QuietSubmits&) = delete;
+  };
+  static bool quiet_submits();
   // What every driver calls after its round while detached runs wait to be
   // ended (WorkerImpl::finish_detached), without the lock or the drive token.
   void set_run_finisher(std::function<void()> f) { finish_runs_ = std::move(f); }

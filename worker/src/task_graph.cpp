@@ -78,8 +78,9 @@ void TaskGraph::queue_end(RunState* run) {
   run->ending = true;
   ending_.push_back(run);
   ending_count_.store(static_cast<uint32_t>(ending_.size()), std::memory_order_release);
-  // A driver ends it after its round; a parked scheduler thread is woken.
-  if (scheduler_) scheduler_->kick(true);
+  // A driver ends it after its round: this thread, when it is one (its
+  // answer collected there); else a parked scheduler thread is woken.
+  if (scheduler_ && !Scheduler::on_driving_thread()) scheduler_->kick(true);
 }
 
 std::vector<RunState*> TaskGraph::take_ending() {

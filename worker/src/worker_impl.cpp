@@ -354,7 +354,12 @@ RunHandle WorkerImpl::queue_run(OrchestrationFunction fn, TaskArgs args, CallCon
   // would start it no sooner.
   if (st->detached && runs_.empty() && !inside_own_run()) {
     RunResult r;
-    const Start s = start_detached(st, false, &r);
+    Start s = Start::kNoSlot;
+    {
+      std::optional<Scheduler::QuietSubmits> quiet;
+      if (options.waiter_drives) quiet.emplace();  // this thread waits, and drives, next
+      s = start_detached(st, false, &r);
+    }
     if (s == Start::kEnded) hand_over(st, std::move(r));
     if (s != Start::kNoSlot) {
       RunHandle h;

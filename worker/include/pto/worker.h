@@ -119,6 +119,12 @@ struct RunOptions {
   // "Detached runs"). The function must not wait for another run. For run()
   // it makes no difference.
   bool detached = false;
+  // With detached: the submitting thread calls RunHandle::wait() right after
+  // submit() and drives the run itself (ptod's waiting Submit). When the run
+  // starts on that thread, its submits do not wake the Worker's scheduler
+  // thread; whoever stops driving with work left wakes it (docs/worker.md,
+  // "Detached runs"). A run that starts elsewhere is driven as any other.
+  bool waiter_drives = false;
 };
 
 // Progress of one run, or of every run in flight.
