@@ -174,8 +174,15 @@ TEST_CASE("several runs in flight: a sub task's completion is caught spinning, n
   INFO(switches << " voluntary context switches of the Worker's threads for " << 2 * kTasks << " tasks");
   CHECK(started.load() == 2);
   // A park per task would be 600 or more (640-750 measured before drivers
-  // spun with several runs in flight; 40-90 since).
+  // spun with several runs in flight; 40-120 since).
+#if defined(PTO_UNDER_TSAN)
+  // ThreadSanitizer slows every shared access of the spin and the drive
+  // several-fold: 130-410 here, alone on the machine. The count is checked
+  // in the other builds; this one looks for races.
+  WARN("wake-up bound not checked under ThreadSanitizer (" << switches << ")");
+#else
   CHECK(switches < kTasks);
+#endif
 }
 
 TEST_CASE("fair sharing: a one-task run is served while a 10,000-task run is in flight") {

@@ -98,6 +98,7 @@ RunResult TaskGraph::end_run(RunState* run) {
   live_count_.store(static_cast<uint32_t>(live_.size()), std::memory_order_relaxed);
   ++counters_.runs;
   RunResult r = std::move(run->result);
+  r.start_ns = run->start_ns;
   r.chip_tasks_submitted = run->chip_submitted.load(std::memory_order_relaxed);
   r.chip_tasks_completed = run->chip_completed.load(std::memory_order_relaxed);
   if (r.status.ok() && r.first_failure) r.status = Status::Error(kWorkerRunFailed, r.first_failure->describe());

@@ -147,6 +147,10 @@ struct RunResult {
   std::optional<TaskFailure> first_failure;
   std::vector<TaskFailure> failures;  // failed tasks (not the skipped ones), at most 64
   uint64_t wall_ns = 0;
+  // When the run took its slot (pto::now_ns, the steady clock); 0 when it
+  // never started. Runs take slots in the order they start (by priority,
+  // then submission), so these are ordered the same way.
+  uint64_t start_ns = 0;
   // False only when every task that ran answered, through its child's
   // mailbox, that it appended nothing to RunOptions::log_file: the file was
   // then not created by this run. True when a task did, or ended without
