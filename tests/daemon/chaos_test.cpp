@@ -287,7 +287,16 @@ TEST_CASE("chaos: mixed jobs while random children are killed and stopped - ever
   // next liveness scan (about every 100 ms while idle) reaps and replaces it:
   // no zombie may outlive a few of those.
   CHECK(eventually([&] { return zombies_of(d.pid()) == 0; }, 3000));
-  CHECK(rss_end < rss_warm + 64 * 1024);  // flat: no growth with the jobs and restarts
+  // Flat: no growth with the jobs and restarts. AddressSanitizer holds freed
+  // blocks back (its quarantine, 256 MiB by default) before it reuses them,
+  // so there the daemon grows by up to that much with no leak (191 -> 405 MiB
+  // seen; 33 -> 35 MiB from the same test in a Release build).
+#if defined(PTO_UNDER_ASAN)
+  constexpr long kQuarantineKb = 256 * 1024;
+#else
+  constexpr long kQuarantineKb = 0;
+#endif
+  CHECK(rss_end < rss_warm + 64 * 1024 + kQuarantineKb);
   // Flat: a busy moment can hold a few more (a job's stream, a runner's
   // thread), not one per restart or per job.
   CHECK(threads_end <= threads_warm + 8);
