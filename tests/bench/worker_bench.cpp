@@ -5,12 +5,15 @@
 //   * warm (runs back to back, children spinning) and cold (a pause between runs, so
 //     children and the scheduler have parked) separately
 //   * CPU used by the parent and its children while idle
+//   * queueing many runs behind a held slot (submit_function), per run, at
+//     1,000 and 10,000 queued: the cost of one should not grow with the queue
 // Anchors (docs/worker.md, Performance): the reference design's L3 engine, 43 us fixed per run and 8.1 us
 // per task. Figures only; nothing here fails on a time.
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -172,16 +175,42 @@ void runner_submit_cost(uint32_t spin_us) {
       (unsigned long long)kTasks, here, run_here, there, run_runner, there / here);
 }
 
+// Runs queued behind one that holds the Worker's only slot, as a SubmitBatch
+// queues its jobs: the median cost of one submit_function, in microseconds,
+// over `reps` rounds of n.
+double queue_cost(Worker& w, int n, int reps) {
+  std::vector<double> us;
+  for (int r = 0; r < reps; ++r) {
+    std::atomic<bool> go{false};
+    std::vector<RunHandle> hs;
+    hs.push_back(w.submit_function(
+        [&](Orchestrator&, const TaskArgsView&, const CallConfig&) {
+          const auto until = Clock::now() + std::chrono::seconds(30);
+          while (!go.load() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::microseconds(50));
+          return 0;
+        },
+        {}, {}, nullptr, {}));
+    const auto t0 = Clock::now();
+    for (int i = 0; i < n; ++i)
+      hs.push_back(w.submit_function([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; }, {}, {},
+                                     nullptr, {}));
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
+    go = true;
+    for (auto& h : hs) (void)h.wait(std::chrono::seconds(60));
+  }
+  return median(us);
+}
+
 int main(int argc, char** argv) {
-  // --spin-us N: the Workers' spin budget (default 50); --only sub|chip|runner: one part.
+  // --spin-us N: the Workers' spin budget (default 50); --only sub|chip|runner|queue: one part.
   uint32_t spin_us = 50;
   std::string only;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--spin-us") spin_us = static_cast<uint32_t>(std::stoul(argv[i + 1]));
     if (std::string(argv[i]) == "--only") only = argv[i + 1];
   }
-  if (!only.empty() && only != "sub" && only != "chip" && only != "runner") {
-    std::fprintf(stderr, "--only %s: expected sub, chip or runner\n", only.c_str());
+  if (!only.empty() && only != "sub" && only != "chip" && only != "runner" && only != "queue") {
+    std::fprintf(stderr, "--only %s: expected sub, chip, runner or queue\n", only.c_str());
     return 2;
   }
   const auto wanted = [&](const char* part) { return only.empty() || only == part; };
@@ -226,5 +255,15 @@ int main(int argc, char** argv) {
             [&](Orchestrator& o) { return o.submit_next_level(empty, zero).ok(); });
   }
   if (wanted("runner")) runner_submit_cost(spin_us);
+  if (wanted("queue")) {
+    Worker w({.level = 3, .num_sub_workers = 1, .spin_us = spin_us, .max_concurrent_runs = 1});
+    if (!w.init().ok()) return 1;
+    (void)queue_cost(w, 10'000, 1);  // warm: the allocator's first pages
+    const double small = queue_cost(w, 1'000, 5), large = queue_cost(w, 10'000, 5);
+    std::printf(
+        "\nqueueing runs behind a held slot (submit_function): %.3f us per run at 1,000 queued, %.3f us at 10,000: "
+        "%.2fx   [flat: ~1x]\n",
+        small, large, large / small);
+  }
   return 0;
 }

@@ -6,9 +6,12 @@
 // Tasks record when they ran: the "stamp" sub callable sleeps scalars[0] ms
 // and writes its start and end (CLOCK_MONOTONIC, comparable across the
 // children) into int64 tensor 0 at pair scalars[1].
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "pto/base/clock.h"
 #include "thread_switches.h"
@@ -234,6 +237,40 @@ TEST_CASE("priorities: a HIGH run's task goes before the queued tasks of a LOW r
   CHECK(ms < 50);  // at most the LOW task in progress (5 ms) ahead of it
   CHECK(low.progress().finished < 90);
   REQUIRE(low.result().ok());
+}
+
+TEST_CASE("queued runs take the slot by priority, then in submission order") {
+  // One slot, held until every run is queued: the queue alone orders them.
+  Worker w({.level = 3, .num_sub_workers = 1, .max_concurrent_runs = 1});
+  REQUIRE(w.init().ok());
+  std::atomic<bool> go{false};
+  RunHandle gate = w.submit_function(
+      [&](Orchestrator&, const TaskArgsView&, const CallConfig&) {
+        const uint64_t until = now_ns() + 10'000'000'000ull;
+        while (!go.load() && now_ns() < until) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        return 0;
+      },
+      {}, {}, nullptr, {});
+  constexpr RunPriority kOrder[] = {RunPriority::NORMAL, RunPriority::LOW,   RunPriority::HIGH,   RunPriority::NORMAL,
+                                    RunPriority::HIGH,   RunPriority::LOW,   RunPriority::NORMAL, RunPriority::LOW,
+                                    RunPriority::HIGH,   RunPriority::NORMAL};
+  std::vector<RunHandle> hs;
+  for (RunPriority p : kOrder)
+    hs.push_back(w.submit_function([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; }, {}, {},
+                                   nullptr, RunOptions{.priority = p}));
+  go = true;
+  REQUIRE(gate.wait(std::chrono::seconds(30)));
+  std::vector<size_t> by_start(hs.size());
+  for (size_t i = 0; i < hs.size(); ++i) {
+    REQUIRE(hs[i].wait(std::chrono::seconds(30)));
+    REQUIRE(hs[i].result().ok());
+    by_start[i] = i;
+  }
+  std::sort(by_start.begin(), by_start.end(), [&](size_t a, size_t b) {
+    return std::make_pair(hs[a].result().start_ns, a) < std::make_pair(hs[b].result().start_ns, b);
+  });
+  // HIGH 2, 4, 8; NORMAL 0, 3, 6, 9; LOW 1, 5, 7.
+  CHECK(by_start == std::vector<size_t>{2, 4, 8, 0, 3, 6, 9, 1, 5, 7});
 }
 
 TEST_CASE("cancelling a running run stops its running task at once - the child is replaced - other runs go on") {
