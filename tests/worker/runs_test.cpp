@@ -161,10 +161,11 @@ TEST_CASE("fair sharing: a one-task run is served while a 10,000-task run is in 
       RunHandle one = f.stamp_run(y, INOUT, 0, 7, RunOptions{.principal = other});
       REQUIRE(one.result().ok());
       const double ms = double(now_ns() - t0) / 1e6;
-      // When its task began in the child: ~1 ms alone on the machine. Beside
-      // two busy loops it began after 40-180 ms in 3-4 runs of 16 (in the tree
-      // of 2026-11-28 as well; not understood yet), and in a full ctest run
-      // once after 166 ms; FIFO would take 0.9 s or more here.
+      // When its task began in the child: ~1 ms alone on the machine, at most
+      // 11 ms beside two busy loops. (It began after 40-170 ms in 12 of 180
+      // such starts while the fork left the freed heap shared copy-on-write
+      // with the children: the run thread's first malloc faulted on it page
+      // by page - worker/src/engine_fork.cpp.) FIFO would take 0.9 s or more.
       const double began_ms = double(f.start(7) - static_cast<int64_t>(t0)) / 1e6;
       const RunProgress p = big.progress();
       INFO("one-task run took " << ms << " ms, its task began after " << began_ms << " ms; the bulk run had "
