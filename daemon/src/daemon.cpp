@@ -241,6 +241,13 @@ Status start_server(const DaemonConfig& cfg, Services& svc, std::unique_ptr<grpc
   grpc::ResourceQuota quota("ptod");
   quota.SetMaxThreads(128);
   builder.SetResourceQuota(quota);
+  // Up to 16 idle threads stay, polling, between calls. With gRPC's default
+  // (2) every thread beyond two that finishes a call exits, and the next
+  // burst of calls creates it again: with 8 clients each waiting on its job
+  // the daemon created a thread for about every second call, and the stacks'
+  // mapping and unmapping (TLB shootdowns across the vCPUs) cost it a third
+  // of its throughput (docs/daemon.md, "Figures").
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 16);
   // Accept the clients' keepalive pings (every 30 s) that bound their Watch streams.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 20000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
