@@ -233,6 +233,7 @@ class ChildRunner {
       mb_->set_error(st.code ? st.code : 1, st.message);
       reply(MB_TASK_READY, MB_TASK_FAILED);
     }
+    capture_.after_task();  // answered: the parent goes on meanwhile
   }
 
   Status execute(const Digest& d, const TaskArgsView& view, const CallConfig& cfg) {

@@ -105,14 +105,16 @@ bool OutputCapture::end() {
   std::fflush(stderr);
   active_ = false;
   // A task that wrote nothing (the usual one) costs an lseek here. The
-  // streams stay on the memfd (release() puts them back): back-to-back
-  // captured tasks cost no dup2 at all.
+  // streams stay on the memfd (release() puts them back; after_task() when
+  // the task moved them): back-to-back captured tasks cost no dup2 at all.
   if (const off_t at = ::lseek(buf_fd_, 0, SEEK_CUR); at > static_cast<off_t>(copied_)) drain_locked(at);
   path_.clear();
-  // A task that pointed fd 1 or 2 elsewhere (freopen, dup2) must not take the
-  // next tasks' output with it: the child's own streams again.
-  if (!on_memfd(1) || !on_memfd(2)) release_locked();
   return appended_;
+}
+
+void OutputCapture::after_task() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (redirected_ && !active_ && (!on_memfd(1) || !on_memfd(2))) release_locked();
 }
 
 bool OutputCapture::on_memfd(int fd) const {

@@ -8,7 +8,8 @@
 // The streams stay on the memfd after a task, for the next captured one
 // (no dup2 between back-to-back tasks); the child puts them back before it
 // parks, serves a control request, shutdown or an uncaptured task, and after
-// a task that pointed them elsewhere. The memfd is never truncated while the
+// a task that pointed them elsewhere (checked once the task is answered,
+// off the path of its answer: after_task). The memfd is never truncated while the
 // fds point at it: offsets mark what is dealt with.
 // A runner (one job per process) writes straight into its job's log. Every
 // log stops growing at kMaxLogBytes, with one line saying so.
@@ -32,10 +33,16 @@ class OutputCapture {
   // descriptor cannot be made, capture is off for good and the streams stay
   // the child's.
   void begin(const char* path);
-  // The task ended: the rest of its output appended. The streams stay on the
-  // memfd until release(). True when the task's output reached its log (the
-  // file was opened to append: it exists).
+  // The task ended: the rest of its output appended (a task that wrote
+  // nothing costs one lseek). True when the task's output reached its log
+  // (the file was opened to append: it exists). The streams stay on the
+  // memfd until release().
   bool end();
+  // After the task's answer, before the next request is taken: a task that
+  // pointed fd 1 or 2 elsewhere (freopen, dup2) must not take the next tasks'
+  // output with it - the child's own streams again, and the next captured
+  // task redirects them afresh. Two fstats, which the answer need not wait for.
+  void after_task();
   // Between tasks: fds 1 and 2 back to the child's own streams, with what
   // was written to them since the last task (to stderr). Idempotent.
   void release();
