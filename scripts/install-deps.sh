@@ -21,7 +21,7 @@ PACKAGES=(
   iproute2 file
   lintian help2man prometheus
   libstarpu-dev
-  clang clang-tidy libfuzzer-14-dev libclang-rt-14-dev
+  clang clang-tidy libclang-rt-14-dev
   clang-19 libclang-rt-19-dev llvm-19
 )
 

@@ -5,7 +5,7 @@
 # build-tsan/ and build-asan/ and runs the concurrency tests (runtime,
 # simulator, the engine's forked-process tests) under ThreadSanitizer and the
 # whole suite under AddressSanitizer + UBSan; runs each libFuzzer target for
-# 20 s (scripts/fuzz.sh, clang, build-fuzz/); and last the whole suite on the
+# 20 s (scripts/fuzz.sh, built in build-asan/); and last the whole suite on the
 # normal build (so the closing CTest summary is the normal build's). Every
 # build treats warnings as errors (PTO_WERROR). Exits non-zero on any failure.
 set -euo pipefail
@@ -39,14 +39,16 @@ cmake --build build-tsan -j "$JOBS"
 
 phase "AddressSanitizer + UndefinedBehaviorSanitizer build (whole suite)"
 # clang 19: older ASan runtimes leave a child forked from a multi-threaded
-# process with its allocator locked (cmake/Sanitizers.cmake).
-CC=clang-19 CXX=clang++-19 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_ASAN=ON -DPTO_BUILD_BENCH=OFF -DPTO_WERROR=ON
+# process with its allocator locked (cmake/Sanitizers.cmake). The fuzz
+# targets are built in the same tree (PTO_FUZZ: coverage on the decoders'
+# folders only, tests/fuzz/coverage.allowlist): one sanitized build, not two.
+CC=clang-19 CXX=clang++-19 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_ASAN=ON -DPTO_FUZZ=ON -DPTO_BUILD_BENCH=OFF -DPTO_WERROR=ON
 cmake --build build-asan -j "$JOBS"
 (cd build-asan && ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-19/bin/llvm-symbolizer setarch "$(uname -m)" -R \
    ctest --output-on-failure -j "$JOBS")
 
 phase "fuzz targets: every decoder of outside bytes, 20 s each"
-./scripts/fuzz.sh 20
+FUZZ_BUILD=build-asan ./scripts/fuzz.sh 20
 
 phase "full suite (normal build)"
 (cd build && ctest --output-on-failure -j "$JOBS")
