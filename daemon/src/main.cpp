@@ -2,6 +2,8 @@
 // config key is in docs/daemon.md. Exit status: 0 after a clean stop, 1 on a
 // startup error (the message names the value), 2 on bad usage.
 // --check-config validates and prints the effective configuration instead.
+#include <absl/synchronization/mutex.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -81,6 +83,12 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // gRPC's locks are absl::Mutex. Debian builds absl without NDEBUG, which
+  // leaves its debug-only lock-order checking on: every lock taken records
+  // an edge, under one process-wide lock, in a graph of all mutexes, and
+  // every mutex destroyed is looked up in it. Upstream release builds do
+  // not do that; nor does ptod.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // Startup errors are exit status 1 with a message; an exception that still
   // gets here (out of memory, a library's bug) is reported the same way
   // rather than as an abort.
