@@ -7,10 +7,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +21,30 @@
 #include "task_node.h"
 
 namespace pto {
+
+// The sleep of a run's thread until its last task is final. Its own lock,
+// not the engine's: a thread woken while the driver still holds the engine
+// lock would wake only to sleep again on it, so the driver wakes drainers
+// once it has let the lock go (TaskGraph::take_drained). Shared, because
+// by then the run may have ended and its state be gone.
+struct DrainWaiter {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool woken = false;
+  void wake() {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      woken = true;
+    }
+    cv.notify_one();
+  }
+  // Until woken or `timeout` passed; resets the wake-up for the next sleep.
+  void sleep(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait_for(lk, timeout, [&] { return woken; });
+    woken = false;
+  }
+};
 
 struct RunState {
   uint64_t id = 0;
@@ -29,10 +55,10 @@ struct RunState {
   std::deque<std::unique_ptr<TaskNode>> nodes;
   uint64_t unconsumed = 0;  // nodes not consumed yet
   std::atomic<uint64_t> pending{0};  // tasks submitted and not final (read without the lock by its drainer)
-  // Notified when pending reaches 0: the run's own thread waits on it (a
-  // shared condition would wake every run's thread at every run's end); a
-  // detached run has no thread and goes to the ending list instead.
-  std::condition_variable drained;
+  // Set while the run's own thread sleeps until pending reaches 0 (a shared
+  // condition would wake every run's thread at every run's end); a detached
+  // run has no thread and goes to the ending list instead.
+  std::shared_ptr<DrainWaiter> drainer;
   RunResult result;
   // Chip tasks (inside its chip-level tasks) submitted and completed by the
   // L2 runtimes, so far: written by the scheduler's driver, read by progress().

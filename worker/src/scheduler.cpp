@@ -317,8 +317,14 @@ bool Scheduler::poll_completions() {
     if (n < 64 && ep.transport->has_completions(ep)) ready[n++] = &ep;
   });
   if (n == 0) return false;
-  std::lock_guard<std::mutex> g(lock_.mu);
-  for (int i = 0; i < n; ++i) ready[i]->transport->collect(*ready[i]);
+  std::vector<std::shared_ptr<DrainWaiter>> drained;
+  {
+    std::lock_guard<std::mutex> g(lock_.mu);
+    graph_.defer_drained(true);
+    for (int i = 0; i < n; ++i) ready[i]->transport->collect(*ready[i]);
+    graph_.take_drained(&drained);
+  }
+  for (auto& w : drained) w->wake();  // their threads find the lock free
   return true;
 }
 

@@ -487,10 +487,14 @@ void TaskGraph::finalize(TaskNode* first, Outcome first_outcome) {
     for (TaskNode* p : s->buffer_holds) unref(p);
     unref(s);
     if (run->pending == 0) {
-      if (run->detached)
+      if (run->detached) {
         queue_end(run);
-      else
-        run->drained.notify_all();
+      } else if (run->drainer) {
+        if (defer_drained_)
+          drained_.push_back(std::move(run->drainer));
+        else
+          std::exchange(run->drainer, nullptr)->wake();
+      }
     }
   }
 }

@@ -116,7 +116,15 @@ class TaskGraph {
 
   // --- completion (mu held) ---
   // The task reached a final state: consumers become ready or are poisoned.
+  // A run whose last task it was wakes its thread — at once, or, between
+  // defer_drained(true) and take_drained(), once the caller has let the lock
+  // go (it calls wake() on what take_drained gave it).
   void finalize(TaskNode* s, Outcome o);
+  void defer_drained(bool on) { defer_drained_ = on; }
+  void take_drained(std::vector<std::shared_ptr<DrainWaiter>>* out) {
+    defer_drained_ = false;
+    out->swap(drained_);
+  }
   void note_retry(RunState* run) { ++run->result.tasks_retried; }
 
   // Statistics since init (mu held).
@@ -166,6 +174,8 @@ class TaskGraph {
   std::vector<RunState*> ending_;                         // detached runs with nothing pending, not yet ended
   std::atomic<uint32_t> ending_count_{0};                 // ending_.size()
   std::map<uint64_t, std::unique_ptr<RunState>> states_;  // the runs in flight, by id
+  bool defer_drained_ = false;                            // finalize leaves wake-ups in drained_
+  std::vector<std::shared_ptr<DrainWaiter>> drained_;     // threads of drained runs, to wake after the lock
 
   Counters counters_;
 };

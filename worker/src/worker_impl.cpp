@@ -224,7 +224,16 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
     finish_unfinished();  // detached runs it ended while it drove
     lk.lock();
   }
-  while (run->pending > 0) run->drained.wait_for(lk, std::chrono::milliseconds(100));
+  if (run->pending > 0) {
+    auto drainer = std::make_shared<DrainWaiter>();
+    while (run->pending > 0) {
+      run->drainer = drainer;  // taken (under the lock) by the last task's finalize
+      lk.unlock();
+      drainer->sleep(std::chrono::milliseconds(100));
+      lk.lock();
+    }
+    run->drainer.reset();
+  }
   bind_slot(run->slot, nullptr);
   RunResult r = graph_.end_run(run);
   lk.unlock();
