@@ -2,7 +2,8 @@
 //   * a trivial job (one no-op sub task), submit -> result in one call, p50 / p99,
 //     over the unix socket and over TCP loopback; an empty chip job likewise
 //   * jobs per second with 1 and 8 concurrent clients, and in batches of
-//     1,000 jobs per SubmitBatch call
+//     1,000 jobs per SubmitBatch call, each with the context switches of the
+//     daemon and its children per job
 //   * upload and download bandwidth of a 256 MiB tensor: over gRPC in 1 MiB /
 //     4 MiB chunks, and through the fd socket from plain memory and from a
 //     SharedBuffer
@@ -25,6 +26,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -87,6 +90,43 @@ std::string median_between(const std::vector<std::pair<double, double>>& before,
 }
 
 int g_metrics_port = 0;  // the daemon's, for the task figures beside a latency
+pid_t g_daemon_pid = -1;  // for the context switches beside a rate
+
+// Context switches (voluntary and not) of every thread of the daemon and of
+// its direct children (chip and sub workers, runners), from /proc: a figure
+// per job that this VM's swings move far less than a rate. Children are
+// found by their parent pid (no /proc/<pid>/task/<tid>/children here).
+uint64_t daemon_switches() {
+  const auto threads_of = [](const std::string& pid) {
+    uint64_t total = 0;
+    std::error_code ec;  // a thread or process that ends during the walk is skipped
+    for (const auto& t : std::filesystem::directory_iterator("/proc/" + pid + "/task", ec)) {
+      std::ifstream f(t.path() / "status");
+      for (std::string line; std::getline(f, line);)
+        if (line.rfind("voluntary_ctxt_switches:", 0) == 0 || line.rfind("nonvoluntary_ctxt_switches:", 0) == 0)
+          total += std::stoull(line.substr(line.find(':') + 1));
+    }
+    return total;
+  };
+  const std::string daemon = std::to_string(g_daemon_pid);
+  uint64_t total = threads_of(daemon);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "stat");
+    std::string stat;
+    std::getline(f, stat);
+    // pid (comm) state ppid ...: the comm may hold spaces, so after its ')'.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %ld", &state, &ppid) == 2 && ppid == g_daemon_pid)
+      total += threads_of(name);
+  }
+  return total;
+}
 constexpr char kRoundTrips[] = "ptod_mailbox_round_trip_seconds";
 
 double latency(const char* what, const std::string& address, const v1::SubmitRequest& job = trivial()) {
@@ -189,15 +229,19 @@ double throughput(int clients, int batch, const std::string& address) {
     });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // warm up
   const uint64_t d0 = done.load();
+  const uint64_t s0 = daemon_switches();
   const auto t0 = Clock::now();
   std::this_thread::sleep_for(std::chrono::seconds(2));
   const uint64_t d1 = done.load();
+  const uint64_t s1 = daemon_switches();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   stop = true;
   for (auto& t : ts) t.join();
   const double rate = double(d1 - d0) / secs;
   std::printf("trivial jobs per second, %d client(s), %d job(s) per call: %.0f   [Ray: ~981 sync tasks/s per client]\n",
               clients, batch, rate);
+  if (d1 > d0)
+    std::printf("  context switches of the daemon and its children: %.2f per job\n", double(s1 - s0) / double(d1 - d0));
   return rate;
 }
 
@@ -413,6 +457,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   g_metrics_port = d.metrics_port();
+  g_daemon_pid = d.pid();
   Client admin(options(d.address()));
   // Published: the TCP clients are another principal ("anonymous").
   pto::client::Placement everyone;
