@@ -26,8 +26,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -38,6 +36,7 @@
 
 #include "daemon_process.h"
 #include "pto/client.h"
+#include "thread_switches.h"
 
 using Clock = std::chrono::steady_clock;
 using pto::client::Client;
@@ -90,43 +89,8 @@ std::string median_between(const std::vector<std::pair<double, double>>& before,
 }
 
 int g_metrics_port = 0;  // the daemon's, for the task figures beside a latency
-pid_t g_daemon_pid = -1;  // for the context switches beside a rate
+pid_t g_daemon_pid = -1;  // for the context switches beside a rate (this VM's swings move them far less)
 
-// Context switches (voluntary and not) of every thread of the daemon and of
-// its direct children (chip and sub workers, runners), from /proc: a figure
-// per job that this VM's swings move far less than a rate. Children are
-// found by their parent pid (no /proc/<pid>/task/<tid>/children here).
-uint64_t daemon_switches() {
-  const auto threads_of = [](const std::string& pid) {
-    uint64_t total = 0;
-    std::error_code ec;  // a thread or process that ends during the walk is skipped
-    for (const auto& t : std::filesystem::directory_iterator("/proc/" + pid + "/task", ec)) {
-      std::ifstream f(t.path() / "status");
-      for (std::string line; std::getline(f, line);)
-        if (line.rfind("voluntary_ctxt_switches:", 0) == 0 || line.rfind("nonvoluntary_ctxt_switches:", 0) == 0)
-          total += std::stoull(line.substr(line.find(':') + 1));
-    }
-    return total;
-  };
-  const std::string daemon = std::to_string(g_daemon_pid);
-  uint64_t total = threads_of(daemon);
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(e.path() / "stat");
-    std::string stat;
-    std::getline(f, stat);
-    // pid (comm) state ppid ...: the comm may hold spaces, so after its ')'.
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    char state = 0;
-    long ppid = 0;
-    if (std::sscanf(stat.c_str() + close + 1, " %c %ld", &state, &ppid) == 2 && ppid == g_daemon_pid)
-      total += threads_of(name);
-  }
-  return total;
-}
 constexpr char kRoundTrips[] = "ptod_mailbox_round_trip_seconds";
 
 double latency(const char* what, const std::string& address, const v1::SubmitRequest& job = trivial()) {
@@ -229,11 +193,11 @@ double throughput(int clients, int batch, const std::string& address) {
     });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // warm up
   const uint64_t d0 = done.load();
-  const uint64_t s0 = daemon_switches();
+  const uint64_t s0 = pto_test::process_tree_switches(g_daemon_pid);
   const auto t0 = Clock::now();
   std::this_thread::sleep_for(std::chrono::seconds(2));
   const uint64_t d1 = done.load();
-  const uint64_t s1 = daemon_switches();
+  const uint64_t s1 = pto_test::process_tree_switches(g_daemon_pid);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   stop = true;
   for (auto& t : ts) t.join();
