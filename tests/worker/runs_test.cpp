@@ -150,28 +150,40 @@ TEST_CASE("runs with threads of their own end as their last task does: no thread
   // re-check: its run's wall time says so.
   Fixture f(2, /*max_runs=*/4);
   constexpr int kRuns = 400;
-  std::vector<RunHandle> runs;
-  runs.reserve(kRuns);
-  for (int i = 0; i < kRuns; ++i)
-    runs.push_back(f.w.submit_function(
-        [&f](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
-          TaskArgs a;
-          a.add_scalar(1000);  // us: long enough that the threads of the other runs sleep
-          return o.submit_sub(f.pause_h, a).ok() ? 0 : 1;
-        },
-        {}, {}, nullptr, {}));
-  int slow = 0;
-  for (RunHandle& h : runs) {
-    REQUIRE(h.wait(std::chrono::seconds(60)));
-    REQUIRE(h.result().ok());
-    if (h.result().wall_ns >= 100'000'000) ++slow;
-  }
-  INFO(slow << " of " << kRuns << " runs took 100 ms or more");
+  // One attempt: how many runs took 100 ms or more.
+  const auto attempt = [&] {
+    std::vector<RunHandle> runs;
+    runs.reserve(kRuns);
+    for (int i = 0; i < kRuns; ++i)
+      runs.push_back(f.w.submit_function(
+          [&f](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+            TaskArgs a;
+            a.add_scalar(1000);  // us: long enough that the threads of the other runs sleep
+            return o.submit_sub(f.pause_h, a).ok() ? 0 : 1;
+          },
+          {}, {}, nullptr, {}));
+    int slow = 0;
+    for (RunHandle& h : runs) {
+      REQUIRE(h.wait(std::chrono::seconds(60)));
+      REQUIRE(h.result().ok());
+      if (h.result().wall_ns >= 100'000'000) ++slow;
+    }
+    return slow;
+  };
   // A stuck thread holds its run for 100 ms while the others go on, so the
-  // count is bounded by the test's length: 15 of 400 (three runs) with the
-  // driver's deferred wake-ups dropped on purpose, 0 as it is. A machine
-  // busy with other tests may delay one or two.
-  CHECK(slow <= 3);
+  // count is bounded by an attempt's length: 15 of 400 (three attempts) with
+  // the driver's deferred wake-ups dropped on purpose, 0 as it is. A stall
+  // of the machine may slow a few runs of one attempt; a lost wake-up slows
+  // every attempt: the best of up to three is checked.
+  int best = kRuns;
+  std::string seen;
+  for (int i = 0; i < 3 && best > 3; ++i) {
+    const int slow = attempt();
+    best = std::min(best, slow);
+    seen += (seen.empty() ? "" : ", ") + std::to_string(slow);
+  }
+  INFO("runs of " << kRuns << " that took 100 ms or more, per attempt: " << seen);
+  CHECK(best <= 3);
 }
 
 TEST_CASE("fair sharing: a one-task run is served while a 10,000-task run is in flight") {

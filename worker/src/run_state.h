@@ -54,7 +54,7 @@ struct RunState {
   int scope_depth = 0;
   std::deque<std::unique_ptr<TaskNode>> nodes;
   uint64_t unconsumed = 0;  // nodes not consumed yet
-  std::atomic<uint64_t> pending{0};  // tasks submitted and not final (read without the lock by its drainer)
+  std::atomic<uint64_t> pending{0};  // tasks submitted and not final (read without the lock by a helper's drain)
   // Set while the run's own thread sleeps until pending reaches 0 (a shared
   // condition would wake every run's thread at every run's end); a detached
   // run has no thread and goes to the ending list instead.

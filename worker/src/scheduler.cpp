@@ -266,8 +266,8 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
 // thread that waits for it, instead of passing through the scheduler thread
 // and a condition variable (two wake-ups). One helper at a time: with several
 // runs in flight, the others would only spin for the drive token and take
-// the CPUs the children need; they wait on `idle` instead (false returned),
-// woken by whoever drives their run's last completion.
+// the CPUs the children need; they sleep on their run's DrainWaiter instead
+// (false returned), woken by whoever drives their run's last completion.
 bool Scheduler::help_drain(const RunState* run) {
   return help_until([run] { return run->pending.load(std::memory_order_acquire) == 0; }, UINT64_MAX);
 }
