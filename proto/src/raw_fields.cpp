@@ -5,6 +5,9 @@
 namespace pto::v1 {
 namespace {
 
+// The most bytes of a key or a length (protobuf's ReadTag and ReadSize).
+constexpr int kShortVarint = 5;
+
 // A position in the pieces, read forwards.
 class Cursor {
  public:
@@ -18,16 +21,19 @@ class Cursor {
     skip_empty();
     return true;
   }
-  bool varint(uint64_t* v) {
+  // A varint of at most `max_bytes` bytes (10 for a value; protobuf reads a
+  // field's key and a length in at most 5, and refuses a longer one even
+  // when its value is small, so this reader does too).
+  bool varint(uint64_t* v, int max_bytes = 10) {
     *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
+    for (int shift = 0; shift < 7 * max_bytes; shift += 7) {
       uint8_t b = 0;
       if (!byte(&b)) return false;
       if (shift == 63 && b > 1) return false;  // past 64 bits
       *v |= uint64_t(b & 0x7f) << shift;
       if (!(b & 0x80)) return true;
     }
-    return false;  // an eleventh byte
+    return false;  // a byte past max_bytes
   }
   bool fixed(int bytes, uint64_t* v) {
     *v = 0;
@@ -81,7 +87,7 @@ bool read_fields(const std::vector<Piece>& pieces, RawFieldSink& sink, std::stri
   while (!c.at_end()) {
     start = c.pos();
     uint64_t key = 0;
-    if (!c.varint(&key)) return fault("a truncated or overlong field key");
+    if (!c.varint(&key, kShortVarint)) return fault("a truncated or overlong field key");
     const auto field = static_cast<uint32_t>(key >> 3);
     const auto type = static_cast<uint32_t>(key & 7);
     if (field == 0 || key >> 3 > 0x1fffffff) return fault("field number " + std::to_string(key >> 3));
@@ -99,7 +105,7 @@ bool read_fields(const std::vector<Piece>& pieces, RawFieldSink& sink, std::stri
         break;
       case 2: {
         uint64_t n = 0;
-        if (!c.varint(&n)) return fault("a truncated or overlong length");
+        if (!c.varint(&n, kShortVarint)) return fault("a truncated or overlong length");
         bool short_read = false;
         if (!sink.begin(field, n)) {
           ok = false;
@@ -145,7 +151,7 @@ bool split_fields(const std::vector<Piece>& pieces, uint64_t take, Split* out, s
   while (!c.at_end()) {
     start = c.pos();
     uint64_t key = 0, value = 0;
-    if (!c.varint(&key)) return fault("a truncated or overlong field key");
+    if (!c.varint(&key, kShortVarint)) return fault("a truncated or overlong field key");
     const uint64_t field = key >> 3;
     const auto type = static_cast<uint32_t>(key & 7);
     if (field == 0 || field > 0x1fffffff) return fault("field number " + std::to_string(field));
@@ -165,7 +171,7 @@ bool split_fields(const std::vector<Piece>& pieces, uint64_t take, Split* out, s
       }
       case 2: {
         uint64_t n = 0;
-        if (!c.varint(&n)) return fault("a truncated or overlong length");
+        if (!c.varint(&n, kShortVarint)) return fault("a truncated or overlong length");
         if (picked) {
           if (out->taken != 0 && out->taken != field)
             return fault("fields " + std::to_string(out->taken) + " and " + std::to_string(field) + " both");

@@ -338,6 +338,16 @@ TEST_CASE("raw chunk fields: malformed bytes are refused with the fault and wher
                                  "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f",
                                  11)),
              Catch::Contains("truncated or overlong varint"));
+  // A key or a length takes at most 5 bytes, as protobuf reads them: a
+  // longer one is refused even when its value is small (a fuzzer's find:
+  // a 6-byte key was read here and refused by protobuf).
+  CHECK_THAT(refused(std::string("\xfd\xf7\xfe\xe8\x85\x00\x00\x00\x00\x08", 10)),
+             Catch::Contains("overlong field key"));
+  CHECK_THAT(refused(std::string("\x98\x80\x80\x80\x80\x00\x01", 7)), Catch::Contains("overlong field key"));
+  CHECK_THAT(refused(std::string("\x12\x82\x80\x80\x80\x80\x00"
+                                 "ab",
+                                 9)),
+             Catch::Contains("overlong length"));
   CHECK_THAT(refused(std::string("\x25\x01\x02", 3)), Catch::Contains("truncated fixed-size"));
   CHECK_THAT(refused(std::string("\x1b", 1)), Catch::Contains("wire type 3"));
   CHECK_THAT(refused(std::string("\x02\x00", 2)), Catch::Contains("field number 0"));

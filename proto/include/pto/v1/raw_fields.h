@@ -38,7 +38,8 @@ class RawFieldSink {
 };
 
 // Hands every top-level field of the message in `bb` to the sink, in order.
-// False when the bytes are malformed (a truncated or overlong varint, a
+// False when the bytes are malformed (a truncated or overlong varint — a key
+// or a length in more than 5 bytes, as protobuf refuses them — a
 // length past the end, field number 0, a group or unknown wire type) or the
 // sink returned false; *why then names the fault (a sink's refusal: "").
 bool read_fields(const grpc::ByteBuffer& bb, RawFieldSink& sink, std::string* why);
