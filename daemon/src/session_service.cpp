@@ -657,8 +657,8 @@ std::string SessionService::buffer_op(SessionConn& c, const pto::v1::Control& re
     return fmt::format("{} bytes at offset {} do not fit remote buffer {} ({} bytes)", n, req.offset(), req.buffer_id(),
                        size);
   if (req.op() == pto::v1::Control::BUFFER_WRITE) {
-    // Through the arena file (pwrite), as an upload: no page fault per
-    // 4 KiB of the mapping, as a memcpy into fresh pages would take.
+    // Straight from the received message's slices into the buffer, as an
+    // upload's bytes go (Worker::write).
     std::vector<iovec> pieces;
     if (chunk.empty())
       pieces.push_back({const_cast<char*>(req.data().data()), n});

@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -68,40 +67,14 @@ bool SharedMapping::release(uint64_t offset, uint64_t bytes) {
                    static_cast<off_t>(bytes)) == 0;
 }
 
-bool SharedMapping::resident(uint64_t offset, uint64_t bytes) const {
-  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const uint64_t start = offset / page * page;
-  const uint64_t pages = (offset + bytes - start + page - 1) / page;
-  std::vector<unsigned char> in(pages);
-  if (mincore(base_ + start, pages * page, in.data()) != 0) return false;
-  return std::all_of(in.begin(), in.end(), [](unsigned char v) { return (v & 1) != 0; });
-}
-
 Status SharedMapping::write(uint64_t offset, const std::vector<iovec>& pieces) {
-  uint64_t bytes = 0;
-  for (const iovec& v : pieces) bytes += v.iov_len;
-  // Pages in memory (warm ones, or written before) are copied into: ~2x
-  // faster than pwrite's per-page work in the file system.
-  if (fd_ < 0 || bytes == 0 || resident(offset, bytes)) {
-    for (const iovec& v : pieces) {
-      std::memcpy(base_ + offset, v.iov_base, v.iov_len);
-      offset += v.iov_len;
-    }
-    return Status::Ok();
-  }
-  // The page cache is the mapping's: what pwrite puts there the mapping
-  // shows, without a fault and a zeroed page per 4 KiB first.
+  // Through the mapping, fresh pages too: everything that reads the buffer
+  // later (a download, a job's tasks) reads it through a mapping, and pages
+  // that pwrite had put into the file's page cache read ~10x slower that way
+  // on the VM measured, download after download (docs/worker.md, "Warm arena
+  // pages"); the faults of a fresh range cost no more than pwrite did there.
   for (const iovec& v : pieces) {
-    const auto* p = static_cast<const uint8_t*>(v.iov_base);
-    for (uint64_t done = 0; done < v.iov_len;) {
-      const ssize_t n =
-          ::pwrite(fd_, p + done, std::min<uint64_t>(v.iov_len - done, 1u << 30), static_cast<off_t>(offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        return Status::Error(kStorageError,
-                             "writing the arena file '" + path_ + "': " + errno_text(n < 0 ? errno : ENOSPC));
-      done += static_cast<uint64_t>(n);
-    }
+    std::memcpy(base_ + offset, v.iov_base, v.iov_len);
     offset += v.iov_len;
   }
   return Status::Ok();

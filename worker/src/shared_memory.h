@@ -48,13 +48,9 @@ class SharedMapping {
   bool release(uint64_t offset, uint64_t bytes);
   // Writes the range's dirty pages to the file and waits (msync).
   Status sync(uint64_t offset, uint64_t bytes);
-  // Copies the pieces, one after another, from offset on: into the mapping
-  // where the range's pages are in memory (or there is no file), through
-  // the file (pwrite) otherwise.
+  // Copies the pieces, one after another, from offset on, into the mapping.
   Status write(uint64_t offset, const std::vector<iovec>& pieces);
   bool file_backed() const { return fd_ >= 0; }
-  // Every page of [offset, offset + bytes) is in memory (mincore).
-  bool resident(uint64_t offset, uint64_t bytes) const;
   void reset();
   uint8_t* data() const { return base_; }
   uint64_t size() const { return bytes_; }

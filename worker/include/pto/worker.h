@@ -393,13 +393,11 @@ class Worker {
   uint64_t arena_offset(const ContinuousTensor& t) const;
   Status sync(const ContinuousTensor& t);
   // Copies `bytes` from `src` into a buffer of the arena, `at` bytes into
-  // it. The same as a memcpy, faster into a file-backed arena: pages that
-  // are in memory (warm) are copied into, untouched ones are written
-  // through the file (pwrite) instead of each being faulted in through the
-  // mapping and zeroed before the copy.
+  // it, through the arena's mapping; refused when the range does not lie in
+  // the buffer.
   Status write(const ContinuousTensor& t, uint64_t at, const void* src, uint64_t bytes);
   // The same with the bytes in pieces, one after another (a received
-  // message's slices): one residency check for the whole range.
+  // message's slices).
   Status write(const ContinuousTensor& t, uint64_t at, const std::vector<iovec>& pieces);
 
   // Level >= 4: a buffer on a remote next-level worker (its worker id), for
