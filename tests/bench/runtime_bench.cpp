@@ -204,7 +204,7 @@ Figures measure(Runtime& rt, Shape shape, uint64_t n, int reps) {
 
 // The lines a replayed task of the submit chain writes (replay_task and
 // fill_replayed_params: the descriptor's fields up to its parameter kinds,
-// four argument slots, three tensors; its slot state), written by a plain
+// three argument slots, three tensors; its slot state), written by a plain
 // loop over a window's slots, 6 tasks' lines prefetched ahead as the replay
 // does. Median us per task of `reps` passes after a first that commits the
 // pages. *lines: how many lines a task writes.
@@ -216,7 +216,7 @@ double cold_lines_us_per_task(uint64_t window, int reps, int* lines) {
       if (std::find(offs.begin(), offs.end(), l * kLine) == offs.end()) offs.push_back(l * kLine);
   };
   span(0, offsetof(TaskDescriptor, param_kind) + 3);
-  span(offsetof(TaskDescriptor, args), offsetof(TaskDescriptor, args) + 4 * sizeof(int64_t));
+  span(offsetof(TaskDescriptor, args), offsetof(TaskDescriptor, args) + 3 * sizeof(int64_t));
   span(offsetof(TaskDescriptor, tensors), offsetof(TaskDescriptor, tensors) + 3 * sizeof(Tensor));
   *lines = static_cast<int>(offs.size()) + 1;
   const uint64_t dbytes = window * sizeof(TaskDescriptor), sbytes = window * sizeof(TaskSlotState);
