@@ -8,6 +8,14 @@
 # 20 s (scripts/fuzz.sh, built in build-asan/); and last the whole suite on the
 # normal build (so the closing CTest summary is the normal build's). Every
 # build treats warnings as errors (PTO_WERROR). Exits non-zero on any failure.
+#
+# The two sanitized trees are unity builds (CMAKE_UNITY_BUILD: a target's
+# sources compiled a batch at a time, so the gRPC, protobuf and asio headers
+# are parsed once a batch, not once a file): on 2 vCPUs from scratch the ASan
+# tree builds in ~400 s instead of ~535, the TSan tree in ~155 instead of
+# ~270. The normal build stays one object per source: it is what users build,
+# clang-tidy reads its compile database, and it is the build that proves each
+# source includes what it uses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase says when it starts (seconds since this script began): the
@@ -27,7 +35,8 @@ phase "clang-tidy (product sources, checks in .clang-tidy)"
 
 phase "ThreadSanitizer build (concurrency tests)"
 # clang: see cmake/Sanitizers.cmake (GCC's runtime cannot start threads after a multi-threaded fork).
-CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_TSAN=ON -DPTO_BUILD_BENCH=OFF -DPTO_WERROR=ON
+CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_TSAN=ON -DPTO_BUILD_BENCH=OFF -DPTO_WERROR=ON \
+  -DCMAKE_UNITY_BUILD=ON
 cmake --build build-tsan -j "$JOBS"
 # TSan's shadow memory needs a fixed layout; newer kernels' mmap
 # randomisation breaks it, so the sanitized tests run with ASLR off. The
@@ -42,7 +51,8 @@ phase "AddressSanitizer + UndefinedBehaviorSanitizer build (whole suite)"
 # process with its allocator locked (cmake/Sanitizers.cmake). The fuzz
 # targets are built in the same tree (PTO_FUZZ: coverage on the decoders'
 # folders only, tests/fuzz/coverage.allowlist): one sanitized build, not two.
-CC=clang-19 CXX=clang++-19 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_ASAN=ON -DPTO_FUZZ=ON -DPTO_BUILD_BENCH=OFF -DPTO_WERROR=ON
+CC=clang-19 CXX=clang++-19 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTO_ASAN=ON -DPTO_FUZZ=ON -DPTO_BUILD_BENCH=OFF -DPTO_WERROR=ON \
+  -DCMAKE_UNITY_BUILD=ON
 cmake --build build-asan -j "$JOBS"
 (cd build-asan && ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-19/bin/llvm-symbolizer setarch "$(uname -m)" -R \
    ctest --output-on-failure -j "$JOBS")

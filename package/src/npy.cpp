@@ -17,7 +17,7 @@ namespace {
 constexpr size_t kMaxHeaderBytes = 64 * 1024;  // numpy itself reads at most 10,000 by default
 constexpr uint64_t kMaxDims = 32;
 
-Status bad(const std::string& name, const std::string& why) {
+Status npy_error(const std::string& name, const std::string& why) {
   return Status::Error(kInvalidArgument, fmt::format("'{}': {}", name, why));
 }
 
@@ -59,31 +59,32 @@ bool parse_u64(const std::string& text, uint64_t* out) {
 }  // namespace
 
 Status parse_npy_header(const uint8_t* data, size_t size, const std::string& name, NpyHeader* out) {
-  if (size < 10 || std::memcmp(data, "\x93NUMPY", 6) != 0) return bad(name, "not a .npy file (bad magic)");
+  if (size < 10 || std::memcmp(data, "\x93NUMPY", 6) != 0) return npy_error(name, "not a .npy file (bad magic)");
   const int major = data[6];
   size_t header_len = 0, prefix = 0;
   if (major == 1) {
     header_len = data[8] | (size_t(data[9]) << 8);
     prefix = 10;
   } else if (major == 2 || major == 3) {
-    if (size < 12) return bad(name, "truncated header");
+    if (size < 12) return npy_error(name, "truncated header");
     header_len = data[8] | (size_t(data[9]) << 8) | (size_t(data[10]) << 16) | (size_t(data[11]) << 24);
     prefix = 12;
   } else {
-    return bad(name, fmt::format("unsupported .npy version {}", major));
+    return npy_error(name, fmt::format("unsupported .npy version {}", major));
   }
   if (header_len > kMaxHeaderBytes)
-    return bad(name, fmt::format("a header of {} bytes (at most {} are read)", header_len, kMaxHeaderBytes));
-  if (size - prefix < header_len) return bad(name, "truncated header");
+    return npy_error(name, fmt::format("a header of {} bytes (at most {} are read)", header_len, kMaxHeaderBytes));
+  if (size - prefix < header_len) return npy_error(name, "truncated header");
   const std::string header(reinterpret_cast<const char*>(data) + prefix, header_len);
   for (char c : header)
-    if (static_cast<unsigned char>(c) < 0x20 && c != '\n') return bad(name, "the header is not text");
+    if (static_cast<unsigned char>(c) < 0x20 && c != '\n') return npy_error(name, "the header is not text");
   std::string descr = dict_value(header, "descr");
-  if (descr.size() < 2 || descr.front() != '\'' || descr.back() != '\'') return bad(name, "header has no descr");
+  if (descr.size() < 2 || descr.front() != '\'' || descr.back() != '\'') return npy_error(name, "header has no descr");
   out->descr = descr.substr(1, descr.size() - 2);
-  if (dict_value(header, "fortran_order") != "False") return bad(name, "Fortran-ordered arrays are not supported");
+  if (dict_value(header, "fortran_order") != "False")
+    return npy_error(name, "Fortran-ordered arrays are not supported");
   const std::string shape = dict_value(header, "shape");
-  if (shape.size() < 2 || shape.front() != '(') return bad(name, "header has no shape");
+  if (shape.size() < 2 || shape.front() != '(') return npy_error(name, "header has no shape");
   out->shape.clear();
   uint64_t count = 1;
   const std::string items = shape.substr(1, shape.size() - 2);
@@ -94,16 +95,17 @@ Status parse_npy_header(const uint8_t* data, size_t size, const std::string& nam
     at = comma + 1;
     if (item.find_first_not_of(' ') == std::string::npos) continue;
     uint64_t d = 0;
-    if (!parse_u64(item, &d)) return bad(name, fmt::format("shape entry '{}' is not a number", item));
-    if (out->shape.size() == kMaxDims) return bad(name, fmt::format("more than {} dimensions", kMaxDims));
+    if (!parse_u64(item, &d)) return npy_error(name, fmt::format("shape entry '{}' is not a number", item));
+    if (out->shape.size() == kMaxDims) return npy_error(name, fmt::format("more than {} dimensions", kMaxDims));
     out->shape.push_back(d);
-    if (__builtin_mul_overflow(count, d, &count)) return bad(name, fmt::format("shape {} overflows", shape));
+    if (__builtin_mul_overflow(count, d, &count)) return npy_error(name, fmt::format("shape {} overflows", shape));
   }
   uint64_t esz = 0;
   if (out->descr.size() < 3 || (out->descr[0] != '<' && out->descr[0] != '|') ||
       !parse_u64(out->descr.substr(2), &esz) || (esz != 1 && esz != 2 && esz != 4 && esz != 8))
-    return bad(name, fmt::format("unsupported dtype '{}'", out->descr));
-  if (__builtin_mul_overflow(count, esz, &out->data_bytes)) return bad(name, fmt::format("shape {} overflows", shape));
+    return npy_error(name, fmt::format("unsupported dtype '{}'", out->descr));
+  if (__builtin_mul_overflow(count, esz, &out->data_bytes))
+    return npy_error(name, fmt::format("shape {} overflows", shape));
   out->data_offset = prefix + header_len;
   return Status::Ok();
 }
@@ -112,8 +114,8 @@ Status parse_npy(const uint8_t* data, size_t size, const std::string& name, NpyA
   NpyHeader h;
   if (Status s = parse_npy_header(data, size, name, &h); !s.ok()) return s;
   if (size - h.data_offset != h.data_bytes)
-    return bad(name, fmt::format("{} bytes of data for shape [{}] of '{}'; the file has {}", h.data_bytes,
-                                 fmt::join(h.shape, ", "), h.descr, size - h.data_offset));
+    return npy_error(name, fmt::format("{} bytes of data for shape [{}] of '{}'; the file has {}", h.data_bytes,
+                                       fmt::join(h.shape, ", "), h.descr, size - h.data_offset));
   out->descr = h.descr;
   out->shape = h.shape;
   out->data.assign(data + h.data_offset, data + size);
@@ -143,18 +145,18 @@ Status read_npy(const std::string& path, NpyArray* out) {
   // is allocated before the file is known to hold it.
   std::vector<uint8_t> head(static_cast<size_t>(std::min<std::streamoff>(file_size, 12 + kMaxHeaderBytes)));
   if (!in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size())))
-    return bad(path, "cannot read the header");
+    return npy_error(path, "cannot read the header");
   NpyHeader h;
   if (Status s = parse_npy_header(head.data(), head.size(), path, &h); !s.ok()) return s;
   if (uint64_t(file_size) - h.data_offset != h.data_bytes)
-    return bad(path, fmt::format("{} bytes of data for shape [{}] of '{}'; the file has {}", h.data_bytes,
-                                 fmt::join(h.shape, ", "), h.descr, uint64_t(file_size) - h.data_offset));
+    return npy_error(path, fmt::format("{} bytes of data for shape [{}] of '{}'; the file has {}", h.data_bytes,
+                                       fmt::join(h.shape, ", "), h.descr, uint64_t(file_size) - h.data_offset));
   out->descr = h.descr;
   out->shape = h.shape;
   out->data.resize(h.data_bytes);
   in.seekg(static_cast<std::streamoff>(h.data_offset));
   if (!in.read(reinterpret_cast<char*>(out->data.data()), static_cast<std::streamsize>(out->data.size())))
-    return bad(path, "cannot read the data");
+    return npy_error(path, "cannot read the data");
   return Status::Ok();
 }
 
