@@ -276,10 +276,19 @@ TEST_CASE("cancel_run stops the running task, skips what has not launched, and p
     CallableHandle s = o.find_callable("sleep");
     if (!s.ok() || o.find_callable("nope").ok()) return 10;
     for (int i = 0; i < 20; ++i)
-      if (!o.submit_sub(s, TaskArgs().add_scalar(100)).ok()) return 11;
+      if (!o.submit_sub(s, TaskArgs().add_scalar(500)).ok()) return 11;
     return 0;
   });
-  REQUIRE(eventually([&] { return w.progress().running && w.progress().submitted == 20; }));
+  // Cancel once the first task is on the sub child: every task submitted is
+  // not enough, since the scheduler may not have dispatched one yet (seen
+  // under ASan on a loaded machine: 0 stopped, 20 skipped). Each task sleeps
+  // 500 ms, so the one seen running is still running at the cancel.
+  REQUIRE(eventually([&] {
+    if (!w.progress().running || w.progress().submitted != 20) return false;
+    for (const auto& c : w.children())
+      if (c.state == ChildState::BUSY) return true;
+    return false;
+  }));
   CHECK(w.cancel_run("test"));
   REQUIRE(h.wait(std::chrono::milliseconds(10000)));
   const RunResult& r = h.result();
