@@ -12,7 +12,7 @@
 # The two sanitized trees are unity builds (CMAKE_UNITY_BUILD: a target's
 # sources compiled a batch at a time, so the gRPC, protobuf and asio headers
 # are parsed once a batch, not once a file): on 2 vCPUs from scratch the ASan
-# tree builds in ~400 s instead of ~535, the TSan tree in ~155 instead of
+# tree builds in ~410 s instead of ~535, the TSan tree in ~150 instead of
 # ~270. The normal build stays one object per source: it is what users build,
 # clang-tidy reads its compile database, and it is the build that proves each
 # source includes what it uses.
