@@ -55,7 +55,15 @@ bool FdChannel::connect(const std::string& path) {
 }
 
 Result<pto::v1::FdReply> FdChannel::call(const pto::v1::FdRequest& req, int fd, std::chrono::milliseconds timeout) {
-  Result<pto::v1::FdReply> r;
+  if (Status s = send(req, fd, timeout, true); !s.ok()) {
+    Result<pto::v1::FdReply> r;
+    r.status = s;
+    return r;
+  }
+  return receive(timeout);
+}
+
+Status FdChannel::send(const pto::v1::FdRequest& req, int fd, std::chrono::milliseconds timeout, bool reconnect) {
   const timeval bound{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   setsockopt(sock_, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
   const std::string body = req.SerializeAsString();
@@ -66,11 +74,17 @@ Result<pto::v1::FdReply> FdChannel::call(const pto::v1::FdRequest& req, int fd, 
   // The descriptor rides with the frame's first bytes. The daemon closes a
   // connection idle for a minute: then connect again and send once more
   // (nothing of the request reached it).
-  if (!send_frame(frame, fd) && !(connect(path_) && send_frame(frame, fd))) {
-    r.status = unavailable("sending a request");
+  if (!send_frame(frame, fd) && !(reconnect && connect(path_) && send_frame(frame, fd))) {
+    const Status s = unavailable("sending a request");
     close_socket();
-    return r;
+    return s;
   }
+  return Status::Ok();
+}
+
+Result<pto::v1::FdReply> FdChannel::receive(std::chrono::milliseconds timeout) {
+  Result<pto::v1::FdReply> r;
+  const timeval bound{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   setsockopt(sock_, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
   auto read_full = [&](uint8_t* p, size_t len) {
     while (len > 0) {
@@ -90,6 +104,7 @@ Result<pto::v1::FdReply> FdChannel::call(const pto::v1::FdRequest& req, int fd, 
     close_socket();
     return r;
   };
+  if (sock_ < 0) return lost();
   uint8_t head[4];
   if (!read_full(head, 4)) return lost();
   const uint32_t len = uint32_t(head[0]) | uint32_t(head[1]) << 8 | uint32_t(head[2]) << 16 | uint32_t(head[3]) << 24;
@@ -108,59 +123,6 @@ bool FdChannel::send_frame(const std::vector<uint8_t>& frame, int fd) {
     if (sent > 0) off += size_t(sent);
   }
   return sent > 0;
-}
-
-// ---------------------------------------------------------------- SharedBuffer
-
-Result<SharedBuffer> SharedBuffer::create(uint64_t bytes) {
-  Result<SharedBuffer> r;
-  auto fail = [&](const char* what) {
-    r.status = Status::Error(static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED),
-                             fmt::format("a shared buffer of {} bytes: {}: {}", bytes, what, pto::errno_text(errno)));
-    return std::move(r);
-  };
-  if (bytes == 0) {
-    r.status = Status::Error(static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT), "a shared buffer of 0 bytes");
-    return r;
-  }
-  SharedBuffer b;
-  b.fd_ = memfd_create("pto-shared-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (b.fd_ < 0) return fail("memfd_create");
-  if (ftruncate(b.fd_, static_cast<off_t>(bytes)) != 0) return fail("ftruncate");
-  // The daemon maps it only if no page it maps can vanish under it.
-  if (fcntl(b.fd_, F_ADD_SEALS, F_SEAL_SHRINK) != 0) return fail("sealing");
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, b.fd_, 0);
-  if (p == MAP_FAILED) return fail("mmap");
-  b.data_ = p;
-  b.size_ = bytes;
-  r.value = std::move(b);
-  return r;
-}
-
-SharedBuffer::~SharedBuffer() { reset(); }
-
-void SharedBuffer::reset() {
-  if (data_) munmap(data_, size_);
-  if (fd_ >= 0) ::close(fd_);
-  data_ = nullptr;
-  size_ = 0;
-  fd_ = -1;
-}
-
-SharedBuffer::SharedBuffer(SharedBuffer&& o) noexcept : data_(o.data_), size_(o.size_), fd_(o.fd_) {
-  o.data_ = nullptr;
-  o.size_ = 0;
-  o.fd_ = -1;
-}
-
-SharedBuffer& SharedBuffer::operator=(SharedBuffer&& o) noexcept {
-  if (this != &o) {
-    reset();
-    data_ = std::exchange(o.data_, nullptr);
-    size_ = std::exchange(o.size_, 0);
-    fd_ = std::exchange(o.fd_, -1);
-  }
-  return *this;
 }
 
 }  // namespace pto::client

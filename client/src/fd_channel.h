@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "pto/client.h"
+#include "pto/base/status.h"
+#include "pto/v1/ptod.pb.h"
 
 namespace pto::client {
 
@@ -23,12 +24,18 @@ class FdChannel {
   // the fd socket, or a TCP address).
   bool connect(const std::string& path);
   bool connected() const { return sock_ >= 0; }
+  void close() { close_socket(); }
   // One request with `fd` attached. A connection the daemon closed (idle)
   // is opened again and the request sent once more. Failures close the
   // connection: UNAVAILABLE when the request never left (nothing happened:
   // another way may be tried), UNKNOWN when its reply was lost (the
   // transfer may have happened).
   Result<pto::v1::FdReply> call(const pto::v1::FdRequest& req, int fd, std::chrono::milliseconds timeout);
+  // The two halves of call(), for requests in flight one behind another
+  // (the daemon answers them in order): send() reconnects only when asked
+  // (never with a request in flight); receive() takes the oldest reply.
+  Status send(const pto::v1::FdRequest& req, int fd, std::chrono::milliseconds timeout, bool reconnect);
+  Result<pto::v1::FdReply> receive(std::chrono::milliseconds timeout);
 
  private:
   void close_socket();

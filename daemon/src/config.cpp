@@ -302,7 +302,8 @@ Status read_peers(const toml::node* n, const std::string& path, DaemonConfig& c)
     const std::string where = fmt::format("[[peers]] #{}", i);
     if (!t) return bad(where + ": must be a table");
     if (s = only_keys(*t, where,
-                      {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name"});
+                      {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name",
+                       "fd_transfers"});
         !s.ok())
       return s;
     DaemonConfig::Peer p;
@@ -310,6 +311,7 @@ Status read_peers(const toml::node* n, const std::string& path, DaemonConfig& c)
     if (s = read_str(*t, sec.c_str(), "address", &p.address); !s.ok()) return s;
     if (s = read_str(*t, sec.c_str(), "name", &p.name); !s.ok()) return s;
     if (s = read_int(*t, sec.c_str(), "workers", &p.workers, 0, 64); !s.ok()) return s;
+    if (s = read_bool(*t, sec.c_str(), "fd_transfers", &p.fd_transfers); !s.ok()) return s;
     for (auto [key, dst] : {std::pair{"token_file", &p.token_file},
                             {"tls_ca", &p.tls_ca},
                             {"tls_cert", &p.tls_cert},
@@ -472,8 +474,9 @@ std::string DaemonConfig::effective_toml() const {
   for (const auto& [name, qt] : quotas)
     tail += fmt::format("\n[quotas.{}]\narena_bytes = {}\nqueued_jobs = {}\n", q(name), qt.arena_bytes, qt.queued_jobs);
   for (const Peer& p : peers)
-    tail += fmt::format("\n[[peers]]\naddress = {}\nname = {}\nworkers = {}\ntoken_file = {}\ntls_ca = {}\n",
-                        q(p.address), q(p.name), p.workers, q(p.token_file.empty() ? "" : "(set)"), q(p.tls_ca));
+    tail += fmt::format(
+        "\n[[peers]]\naddress = {}\nname = {}\nworkers = {}\ntoken_file = {}\ntls_ca = {}\nfd_transfers = {}\n",
+        q(p.address), q(p.name), p.workers, q(p.token_file.empty() ? "" : "(set)"), q(p.tls_ca), p.fd_transfers);
   return tail.insert(
       0,
       fmt::format(

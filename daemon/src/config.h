@@ -55,6 +55,9 @@ struct DaemonConfig {
     int workers = 0;      // chips the peer is expected to report (0 = any); a mismatch refuses the session
     std::string token_file, tls_ca, tls_cert, tls_key, tls_server_name;
     std::string token;  // read from token_file by validate()
+    // A peer at a unix: address: remote-buffer chunks go through its fd
+    // socket (shared memfd pages) instead of the session's stream.
+    bool fd_transfers = true;
   };
   std::vector<Peer> peers;
   // [jobs]

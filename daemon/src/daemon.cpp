@@ -437,6 +437,7 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   Services services(parts);
   UnixListener unix;
   FdTransfers fd_transfers(tensors, principals);
+  fd_transfers.set_buffer_host(&services.session);
   if (!cfg.socket.empty()) {
     if (Status s = unix.bind(cfg.socket); !s.ok()) return fail(s.message);
     socket.bound();

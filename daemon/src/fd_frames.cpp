@@ -26,8 +26,17 @@ std::string check_fd_request(const pto::v1::FdRequest& r) {
     case pto::v1::FdRequest::DOWNLOAD:
       if (req->tensor().id() == 0 && req->tensor().name().empty()) return "a download names no tensor (id or name)";
       return "";
+    case pto::v1::FdRequest::BUFFER_WRITE:
+    case pto::v1::FdRequest::BUFFER_READ:
+      if (req->generation() == 0 || req->buffer_id() == 0)
+        return fmt::format("a remote-buffer transfer names buffer {} of generation {}: both must be non-zero",
+                           req->buffer_id(), req->generation());
+      if (req->bytes() == 0 || req->bytes() > kMaxFdBufferChunk)
+        return fmt::format("a remote-buffer chunk of {} bytes: must be 1..{}", req->bytes(), kMaxFdBufferChunk);
+      return "";
     default:
-      return fmt::format("op {} is neither UPLOAD (1) nor DOWNLOAD (2)", static_cast<int>(req->op()));
+      return fmt::format("op {} is none of UPLOAD (1), DOWNLOAD (2), BUFFER_WRITE (3), BUFFER_READ (4)",
+                         static_cast<int>(req->op()));
   }
 }
 

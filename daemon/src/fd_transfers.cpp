@@ -272,8 +272,44 @@ pto::v1::FdReply FdTransfers::serve(const pto::v1::FdRequest& req, int fd, uid_t
                        "the memfd must be of ordinary memory (tmpfs), not huge pages (MFD_HUGETLB)");
   struct stat st {};
   if (fstat(fd, &st) != 0) return reply_error(grpc::StatusCode::INVALID_ARGUMENT, "the descriptor cannot be read");
-  return req.op() == pto::v1::FdRequest::UPLOAD ? upload(req, fd, st, who, mappings)
-                                                 : download(req, fd, st, who, mappings);
+  switch (req.op()) {
+    case pto::v1::FdRequest::UPLOAD: return upload(req, fd, st, who, mappings);
+    case pto::v1::FdRequest::DOWNLOAD: return download(req, fd, st, who, mappings);
+    default: return buffer_chunk(req, fd, st, who, mappings);  // BUFFER_WRITE, BUFFER_READ (check_fd_request)
+  }
+}
+
+pto::v1::FdReply FdTransfers::buffer_chunk(const pto::v1::FdRequest& req, int fd, const struct stat& st,
+                                           const Principal& who, Mappings& mappings) {
+  const bool write = req.op() == pto::v1::FdRequest::BUFFER_WRITE;
+  const char* what = write ? "remote buffer write" : "remote buffer read";
+  if (!buffers_)
+    return reply_error(grpc::StatusCode::FAILED_PRECONDITION, fmt::format("{}: this daemon holds no sessions", what));
+  const auto fd_size = static_cast<uint64_t>(st.st_size);
+  if (req.fd_offset() > fd_size || fd_size - req.fd_offset() < req.bytes())
+    return reply_error(grpc::StatusCode::INVALID_ARGUMENT,
+                       fmt::format("{}: the memfd holds {} bytes; {} from offset {} do not fit", what, fd_size,
+                                   req.bytes(), req.fd_offset()));
+  FdBufferHost::Held held;
+  if (std::string why = buffers_->hold_buffer(who, req, &held); !why.empty())
+    return reply_error(grpc::StatusCode::NOT_FOUND, fmt::format("{}: {}", what, why));
+  struct Release {
+    std::function<void()>& f;
+    ~Release() { f(); }
+  } release_at_end{held.release};
+  int err = 0;
+  uint8_t* mem = mappings.map(fd, st, req.fd_offset(), req.bytes(), !write, &err);
+  if (!mem)
+    return reply_error(grpc::StatusCode::INVALID_ARGUMENT,
+                       fmt::format("{}: the memfd cannot be mapped: {}", what, pto::errno_text(err)));
+  if (write) {
+    // As the session's BUFFER_WRITE: through the Worker, into the arena.
+    if (Status s = buffers_->engine().write(held.t, req.buffer_offset(), {iovec{mem, req.bytes()}}); !s.ok())
+      return reply_error(grpc::StatusCode::INTERNAL, fmt::format("{}: {}", what, s.message));
+  } else {
+    std::memcpy(mem, reinterpret_cast<const void*>(held.t.data + req.buffer_offset()), req.bytes());
+  }
+  return pto::v1::FdReply();
 }
 
 pto::v1::FdReply FdTransfers::upload(const pto::v1::FdRequest& req, int fd, const struct stat& st,

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <vector>
 #include <cstdint>
@@ -28,12 +29,30 @@
 
 #include "pto/base/status.h"
 #include "pto/v1/ptod.pb.h"
+#include "pto/worker.h"
 
 namespace ptod {
 
 class Principals;
 struct Principal;
 class TensorStore;
+
+// The remote buffers a coordinator's session holds here (SessionService):
+// the fd socket moves their chunks for the coordinator that reaches this
+// daemon by its unix socket (docs/remote.md, "Remote buffers through the fd
+// socket").
+class FdBufferHost {
+ public:
+  virtual ~FdBufferHost() = default;
+  struct Held {
+    pto::ContinuousTensor t;       // the buffer
+    std::function<void()> release;  // the buffer in use until called (a BUFFER_FREE waits)
+  };
+  // The buffer of req (session, buffer_id, generation) when `who` opened
+  // that session and [buffer_offset, + bytes) lies in it: "" and *out, or why not.
+  virtual std::string hold_buffer(const Principal& who, const pto::v1::FdRequest& req, Held* out) = 0;
+  virtual pto::Worker& engine() = 0;
+};
 
 // The fd socket that goes with the unix gRPC socket at `socket`.
 inline std::string fd_socket_path(const std::string& socket) { return socket + ".fd"; }
@@ -46,6 +65,9 @@ class FdTransfers {
   static constexpr std::chrono::seconds kIdleTimeout{60};  // a connection without a request is closed
 
   FdTransfers(TensorStore& tensors, const Principals& principals) : tensors_(tensors), principals_(principals) {}
+  // Before start(): where BUFFER_WRITE and BUFFER_READ find their buffers
+  // (without one they are refused).
+  void set_buffer_host(FdBufferHost* h) { buffers_ = h; }
   ~FdTransfers() { stop(); }
   FdTransfers(const FdTransfers&) = delete;
   FdTransfers& operator=(const FdTransfers&) = delete;
@@ -68,9 +90,12 @@ class FdTransfers {
                           Mappings& mappings);
   pto::v1::FdReply download(const pto::v1::FdRequest& req, int fd, const struct stat& st, const Principal& who,
                             Mappings& mappings);
+  pto::v1::FdReply buffer_chunk(const pto::v1::FdRequest& req, int fd, const struct stat& st, const Principal& who,
+                                Mappings& mappings);
 
   TensorStore& tensors_;
   const Principals& principals_;
+  FdBufferHost* buffers_ = nullptr;
   int fd_ = -1;
   int wake_ = -1;  // an eventfd: the accept loop and the connections end
   std::thread accept_;

@@ -10,6 +10,7 @@
 
 #include "log.h"
 #include "pto/base/clock.h"
+#include "remote_fd_path.h"
 #include "session_service.h"
 #include "wire_enums.h"
 
@@ -44,7 +45,12 @@ void copy_outputs_back(const pto::v1::Completion& c, const pto::RemoteTask& task
 }  // namespace
 
 GrpcRemoteLink::GrpcRemoteLink(DaemonConfig::Peer peer, uint32_t worker_id, const DaemonConfig& cfg)
-    : peer_(std::move(peer)), worker_id_(worker_id), cfg_(cfg) {}
+    : peer_(std::move(peer)), worker_id_(worker_id), cfg_(cfg) {
+  // A peer at a unix socket is on this host: its fd socket moves
+  // remote-buffer chunks through shared pages (remote_fd_path.h).
+  if (const std::string path = pto::client::unix_socket_path(peer_.address); !path.empty() && peer_.fd_transfers)
+    fd_path_ = std::make_unique<PeerFdPath>(path, peer_.token);
+}
 
 GrpcRemoteLink::~GrpcRemoteLink() { stop(); }
 

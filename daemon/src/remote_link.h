@@ -33,6 +33,8 @@
 
 namespace ptod {
 
+class PeerFdPath;  // remote_fd_path.h
+
 class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Session {
  public:
   GrpcRemoteLink(DaemonConfig::Peer peer, uint32_t worker_id, const DaemonConfig& cfg);
@@ -58,6 +60,10 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
   pto::Status buffer_write(const pto::RemoteBufferRef& b, const void* src, uint64_t bytes,
                            uint32_t timeout_ms) override;
   pto::Status buffer_read(const pto::RemoteBufferRef& b, void* dst, uint64_t bytes, uint32_t timeout_ms) override;
+
+  // Remote-buffer bytes moved through the peer's fd socket so far (the rest
+  // went over the session's stream).
+  uint64_t fd_path_bytes() const { return fd_path_bytes_.load(std::memory_order_relaxed); }
 
   static constexpr uint64_t kChunkBytes = 4 << 20;  // remote-buffer writes and reads, per CONTROL
   static constexpr int kChunkWindow = 4;            // chunks in flight at once (a sliding window)
@@ -102,7 +108,11 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
                             std::chrono::steady_clock::time_point deadline, uint32_t timeout_ms,
                             pto::v1::ControlReply* reply, Payload* data = nullptr);
   pto::Status digest_op(int op, const pto::CallableIdentity& id, uint32_t timeout_ms);  // COMMIT, ABORT, UNREGISTER
+  // A remote buffer's bytes: through the peer's fd socket when it is on
+  // this host (fd_path_), else (or when that fails) over the session's stream.
   pto::Status transfer(const pto::RemoteBufferRef& b, char* host, uint64_t bytes, bool write, uint32_t timeout_ms);
+  pto::Status transfer_on_stream(const pto::RemoteBufferRef& b, char* host, uint64_t bytes, bool write,
+                                 uint32_t timeout_ms);
   void fill_header(pto::v1::Frame* f);
   void set_tree(const pto::v1::WorkerNode& root);
   std::shared_ptr<grpc::Channel> make_channel(std::string* why) const;
@@ -110,6 +120,9 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
   const DaemonConfig::Peer peer_;
   const uint32_t worker_id_;
   const DaemonConfig& cfg_;
+  std::unique_ptr<PeerFdPath> fd_path_;  // a peer at a unix: address with fd_transfers
+  std::atomic<bool> fd_path_failed_{false};  // logged once: the fd path failed and the stream took over
+  std::atomic<uint64_t> fd_path_bytes_{0};
   std::function<void()> wake_;
 
   mutable std::mutex mu_;

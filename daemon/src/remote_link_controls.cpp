@@ -14,6 +14,7 @@
 
 #include "log.h"
 #include "remote_link.h"
+#include "remote_fd_path.h"
 
 namespace ptod {
 
@@ -159,6 +160,22 @@ pto::Status GrpcRemoteLink::buffer_read(const pto::RemoteBufferRef& b, void* dst
   return transfer(b, static_cast<char*>(dst), bytes, false, timeout_ms);
 }
 
+pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, uint64_t bytes, bool write,
+                                     uint32_t timeout_ms) {
+  if (fd_path_) {
+    const pto::Status s = fd_path_->transfer(b, host, bytes, write, timeout_ms);
+    if (s.ok()) {
+      fd_path_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+      return s;
+    }
+    // The stream gives the authoritative answer (a buffer no longer live
+    // fails there as well); the fd path is tried again next time.
+    if (!fd_path_failed_.exchange(true))
+      log("remote")->info("{}: remote-buffer bytes go over the session's stream: {}", label(), s.message);
+  }
+  return transfer_on_stream(b, host, bytes, write, timeout_ms);
+}
+
 // Chunked: one CONTROL per kChunkBytes in a sliding window of kChunkWindow —
 // each reply that arrives lets the next chunk go, so the stream never drains
 // between windows. Each chunk waits at most timeout_ms for its reply; after
@@ -167,8 +184,8 @@ pto::Status GrpcRemoteLink::buffer_read(const pto::RemoteBufferRef& b, void* dst
 // transfer began on. A chunk written goes as a slice over the caller's
 // bytes (session_wire.h); a chunk read is copied from gRPC's buffers
 // straight into the caller's, without the lock.
-pto::Status GrpcRemoteLink::transfer(const pto::RemoteBufferRef& b, char* host, uint64_t bytes, bool write,
-                                     uint32_t timeout_ms) {
+pto::Status GrpcRemoteLink::transfer_on_stream(const pto::RemoteBufferRef& b, char* host, uint64_t bytes,
+                                               bool write, uint32_t timeout_ms) {
   struct Chunk {
     uint64_t id, off, n;
   };

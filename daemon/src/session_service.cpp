@@ -632,6 +632,32 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, const 
   }
 }
 
+std::string SessionService::hold_buffer(const Principal& who, const pto::v1::FdRequest& req, Held* out) {
+  std::shared_ptr<SessionConn> c;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const auto& s : live_)
+      if (s->session == req.generation()) c = s;  // a buffer's generation is its session's id
+  }
+  // Another principal's session reads as no session at all.
+  if (!c || c->who.name != who.name)
+    return fmt::format("remote buffer {} (generation {:016x}): no live session of {} holds it", req.buffer_id(),
+                       req.generation(), who.name);
+  std::lock_guard<std::mutex> g(c->mu);
+  auto it = c->buffers.find(req.buffer_id());
+  if (c->closed || it == c->buffers.end() || it->second.freed)
+    return fmt::format("remote buffer {} (generation {:016x}) is not a live buffer of this session", req.buffer_id(),
+                       req.generation());
+  const uint64_t size = pto::tensor_bytes(it->second.t);
+  if (req.buffer_offset() > size || req.bytes() > size - req.buffer_offset())
+    return fmt::format("{} bytes at offset {} do not fit remote buffer {} ({} bytes)", req.bytes(),
+                       req.buffer_offset(), req.buffer_id(), size);
+  ++it->second.users;  // as a lent slice: a BUFFER_FREE meanwhile waits for the release
+  out->t = it->second.t;
+  out->release = [c, id = req.buffer_id()] { c->release_buffer(id); };
+  return "";
+}
+
 // BUFFER_FREE, BUFFER_WRITE and BUFFER_READ on one of the session's remote
 // buffers; "" or why the request is refused.
 std::string SessionService::buffer_op(SessionConn& c, const pto::v1::Control& req, const Payload& chunk,

@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 
+#include "fd_transfers.h"
 #include "pto/v1/session.grpc.pb.h"
 #include "services.h"
 #include "session_conn.h"
@@ -27,8 +28,9 @@
 namespace ptod {
 
 // The Session service with its one method registered as the generated
-// service does, but with ByteBuffer for the frames (session_wire.h).
-class SessionService final : public grpc::Service {
+// service does, but with ByteBuffer for the frames (session_wire.h). The
+// sessions' remote buffers are reachable by the fd socket too (FdBufferHost).
+class SessionService final : public grpc::Service, public FdBufferHost {
  public:
   explicit SessionService(DaemonParts p);
   using Stream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
@@ -39,6 +41,11 @@ class SessionService final : public grpc::Service {
   // After the server's shutdown: waits (at most `bound`) until gRPC has let
   // go of every slice over the arena; false if some are still held.
   bool wait_lent(std::chrono::milliseconds bound);
+
+  // FdBufferHost: a chunk of a live session's buffer, for the principal
+  // that opened the session.
+  std::string hold_buffer(const Principal& who, const pto::v1::FdRequest& req, Held* out) override;
+  pto::Worker& engine() override { return p_.worker; }
 
  private:
   // Writes one frame, adding its header (version, session, worker, seq).

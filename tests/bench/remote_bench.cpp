@@ -1,7 +1,9 @@
 // Remote L3 sessions (docs/remote.md): a level-4 Worker in this process,
 // its next-level workers two real ptod peers reached through the gRPC link.
 // Prints the round trip of a no-op remote task, pipelined remote tasks per
-// second on one session and across two, remote-buffer transfer rates, and how
+// second on one session and across two, remote-buffer transfer rates (through
+// the peer's fd socket, and over the session's stream as to a peer on
+// another host), and how
 // long a lost peer takes to be noticed. Never fails on a time. Arguments are
 // passed to the peers' ptod (e.g. --config FILE with a [worker] spin_us).
 // REMOTE_BENCH_ONLY=latency or =buffers runs that part alone (A/B runs).
@@ -19,6 +21,7 @@
 #include "daemon_process.h"
 #include "pto/v1/ptod.pb.h"
 #include "pto/worker.h"
+#include "remote_fd_path.h"
 #include "remote_link.h"
 
 using Clock = std::chrono::steady_clock;
@@ -35,7 +38,9 @@ struct Cluster {
   std::vector<std::shared_ptr<ptod::GrpcRemoteLink>> links;
   pto::CallableHandle noop;
 
-  bool start(const std::vector<const pto_test::DaemonProcess*>& peers) {
+  // fd: remote-buffer bytes through the peers' fd sockets ([[peers]]
+  // fd_transfers); false: over the sessions' streams.
+  bool start(const std::vector<const pto_test::DaemonProcess*>& peers, bool fd = true) {
     pto::WorkerConfig wc;
     wc.level = 4;
     wc.spin_us = 50;
@@ -44,6 +49,7 @@ struct Cluster {
     for (size_t i = 0; i < peers.size(); ++i) {
       ptod::DaemonConfig::Peer p;
       p.address = p.name = socket_path(*peers[i]);
+      p.fd_transfers = fd;
       links.push_back(std::make_shared<ptod::GrpcRemoteLink>(p, static_cast<uint32_t>(i), cfg));
       if (!w->add_remote_worker(links.back()).ok()) return false;
     }
@@ -111,7 +117,7 @@ void pipelined(Cluster& c, int workers, int tasks) {
 
 // Two rounds: the first buffer on the peer's fresh arena pages, the second
 // on the pages the first left warm when freed ([worker] arena_warm_bytes).
-void bulk(Cluster& c, uint64_t mib) {
+void bulk(Cluster& c, uint64_t mib, bool fd) {
   const uint32_t n = static_cast<uint32_t>(mib << 20);
   std::vector<uint8_t> host(n), back(n);
   for (uint32_t i = 0; i < n; ++i) host[i] = static_cast<uint8_t>(i * 7);
@@ -132,11 +138,20 @@ void bulk(Cluster& c, uint64_t mib) {
       std::fprintf(stderr, "bulk transfer failed: %s %s\n", ws.message.c_str(), rs.message.c_str());
       return;
     }
-    std::printf(
-        "remote buffer, %llu MiB in %llu MiB chunks (a sliding window of %d in flight), unix socket, %s arena pages "
-        "on the peer: write %.2f GB/s, read %.2f GB/s (bytes checked)   [target >= 1.5 GB/s]\n",
-        (unsigned long long)mib, (unsigned long long)(ptod::GrpcRemoteLink::kChunkBytes >> 20),
-        ptod::GrpcRemoteLink::kChunkWindow, pages, n / w_s / 1e9, n / r_s / 1e9);
+    if (fd)
+      std::printf(
+          "remote buffer, %llu MiB, unix socket, through the peer's fd socket (%llu MiB chunks in a shared memfd, 2 in "
+          "flight), %s arena pages on the peer: write %.2f GB/s, read %.2f GB/s (bytes checked)   [target >= 1.5 "
+          "GB/s]\n",
+          (unsigned long long)mib, (unsigned long long)(ptod::PeerFdPath::kSlotBytes >> 20), pages, n / w_s / 1e9,
+          n / r_s / 1e9);
+    else
+      std::printf(
+          "remote buffer, %llu MiB, unix socket, over the session's stream ([[peers]] fd_transfers = false; %llu MiB "
+          "chunks, a sliding window of %d in flight; the way a peer on another host is reached), %s arena pages on "
+          "the peer: write %.2f GB/s, read %.2f GB/s (bytes checked)\n",
+          (unsigned long long)mib, (unsigned long long)(ptod::GrpcRemoteLink::kChunkBytes >> 20),
+          ptod::GrpcRemoteLink::kChunkWindow, pages, n / w_s / 1e9, n / r_s / 1e9);
     std::fill(back.begin(), back.end(), 0);
   }
 }
@@ -159,7 +174,12 @@ int main(int argc, char** argv) {
     const std::string only = only_env ? only_env : "";
     if (only.empty() || only == "latency") round_trip(one);
     if (only.empty()) pipelined(one, 1, 20000);
-    if (only.empty() || only == "buffers") bulk(one, 256);
+    if (only.empty() || only == "buffers") {
+      bulk(one, 256, true);
+      Cluster stream;  // on the other peer, whose arena pages are still fresh
+      if (!stream.start({&b}, false)) return 1;
+      bulk(stream, 256, false);
+    }
     if (!only.empty()) return 0;
   }
   Cluster two;

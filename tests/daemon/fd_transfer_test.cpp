@@ -223,7 +223,30 @@ TEST_CASE("the fd socket refuses what is not a sealed memfd, short buffers, bad 
     v1::FdRequest odd = upload_of("q", 16);
     odd.set_op(static_cast<v1::FdRequest::Op>(7));
     r = raw.call(odd, m);
-    CHECK_THAT(r.message(), Catch::Contains("op 7 is neither UPLOAD (1) nor DOWNLOAD (2)"));
+    CHECK_THAT(r.message(), Catch::Contains("op 7 is none of UPLOAD (1), DOWNLOAD (2), BUFFER_WRITE (3)"));
+    // Remote-buffer chunks (a coordinator's session's; remote_link_test has
+    // them moving): the buffer named, 1..64 MiB, fitting the memfd, held by
+    // a live session of the caller.
+    v1::FdRequest chunk;
+    chunk.set_op(v1::FdRequest::BUFFER_WRITE);
+    chunk.set_buffer_id(1);
+    chunk.set_generation(0);
+    chunk.set_bytes(16);
+    r = raw.call(chunk, m);
+    CHECK_THAT(r.message(), Catch::Contains("names buffer 1 of generation 0: both must be non-zero"));
+    chunk.set_generation(77);
+    chunk.set_bytes((64u << 20) + 1);
+    r = raw.call(chunk, m);
+    CHECK_THAT(r.message(), Catch::Contains("a remote-buffer chunk of 67108865 bytes: must be 1..67108864"));
+    chunk.set_bytes(8192);
+    r = raw.call(chunk, m);
+    CHECK(static_cast<SC>(r.code()) == SC::INVALID_ARGUMENT);
+    CHECK_THAT(r.message(), Catch::Contains("the memfd holds 4096 bytes; 8192 from offset 0 do not fit"));
+    chunk.set_op(v1::FdRequest::BUFFER_READ);
+    chunk.set_bytes(16);
+    r = raw.call(chunk, m);
+    CHECK(static_cast<SC>(r.code()) == SC::NOT_FOUND);
+    CHECK_THAT(r.message(), Catch::Contains("remote buffer 1 (generation 000000000000004d): no live session of"));
     // A frame longer than the limit: refused and the connection closed.
     raw.send(std::string("\xff\xff\xff\x7f", 4), m, false);
     REQUIRE(raw.reply(&r));

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -18,6 +19,8 @@
 
 #include "daemon_process.h"
 #include "eventually.h"
+#include "fd_channel.h"
+#include "remote_fd_path.h"
 #include "remote_link.h"
 
 namespace v1 = pto::v1;
@@ -132,15 +135,12 @@ TEST_CASE("a peer that answers in another protocol version is refused by the coo
 // buffers straight into the caller's. Against a real peer ptod, sizes that
 // cross chunk boundaries and the 64 KiB line between a parsed frame and a
 // raw one, at offsets that are not aligned to anything.
-TEST_CASE("remote buffer bytes survive the raw chunk path - many chunks, odd sizes, views, a freed buffer") {
-  pto_test::DaemonProcess peer({}, 1, 0);
-  REQUIRE(peer.up());
-  ptod::DaemonConfig cfg;
-  ptod::DaemonConfig::Peer p;
-  p.address = p.name = peer.address();
-  auto link = std::make_shared<ptod::GrpcRemoteLink>(p, 0, cfg);
-  REQUIRE(link->start([] {}).ok());
-  REQUIRE(eventually([&] { return link->ready(); }, 10000));
+namespace {
+
+// Round trips, views, refusals on one link; the peer's answers are the same
+// whichever way the bytes go.
+void check_transfers(ptod::GrpcRemoteLink& l) {
+  ptod::GrpcRemoteLink* link = &l;
   const uint64_t chunk = ptod::GrpcRemoteLink::kChunkBytes;
   for (const uint64_t n : {uint64_t(1000), uint64_t(64 << 10), 3 * chunk + 12345}) {
     INFO(n << " bytes");
@@ -176,5 +176,106 @@ TEST_CASE("remote buffer bytes survive the raw chunk path - many chunks, odd siz
     CHECK_THAT(stale.message, Catch::Contains("not a live buffer"));
   }
   CHECK(link->ready());  // refusals are answers: the session stays up
+}
+
+std::shared_ptr<ptod::GrpcRemoteLink> open_link(const pto_test::DaemonProcess& peer, const ptod::DaemonConfig& cfg,
+                                                bool fd_transfers, const std::string& token = "") {
+  ptod::DaemonConfig::Peer p;
+  p.address = p.name = peer.address();
+  p.fd_transfers = fd_transfers;
+  p.token = token;
+  auto link = std::make_shared<ptod::GrpcRemoteLink>(p, 0, cfg);
+  REQUIRE(link->start([] {}).ok());
+  REQUIRE(eventually([&] { return link->ready(); }, 10000));
+  return link;
+}
+
+// 0, 1, 2, ... in a byte pattern that differs per `seed`.
+std::vector<uint8_t> pattern(uint64_t n, int seed) {
+  std::vector<uint8_t> v(n);
+  for (uint64_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 131 + (i >> 13) + seed * 7);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("remote buffer bytes survive the raw chunk path - many chunks, odd sizes, views, a freed buffer") {
+  pto_test::DaemonProcess peer({}, 1, 0);
+  REQUIRE(peer.up());
+  ptod::DaemonConfig cfg;
+  auto link = open_link(peer, cfg, false);
+  check_transfers(*link);
+  CHECK(link->fd_path_bytes() == 0);  // fd_transfers = false: all over the stream
   link->stop();
+}
+
+TEST_CASE("remote buffer bytes of a unix-socket peer go through its fd socket, and over the stream without it") {
+  pto_test::DaemonProcess peer({}, 1, 0);
+  REQUIRE(peer.up());
+  ptod::DaemonConfig cfg;
+  auto link = open_link(peer, cfg, true);
+  check_transfers(*link);
+  // Every transfer that succeeded went through the fd socket (the refusals
+  // came back from the stream, which answers for the peer).
+  const uint64_t chunk = ptod::GrpcRemoteLink::kChunkBytes;
+  uint64_t moved = 0;
+  for (const uint64_t n : {uint64_t(1000), uint64_t(64 << 10), 3 * chunk + 12345})
+    moved += 2 * n + 2 * (n - 340) + n;  // write, read, view read, view write, read
+  CHECK(link->fd_path_bytes() == moved);
+  // Without the fd socket (gone, or not this process's to open) the same
+  // transfers go over the stream, bytes intact.
+  const std::string fd_socket = pto::client::unix_socket_path(peer.address()) + ".fd";
+  REQUIRE(std::filesystem::remove(fd_socket));
+  check_transfers(*link);
+  CHECK(link->fd_path_bytes() == moved);
+  link->stop();
+}
+
+TEST_CASE("the fd socket moves a session's buffer for the session's principal only, in range, while it lives") {
+  const std::string dir = pto_test::make_temp_dir("ptod-fd-buffers");
+  pto_test::write_secret(dir + "/tokens", "alice user alice-token-0123456789\nbob user bob-token-0123456789ab\n");
+  std::ofstream(dir + "/ptod.toml") << "[server]\ntokens_file = \"" << dir << "/tokens\"\n";
+  pto_test::DaemonProcess peer({"--config", dir + "/ptod.toml"}, 1, 0);
+  REQUIRE(peer.up());
+  ptod::DaemonConfig cfg;
+  // Alice's session; the stream checks what the fd socket did.
+  auto link = open_link(peer, cfg, false, "alice-token-0123456789");
+  const std::string socket = pto::client::unix_socket_path(peer.address());
+  ptod::PeerFdPath path(socket, "alice-token-0123456789");
+  // Three slots' worth and an odd tail: both slots reused, the last one short.
+  const uint64_t n = 3 * ptod::PeerFdPath::kSlotBytes + 4097;
+  pto::RemoteBufferRef ref;
+  REQUIRE(link->buffer_alloc(n, &ref, 5000).ok());
+  const std::vector<uint8_t> one = pattern(n, 1), two = pattern(n, 2);
+  std::vector<uint8_t> back(n, 0);
+  REQUIRE(path.transfer(ref, reinterpret_cast<char*>(const_cast<uint8_t*>(one.data())), n, true, 5000).ok());
+  REQUIRE(link->buffer_read(ref, back.data(), n, 5000).ok());
+  CHECK(back == one);
+  REQUIRE(link->buffer_write(ref, two.data(), n, 5000).ok());
+  REQUIRE(path.transfer(ref, reinterpret_cast<char*>(back.data()), n, false, 5000).ok());
+  CHECK(back == two);
+
+  // Refused, each naming why; the connection goes on serving.
+  pto::RemoteBufferRef wrong = ref;
+  wrong.generation ^= 1;
+  pto::Status s = path.transfer(wrong, reinterpret_cast<char*>(back.data()), 100, false, 5000);
+  CHECK_THAT(s.message, Catch::Contains("no live session of"));
+  wrong = ref;
+  wrong.offset = 5;
+  s = path.transfer(wrong, reinterpret_cast<char*>(back.data()), n, false, 5000);
+  CHECK_THAT(s.message, Catch::Contains("do not fit remote buffer"));
+  // Bob's token, and this process's own user without one: not alice.
+  ptod::PeerFdPath bob(socket, "bob-token-0123456789ab"), user(socket, "");
+  s = bob.transfer(ref, reinterpret_cast<char*>(back.data()), 100, false, 5000);
+  CHECK_THAT(s.message, Catch::Contains("no live session of bob"));
+  s = user.transfer(ref, reinterpret_cast<char*>(back.data()), 100, false, 5000);
+  CHECK_FALSE(s.ok());
+  CHECK_THAT(s.message, Catch::Contains("no live session of"));
+  REQUIRE(link->buffer_free(ref, 5000).ok());
+  s = path.transfer(ref, reinterpret_cast<char*>(back.data()), 100, false, 5000);
+  CHECK_THAT(s.message, Catch::Contains("not a live buffer"));
+  REQUIRE(link->buffer_alloc(4096, &ref, 5000).ok());
+  CHECK(path.transfer(ref, reinterpret_cast<char*>(back.data()), 4096, false, 5000).ok());
+  link->stop();
+  std::filesystem::remove_all(dir);
 }

@@ -88,6 +88,13 @@ TEST_CASE("daemon config: quotas - defaults and per principal, unknown keys name
   c = DaemonConfig{};
   CHECK_THAT(DaemonConfig::parse("[server]\nadmins = [\"a b\"]\n", "ptod.toml", &c).message,
              Catch::Contains("[server] admins: principal name 'a b'"));
+  c = DaemonConfig{};
+  CHECK_THAT(DaemonConfig::parse("[[peers]]\naddress = \"unix:/p.sock\"\nfd_transfers = \"yes\"\n", "ptod.toml", &c)
+                 .message,
+             Catch::Contains("[peers #0] fd_transfers: must be true or false"));
+  c = DaemonConfig{};
+  REQUIRE(DaemonConfig::parse("[[peers]]\naddress = \"unix:/p.sock\"\nfd_transfers = false\n", "ptod.toml", &c).ok());
+  CHECK_FALSE(c.peers.at(0).fd_transfers);
 }
 
 TEST_CASE("daemon config: the shipped ptod.toml holds the defaults and names every key") {
@@ -112,7 +119,7 @@ TEST_CASE("daemon config: the shipped ptod.toml holds the defaults and names eve
   }
   CHECK(keys > 40);
   for (const char* key :
-       {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name"}) {
+       {"address", "name", "workers", "token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "fd_transfers"}) {
     INFO("[[peers]] key " << key);
     CHECK(text.find(std::string("\n# ") + key + " = ") != std::string::npos);
   }
