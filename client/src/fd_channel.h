@@ -1,7 +1,7 @@
 // The client's end of ptod's fd socket (docs/proto.md, "The fd socket"): one
-// connection, one request at a time, each an FdRequest with a memfd attached
-// (SCM_RIGHTS) and an FdReply back, both framed as a little-endian uint32
-// length and the message.
+// connection; each request an FdRequest with a memfd attached (SCM_RIGHTS),
+// each reply an FdReply, both framed as a little-endian uint32 length and
+// the message; replies come in the requests' order.
 #pragma once
 
 #include <chrono>

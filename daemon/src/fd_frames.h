@@ -13,8 +13,8 @@
 namespace ptod {
 
 inline constexpr uint32_t kMaxFdFrame = 64 * 1024;  // a request's bytes after the length
-// A remote-buffer chunk through the fd socket: at most what a BUFFER_WRITE
-// CONTROL may carry over the session's stream.
+// A remote-buffer chunk, through the fd socket as in a CONTROL over the
+// session's stream.
 inline constexpr uint64_t kMaxFdBufferChunk = 64u << 20;
 
 // The length a frame's first 4 bytes announce.
@@ -22,7 +22,7 @@ uint32_t fd_frame_length(const uint8_t head[4]);
 
 // A parsed request's checks: its op known, an upload's name, shape
 // (1..PTO_TENSOR_MAX_DIMS dims, none 0) and dtype known, a download naming
-// its tensor, a remote-buffer chunk naming its session and buffer and of
+// its tensor, a remote-buffer chunk naming its buffer and generation and of
 // 1..kMaxFdBufferChunk bytes. "" or why not, in words for the client.
 std::string check_fd_request(const pto::v1::FdRequest& req);
 

@@ -8,7 +8,6 @@
 // peer copies one chunk while this side fills (or empties) the other.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>

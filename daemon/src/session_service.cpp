@@ -12,6 +12,7 @@
 #include <map>
 #include <thread>
 
+#include "fd_frames.h"
 #include "log.h"
 
 namespace ptod {
@@ -68,6 +69,26 @@ std::string hold_buffer_view(SessionConn& c, const pto::v1::RemoteTensor& rt, co
     args->add_tensor(v, tag);
   }
   return why;
+}
+
+// Buffer `id` of session c when it is live and of `generation` (c.mu held);
+// nullptr and *why otherwise.
+SessionConn::Buffer* live_buffer(SessionConn& c, uint64_t id, uint64_t generation, std::string* why) {
+  auto it = c.buffers.find(id);
+  if (generation != c.session || it == c.buffers.end() || it->second.freed) {
+    *why = fmt::format("remote buffer {} (generation {:016x}) is not a live buffer of this session", id, generation);
+    return nullptr;
+  }
+  return &it->second;
+}
+
+// "" when n bytes at `offset` lie in buffer `id` (`size` bytes) and are at
+// most one chunk (kMaxFdBufferChunk, over the stream as through the fd
+// socket); why not otherwise.
+std::string chunk_refusal(uint64_t id, uint64_t size, uint64_t offset, uint64_t n) {
+  if (offset > size || n > size - offset || n > kMaxFdBufferChunk)
+    return fmt::format("{} bytes at offset {} do not fit remote buffer {} ({} bytes)", n, offset, id, size);
+  return "";
 }
 
 }  // namespace
@@ -644,16 +665,14 @@ std::string SessionService::hold_buffer(const Principal& who, const pto::v1::FdR
     return fmt::format("remote buffer {} (generation {:016x}): no live session of {} holds it", req.buffer_id(),
                        req.generation(), who.name);
   std::lock_guard<std::mutex> g(c->mu);
-  auto it = c->buffers.find(req.buffer_id());
-  if (c->closed || it == c->buffers.end() || it->second.freed)
-    return fmt::format("remote buffer {} (generation {:016x}) is not a live buffer of this session", req.buffer_id(),
-                       req.generation());
-  const uint64_t size = pto::tensor_bytes(it->second.t);
-  if (req.buffer_offset() > size || req.bytes() > size - req.buffer_offset())
-    return fmt::format("{} bytes at offset {} do not fit remote buffer {} ({} bytes)", req.bytes(),
-                       req.buffer_offset(), req.buffer_id(), size);
-  ++it->second.users;  // as a lent slice: a BUFFER_FREE meanwhile waits for the release
-  out->t = it->second.t;
+  std::string why;
+  SessionConn::Buffer* b = live_buffer(*c, req.buffer_id(), req.generation(), &why);
+  if (!b) return why;
+  if (c->closed) return fmt::format("remote buffer {}: its session is closing", req.buffer_id());
+  if (why = chunk_refusal(req.buffer_id(), pto::tensor_bytes(b->t), req.buffer_offset(), req.bytes()); !why.empty())
+    return why;
+  ++b->users;  // as a lent slice: a BUFFER_FREE meanwhile waits for the release
+  out->t = b->t;
   out->release = [c, id = req.buffer_id()] { c->release_buffer(id); };
   return "";
 }
@@ -663,25 +682,21 @@ std::string SessionService::hold_buffer(const Principal& who, const pto::v1::FdR
 std::string SessionService::buffer_op(SessionConn& c, const pto::v1::Control& req, const Payload& chunk,
                                       pto::v1::ControlReply* reply, grpc::Slice* data) {
   std::lock_guard<std::mutex> g(c.mu);
-  auto it = c.buffers.find(req.buffer_id());
-  if (req.generation() != c.session || it == c.buffers.end() || it->second.freed)
-    return fmt::format("remote buffer {} (generation {:016x}) is not a live buffer of this session", req.buffer_id(),
-                       req.generation());
-  auto& b = it->second;
-  const uint64_t size = pto::tensor_bytes(b.t);
+  std::string why;
+  SessionConn::Buffer* found = live_buffer(c, req.buffer_id(), req.generation(), &why);
+  if (!found) return why;
+  auto& b = *found;
   if (req.op() == pto::v1::Control::BUFFER_FREE) {
     b.freed = true;
     if (b.users == 0) {
       (void)p_.worker.free(b.t);
-      c.buffers.erase(it);
+      c.buffers.erase(req.buffer_id());
     }
     return "";
   }
   const uint64_t n =
       req.op() == pto::v1::Control::BUFFER_WRITE ? (chunk.empty() ? req.data().size() : chunk.size) : req.bytes();
-  if (req.offset() > size || n > size - req.offset() || n > (64u << 20))
-    return fmt::format("{} bytes at offset {} do not fit remote buffer {} ({} bytes)", n, req.offset(), req.buffer_id(),
-                       size);
+  if (why = chunk_refusal(req.buffer_id(), pto::tensor_bytes(b.t), req.offset(), n); !why.empty()) return why;
   if (req.op() == pto::v1::Control::BUFFER_WRITE) {
     // Straight from the received message's slices into the buffer, as an
     // upload's bytes go (Worker::write).
