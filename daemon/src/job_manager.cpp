@@ -175,6 +175,24 @@ Status JobManager::admit_locked(const std::vector<JobSpec>& specs) const {
   return Status::Ok();
 }
 
+uint32_t JobManager::batch_width(const RegisteredCallable& c) const {
+  if (c.abi == pto::EntryAbi::SUB) return static_cast<uint32_t>(cfg_.sub_workers);
+  if (c.abi == pto::EntryAbi::CHIP && cfg_.level == 3) return static_cast<uint32_t>(cfg_.chips);
+  // An orchestration runs many tasks; an L3 worker (level 4) takes several
+  // tasks at once (a peer as many as its credits).
+  return 0;
+}
+
+void JobManager::join_batch(const RegisteredCallable& c, uint64_t id, uint64_t (&keys)[2],
+                            pto::RunOptions* options) const {
+  const uint32_t width = batch_width(c);
+  if (width == 0) return;
+  uint64_t& key = keys[c.abi == pto::EntryAbi::SUB ? 0 : 1];  // the batch's first job of this kind
+  if (key == 0) key = id;
+  options->batch = key;
+  options->batch_width = width;
+}
+
 Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later) {
   std::vector<Job> fresh;
   std::vector<JobRow> rows;
@@ -237,6 +255,7 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
       queued->clear();
       return Status::Error(written.code, "the job is not queued: its record is not written: " + written.message);
     }
+    uint64_t batch_keys[2] = {0, 0};  // join_batch's
     for (Job& j : fresh) {
       j.record_ticket = ticket;
       const RegisteredCallable& c = j.spec.callable;
@@ -257,6 +276,7 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
       starts.push_back({j.id, runner ? j.spec.args : pto::TaskArgs(), j.spec.config, j.spec.options});
       starts.back().options.detached = !runner && acknowledge_later && specs.size() == 1;
       starts.back().options.waiter_drives = starts.back().options.detached;  // Submit's handler: wait_run next
+      if (specs.size() > 1) join_batch(c, j.id, batch_keys, &starts.back().options);
       const uint64_t jid = j.id;
       jobs_.emplace(jid, std::move(j));
     }

@@ -147,6 +147,18 @@ class JobManager {
   void apply_ending_locked(uint64_t id, Ending e, std::vector<std::string>* trimmed);
   Status admit_locked(const std::vector<JobSpec>& specs) const;
   void uncount_queued_locked(const Job& j);
+  // How many of a batch's jobs of callable `c` run at once
+  // (RunOptions::batch_width): the workers that can run its one task when
+  // each runs one at a time (sub workers; chips at level 3); 0, no bound
+  // beyond [jobs] max_running, otherwise.
+  uint32_t batch_width(const RegisteredCallable& c) const;
+  // A job `id` of callable `c` in a batch of several: its run joins the
+  // batch's runs of the same kind of worker (keys: the batch's first job id
+  // per kind, sub and chip), as many at once as batch_width allows. A
+  // one-task job's runs beyond its workers would only queue their tasks
+  // inside the Worker, each holding a run thread and a slot (docs/daemon.md,
+  // "Jobs"). Jobs behind the batch wait for it, as before.
+  void join_batch(const RegisteredCallable& c, uint64_t id, uint64_t (&keys)[2], pto::RunOptions* options) const;
   // As clients see it; with `e`, as it will be once that ending is applied.
   void fill_result_locked(const Job& j, pto::v1::JobResult* out, const Ending* e = nullptr) const;
   JobRow row_locked(const Job& j, const Ending* e = nullptr) const;

@@ -195,6 +195,38 @@ TEST_CASE("a batch's jobs survive SIGKILL once acknowledged - ended ones keep th
   }
 }
 
+TEST_CASE("a batch's sub jobs run at most as many at once as there are sub workers, though more slots are free") {
+  // Two sub workers, [jobs] max_running 4 (the default): more than two of
+  // the batch's jobs at once would only wait for a sub worker inside the
+  // Worker, holding its run thread and slot (docs/daemon.md, "Jobs").
+  DaemonProcess d({}, /*chips=*/1, /*subs=*/2);
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_sleep", "sleep").ok());
+  v1::SubmitBatchRequest batch;
+  for (int i = 0; i < 6; ++i) *batch.add_jobs() = sleep_job(150);
+  batch.set_wait_ms(60000);
+  auto r = c->submit_batch(batch);
+  INFO(r.status.message << "\n" << d.log());
+  REQUIRE(r.ok());
+  REQUIRE(r.value.jobs_size() == 6);
+  std::vector<std::pair<uint64_t, uint64_t>> spans;  // [start, end), wall-clock ms
+  for (const auto& j : r.value.jobs()) {
+    REQUIRE(j.result().state() == v1::SUCCEEDED);
+    spans.emplace_back(j.result().start_time_ms(), j.result().end_time_ms());
+  }
+  // The most jobs running at one job's start (a job's end is recorded before
+  // the next one of the batch starts).
+  int most = 0;
+  for (const auto& [start, end] : spans) {
+    int running = 0;
+    for (const auto& [s2, e2] : spans) running += s2 <= start && start < e2;
+    most = std::max(most, running);
+  }
+  CHECK(most == 2);
+  for (size_t i = 1; i < spans.size(); ++i) CHECK(spans[i].first >= spans[i - 1].first);  // started in order
+}
+
 TEST_CASE("ptoctl submit --count N sends N copies in one call and sums up their states") {
   DaemonProcess d;
   REQUIRE(d.up());

@@ -278,6 +278,64 @@ TEST_CASE("queued runs take the slot by priority, then in submission order") {
   CHECK(by_start == std::vector<size_t>{2, 4, 8, 0, 3, 6, 9, 1, 5, 7});
 }
 
+TEST_CASE("a batch's runs hold at most batch_width slots - in order - what is queued behind waits - HIGH goes first") {
+  // Four slots, six runs of one batch two wide: each run's function holds its
+  // slot for 40 ms and counts the batch's runs in flight meanwhile.
+  Worker w({.level = 3, .num_sub_workers = 1, .max_concurrent_runs = 4});
+  REQUIRE(w.init().ok());
+  std::atomic<int> in_flight{0}, most{0};
+  auto batch_run = [&](Orchestrator&, const TaskArgsView&, const CallConfig&) {
+    const int now = ++in_flight;
+    for (int m = most.load(); now > m && !most.compare_exchange_weak(m, now);) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    --in_flight;
+    return 0;
+  };
+  auto quick = [](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; };
+  const RunOptions in_batch{.batch = 77, .batch_width = 2};
+  std::vector<RunHandle> batch;
+  for (int i = 0; i < 6; ++i) batch.push_back(w.submit_function(batch_run, {}, {}, nullptr, in_batch));
+  RunHandle behind = w.submit_function(quick, {}, {}, nullptr, {});  // NORMAL, after the batch
+  RunHandle urgent = w.submit_function(quick, {}, {}, nullptr, RunOptions{.priority = RunPriority::HIGH});
+  REQUIRE(batch[4].cancel("the test cancels a queued run of the batch"));
+  for (RunHandle* h : {&behind, &urgent}) {
+    REQUIRE(h->wait(std::chrono::seconds(30)));
+    REQUIRE(h->result().ok());
+  }
+  std::vector<uint64_t> starts;
+  for (int i = 0; i < 6; ++i) {
+    REQUIRE(batch[i].wait(std::chrono::seconds(30)));
+    if (i == 4) {
+      CHECK(batch[i].result().status.code == kWorkerCancelled);
+      CHECK(batch[i].result().start_ns == 0);  // it never started
+      continue;
+    }
+    REQUIRE(batch[i].result().ok());
+    starts.push_back(batch[i].result().start_ns);
+  }
+  CHECK(most.load() == 2);  // two at once, never more, though four slots were free
+  CHECK(std::is_sorted(starts.begin(), starts.end()));
+  // HIGH overtook the batch's queued runs; the NORMAL run after the batch
+  // waited until the batch's last run had started.
+  CHECK(urgent.result().start_ns < starts[2]);
+  CHECK(behind.result().start_ns >= starts.back());
+}
+
+TEST_CASE("batch_width is refused where nothing queues the run: a detached run, run()") {
+  Worker w({.level = 3, .num_sub_workers = 1});
+  REQUIRE(w.init().ok());
+  auto quick = [](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; };
+  RunHandle h = w.submit_function(quick, {}, {}, nullptr, RunOptions{.detached = true, .batch = 1, .batch_width = 2});
+  REQUIRE(h.wait(std::chrono::seconds(30)));
+  CHECK(h.result().status.code == kWorkerInvalidArgument);
+  CHECK(h.result().status.message.find("batch_width 2 on a detached run") != std::string::npos);
+  const RunResult r = w.run_function(quick, {}, {}, RunOptions{.batch = 1, .batch_width = 3});
+  CHECK(r.status.code == kWorkerInvalidArgument);
+  CHECK(r.status.message.find("batch_width 3 given to run()") != std::string::npos);
+  CHECK(w.run_function(quick, {}, {}, RunOptions{.batch = 1}).ok());  // a batch without a width: no bound
+}
+
 TEST_CASE("cancelling a running run stops its running task at once - the child is replaced - other runs go on") {
   Fixture f(2);
   ContinuousTensor x = buffer(f.w), y = buffer(f.w);

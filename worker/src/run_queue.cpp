@@ -38,6 +38,9 @@ RunHandle RunQueue::push(std::shared_ptr<RunHandle::State> st) {
   q_.insert(at, std::move(st));
   outstanding_.fetch_add(1, std::memory_order_seq_cst);
   queued_.fetch_add(1, std::memory_order_release);
+  // A front that waits for its batch is taken by a thread running one of
+  // the batch's runs: a thread woken (or started) now would only wait.
+  if (front_waits_locked()) return h;
   // A thread waiting for a slot takes the front when one frees: another
   // would only wait beside it.
   if (idle_ == 0 && slot_waiters_ == 0 && static_cast<int>(threads_.size()) < max_threads_)
@@ -86,7 +89,10 @@ void RunQueue::main() {
     ++idle_;
     // Not while a run taken from the queue has its start unsettled: nothing
     // overtakes it. (Woken when it settles; the bound is a second defence.)
-    while (!((stop_ || !q_.empty()) && starting_ == 0)) cv_.wait_for(lk, std::chrono::milliseconds(100));
+    // Nor while the front's batch is as wide as it may be: a thread running
+    // one of its runs takes the front when that run has ended (no wake-up).
+    while (!((stop_ || !q_.empty()) && starting_ == 0 && !front_waits_locked()))
+      cv_.wait_for(lk, std::chrono::milliseconds(100));
     --idle_;
     if (q_.empty()) return;  // stopping and drained
     auto st = q_.front();
@@ -94,6 +100,7 @@ void RunQueue::main() {
     queued_.fetch_sub(1, std::memory_order_release);
     st->starting = true;
     ++starting_;
+    if (st->options.batch_width != 0) ++batch_running_[st->options.batch];
     const uint64_t gen = slot_gen_;
     lk.unlock();
     bool no_slot = false;
@@ -102,12 +109,14 @@ void RunQueue::main() {
       settle(st);  // an attached run settled in WorkerImpl::begin already
       if (r) finish(st, std::move(*r));
       lk.lock();
+      batch_done_locked(*st);
       continue;
     }
     // Every slot was taken: back to the front, for the run that frees a
     // slot (pop_detached) or for this thread once told a slot came free.
     const bool cancelled = cancel_requested(st);
     lk.lock();
+    batch_done_locked(*st);
     if (!put_back_locked(st, cancelled)) {
       lk.unlock();
       finish(st, cancelled_before_start(*st));
@@ -115,9 +124,23 @@ void RunQueue::main() {
       continue;
     }
     ++slot_waiters_;
-    cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return slot_gen_ != gen; });
+    slot_cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return slot_gen_ != gen; });
     --slot_waiters_;
   }
+}
+
+bool RunQueue::front_waits_locked() const {
+  if (q_.empty()) return false;
+  const RunOptions& o = q_.front()->options;
+  if (o.batch_width == 0) return false;
+  const auto it = batch_running_.find(o.batch);
+  return it != batch_running_.end() && it->second >= o.batch_width;
+}
+
+void RunQueue::batch_done_locked(const RunHandle::State& st) {
+  if (st.options.batch_width == 0) return;
+  const auto it = batch_running_.find(st.options.batch);
+  if (it != batch_running_.end() && --it->second == 0) batch_running_.erase(it);
 }
 
 std::shared_ptr<RunHandle::State> RunQueue::pop_detached() {
@@ -141,13 +164,28 @@ void RunQueue::settle_locked(RunHandle::State& st) {
 }
 
 void RunQueue::settle(const std::shared_ptr<RunHandle::State>& st) {
+  bool all = false;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (!st->starting) return;
     settle_locked(*st);
+    // Idle threads held back by a front that waits for its batch stay
+    // asleep: waking them for nothing costs a batch's every start two
+    // context switches.
     if (starting_ != 0 || idle_ == 0) return;
+    if (stop_) {
+      all = true;  // every thread held back exits or drains the queue
+    } else if (q_.empty() || front_waits_locked()) {
+      return;
+    }
   }
-  cv_.notify_all();  // threads held back while it was unsettled (or stopping)
+  // Else one of the threads held back while it was unsettled: its start
+  // settles in turn and wakes the next, if another can start. (Woken
+  // together, all but one only waited again.)
+  if (all)
+    cv_.notify_all();
+  else
+    cv_.notify_one();
 }
 
 bool RunQueue::cancel_requested(const std::shared_ptr<RunHandle::State>& st) {
@@ -179,7 +217,7 @@ void RunQueue::put_back(std::shared_ptr<RunHandle::State> st) {
     queued = put_back_locked(st, cancelled);
   }
   if (!queued) finish(st, cancelled_before_start(*st));
-  cv_.notify_all();  // threads held back while it was unsettled
+  cv_.notify_one();  // a thread held back while it was unsettled (its start wakes the next)
 }
 
 void RunQueue::slot_freed() {
@@ -188,7 +226,7 @@ void RunQueue::slot_freed() {
     ++slot_gen_;
     if (slot_waiters_ == 0) return;
   }
-  cv_.notify_all();
+  slot_cv_.notify_all();
 }
 
 void RunQueue::stop() {
@@ -197,6 +235,7 @@ void RunQueue::stop() {
     stop_ = true;
   }
   cv_.notify_all();
+  slot_cv_.notify_all();
   for (auto& t : threads_)
     if (t.joinable()) t.join();  // queued runs still execute; each is bounded
 }

@@ -8,7 +8,9 @@
 // the thread that ends a run starts the queued detached runs behind it
 // (pop_detached) in the slot it freed. A queue thread starts one only when a
 // slot is free, else leaves it at the front and waits for a slot to come free
-// (docs/worker.md, "Detached runs").
+// (docs/worker.md, "Detached runs"). Runs of a batch (RunOptions::batch)
+// take at most batch_width threads at once; a run of a batch that wide waits
+// at the front, holding back the runs behind it.
 #pragma once
 
 #include <atomic>
@@ -20,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "pto/worker.h"
@@ -96,11 +99,22 @@ class RunQueue {
   void settle_locked(RunHandle::State& st);
   static RunResult cancelled_before_start(const RunHandle::State& st);
 
+  // The front run belongs to a batch with batch_width runs in flight: it
+  // waits, and so does what is queued behind it.
+  bool front_waits_locked() const;
+  // A run taken from the queue has ended (or went back): one fewer of its
+  // batch in flight.
+  void batch_done_locked(const RunHandle::State& st);
+
   const uint32_t spin_us_;
   const int max_threads_;
   Execute execute_;
   std::mutex mu_;
+  // Idle threads wait on cv_ for a run they can take; all wait for the same
+  // thing, so one notified is enough. A thread holding a run that found no
+  // slot waits on slot_cv_.
   std::condition_variable cv_;
+  std::condition_variable slot_cv_;
   std::deque<std::shared_ptr<RunHandle::State>> q_;  // by priority, then submission order
   std::atomic<uint32_t> queued_{0};                  // q_.size(), for the threads' spin
   // Queued runs plus those taken with their start unsettled: one counter,
@@ -113,6 +127,9 @@ class RunQueue {
   int slot_waiters_ = 0;   // threads waiting for a slot for the detached run at the front
   uint64_t slot_gen_ = 0;  // slots freed so far
   bool stop_ = false;
+  // Runs of each bounded batch (RunOptions::batch_width) taken from the queue
+  // and not yet ended; no entry for a batch with none.
+  std::unordered_map<uint64_t, uint32_t> batch_running_;
 };
 
 // Finishes the handles (on_done) of detached runs that the Worker's

@@ -94,6 +94,14 @@ Result<bool> Worker::child_has_callable(const CallableHandle& h, ChildKind kind,
 Status Worker::init() { return impl_->init(); }
 RunResult Worker::run_function(const OrchestrationFunction& fn, const TaskArgs& args, const CallConfig& cfg,
                                const RunOptions& options) {
+  if (options.batch_width != 0) {
+    RunResult r;
+    r.status = Status::Error(kWorkerInvalidArgument,
+                             fmt::format("RunOptions::batch_width {} given to run(): it bounds the runs of a batch "
+                                         "queued with submit(), and run() runs on the caller's thread at once",
+                                         options.batch_width));
+    return r;
+  }
   return impl_->run(fn, args, cfg, options);
 }
 RunHandle Worker::submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg) {

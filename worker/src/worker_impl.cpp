@@ -358,6 +358,17 @@ RunHandle WorkerImpl::queue_run(OrchestrationFunction fn, TaskArgs args, CallCon
   st->on_done = std::move(on_done);
   st->owner = this;
   st->detached = options.detached;
+  if (options.batch_width != 0 && options.detached) {
+    RunResult r;
+    r.status = Status::Error(kWorkerInvalidArgument,
+                             fmt::format("RunOptions::batch_width {} on a detached run: a batch's width bounds the "
+                                         "runs that hold a run thread, and a detached run holds none",
+                                         options.batch_width));
+    RunQueue::finish(st, std::move(r));
+    RunHandle h;
+    h.state_ = st;
+    return h;
+  }
   // A detached run starts here when it overtakes nobody: no run is queued
   // (nor taken from the queue to start) and a slot is free — a run thread
   // would start it no sooner.
