@@ -280,7 +280,9 @@ TEST_CASE("queued runs take the slot by priority, then in submission order") {
 
 TEST_CASE("a batch's runs hold at most batch_width slots - in order - what is queued behind waits - HIGH goes first") {
   // Four slots, six runs of one batch two wide: each run's function holds its
-  // slot for 40 ms and counts the batch's runs in flight meanwhile.
+  // slot for 100 ms and counts the batch's runs in flight meanwhile. Run 4
+  // cannot start before two rounds of two have run (200 ms): the test cancels
+  // it at once.
   Worker w({.level = 3, .num_sub_workers = 1, .max_concurrent_runs = 4});
   REQUIRE(w.init().ok());
   std::atomic<int> in_flight{0}, most{0};
@@ -288,7 +290,7 @@ TEST_CASE("a batch's runs hold at most batch_width slots - in order - what is qu
     const int now = ++in_flight;
     for (int m = most.load(); now > m && !most.compare_exchange_weak(m, now);) {
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     --in_flight;
     return 0;
   };
