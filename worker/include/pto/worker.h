@@ -125,8 +125,8 @@ struct RunOptions {
   // thread; whoever stops driving with work left wakes it (docs/worker.md,
   // "Detached runs"). A run that starts elsewhere is driven as any other.
   bool waiter_drives = false;
-  // Runs submitted with the same nonzero batch run at most batch_width at
-  // once (0: no bound but max_concurrent_runs). When the run at the front of
+  // Runs submitted with the same batch key and a batch_width run at most
+  // that many at once (width 0: no bound but max_concurrent_runs). When the run at the front of
   // the queue belongs to a batch that is that wide already, it waits there,
   // and the runs queued behind it wait too: runs still start in order. ptod
   // gives a SubmitBatch's one-task jobs the width of the workers that can run
