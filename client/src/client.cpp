@@ -352,7 +352,43 @@ Result<pto::v1::ListTensorsReply> Client::tensors() {
 
 // -------------------------------------------------------------------- Jobs
 
+std::optional<Result<pto::v1::SubmitReply>> Client::submit_through_fd(const pto::v1::SubmitRequest& req) {
+  // The daemon's bound on a frame (kMaxFdFrame); a larger job takes gRPC.
+  constexpr size_t kMaxFrame = 64 * 1024;
+  // The daemon closes a connection idle for a minute; one idle half that
+  // long is opened again first, so that a job never races that close (its
+  // reply would be lost, the job not run, and the client could not tell).
+  constexpr auto kFreshFor = std::chrono::seconds(30);
+  if (!o_.fd_jobs) return std::nullopt;
+  const std::string path = unix_socket_path(o_.address);
+  if (path.empty()) return std::nullopt;
+  std::unique_lock<std::mutex> lk(jobs_fd_mu_, std::try_to_lock);
+  if (!lk.owns_lock() || jobs_fd_tried_) return std::nullopt;
+  pto::v1::FdRequest fr;
+  fr.set_op(pto::v1::FdRequest::SUBMIT);
+  fr.set_token(o_.token);
+  *fr.mutable_submit() = req;
+  if (fr.ByteSizeLong() > kMaxFrame) return std::nullopt;
+  if (!jobs_fd_) jobs_fd_ = std::make_unique<FdChannel>();
+  const auto now = std::chrono::steady_clock::now();
+  if ((!jobs_fd_->connected() || now - jobs_fd_used_ > kFreshFor) && !jobs_fd_->connect(path + ".fd")) {
+    jobs_fd_tried_ = true;  // no fd socket at this address: gRPC from now on
+    return std::nullopt;
+  }
+  Result<pto::v1::FdReply> r = jobs_fd_->call(fr, -1, o_.timeout + std::chrono::milliseconds(req.wait_ms()));
+  jobs_fd_used_ = std::chrono::steady_clock::now();
+  if (r.status.code == kUnavailable) return std::nullopt;  // not sent, or refused unread
+  Result<pto::v1::SubmitReply> out;
+  out.status = r.status;
+  if (r.ok() && r.value.code() != 0)
+    out.status = Status::Error(r.value.code(), r.value.message());
+  else if (r.ok())
+    out.value = std::move(*r.value.mutable_submit());
+  return out;
+}
+
 Result<pto::v1::SubmitReply> Client::submit(const pto::v1::SubmitRequest& req) {
+  if (auto r = submit_through_fd(req)) return std::move(*r);
   return unary<pto::v1::SubmitReply>([&](grpc::ClientContext* ctx, auto* out) {
     if (req.wait_ms())
       ctx->set_deadline(std::chrono::system_clock::now() + o_.timeout + std::chrono::milliseconds(req.wait_ms()));

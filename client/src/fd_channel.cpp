@@ -111,6 +111,11 @@ Result<pto::v1::FdReply> FdChannel::receive(std::chrono::milliseconds timeout) {
   if (len > (1u << 20)) return lost();  // bounded before anything is allocated
   std::vector<uint8_t> reply(len);
   if (!read_full(reply.data(), len) || !r.value.ParseFromArray(reply.data(), int(len))) return lost();
+  if (r.value.refused()) {  // closed at accept, the request unread: nothing happened
+    r.status = Status::Error(static_cast<int>(grpc::StatusCode::UNAVAILABLE),
+                             "the fd socket refused the connection: " + r.value.message());
+    close_socket();
+  }
   return r;
 }
 

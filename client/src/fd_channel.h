@@ -29,7 +29,8 @@ class FdChannel {
   // is opened again and the request sent once more. Failures close the
   // connection: UNAVAILABLE when the request never left (nothing happened:
   // another way may be tried), UNKNOWN when its reply was lost (the
-  // transfer may have happened).
+  // transfer may have happened). A connection the daemon refused at accept
+  // (too many open) is UNAVAILABLE too: it read nothing.
   Result<pto::v1::FdReply> call(const pto::v1::FdRequest& req, int fd, std::chrono::milliseconds timeout);
   // The two halves of call(), for requests in flight one behind another
   // (the daemon answers them in order): send() reconnects only when asked

@@ -277,14 +277,19 @@ Status start_server(const DaemonConfig& cfg, Services& svc, std::unique_ptr<grpc
 }
 
 Status start_metrics(const DaemonConfig& cfg, pto::Worker& worker, JobManager& jobs, const pto::RunnerPool& runners,
-                     std::unique_ptr<MetricsServer>* metrics) {
+                     const FdTransfers& fd_transfers, std::unique_ptr<MetricsServer>* metrics) {
   if (cfg.metrics_listen.empty()) return Status::Ok();
   std::string host;
   int port = 0;
   (void)split_host_port(cfg.metrics_listen, &host, &port);
   Status st;
   *metrics = MetricsServer::start(
-      host, port, [w = &worker, j = &jobs, r = &runners] { return render_metrics(*w, *j, *r); }, &st);
+      host, port,
+      [w = &worker, j = &jobs, r = &runners, f = &fd_transfers, has_fd = !cfg.socket.empty()] {
+        const FdSocketCounts fd = f->counts();
+        return render_metrics(*w, *j, *r, has_fd ? &fd : nullptr);
+      },
+      &st);
   return st;
 }
 
@@ -438,6 +443,7 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   UnixListener unix;
   FdTransfers fd_transfers(tensors, principals);
   fd_transfers.set_buffer_host(&services.session);
+  fd_transfers.set_job_host(&services.jobs);
   if (!cfg.socket.empty()) {
     if (Status s = unix.bind(cfg.socket); !s.ok()) return fail(s.message);
     socket.bound();
@@ -451,7 +457,7 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   fd_transfers.start();
   services.health.set_serving(true);
   std::unique_ptr<MetricsServer> metrics;
-  if (Status s = start_metrics(cfg, worker, jobs, runners, &metrics); !s.ok()) {
+  if (Status s = start_metrics(cfg, worker, jobs, runners, fd_transfers, &metrics); !s.ok()) {
     unix.stop();
     fd_transfers.stop();
     server->Shutdown();

@@ -34,8 +34,12 @@ std::string check_fd_request(const pto::v1::FdRequest& r) {
       if (req->bytes() == 0 || req->bytes() > kMaxFdBufferChunk)
         return fmt::format("a remote-buffer chunk of {} bytes: must be 1..{}", req->bytes(), kMaxFdBufferChunk);
       return "";
+    case pto::v1::FdRequest::SUBMIT:
+      // The job itself is checked as Jobs.Submit checks it.
+      if (!req->has_submit()) return "a SUBMIT carries no job (its field `submit`)";
+      return "";
     default:
-      return fmt::format("op {} is none of UPLOAD (1), DOWNLOAD (2), BUFFER_WRITE (3), BUFFER_READ (4)",
+      return fmt::format("op {} is none of UPLOAD (1), DOWNLOAD (2), BUFFER_WRITE (3), BUFFER_READ (4), SUBMIT (5)",
                          static_cast<int>(req->op()));
   }
 }

@@ -23,7 +23,7 @@ uint32_t fd_frame_length(const uint8_t head[4]);
 // A parsed request's checks: its op known, an upload's name, shape
 // (1..PTO_TENSOR_MAX_DIMS dims, none 0) and dtype known, a download naming
 // its tensor, a remote-buffer chunk naming its buffer and generation and of
-// 1..kMaxFdBufferChunk bytes. "" or why not, in words for the client.
+// 1..kMaxFdBufferChunk bytes, a submit carrying its job. "" or why not, in words for the client.
 std::string check_fd_request(const pto::v1::FdRequest& req);
 
 }  // namespace ptod

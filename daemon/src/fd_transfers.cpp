@@ -61,7 +61,8 @@ bool read_full(int c, uint8_t* p, size_t n, std::chrono::steady_clock::time_poin
   return true;
 }
 
-bool write_frame(int c, const pto::v1::FdReply& r) {
+// `flags`: MSG_DONTWAIT for a refusal at accept, which must not wait.
+bool write_frame(int c, const pto::v1::FdReply& r, int flags = 0) {
   const std::string body = r.SerializeAsString();
   std::vector<uint8_t> out(4 + body.size());
   const auto n = static_cast<uint32_t>(body.size());
@@ -69,7 +70,7 @@ bool write_frame(int c, const pto::v1::FdReply& r) {
   std::memcpy(out.data() + 4, body.data(), body.size());
   size_t off = 0;
   while (off < out.size()) {
-    const ssize_t w = ::send(c, out.data() + off, out.size() - off, MSG_NOSIGNAL);
+    const ssize_t w = ::send(c, out.data() + off, out.size() - off, MSG_NOSIGNAL | flags);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return false;  // SO_SNDTIMEO bounds a client that does not read
     off += static_cast<size_t>(w);
@@ -153,8 +154,15 @@ void FdTransfers::accept_loop() {
     std::lock_guard<std::mutex> g(mu_);
     reap_locked();
     if (threads_.size() >= size_t(kMaxConnections) || by_uid_[cr.uid] >= kMaxPerUser) {
-      log("tensors")->warn("fd socket: {} connections are open ({} of uid {}); one more is closed", threads_.size(),
-                           by_uid_[cr.uid], cr.uid);
+      const std::string why = fmt::format("fd socket: {} connections are open ({} of uid {}); one more is closed",
+                                          threads_.size(), by_uid_[cr.uid], cr.uid);
+      log("tensors")->warn("{}", why);
+      // Said before the close, so that the client knows its first request
+      // was not read (a job it sent may go through gRPC instead).
+      pto::v1::FdReply refusal = reply_error(grpc::StatusCode::RESOURCE_EXHAUSTED, why);
+      refusal.set_refused(true);
+      (void)write_frame(c, refusal, MSG_DONTWAIT);
+      refused_.fetch_add(1, std::memory_order_relaxed);
       ::close(c);
       continue;
     }
@@ -238,12 +246,17 @@ void FdTransfers::connection(int c, uid_t uid) {
       keep = false;
     } else if (bad = check_fd_request(req); !bad.empty()) {
       reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT, bad);
-    } else if (fd < 0) {
-      reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT,
-                          "no descriptor came with the request (a memfd, attached with SCM_RIGHTS)");
     } else {
-      reply = serve(req, fd, uid, mappings);
-      fd = -1;  // serve() closed it
+      served_[size_t(req.op())].fetch_add(1, std::memory_order_relaxed);
+      if (req.op() == pto::v1::FdRequest::SUBMIT) {
+        reply = submit(req, c, uid);  // a descriptor that came with it is closed below
+      } else if (fd < 0) {
+        reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT,
+                            "no descriptor came with the request (a memfd, attached with SCM_RIGHTS)");
+      } else {
+        reply = serve(req, fd, uid, mappings);
+        fd = -1;  // serve() closed it
+      }
     }
     if (fd >= 0) ::close(fd);
     if (!write_frame(c, reply) || !keep) return;
@@ -277,6 +290,22 @@ pto::v1::FdReply FdTransfers::serve(const pto::v1::FdRequest& req, int fd, uid_t
     case pto::v1::FdRequest::DOWNLOAD: return download(req, fd, st, who, mappings);
     default: return buffer_chunk(req, fd, st, who, mappings);  // BUFFER_WRITE, BUFFER_READ (check_fd_request)
   }
+}
+
+pto::v1::FdReply FdTransfers::submit(const pto::v1::FdRequest& req, int c, uid_t uid) {
+  if (!jobs_) return reply_error(grpc::StatusCode::UNIMPLEMENTED, "submit: this fd socket takes no jobs");
+  Principal who;
+  if (Status s = principals_.of_unix_peer(uid, req.token(), &who); !s.ok()) return reply_status(s, "submit");
+  // The client hung up (its end shut or gone): a waiting submit stops
+  // waiting, as a cancelled gRPC call's does; the job goes on.
+  const auto gone = [c] {
+    pollfd p{c, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  };
+  pto::v1::FdReply r;
+  if (const grpc::Status g = jobs_->submit_job(who, req.submit(), r.mutable_submit(), gone); !g.ok())
+    return reply_error(g.error_code(), g.error_message());
+  return r;
 }
 
 pto::v1::FdReply FdTransfers::buffer_chunk(const pto::v1::FdRequest& req, int fd, const struct stat& st,
@@ -379,6 +408,13 @@ pto::v1::FdReply FdTransfers::download(const pto::v1::FdRequest& req, int fd, co
   pto::v1::FdReply r;
   to_proto(e, r.mutable_tensor());
   return r;
+}
+
+FdSocketCounts FdTransfers::counts() const {
+  FdSocketCounts c;
+  for (size_t i = 0; i < c.by_op.size(); ++i) c.by_op[i] = served_[i].load(std::memory_order_relaxed);
+  c.refused = refused_.load(std::memory_order_relaxed);
+  return c;
 }
 
 void FdTransfers::stop() {

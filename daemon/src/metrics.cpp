@@ -8,10 +8,12 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include <asio.hpp>
 
+#include "fd_transfers.h"
 #include "job_manager.h"
 #include "log.h"
 #include "pto/version.h"
@@ -85,7 +87,26 @@ void process_metrics(std::string& out) {
 
 }  // namespace
 
-std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPool& runners) {
+namespace {
+
+// The fd socket's requests by op and its refused connections.
+void fd_socket_metrics(std::string& o, const FdSocketCounts& fd) {
+  o += "# HELP ptod_fd_socket_requests_total Requests the fd socket served, by op.\n"
+       "# TYPE ptod_fd_socket_requests_total counter\n";
+  static constexpr const char* kOps[] = {"", "upload", "download", "buffer_write", "buffer_read", "submit"};
+  static_assert(std::size(kOps) == std::tuple_size_v<decltype(fd.by_op)>);
+  for (size_t op = 1; op < fd.by_op.size(); ++op)
+    o += fmt::format("ptod_fd_socket_requests_total{{op=\"{}\"}} {}\n", kOps[op], fd.by_op[op]);
+  o += fmt::format(
+      "# HELP ptod_fd_socket_refused_total Connections to the fd socket closed at accept (too many open).\n"
+      "# TYPE ptod_fd_socket_refused_total counter\nptod_fd_socket_refused_total {}\n",
+      fd.refused);
+}
+
+}  // namespace
+
+std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPool& runners,
+                           const FdSocketCounts* fd) {
   const pto::WorkerStats s = w.stats();
   const JobCounts j = jobs.counts();
   std::string o;
@@ -158,6 +179,7 @@ std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPo
   if (!up.empty())
     o += "# HELP ptod_peer_up 1 while the session to the peer is READY.\n# TYPE ptod_peer_up gauge\n" + up +
          "# HELP ptod_peer_tasks_in_flight Tasks the peer holds.\n# TYPE ptod_peer_tasks_in_flight gauge\n" + in_flight;
+  if (fd) fd_socket_metrics(o, *fd);
   process_metrics(o);
   return o;
 }

@@ -1,6 +1,7 @@
 // Prometheus text exposition on a loopback HTTP port (GET /metrics): jobs by
 // state, tasks, queue depth, task latency and mailbox round-trip histograms,
-// heap ring and arena usage, child restarts, and at level 4 the peers. No job
+// heap ring and arena usage, child restarts, the fd socket's requests, and at
+// level 4 the peers. No job
 // or task ids as labels (docs/daemon.md lists every metric).
 // A tiny HTTP/1.0 responder on Asio: one request per connection; GET and
 // HEAD of /metrics.
@@ -22,10 +23,13 @@ class RunnerPool;
 namespace ptod {
 
 class JobManager;
+struct FdSocketCounts;
 
 // The text exposition (format 0.0.4) of the Worker's and the job queue's state
-// now, and the process_* metrics.
-std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPool& runners);
+// now, the fd socket's requests (when there is one: `fd`), and the
+// process_* metrics.
+std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPool& runners,
+                           const FdSocketCounts* fd = nullptr);
 
 // A label value escaped as the text format requires (\\, \", \n).
 std::string label_value(std::string_view v);

@@ -262,11 +262,11 @@ grpc::Status JobsService::job_spec(const Principal& who, const pto::v1::SubmitRe
   return grpc::Status::OK;
 }
 
-void JobsService::wait_reply(grpc::ServerContext* ctx, const Principal& who,
+void JobsService::wait_reply(const std::function<bool()>& gone, const Principal& who,
                              std::chrono::steady_clock::time_point until, pto::v1::SubmitReply* reply) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
   pto::v1::JobResult r;
-  if (Status s = wait_final(ctx, who, reply->job_id(), static_cast<uint32_t>(std::max<int64_t>(left.count(), 0)), &r);
+  if (Status s = wait_final(gone, who, reply->job_id(), static_cast<uint32_t>(std::max<int64_t>(left.count(), 0)), &r);
       s.ok()) {
     reply->set_state(r.state());
     if (final_state(r.state())) *reply->mutable_result() = r;
@@ -275,18 +275,23 @@ void JobsService::wait_reply(grpc::ServerContext* ctx, const Principal& who,
 
 grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::SubmitRequest* req,
                                  pto::v1::SubmitReply* reply) {
-  if (p_.draining) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is draining: it accepts no new jobs");
   Principal who;
   if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
+  return submit_job(who, *req, reply, [ctx] { return ctx->IsCancelled(); });
+}
+
+grpc::Status JobsService::submit_job(const Principal& who, const pto::v1::SubmitRequest& req,
+                                     pto::v1::SubmitReply* reply, const std::function<bool()>& gone) {
+  if (p_.draining) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is draining: it accepts no new jobs");
   JobSpec spec;
-  if (grpc::Status bad = job_spec(who, *req, &spec); !bad.ok()) return bad;
+  if (grpc::Status bad = job_spec(who, req, &spec); !bad.ok()) return bad;
   const std::vector<uint64_t> pinned = spec.pinned;
   uint64_t id = 0;
   uint32_t pos = 0;
   // With a wait the id reaches the client only with this reply: the job's
   // record may be committed with its end (one commit, not two) or by the
   // flush below, either before the reply.
-  const bool waits = req->wait_ms() > 0;
+  const bool waits = req.wait_ms() > 0;
   if (Status s = p_.jobs.submit(std::move(spec), &id, &pos, waits); !s.ok()) {
     for (uint64_t t : pinned) p_.tensors.pin(t, -1);
     return to_grpc(s);
@@ -295,11 +300,11 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
   reply->set_queue_position(pos);
   reply->set_state(pto::v1::QUEUED);
   if (waits) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(req->wait_ms());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(req.wait_ms());
     // A short job ends on this thread (its run driven from here); a long
     // one is handed to the Worker's own driver after kHelpFor.
     p_.jobs.wait_run(id, std::min(until, std::chrono::steady_clock::now() + kHelpFor));
-    wait_reply(ctx, who, until, reply);
+    wait_reply(gone, who, until, reply);
     if (Status s = p_.jobs.flush_records(id); !s.ok()) return to_grpc(s);
   }
   return grpc::Status::OK;
@@ -348,12 +353,13 @@ grpc::Status JobsService::SubmitBatch(grpc::ServerContext* ctx, const pto::v1::S
     // others mostly have too, and this thread wakes about once per batch
     // instead of once per job.
     auto& jobs = *reply->mutable_jobs();
-    for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) wait_reply(ctx, who, until, &*it);
+    const auto gone = [ctx] { return ctx->IsCancelled(); };
+    for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) wait_reply(gone, who, until, &*it);
   }
   return grpc::Status::OK;
 }
 
-Status JobsService::wait_final(grpc::ServerContext* ctx, const Principal& who, uint64_t id, uint32_t wait_ms,
+Status JobsService::wait_final(const std::function<bool()>& gone, const Principal& who, uint64_t id, uint32_t wait_ms,
                                pto::v1::JobResult* out) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   uint64_t version = 0;
@@ -367,7 +373,7 @@ Status JobsService::wait_final(grpc::ServerContext* ctx, const Principal& who, u
       *out = ev.result();
       return Status::Ok();
     }
-    if (std::chrono::steady_clock::now() >= deadline || ctx->IsCancelled()) return p_.jobs.result(who, id, out);
+    if (std::chrono::steady_clock::now() >= deadline || gone()) return p_.jobs.result(who, id, out);
   }
 }
 
@@ -411,7 +417,7 @@ grpc::Status JobsService::Result(grpc::ServerContext* ctx, const pto::v1::Result
   Principal who;
   if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
   if (req->wait_ms() == 0) return to_grpc(p_.jobs.result(who, req->job_id(), reply));
-  return to_grpc(wait_final(ctx, who, req->job_id(), req->wait_ms(), reply));
+  return to_grpc(wait_final([ctx] { return ctx->IsCancelled(); }, who, req->job_id(), req->wait_ms(), reply));
 }
 
 grpc::Status JobsService::List(grpc::ServerContext* ctx, const pto::v1::ListJobsRequest* req,

@@ -9,6 +9,7 @@
 
 #include "callable_registry.h"
 #include "config.h"
+#include "fd_transfers.h"
 #include "job_manager.h"
 #include "principal.h"
 #include "pto/v1/ptod.grpc.pb.h"
@@ -71,10 +72,13 @@ class TensorsService final : public pto::v1::Tensors::Service {
   UploadWatch uploads_;
 };
 
-class JobsService final : public pto::v1::Jobs::Service {
+// Also the fd socket's SUBMIT (FdJobHost): one Submit, two ways in.
+class JobsService final : public pto::v1::Jobs::Service, public FdJobHost {
  public:
   explicit JobsService(DaemonParts p) : p_(p) {}
   grpc::Status Submit(grpc::ServerContext*, const pto::v1::SubmitRequest*, pto::v1::SubmitReply*) override;
+  grpc::Status submit_job(const Principal& who, const pto::v1::SubmitRequest& req, pto::v1::SubmitReply* reply,
+                          const std::function<bool()>& gone) override;
   grpc::Status SubmitBatch(grpc::ServerContext*, const pto::v1::SubmitBatchRequest*,
                            pto::v1::SubmitBatchReply*) override;
   grpc::Status Watch(grpc::ServerContext*, const pto::v1::WatchRequest*,
@@ -90,15 +94,15 @@ class JobsService final : public pto::v1::Jobs::Service {
  private:
   // The caller and job `id` as it may see it (NOT_FOUND for another's job).
   grpc::Status visible_job(grpc::ServerContext* ctx, uint64_t id, Principal* who, pto::v1::JobResult* r);
-  // Waits (bounded by wait_ms and the client's deadline) for a final state.
-  Status wait_final(grpc::ServerContext* ctx, const Principal& who, uint64_t id, uint32_t wait_ms,
+  // Waits (bounded by wait_ms, and until the client is gone()) for a final state.
+  Status wait_final(const std::function<bool()>& gone, const Principal& who, uint64_t id, uint32_t wait_ms,
                     pto::v1::JobResult* out);
   // The job a request describes, its tensors pinned (spec->pinned); on error
   // nothing stays pinned.
   grpc::Status job_spec(const Principal& who, const pto::v1::SubmitRequest& req, JobSpec* spec);
   // Fills reply's state and result once the job ended, waiting up to `until`.
-  void wait_reply(grpc::ServerContext* ctx, const Principal& who, std::chrono::steady_clock::time_point until,
-                  pto::v1::SubmitReply* reply);
+  void wait_reply(const std::function<bool()>& gone, const Principal& who,
+                  std::chrono::steady_clock::time_point until, pto::v1::SubmitReply* reply);
   DaemonParts p_;
 };
 

@@ -112,6 +112,9 @@ class Channel:
         self._sock.close()
 
     def _send(self, frame: bytes, fd: int) -> None:
+        if fd < 0:  # a job: no descriptor
+            self._sock.sendall(frame)
+            return
         sent = socket.send_fds(self._sock, [frame], [fd])  # the descriptor rides with the first bytes
         if sent < len(frame):
             self._sock.sendall(frame[sent:])
@@ -138,9 +141,11 @@ class Channel:
                 raise ConnectionError(f"a reply of {n} bytes")
             reply = pb.FdReply()
             reply.ParseFromString(self._recv(n))
-            return reply
         except (OSError, ValueError) as e:
             raise ReplyLost(str(e)) from None
+        if reply.refused:  # closed at accept (too many connections), the request unread
+            raise NotSent(f"the fd socket refused the connection: {reply.message}")
+        return reply
 
     def _recv(self, n: int) -> bytes:
         chunks = []

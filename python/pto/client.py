@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
@@ -129,19 +130,22 @@ class Job:
 
 
 class Client:
-    """``Client(address=None, token=None, tls=None, timeout=60)``.
+    """``Client(address=None, token=None, tls=None, timeout=60, fd_transfers=True, fd_jobs=True)``.
 
     ``address``: ``unix:/path`` or ``host:port`` (default ``$PTOD_ADDRESS``,
     else ``unix:/run/ptod/ptod.sock``). ``token``: sent as
     ``authorization: Bearer <token>`` on every call (it names the principal,
     docs/daemon.md "Principals"). ``tls``: ``True`` (system roots) or a dict
     with ``ca``, ``cert``, ``key`` (PEM file paths) and ``server_name``.
-    Every failure is an :class:`RpcError` with the status and the server's
+    On a unix address tensors (``fd_transfers``) and jobs' submissions
+    (``fd_jobs``) go through the daemon's fd socket when it has one
+    (docs/proto.md, "The fd socket"); ``False``: gRPC. Every failure is an :class:`RpcError` with the status and the server's
     message.
     """
 
     def __init__(self, address: Optional[str] = None, token: Optional[str] = None,
-                 tls: Union[None, bool, dict] = None, timeout: float = 60.0, fd_transfers: bool = True) -> None:
+                 tls: Union[None, bool, dict] = None, timeout: float = 60.0, fd_transfers: bool = True,
+                 fd_jobs: bool = True) -> None:
         self.address = address or os.environ.get("PTOD_ADDRESS") or "unix:/run/ptod/ptod.sock"
         self.timeout = timeout
         self._md = (("authorization", f"Bearer {token}"),) if token else ()
@@ -152,6 +156,12 @@ class Client:
         self._shared = _fd.SharedMemory()
         self._staging: Optional[np.ndarray] = None
         self._fd_lock = threading.Lock()  # one transfer at a time uses the channel and the staging buffer
+        # Jobs through the fd socket too (Jobs.Submit without gRPC), on a
+        # connection of their own; one submit at a time, others take gRPC.
+        self._jobs_fd_path = _fd.socket_path(self.address) if fd_jobs and not tls else ""
+        self._jobs_fd: Optional[_fd.Channel] = None
+        self._jobs_fd_used = 0.0
+        self._jobs_fd_lock = threading.Lock()
         options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
         if tls:
             spec = tls if isinstance(tls, dict) else {}
@@ -174,6 +184,10 @@ class Client:
         if self._fd is not None:
             self._fd.close()
             self._fd = None
+        with self._jobs_fd_lock:
+            if self._jobs_fd is not None:
+                self._jobs_fd.close()
+                self._jobs_fd = None
         self._channel.close()
 
     def __enter__(self) -> "Client":
@@ -394,7 +408,56 @@ class Client:
         ``priority``: ``"low"``, ``"normal"`` or ``"high"``.
         """
         req = self._request(callable, tensors, scalars, config, label, priority, deadline_ms)
-        return Job(self, self._unary(self._jobs.Submit, req).job_id)
+        return Job(self, self._submit(req).job_id)
+
+    def _submit(self, req: "pb.SubmitRequest") -> "pb.SubmitReply":
+        """Jobs.Submit: through the fd socket on a unix address (a
+        connection of its own, free), else gRPC."""
+        reply = self._submit_fd(req)
+        if reply is not None:
+            return reply
+        return _call(self._jobs.Submit, req, metadata=self._md, timeout=self.timeout + req.wait_ms / 1000)
+
+    def _submit_fd(self, req: "pb.SubmitRequest") -> Optional["pb.SubmitReply"]:
+        """The reply through the fd socket, or None: gRPC (no fd socket, the
+        connection busy with another thread's job, a request larger than a
+        frame, or refused unread)."""
+        if not self._jobs_fd_path or not self._jobs_fd_lock.acquire(blocking=False):
+            return None
+        try:
+            fr = pb.FdRequest(op=pb.FdRequest.SUBMIT, token=self._token, submit=req)
+            if fr.ByteSize() > 64 * 1024:  # the daemon's bound on a frame
+                return None
+            # The daemon closes a connection idle for a minute: one idle half
+            # that long is opened again first, so that a job never races that
+            # close (its reply lost, the job not run, and no way to tell).
+            if self._jobs_fd is not None and time.monotonic() - self._jobs_fd_used > 30:
+                self._jobs_fd.close()
+                self._jobs_fd = None
+            if self._jobs_fd is None:
+                try:
+                    self._jobs_fd = _fd.Channel(self._jobs_fd_path)
+                except OSError:
+                    self._jobs_fd_path = ""  # none there: gRPC from now on
+                    return None
+            try:
+                reply = self._jobs_fd.call(fr, -1, self.timeout + req.wait_ms / 1000)
+            except _fd.NotSent:
+                self._jobs_fd.close()
+                self._jobs_fd = None
+                return None
+            except _fd.ReplyLost as e:
+                self._jobs_fd.close()
+                self._jobs_fd = None
+                raise RpcError(grpc.StatusCode.UNKNOWN,
+                               f"the fd socket: the reply was lost ({e}): the job may have been submitted") from None
+            self._jobs_fd_used = time.monotonic()
+            if reply.code != 0:
+                code = next((c for c in grpc.StatusCode if c.value[0] == reply.code), grpc.StatusCode.UNKNOWN)
+                raise RpcError(code, reply.message)
+            return reply.submit
+        finally:
+            self._jobs_fd_lock.release()
 
     def submit_many(self, jobs: Iterable[Union[str, dict]], wait_s: float = 0) -> List[Job]:
         """Many jobs in one call (``Jobs.SubmitBatch``): all are queued or none.
@@ -428,8 +491,15 @@ class Client:
                                 label=label, priority=priorities[priority], deadline_ms=deadline_ms)
 
     def run(self, callable: str, tensors: Sequence[Any] = (), scalars: Sequence[int] = (), **kw: Any) -> "pb.JobResult":
-        """Submits and waits for the result (``watch`` until the final event)."""
-        job = self.submit(callable, tensors, scalars, **kw)
+        """Submits and waits for the result: in the submit's own reply when
+        the job ends within the client's timeout, else by ``watch`` until
+        the final event."""
+        req = self._request(callable, tensors, scalars, **kw)
+        req.wait_ms = min(int(self.timeout * 1000), 2**32 - 1)
+        reply = self._submit(req)
+        if reply.HasField("result"):
+            return reply.result
+        job = Job(self, reply.job_id)
         final = None
         for event in job.watch():
             final = event

@@ -1,6 +1,7 @@
 // ptod from a client's side (issue 5's figures): a real daemon subprocess,
 //   * a trivial job (one no-op sub task), submit -> result in one call, p50 / p99,
-//     over the unix socket and over TCP loopback; an empty chip job likewise
+//     over the unix socket (through the fd socket, the client's way there, and
+//     through gRPC) and over TCP loopback; an empty chip job likewise
 //   * jobs per second with 1 and 8 concurrent clients, and in batches of
 //     1,000 jobs per SubmitBatch call, each with the context switches of the
 //     daemon and its children per job
@@ -15,9 +16,11 @@
 // runs the tensor transfers alone, PTOD_BENCH_ONLY=jobs the job figures alone
 // (latency, jobs per second, batches), PTOD_BENCH_ONLY=batch the batches alone,
 // PTOD_BENCH_ONLY=clients the jobs per second of 1 and 8 clients alone,
-// PTOD_BENCH_ONLY=latency the unary floor and a trivial job's latency alone.
-// The job against the floor, the chip job against the sub job, and 8 clients
-// against one are also measured in turns (paired, alternating), which the
+// PTOD_BENCH_ONLY=latency the unary floor and a trivial job's latency alone,
+// PTOD_BENCH_ONLY=fairness the one-task job beside a long one alone;
+// PTOD_BENCH_FD_JOBS=0 sends every job through gRPC.
+// The jobs against the floor, the chip job against the sub job, and 8 clients
+// against one are also measured in turns (alternating), which the
 // VM's phases do not skew.
 #include <algorithm>
 #include <atomic>
@@ -44,9 +47,17 @@ namespace v1 = pto::v1;
 
 namespace {
 
-pto::client::ClientOptions options(const std::string& address) {
+// fd_jobs: a job through the fd socket (the client's default on a unix
+// socket) or, false, through gRPC's Jobs.Submit. PTOD_BENCH_FD_JOBS=0 sends
+// every job through gRPC (the figures as before the fd socket took jobs).
+pto::client::ClientOptions options(const std::string& address, bool fd_jobs = true) {
+  static const bool no_fd_jobs = [] {
+    const char* e = std::getenv("PTOD_BENCH_FD_JOBS");
+    return e && std::string(e) == "0";
+  }();
   pto::client::ClientOptions o;
   o.address = address;
+  o.fd_jobs = fd_jobs && !no_fd_jobs;
   o.timeout = std::chrono::seconds(30);
   return o;
 }
@@ -93,9 +104,10 @@ pid_t g_daemon_pid = -1;  // for the context switches beside a rate (this VM's s
 
 constexpr char kRoundTrips[] = "ptod_mailbox_round_trip_seconds";
 
-double latency(const char* what, const std::string& address, const v1::SubmitRequest& job = trivial()) {
+double latency(const char* what, const std::string& address, const v1::SubmitRequest& job = trivial(),
+               bool fd_jobs = true) {
   const auto trips0 = histogram(g_metrics_port, kRoundTrips);
-  Client c(options(address));
+  Client c(options(address, fd_jobs));
   std::vector<double> us;
   for (int i = 0; i < 2200; ++i) {
     const auto t0 = Clock::now();
@@ -135,26 +147,27 @@ double unary_floor(const char* what, const std::string& address) {
   return us[us.size() / 2];
 }
 
-// Two calls taken in turns, 2,000 pairs after 200 to warm up: p50 of each.
+// Calls taken in turns, 2,000 rounds after 200 to warm up: p50 of each.
 // A ratio or a difference of figures measured in the same moments is not
 // moved by the VM's slow and quick phases, which move figures measured one
 // after the other by up to 30 %.
-std::pair<double, double> paired(const std::string& address, const std::function<bool(Client&)>& a,
-                                 const std::function<bool(Client&)>& b) {
-  Client c(options(address));
-  std::vector<double> ua, ub;
+std::vector<double> in_turns(const std::vector<std::function<bool()>>& calls) {
+  std::vector<std::vector<double>> us(calls.size());
   for (int i = 0; i < 2200; ++i)
-    for (int k = 0; k < 2; ++k) {
+    for (size_t k = 0; k < calls.size(); ++k) {
       const auto t0 = Clock::now();
-      if (!(k == 0 ? a(c) : b(c))) {
-        std::fprintf(stderr, "a paired call failed\n");
+      if (!calls[k]()) {
+        std::fprintf(stderr, "a call taken in turns failed\n");
         std::exit(1);
       }
-      if (i >= 200) (k == 0 ? ua : ub).push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      if (i >= 200) us[k].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     }
-  std::sort(ua.begin(), ua.end());
-  std::sort(ub.begin(), ub.end());
-  return {ua[ua.size() / 2], ub[ub.size() / 2]};
+  std::vector<double> p50;
+  for (auto& u : us) {
+    std::sort(u.begin(), u.end());
+    p50.push_back(u[u.size() / 2]);
+  }
+  return p50;
 }
 
 bool run_ok(Client& c, const v1::SubmitRequest& job) {
@@ -396,7 +409,7 @@ void fairness(const std::string& address) {
     if (r.ok() && r.value.tasks_submitted() > 100) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  const double busy = one_task_p50(c, 50);
+  const double busy = one_task_p50(c, 200);
   auto r = c.result(job.value.job_id());
   const bool still_running = r.ok() && r.value.state() == v1::RUNNING;
   (void)c.cancel(job.value.job_id());
@@ -450,6 +463,10 @@ int main(int argc, char** argv) {
     bandwidth(d.address());
     return d.stop() == 0 ? 0 : 1;
   }
+  if (only == "fairness") {
+    fairness(d.address());
+    return d.stop() == 0 ? 0 : 1;
+  }
   if (only == "batch") {
     throughput(1, 1000, d.address());
     return d.stop() == 0 ? 0 : 1;
@@ -460,16 +477,26 @@ int main(int argc, char** argv) {
     clients_in_turns(d.address());
     return d.stop() == 0 ? 0 : 1;
   }
+  // A local client's job goes through the fd socket (the client's default
+  // on a unix socket); the same job through gRPC's Jobs.Submit beside it.
   const double floor_us = unary_floor("unix socket", d.address());
-  const double job_us = latency("unix socket", d.address());
-  std::printf("trivial job p50 / unary floor p50, unix socket: %.2fx   [target <= 1.3x]\n", job_us / floor_us);
-  const v1::SubmitRequest job = trivial();
-  const auto [floor_p, job_p] = paired(
-      d.address(), [](Client& c) { return c.version().ok(); }, [&](Client& c) { return run_ok(c, job); });
+  const double job_us = latency("unix socket, through the fd socket", d.address());
+  const double grpc_job_us = latency("unix socket, through gRPC", d.address(), trivial(), false);
   std::printf(
-      "the same in turns (a unary call, then a job; 2000 pairs): floor p50 %.0f us, job p50 %.0f us: %.2fx   "
+      "trivial job p50 / unary floor p50, unix socket: %.2fx through the fd socket, %.2fx through gRPC   "
       "[target <= 1.3x]\n",
-      floor_p, job_p, job_p / floor_p);
+      job_us / floor_us, grpc_job_us / floor_us);
+  const v1::SubmitRequest job = trivial();
+  {
+    Client fd_client(options(d.address())), grpc_client(options(d.address(), false));
+    const std::vector<double> p = in_turns({[&] { return grpc_client.version().ok(); },
+                                            [&] { return run_ok(grpc_client, job); },
+                                            [&] { return run_ok(fd_client, job); }});
+    std::printf(
+        "the same in turns (a unary call, a job through gRPC, one through the fd socket; 2000 rounds): floor p50 "
+        "%.0f us, job p50 %.0f us through gRPC (%.2fx), %.0f us through the fd socket (%.2fx)   [target <= 1.3x]\n",
+        p[0], p[1], p[1] / p[0], p[2], p[2] / p[0]);
+  }
   if (only == "latency") return d.stop() == 0 ? 0 : 1;
   latency("TCP loopback", "127.0.0.1:" + std::to_string(d.grpc_port()));
   // Warm chip tasks through the daemon: an empty chip job (the chip's L2
@@ -481,8 +508,9 @@ int main(int argc, char** argv) {
   const double chip_us = latency("unix socket, empty chip job", d.address(), chip_job);
   std::printf("empty chip job p50 - no-op sub job p50: %.0f us (the chip task's own cost through ptod)\n",
               chip_us - job_us);
-  const auto [sub_p, chip_p] = paired(
-      d.address(), [&](Client& c) { return run_ok(c, job); }, [&](Client& c) { return run_ok(c, chip_job); });
+  Client c(options(d.address()));
+  const std::vector<double> p = in_turns({[&] { return run_ok(c, job); }, [&] { return run_ok(c, chip_job); }});
+  const double sub_p = p[0], chip_p = p[1];
   std::printf("the same in turns (a sub job, then a chip job; 2000 pairs): %.0f us - %.0f us = %.0f us\n", chip_p,
               sub_p, chip_p - sub_p);
   const double one = throughput(1, 1, d.address());

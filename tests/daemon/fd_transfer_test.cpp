@@ -10,12 +10,15 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon_client.h"
@@ -47,6 +50,7 @@ std::unique_ptr<pto::client::Client> client(const std::string& address, bool fd_
   o.address = address;
   o.timeout = std::chrono::seconds(30);
   o.fd_transfers = fd_transfers;
+  o.fd_jobs = fd_transfers;  // false: nothing through the fd socket
   o.token = token;
   return std::make_unique<pto::client::Client>(o);
 }
@@ -83,6 +87,14 @@ struct Raw {
     if (n && ::recv(s, body.data(), n, MSG_WAITALL) != ssize_t(n)) return false;
     return r->ParseFromString(body);
   }
+  // The same without asserting: false when the request could not be sent
+  // or no reply came (a connection the daemon refused and closed).
+  bool try_call(const v1::FdRequest& req, int fd, v1::FdReply* r) {
+    std::string frame = req.SerializeAsString();
+    const auto n = static_cast<uint32_t>(frame.size());
+    frame.insert(0, std::string{char(n), char(n >> 8), char(n >> 16), char(n >> 24)});
+    return pto::send_with_fd(s, frame.data(), frame.size(), fd) == ssize_t(frame.size()) && reply(r);
+  }
   v1::FdReply call(const v1::FdRequest& req, int fd) {
     send(req.SerializeAsString(), fd);
     v1::FdReply r;
@@ -90,6 +102,16 @@ struct Raw {
     return r;
   }
 };
+
+// A daemon whose tokens name two principals, alice and bob.
+std::unique_ptr<DaemonProcess> with_alice_and_bob(const char* tag) {
+  const std::string dir = make_temp_dir(tag);
+  write_secret(dir + "/tokens", "alice user alice-token-0123456789\nbob user bob-token-0123456789ab\n");
+  std::ofstream(dir + "/ptod.toml") << "[server]\ntokens_file = \"" << dir << "/tokens\"\n";
+  auto d = std::make_unique<DaemonProcess>(std::vector<std::string>{"--config", dir + "/ptod.toml"});
+  REQUIRE(d->up());
+  return d;
+}
 
 int sealed_memfd(uint64_t bytes, bool seal = true) {
   const int fd = memfd_create("test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -273,11 +295,8 @@ TEST_CASE("the fd socket refuses what is not a sealed memfd, short buffers, bad 
 }
 
 TEST_CASE("the fd socket knows principals: a tensor is its owner's, an unknown token is refused") {
-  const std::string dir = make_temp_dir("ptod-fd-tenants");
-  write_secret(dir + "/tokens", "alice user alice-token-0123456789\nbob user bob-token-0123456789ab\n");
-  std::ofstream(dir + "/ptod.toml") << "[server]\ntokens_file = \"" << dir << "/tokens\"\n";
-  DaemonProcess d({"--config", dir + "/ptod.toml"});
-  REQUIRE(d.up());
+  auto daemon = with_alice_and_bob("ptod-fd-tenants");
+  DaemonProcess& d = *daemon;
   auto alice = client(d.address(), true, "alice-token-0123456789");
   auto bob = client(d.address(), true, "bob-token-0123456789ab");
   const std::vector<uint8_t> bytes = random_bytes(4096, 5);
@@ -295,4 +314,182 @@ TEST_CASE("the fd socket knows principals: a tensor is its owner's, an unknown t
   auto stranger = client(d.address(), true, "no-such-token-000000000");
   CHECK(static_cast<SC>(stranger->upload("x", {4096}, PTO_UINT8, bytes.data(), bytes.size()).status.code) ==
         SC::UNAUTHENTICATED);
+}
+
+namespace {
+
+v1::SubmitRequest job_of(const std::string& callable, uint32_t wait_ms) {
+  v1::SubmitRequest req;
+  req.mutable_callable()->set_name(callable);
+  req.set_wait_ms(wait_ms);
+  return req;
+}
+
+v1::FdRequest submit_of(const std::string& callable, uint32_t wait_ms) {
+  v1::FdRequest req;
+  req.set_op(v1::FdRequest::SUBMIT);
+  *req.mutable_submit() = job_of(callable, wait_ms);
+  return req;
+}
+
+// A client's waiting job succeeded.
+void succeeds(pto::client::Client& c, const v1::SubmitRequest& job) {
+  auto r = c.submit(job);
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  CHECK(r.value.result().state() == v1::SUCCEEDED);
+}
+
+// A sample of the daemon's metrics (name and labels as written); -1 if none.
+long metric(const DaemonProcess& d, const std::string& sample) {
+  const std::string m = http_get(d.metrics_port(), "/metrics");
+  const std::string key = "\n" + sample + " ";
+  const size_t at = m.find(key);
+  return at == std::string::npos ? -1 : std::atol(m.c_str() + at + key.size());
+}
+
+long fd_submits(const DaemonProcess& d) { return metric(d, "ptod_fd_socket_requests_total{op=\"submit\"}"); }
+
+}  // namespace
+
+TEST_CASE("jobs through the fd socket: Jobs.Submit's answers, the connecting user's jobs, the client's way there") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  const std::string path = d.address().substr(5) + ".fd";
+  auto g = client(d.address(), false);
+  REQUIRE(g->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  REQUIRE(fd_submits(d) == 0);
+  Raw raw(path);
+  // Waiting: the job's end in the reply, its record there for a gRPC client
+  // of the same user afterwards.
+  v1::FdReply r = raw.call(submit_of("noop", 10000), -1);
+  REQUIRE(r.code() == 0);
+  CHECK(r.submit().job_id() > 0);
+  CHECK(r.submit().state() == v1::SUCCEEDED);
+  CHECK(r.submit().result().state() == v1::SUCCEEDED);
+  auto seen = g->result(r.submit().job_id());
+  REQUIRE(seen.ok());
+  CHECK(seen.value.state() == v1::SUCCEEDED);
+  // Not waiting: queued, then it ends as any job does.
+  r = raw.call(submit_of("noop", 0), -1);
+  REQUIRE(r.code() == 0);
+  CHECK(r.submit().state() == v1::QUEUED);
+  CHECK_FALSE(r.submit().has_result());
+  auto later = g->result(r.submit().job_id(), 10000);
+  REQUIRE(later.ok());
+  CHECK(later.value.state() == v1::SUCCEEDED);
+  // A descriptor that comes with a job is closed, the job runs.
+  const int m = sealed_memfd(4096);
+  r = raw.call(submit_of("noop", 10000), m);
+  ::close(m);
+  CHECK(r.code() == 0);
+  CHECK(r.submit().result().state() == v1::SUCCEEDED);
+  CHECK(fd_submits(d) == 3);
+  // Refusals are gRPC's, word for word: an unknown callable, and a SUBMIT
+  // without its job (the connection stays).
+  r = raw.call(submit_of("no-such-callable", 10000), -1);
+  auto by_grpc = g->submit(job_of("no-such-callable", 10000));
+  REQUIRE_FALSE(by_grpc.ok());
+  CHECK(r.code() == by_grpc.status.code);
+  CHECK(r.message() == by_grpc.status.message);
+  CHECK_THAT(r.message(), Catch::Contains("no-such-callable"));
+  v1::FdRequest empty;
+  empty.set_op(v1::FdRequest::SUBMIT);
+  r = raw.call(empty, -1);
+  CHECK(static_cast<SC>(r.code()) == SC::INVALID_ARGUMENT);
+  CHECK_THAT(r.message(), Catch::Contains("a SUBMIT carries no job"));
+  CHECK(fd_submits(d) == 4);  // the unknown callable's came through; the empty one did not
+  // The client library: submit() takes the fd socket on a unix socket,
+  // gRPC when told so.
+  auto c = client(d.address(), true);
+  const v1::SubmitRequest noop = job_of("noop", 10000);
+  succeeds(*c, noop);
+  CHECK(fd_submits(d) == 5);
+  succeeds(*g, noop);
+  CHECK(fd_submits(d) == 5);
+  // A request larger than a frame (64 KiB; no job the daemon takes is)
+  // goes through gRPC, which answers it.
+  v1::SubmitRequest large = noop;
+  large.set_label(std::string(70000, 'x'));
+  auto big = c->submit(large);
+  CHECK_FALSE(big.ok());
+  CHECK_THAT(big.status.message, Catch::Contains("label: 70000 bytes; at most 256"));
+  CHECK(fd_submits(d) == 5);
+}
+
+TEST_CASE("jobs through the fd socket belong to the token's principal, a drain refuses them as gRPC does") {
+  auto daemon = with_alice_and_bob("ptod-fd-jobs");
+  DaemonProcess& d = *daemon;
+  auto alice = client(d.address(), true, "alice-token-0123456789");
+  auto bob = client(d.address(), true, "bob-token-0123456789ab");
+  REQUIRE(alice->register_import(NATIVE_SUBS, "pto_test_sleep", "sleep").ok());
+  v1::SubmitRequest nap = job_of("sleep", 10000);
+  nap.mutable_args()->add_scalars(1);
+  auto mine = alice->submit(nap);
+  REQUIRE(mine.ok());
+  CHECK(mine.value.result().state() == v1::SUCCEEDED);
+  CHECK(fd_submits(d) == 1);
+  auto listed = alice->result(mine.value.job_id());
+  REQUIRE(listed.ok());
+  CHECK(listed.value.owner() == "alice");
+  CHECK(static_cast<SC>(bob->result(mine.value.job_id()).status.code) == SC::NOT_FOUND);
+  auto stranger = client(d.address(), true, "no-such-token-000000000");
+  CHECK(static_cast<SC>(stranger->submit(nap).status.code) == SC::UNAUTHENTICATED);
+  // A waiting job through the fd socket while the daemon drains: it ends,
+  // and the next one is refused, UNAVAILABLE, as through gRPC.
+  v1::SubmitRequest long_nap = nap;
+  long_nap.mutable_args()->set_scalars(0, 600);
+  auto waiting = std::async(std::launch::async, [&] { return alice->submit(long_nap); });
+  REQUIRE(eventually(
+      [&] {
+        auto l = alice->jobs();
+        return l.ok() && l.value.jobs_size() > 0 && l.value.jobs(0).state() == v1::RUNNING;
+      },
+      10000));
+  CHECK(fd_submits(d) == 3);  // the stranger's came (and was refused), then this one
+  ::kill(d.pid(), SIGTERM);
+  REQUIRE(eventually([&] { return bob->health().value == "NOT_SERVING"; }, 5000));
+  auto refused = bob->submit(nap);
+  CHECK(static_cast<SC>(refused.status.code) == SC::UNAVAILABLE);
+  CHECK_THAT(refused.status.message, Catch::Contains("the daemon is draining"));
+  auto w = waiting.get();
+  REQUIRE(w.ok());
+  CHECK(w.value.result().state() == v1::SUCCEEDED);
+  CHECK(d.stop(0) == 0);  // already stopping: just wait
+}
+
+TEST_CASE("a connection past the fd socket's bound per user is told it was refused, and a job takes gRPC instead") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  const std::string path = d.address().substr(5) + ".fd";
+  auto g = client(d.address(), false);
+  REQUIRE(g->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  // The bound (16 per user) taken by connections that each sent a job.
+  std::vector<std::unique_ptr<Raw>> held;
+  for (int i = 0; i < 16; ++i) {
+    held.push_back(std::make_unique<Raw>(path));
+    CHECK(held.back()->call(submit_of("noop", 10000), -1).submit().result().state() == v1::SUCCEEDED);
+  }
+  Raw one_more(path);
+  v1::FdReply r;
+  REQUIRE(one_more.reply(&r));  // said at accept, before any request
+  CHECK(r.refused());
+  CHECK(static_cast<SC>(r.code()) == SC::RESOURCE_EXHAUSTED);
+  CHECK_THAT(r.message(), Catch::Contains("16 of uid"));
+  CHECK_FALSE(one_more.reply(&r));  // then closed
+  // The client's job: refused on the fd socket, so through gRPC.
+  succeeds(*client(d.address(), true), job_of("noop", 10000));
+  CHECK(fd_submits(d) == 16);
+  // one_more, and the client's connection (twice when its first send
+  // already found the connection closed and it connected again).
+  const long refused = metric(d, "ptod_fd_socket_refused_total");
+  CHECK(refused >= 2);
+  CHECK(refused <= 3);
+  // A slot freed, the fd socket serves again.
+  held.pop_back();
+  REQUIRE(eventually([&] {
+    Raw again(path);
+    v1::FdReply a;
+    return again.try_call(submit_of("noop", 10000), -1, &a) && !a.refused() && a.code() == 0;
+  }));
 }

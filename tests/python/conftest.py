@@ -29,13 +29,13 @@ def native_subs():
 
 
 class Ptod:
-    def __init__(self, tmp, *extra):
+    def __init__(self, tmp, *extra, metrics="off"):
         self.dir = tmp
         self.socket = f"{tmp}/ptod.sock"
         ready = f"{tmp}/ready"
         self.log = open(f"{tmp}/ptod.log", "w")
         self.proc = subprocess.Popen([str(BUILD / "daemon" / "ptod"), "--state-dir", f"{tmp}/state", "--socket",
-                                      self.socket, "--metrics", "off", "--ready-file", ready, *extra],
+                                      self.socket, "--metrics", metrics, "--ready-file", ready, *extra],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while not os.path.exists(ready):
@@ -43,6 +43,10 @@ class Ptod:
             assert time.monotonic() < deadline, "ptod did not start"
             time.sleep(0.01)
         self.address = f"unix:{self.socket}"
+        # The ready file's key=value lines (written whole: renamed into place),
+        # metrics_port among them when metrics are on.
+        info = dict(line.split("=", 1) for line in open(ready).read().splitlines() if "=" in line)
+        self.metrics_port = int(info.get("metrics_port", 0))
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)

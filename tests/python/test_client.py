@@ -1,7 +1,9 @@
 """pto.client against a real ptod (build/daemon/ptod on a private socket):
 the round trip from numpy through the daemon's chip and back, and errors
 with their status and the server's message."""
+import re
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -182,3 +184,33 @@ def test_a_jobs_log_and_trace(ptod, native_subs, example):
         with pytest.raises(pto.client.RpcError) as e:
             job.trace()
         assert "has no trace" in str(e.value)
+
+
+def test_jobs_go_through_the_fd_socket_with_grpcs_answers(tmp_path, native_subs):
+    d = Ptod(str(tmp_path), metrics="127.0.0.1:0")
+    try:
+        def fd_submits() -> int:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{d.metrics_port}/metrics", timeout=10).read().decode()
+            return int(re.search(r'ptod_fd_socket_requests_total\{op="submit"\} (\d+)', text).group(1))
+
+        with pto.client.Client(d.address) as c, pto.client.Client(d.address, fd_jobs=False) as g:
+            c.register_import(native_subs, "pto_test_noop", name="noop")
+            assert fd_submits() == 0
+            # run(): one submit that waits, its result in the reply.
+            assert c.run("noop").state == pto.v1.ptod_pb2.SUCCEEDED
+            assert fd_submits() == 1
+            job = c.submit("noop")
+            assert job.result(wait_s=30).state == pto.v1.ptod_pb2.SUCCEEDED
+            assert fd_submits() == 2
+            # A refusal as gRPC words it.
+            with pytest.raises(pto.client.RpcError) as through_fd:
+                c.submit("no_such_callable")
+            with pytest.raises(pto.client.RpcError) as through_grpc:
+                g.submit("no_such_callable")
+            assert through_fd.value.code == through_grpc.value.code
+            assert through_fd.value.message == through_grpc.value.message
+            assert fd_submits() == 3
+            assert g.run("noop").state == pto.v1.ptod_pb2.SUCCEEDED
+            assert fd_submits() == 3
+    finally:
+        assert d.stop() == 0

@@ -11,6 +11,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,12 @@ struct ClientOptions {
   // this process and the arena, no byte crosses a socket. Falls back to the
   // gRPC stream when the daemon has no fd socket; false: always gRPC.
   bool fd_transfers = true;
+  // On a unix socket, submit() goes through the fd socket too (a
+  // connection of its own; docs/proto.md, "The fd socket"): the same call
+  // as Jobs.Submit without gRPC's thread hand-offs on either side. gRPC
+  // when the daemon has no fd socket, the request is larger than a frame,
+  // or another thread's submit holds that connection; false: always gRPC.
+  bool fd_jobs = true;
 };
 
 template <class T>
@@ -170,6 +177,16 @@ class Client {
   bool fd_tried_ = false;
   bool fd_socket_locked();
   Result<pto::v1::FdReply> fd_call_locked(const pto::v1::FdRequest& req, int fd, uint64_t bytes);
+  // Jobs through the fd socket (fd_jobs): a connection apart from the
+  // transfers', so that a submit waiting for its job never holds one up;
+  // one submit at a time uses it, others meanwhile take gRPC.
+  std::mutex jobs_fd_mu_;
+  std::unique_ptr<FdChannel> jobs_fd_;
+  bool jobs_fd_tried_ = false;
+  std::chrono::steady_clock::time_point jobs_fd_used_{};
+  // The submit's result through the fd socket, or nothing: take gRPC
+  // (nothing was sent, or nothing of it was done).
+  std::optional<Result<pto::v1::SubmitReply>> submit_through_fd(const pto::v1::SubmitRequest& req);
 };
 
 const char* status_code_name(int code);
