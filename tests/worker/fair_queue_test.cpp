@@ -94,3 +94,37 @@ TEST_CASE("fair queue: take_run removes a run's queued tasks and leaves the othe
   q.push_back(k.task(c, 31));
   CHECK(drain(q) == std::vector<uint64_t>{31});
 }
+
+TEST_CASE("fair queue: a run or principal that comes to its turn goes before the one just served", "[fair_queue]") {
+  Runs k;
+  FairQueue q;
+  RunState* big = k.run("alice");
+  for (uint64_t i = 1; i <= 4; ++i) q.push_back(k.task(big, i));
+  CHECK(q.front()->id == 1);
+  q.pop_front();  // big was served, alone in its turns
+  // Another principal's one task: next, not after big's 2.
+  RunState* small = k.run("bob");
+  q.push_back(k.task(small, 21));
+  CHECK(q.front()->id == 21);
+  q.pop_front();
+  // Another run of alice's: before big, which was served last.
+  RunState* other = k.run("alice");
+  q.push_back(k.task(other, 31));
+  q.push_back(k.task(other, 32));
+  CHECK(drain(q) == std::vector<uint64_t>{31, 2, 32, 3, 4});
+  // Nobody served last (the queue ran dry): comers queue in order.
+  q.push_back(k.task(big, 5));
+  q.push_back(k.task(small, 22));
+  CHECK(drain(q) == std::vector<uint64_t>{5, 22});
+  // Before the one served last, not before the others waiting: carol and
+  // dave wait, alice was served last; erin goes after carol and dave.
+  RunState* carol = k.run("carol");
+  RunState* dave = k.run("dave");
+  for (uint64_t i = 6; i <= 7; ++i) q.push_back(k.task(big, i));
+  q.pop_front();  // alice's 6
+  q.push_back(k.task(carol, 41));
+  q.push_back(k.task(dave, 51));
+  RunState* erin = k.run("erin");
+  q.push_back(k.task(erin, 61));
+  CHECK(drain(q) == std::vector<uint64_t>{41, 51, 61, 7});
+}

@@ -6,6 +6,14 @@
 
 namespace pto {
 
+template <class T>
+void FairQueue::join(std::deque<T*>& turn, T* x, const T* last) {
+  if (!turn.empty() && turn.back() == last)
+    turn.insert(turn.end() - 1, x);
+  else
+    turn.push_back(x);
+}
+
 void FairQueue::push(TaskNode* s, bool front) {
   const RunState* run = s->run;
   auto& rq = runs_[run];
@@ -28,13 +36,13 @@ void FairQueue::push(TaskNode* s, bool front) {
   if (front)
     p->turn.push_front(rq.get());
   else
-    p->turn.push_back(rq.get());
+    join(p->turn, rq.get(), p->last);
   if (p->queued) return;
   p->queued = true;
   if (front)
     levels_[p->level].push_front(p);
   else
-    levels_[p->level].push_back(p);
+    join(levels_[p->level], p, last_[p->level]);
 }
 
 TaskNode* FairQueue::front() const {
@@ -52,15 +60,21 @@ void FairQueue::pop_front() {
     rq->tasks.pop_front();
     --size_;
     p->turn.pop_front();
-    if (!rq->tasks.empty())
+    if (!rq->tasks.empty()) {
       p->turn.push_back(rq);
-    else
+      p->last = rq;
+    } else {
       rq->queued = false;
+      p->last = nullptr;
+    }
     turn.pop_front();
-    if (!p->turn.empty())
+    if (!p->turn.empty()) {
       turn.push_back(p);
-    else
+      last_[size_t(level)] = p;
+    } else {
       p->queued = false;
+      last_[size_t(level)] = nullptr;
+    }
     return;
   }
 }
@@ -80,8 +94,12 @@ std::vector<TaskNode*> FairQueue::take_run(const RunState* run) {
       p->queued = false;
     }
   }
+  if (p->last == rq) p->last = nullptr;
   runs_.erase(it);
-  if (--p->runs == 0) principals_.erase(p->key);
+  if (--p->runs == 0) {
+    if (last_[size_t(p->level)] == p) last_[size_t(p->level)] = nullptr;
+    principals_.erase(p->key);
+  }
   return out;
 }
 

@@ -4,7 +4,12 @@
 // in submission order within a run. Taking a task moves its principal and
 // its run to the back of their turns, so a principal with one ready task
 // waits for at most one task of each other principal at its priority, however
-// many that other principal has queued. Used with the engine lock held.
+// many that other principal has queued. One that comes to a turn (a principal
+// to its priority's, a run to its principal's) goes before the one served
+// last, when that one is at the back: it joins the round under way instead of
+// waiting one more task of whoever was alone there (a one-task job beside a
+// long one takes the next free worker, not the one after). Used with the
+// engine lock held.
 #pragma once
 
 #include <array>
@@ -51,10 +56,15 @@ class FairQueue {
     std::deque<RunQ*> turn;  // its runs with ready tasks, next first
     int runs = 0;            // RunQs that name it
     bool queued = false;     // in levels_[level]
+    RunQ* last = nullptr;    // the run served last, when it went to the back of `turn`
   };
   void push(TaskNode* s, bool front);
+  // Puts x at the back of `turn`, or just before `last` when that is there.
+  template <class T>
+  static void join(std::deque<T*>& turn, T* x, const T* last);
 
   std::array<std::deque<Principal*>, 3> levels_;  // per priority: principals with ready tasks, next first
+  std::array<Principal*, 3> last_{};              // per priority: the principal served last, when at the back
   std::unordered_map<const RunState*, std::unique_ptr<RunQ>> runs_;
   std::unordered_map<std::string, std::unique_ptr<Principal>> principals_;  // key: priority + name
   size_t size_ = 0;
