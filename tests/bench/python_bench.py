@@ -8,7 +8,10 @@ run (prints figures and ratios; never fails on a time):
   (target <= 15 us);
 * pto.client upload and download of a 256 MiB array through a real ptod,
   over gRPC and through the fd socket (plain and shared arrays)
-  (target >= 1 GB/s).
+  (target >= 1 GB/s);
+* pto.client run() of a trivial job (one native no-op sub task) through the
+  fd socket and through gRPC, in turns with a unary call that does nothing
+  (Client.version()), p50 of each.
 
     PYTHONPATH=build/python /usr/bin/python3 tests/bench/python_bench.py [BUILD_DIR]
 """
@@ -122,7 +125,32 @@ def client_figures():
             d.stop()
 
 
+def job_figures():
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Ptod(tmp, "--chips", "0")
+        try:
+            with pto.client.Client(d.address) as c, pto.client.Client(d.address, fd_jobs=False) as g:
+                c.register_import(os.path.abspath(os.path.join(BUILD, "tests", "worker",
+                                                               "libpto_test_native_subs.so")),
+                                  "pto_test_noop", name="noop")
+                calls = {"floor": g.version, "gRPC": lambda: g.run("noop"), "fd": lambda: c.run("noop")}
+                us = {k: [] for k in calls}
+                for i in range(1200):
+                    for k, call in calls.items():
+                        t0 = time.perf_counter()
+                        call()
+                        if i >= 200:
+                            us[k].append((time.perf_counter() - t0) * 1e6)
+                p = {k: statistics.median(v) for k, v in us.items()}
+                print(f"pto.client run() of a trivial job, in turns with a unary call (1000 rounds): floor p50 "
+                      f"{p['floor']:.0f} us, through gRPC {p['gRPC']:.0f} us ({p['gRPC'] / p['floor']:.2f}x), "
+                      f"through the fd socket {p['fd']:.0f} us ({p['fd'] / p['floor']:.2f}x)")
+        finally:
+            d.stop()
+
+
 if __name__ == "__main__":
     print(f"python bench: /usr/bin/python3 {sys.version.split()[0]}, {os.cpu_count()} CPU(s)")
     engine_figures()
     client_figures()
+    job_figures()
