@@ -359,11 +359,13 @@ std::optional<Result<pto::v1::SubmitReply>> Client::submit_through_fd(const pto:
   // long is opened again first, so that a job never races that close (its
   // reply would be lost, the job not run, and the client could not tell).
   constexpr auto kFreshFor = std::chrono::seconds(30);
+  // How long jobs take gRPC after the fd socket was not there or refused.
+  constexpr auto kBackOff = std::chrono::seconds(1);
   if (!o_.fd_jobs) return std::nullopt;
   const std::string path = unix_socket_path(o_.address);
   if (path.empty()) return std::nullopt;
   std::unique_lock<std::mutex> lk(jobs_fd_mu_, std::try_to_lock);
-  if (!lk.owns_lock() || jobs_fd_tried_) return std::nullopt;
+  if (!lk.owns_lock() || std::chrono::steady_clock::now() < jobs_fd_retry_at_) return std::nullopt;
   pto::v1::FdRequest fr;
   fr.set_op(pto::v1::FdRequest::SUBMIT);
   fr.set_token(o_.token);
@@ -372,12 +374,15 @@ std::optional<Result<pto::v1::SubmitReply>> Client::submit_through_fd(const pto:
   if (!jobs_fd_) jobs_fd_ = std::make_unique<FdChannel>();
   const auto now = std::chrono::steady_clock::now();
   if ((!jobs_fd_->connected() || now - jobs_fd_used_ > kFreshFor) && !jobs_fd_->connect(path + ".fd")) {
-    jobs_fd_tried_ = true;  // no fd socket at this address: gRPC from now on
+    jobs_fd_retry_at_ = now + kBackOff;  // no fd socket there (now)
     return std::nullopt;
   }
   Result<pto::v1::FdReply> r = jobs_fd_->call(fr, -1, o_.timeout + std::chrono::milliseconds(req.wait_ms()));
   jobs_fd_used_ = std::chrono::steady_clock::now();
-  if (r.status.code == kUnavailable) return std::nullopt;  // not sent, or refused unread
+  if (r.status.code == kUnavailable) {  // not sent, or refused unread
+    jobs_fd_retry_at_ = jobs_fd_used_ + kBackOff;
+    return std::nullopt;
+  }
   Result<pto::v1::SubmitReply> out;
   out.status = r.status;
   if (r.ok() && r.value.code() != 0)

@@ -198,8 +198,12 @@ void FdTransfers::connection(int c, uid_t uid) {
       if (errno == EINTR) continue;
       return;
     }
-    if (ready == 0) return;    // idle: the slot goes back (clients connect again)
-    if (p[1].revents) return;  // the daemon stops
+    if (ready == 0) return;  // idle: the slot goes back (clients connect again)
+    // The daemon stops: a request already here is still answered (a job is
+    // refused, the daemon draining), so that its client is not left with a
+    // lost reply for something that never happened; then the connection ends.
+    const bool stopping = p[1].revents != 0;
+    if (stopping && !(p[0].revents & POLLIN)) return;
     // The first bytes of a frame, and the descriptor that comes with them.
     uint8_t head[4];
     iovec iov{head, sizeof head};
@@ -259,7 +263,7 @@ void FdTransfers::connection(int c, uid_t uid) {
       }
     }
     if (fd >= 0) ::close(fd);
-    if (!write_frame(c, reply) || !keep) return;
+    if (!write_frame(c, reply) || !keep || stopping) return;
   }
 }
 
@@ -295,7 +299,12 @@ pto::v1::FdReply FdTransfers::serve(const pto::v1::FdRequest& req, int fd, uid_t
 pto::v1::FdReply FdTransfers::submit(const pto::v1::FdRequest& req, int c, uid_t uid) {
   if (!jobs_) return reply_error(grpc::StatusCode::UNIMPLEMENTED, "submit: this fd socket takes no jobs");
   Principal who;
-  if (Status s = principals_.of_unix_peer(uid, req.token(), &who); !s.ok()) return reply_status(s, "submit");
+  if (Status s = principals_.of_unix_peer(uid, req.token(), &who); !s.ok()) {
+    // Worded and logged as Jobs.Submit's refusal (identify, services.cpp).
+    log("main")->warn("request from fd socket (uid {}) refused: {}", uid, s.message);
+    const grpc::Status g = to_grpc(s);
+    return reply_error(g.error_code(), g.error_message());
+  }
   // The client hung up (its end shut or gone): a waiting submit stops
   // waiting, as a cancelled gRPC call's does; the job goes on.
   const auto gone = [c] {

@@ -109,6 +109,12 @@ class Channel:
         return s
 
     def close(self) -> None:
+        # shutdown first: a thread blocked in this socket's recv wakes (a
+        # close alone leaves it there), and the daemon sees the hang-up.
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._sock.close()
 
     def _send(self, frame: bytes, fd: int) -> None:

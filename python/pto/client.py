@@ -161,6 +161,7 @@ class Client:
         self._jobs_fd_path = _fd.socket_path(self.address) if fd_jobs and not tls else ""
         self._jobs_fd: Optional[_fd.Channel] = None
         self._jobs_fd_used = 0.0
+        self._jobs_fd_retry_at = 0.0  # gRPC until then: the fd socket was not there or refused
         self._jobs_fd_lock = threading.Lock()
         options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
         if tls:
@@ -184,10 +185,10 @@ class Client:
         if self._fd is not None:
             self._fd.close()
             self._fd = None
-        with self._jobs_fd_lock:
-            if self._jobs_fd is not None:
-                self._jobs_fd.close()
-                self._jobs_fd = None
+        # Not under the jobs' lock: a submit waiting for its job holds it.
+        jobs_fd, self._jobs_fd = self._jobs_fd, None
+        if jobs_fd is not None:
+            jobs_fd.close()
         self._channel.close()
 
     def __enter__(self) -> "Client":
@@ -422,7 +423,9 @@ class Client:
         """The reply through the fd socket, or None: gRPC (no fd socket, the
         connection busy with another thread's job, a request larger than a
         frame, or refused unread)."""
-        if not self._jobs_fd_path or not self._jobs_fd_lock.acquire(blocking=False):
+        if not self._jobs_fd_path or time.monotonic() < self._jobs_fd_retry_at:
+            return None
+        if not self._jobs_fd_lock.acquire(blocking=False):
             return None
         try:
             fr = pb.FdRequest(op=pb.FdRequest.SUBMIT, token=self._token, submit=req)
@@ -431,23 +434,25 @@ class Client:
             # The daemon closes a connection idle for a minute: one idle half
             # that long is opened again first, so that a job never races that
             # close (its reply lost, the job not run, and no way to tell).
-            if self._jobs_fd is not None and time.monotonic() - self._jobs_fd_used > 30:
-                self._jobs_fd.close()
-                self._jobs_fd = None
-            if self._jobs_fd is None:
+            channel = self._jobs_fd  # a local: close() may drop the member meanwhile
+            if channel is not None and time.monotonic() - self._jobs_fd_used > 30:
+                channel.close()
+                channel = None
+            if channel is None:
                 try:
-                    self._jobs_fd = _fd.Channel(self._jobs_fd_path)
+                    channel = self._jobs_fd = _fd.Channel(self._jobs_fd_path)
                 except OSError:
-                    self._jobs_fd_path = ""  # none there: gRPC from now on
+                    self._jobs_fd_retry_at = time.monotonic() + 1.0  # none there (now)
                     return None
             try:
-                reply = self._jobs_fd.call(fr, -1, self.timeout + req.wait_ms / 1000)
-            except _fd.NotSent:
-                self._jobs_fd.close()
+                reply = channel.call(fr, -1, self.timeout + req.wait_ms / 1000)
+            except _fd.NotSent:  # or refused: for a second, gRPC without trying
+                channel.close()
                 self._jobs_fd = None
+                self._jobs_fd_retry_at = time.monotonic() + 1.0
                 return None
             except _fd.ReplyLost as e:
-                self._jobs_fd.close()
+                channel.close()
                 self._jobs_fd = None
                 raise RpcError(grpc.StatusCode.UNKNOWN,
                                f"the fd socket: the reply was lost ({e}): the job may have been submitted") from None

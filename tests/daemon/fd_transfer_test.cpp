@@ -433,12 +433,17 @@ TEST_CASE("jobs through the fd socket belong to the token's principal, a drain r
   REQUIRE(listed.ok());
   CHECK(listed.value.owner() == "alice");
   CHECK(static_cast<SC>(bob->result(mine.value.job_id()).status.code) == SC::NOT_FOUND);
+  // An unknown token: refused as gRPC refuses it, word for word.
   auto stranger = client(d.address(), true, "no-such-token-000000000");
-  CHECK(static_cast<SC>(stranger->submit(nap).status.code) == SC::UNAUTHENTICATED);
+  auto by_fd = stranger->submit(nap);
+  auto by_grpc = client(d.address(), false, "no-such-token-000000000")->submit(nap);
+  CHECK(static_cast<SC>(by_fd.status.code) == SC::UNAUTHENTICATED);
+  CHECK(by_fd.status.code == by_grpc.status.code);
+  CHECK(by_fd.status.message == by_grpc.status.message);
   // A waiting job through the fd socket while the daemon drains: it ends,
   // and the next one is refused, UNAVAILABLE, as through gRPC.
   v1::SubmitRequest long_nap = nap;
-  long_nap.mutable_args()->set_scalars(0, 600);
+  long_nap.mutable_args()->set_scalars(0, 2000);  // the drain waits for it: room for bob's submit
   auto waiting = std::async(std::launch::async, [&] { return alice->submit(long_nap); });
   REQUIRE(eventually(
       [&] {

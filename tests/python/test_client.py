@@ -2,6 +2,7 @@
 the round trip from numpy through the daemon's chip and back, and errors
 with their status and the server's message."""
 import re
+import threading
 import time
 import urllib.request
 
@@ -214,3 +215,37 @@ def test_jobs_go_through_the_fd_socket_with_grpcs_answers(tmp_path, native_subs)
             assert fd_submits() == 3
     finally:
         assert d.stop() == 0
+
+
+def test_close_does_not_wait_for_a_submit_that_waits_for_its_job(ptod, native_subs):
+    c = pto.client.Client(ptod.address)
+    c.register_import(native_subs, "pto_test_sleep", name="sleep")
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(c.run("sleep", scalars=[3000]).state)
+        except pto.client.RpcError as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not any(j.state == pto.v1.ptod_pb2.RUNNING for j in c.jobs()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    c.close()  # the run's submit holds the jobs' connection meanwhile
+    assert time.monotonic() - t0 < 0.5
+    t.join(timeout=30)
+    assert not t.is_alive()
+    # The call in flight ends at once, as a closed gRPC channel's would (its
+    # reply cannot come any more), not at the job's end 3 s in; the job goes
+    # on in the daemon.
+    assert time.monotonic() - t0 < 2.0
+    assert len(outcome) == 1 and isinstance(outcome[0], pto.client.RpcError)
+    assert outcome[0].name == "UNKNOWN" and "the job may have been submitted" in outcome[0].message
+    with pto.client.Client(ptod.address) as again:
+        job = again.jobs(limit=1)[0]
+        assert again.run("sleep", scalars=[1]).state == pto.v1.ptod_pb2.SUCCEEDED
+        assert pto.client.Job(again, job.job_id).result(wait_s=30).state == pto.v1.ptod_pb2.SUCCEEDED

@@ -128,3 +128,20 @@ TEST_CASE("fair queue: a run or principal that comes to its turn goes before the
   q.push_back(k.task(erin, 61));
   CHECK(drain(q) == std::vector<uint64_t>{41, 51, 61, 7});
 }
+
+TEST_CASE("fair queue: a principal whose runs were taken out comes back as any other comer", "[fair_queue]") {
+  Runs k;
+  FairQueue q;
+  RunState* big = k.run("alice");
+  RunState* other = k.run("alice");
+  q.push_back(k.task(other, 31));
+  q.pop_front();  // other's queue is empty, but alice keeps it
+  q.push_back(k.task(big, 1));
+  q.push_back(k.task(big, 2));
+  q.pop_front();  // alice served last, alone
+  CHECK(q.take_run(big).size() == 1);  // alice leaves the turn (a cancelled run)
+  q.push_back(k.task(other, 32));      // alice comes back first,
+  RunState* carol = k.run("carol");
+  q.push_back(k.task(carol, 41));  // carol after her: alice was not served since
+  CHECK(drain(q) == std::vector<uint64_t>{32, 41});
+}

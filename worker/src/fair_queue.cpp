@@ -92,12 +92,15 @@ std::vector<TaskNode*> FairQueue::take_run(const RunState* run) {
       auto& turn = levels_[p->level];
       turn.erase(std::remove(turn.begin(), turn.end(), p), turn.end());
       p->queued = false;
+      // Out of the turn: no longer the one served last (when it comes
+      // back it comes as any other).
+      if (last_[size_t(p->level)] == p) last_[size_t(p->level)] = nullptr;
     }
   }
   if (p->last == rq) p->last = nullptr;
   runs_.erase(it);
   if (--p->runs == 0) {
-    if (last_[size_t(p->level)] == p) last_[size_t(p->level)] = nullptr;
+    if (last_[size_t(p->level)] == p) last_[size_t(p->level)] = nullptr;  // it goes: nothing may point at it
     principals_.erase(p->key);
   }
   return out;

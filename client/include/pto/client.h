@@ -182,8 +182,10 @@ class Client {
   // one submit at a time uses it, others meanwhile take gRPC.
   std::mutex jobs_fd_mu_;
   std::unique_ptr<FdChannel> jobs_fd_;
-  bool jobs_fd_tried_ = false;
   std::chrono::steady_clock::time_point jobs_fd_used_{};
+  // After the fd socket could not be reached or refused the connection:
+  // gRPC until then (not a connection and a refusal per submit).
+  std::chrono::steady_clock::time_point jobs_fd_retry_at_{};
   // The submit's result through the fd socket, or nothing: take gRPC
   // (nothing was sent, or nothing of it was done).
   std::optional<Result<pto::v1::SubmitReply>> submit_through_fd(const pto::v1::SubmitRequest& req);
