@@ -7,11 +7,15 @@
 #include <fmt/format.h>
 
 #include <toml++/toml.h>
+#include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <sstream>
+
+#include "pto/base/cpu_set.h"
 #include "pto/package/toml_input.h"
 
 namespace ptod {
@@ -40,6 +44,25 @@ Status read_str(const toml::table& t, const char* section, const char* key, std:
   auto v = n->value<std::string>();
   if (!v) return bad(fmt::format("[{}] {}: must be a string", section, key));
   *out = *v;
+  return Status::Ok();
+}
+
+// A CPU list ("0-3,8", as taskset writes it) or one CPU number; "" leaves
+// the list empty (what effective_toml() writes for one not set).
+Status read_cpus(const toml::table& t, const char* section, const char* key, std::vector<int>* out) {
+  const toml::node* n = t.get(key);
+  if (!n) return Status::Ok();
+  std::string text;
+  if (auto i = n->value<int64_t>())
+    text = std::to_string(*i);
+  else if (auto v = n->value<std::string>())
+    text = *v;
+  else
+    return bad(fmt::format("[{}] {}: must be a CPU list such as \"1\" or \"0-3,8\"", section, key));
+  out->clear();
+  if (text.empty()) return Status::Ok();
+  if (Status s = pto::parse_cpu_list(text, out); !s.ok())
+    return bad(fmt::format("[{}] {}: {}", section, key, s.message));
   return Status::Ok();
 }
 
@@ -251,7 +274,7 @@ Status read_worker(const toml::table* t, DaemonConfig& c) {
   if (s = only_keys(*t, "[worker]",
                     {"level", "l3_children", "chips", "platform", "sub_workers", "heap_ring_bytes", "arena_bytes",
                      "arena_warm_bytes", "task_timeout_ms", "spin_us", "liveness_timeout_ms", "runner_load_timeout_ms",
-                     "runner_idle_ms", "runner_max_idle"});
+                     "runner_idle_ms", "runner_max_idle", "child_cpus"});
       !s.ok())
     return s;
   if (s = read_int(*t, "worker", "level", &c.level, 3, 4); !s.ok()) return s;
@@ -275,6 +298,7 @@ Status read_worker(const toml::table* t, DaemonConfig& c) {
   if (s = read_int(*t, "worker", "runner_load_timeout_ms", &c.runner_load_timeout_ms, 1, 600000); !s.ok()) return s;
   if (s = read_int(*t, "worker", "runner_idle_ms", &c.runner_idle_ms, 0, 3600000); !s.ok()) return s;
   if (s = read_int(*t, "worker", "runner_max_idle", &c.runner_max_idle, 1, 64); !s.ok()) return s;
+  if (s = read_cpus(*t, "worker", "child_cpus", &c.child_cpus); !s.ok()) return s;
   return Status::Ok();
 }
 
@@ -339,12 +363,13 @@ Status read_jobs_daemon_metrics_security(const toml::table& doc, DaemonConfig& c
   }
   if (const toml::table* t = section("daemon")) {
     if (s = only_keys(*t, "[daemon]",
-                      {"state_dir", "durable", "drain_timeout_s", "log_level", "log_file", "log_target"});
+                      {"state_dir", "durable", "drain_timeout_s", "cpus", "log_level", "log_file", "log_target"});
         !s.ok())
       return s;
     if (s = read_str(*t, "daemon", "state_dir", &c.state_dir); !s.ok()) return s;
     if (s = read_bool(*t, "daemon", "durable", &c.durable); !s.ok()) return s;
     if (s = read_int(*t, "daemon", "drain_timeout_s", &c.drain_timeout_s, 0, 86400); !s.ok()) return s;
+    if (s = read_cpus(*t, "daemon", "cpus", &c.cpus); !s.ok()) return s;
     if (s = read_str(*t, "daemon", "log_level", &c.log_level); !s.ok()) return s;
     if (s = read_str(*t, "daemon", "log_file", &c.log_file); !s.ok()) return s;
     if (s = read_str(*t, "daemon", "log_target", &c.log_target); !s.ok()) return s;
@@ -391,6 +416,22 @@ Status DaemonConfig::validate() {
   if (log_target != "auto" && log_target != "journal" && log_target != "stderr")
     return bad(fmt::format("[daemon] log_target '{}' is not one of auto, journal, stderr", log_target));
   if (socket.empty() && listen.empty()) return bad("no listener: set [server] socket and/or listen");
+  // Against the CPUs this host lets ptod be placed on (online, in its
+  // cpuset; a narrower mask it was started with does not count: its
+  // children may leave it), before run_daemon() places it: a CPU that is
+  // not there is named here, not by a child that fails to start.
+  if (!cpus.empty() || !child_cpus.empty()) {
+    const std::vector<int> usable = pto::available_cpus();
+    for (const auto& [list, key] : {std::pair{&cpus, "[daemon] cpus"}, std::pair{&child_cpus, "[worker] child_cpus"}}) {
+      std::vector<int> missing;
+      std::set_difference(list->begin(), list->end(), usable.begin(), usable.end(), std::back_inserter(missing));
+      if (!missing.empty())
+        return bad(
+            fmt::format("{} = \"{}\": CPU {} not available here (offline, or outside ptod's cpuset; CPUs "
+                        "available here: {})",
+                        key, pto::format_cpu_list(*list), pto::format_cpu_list(missing), pto::format_cpu_list(usable)));
+    }
+  }
   if (state_dir.empty()) return bad("[daemon] state_dir must not be empty");
   // A job's log path ("<state_dir>/logs/job-<id>.log") travels in a child's
   // mailbox, 255 bytes at most.
@@ -485,19 +526,20 @@ std::string DaemonConfig::effective_toml() const {
           "{}\nl3_children = {}\nchips = {}\nplatform = {}\nsub_workers = "
           "{}\nheap_ring_bytes = {}\narena_bytes = {}\narena_warm_bytes = {}\n"
           "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n"
-          "runner_idle_ms = {}\nrunner_max_idle = {}\n\n[jobs]\n"
+          "runner_idle_ms = {}\nrunner_max_idle = {}\nchild_cpus = {}\n\n[jobs]\n"
           "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\ncapture_output = {}\n\n"
           "[daemon]\n"
-          "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\nlog_level = {}\nlog_file = {}\nlog_target = "
+          "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\ncpus = {}\nlog_level = {}\nlog_file = {}\nlog_target = "
           "{}\n\n[metrics]\nlisten = "
           "{}\n\n"
           "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
           q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"), q(tokens_file),
           admin_list, max_message_bytes, upload_idle_timeout_s, level, l3_children, chips, q(platform), sub_workers,
           heap_ring_bytes, arena_bytes, arena_warm_bytes, task_timeout_ms, spin_us, liveness_timeout_ms,
-          runner_load_timeout_ms, runner_idle_ms, runner_max_idle, max_queued, retain_finished, max_running,
-          default_deadline_s, capture_output, q(state_dir), durable, drain_timeout_s, q(log_level), q(log_file),
-          q(log_target), q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));
+          runner_load_timeout_ms, runner_idle_ms, runner_max_idle, q(pto::format_cpu_list(child_cpus)), max_queued,
+          retain_finished, max_running, default_deadline_s, capture_output, q(state_dir), durable, drain_timeout_s,
+          q(pto::format_cpu_list(cpus)), q(log_level), q(log_file), q(log_target), q(metrics_listen), allow_native_blob,
+          allow_native_import, allow_chip_bundles));
 }
 
 }  // namespace ptod

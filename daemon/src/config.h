@@ -42,6 +42,9 @@ struct DaemonConfig {
   uint32_t runner_load_timeout_ms = 10000;  // an orchestration library must load (in its runner) within this
   uint32_t runner_idle_ms = 10000;  // a runner kept warm for the next job of its library and principal (0 = fresh)
   uint32_t runner_max_idle = 4;     // warm runners kept at most
+  // The CPUs of the chip and sub children ("" in the file: ptod's own CPUs);
+  // apart from ptod's, spinning children leave its threads their CPUs.
+  std::vector<int> child_cpus;
   // [session] (docs/remote.md): both ends of a remote L3 session
   uint32_t session_credits = 256;             // peer: tasks a coordinator may keep in flight
   uint32_t heartbeat_ms = 100;                // HEALTH period, both directions
@@ -72,6 +75,7 @@ struct DaemonConfig {
   std::string state_dir = "/var/lib/ptod";
   bool durable = false;  // fsync every acknowledged change: survives a power loss, not only a crash of ptod
   uint32_t drain_timeout_s = 30;
+  std::vector<int> cpus;  // the CPUs of ptod's threads and runners ("" in the file: all it may use)
   std::string log_level = "info";
   std::string log_file;  // "" = log_target decides
   // "auto": the journal (with priorities) when stderr is connected to it

@@ -22,6 +22,7 @@
 #include "job_manager.h"
 #include "log.h"
 #include "metrics.h"
+#include "pto/base/cpu_set.h"
 #include "pto/version.h"
 #include "remote_link.h"
 #include "services.h"
@@ -87,7 +88,14 @@ Status check_last_stop(StateDb& db, bool* drop_unsynced);
 Status prepare(DaemonConfig& cfg, StateDirLock& lock, SocketPath& socket, SocketPath& fd_socket, StateDb& db,
                bool* drop_unsynced) {
   if (Status s = cfg.validate(); !s.ok()) return s;
+  // Placed before its own threads start: they, its runners and (without
+  // [worker] child_cpus) its children inherit the mask; a library's thread
+  // already running is moved.
+  if (!cfg.cpus.empty())
+    if (Status s = pto::run_process_on_cpus(cfg.cpus); !s.ok())
+      return Status::Error(s.code, "[daemon] cpus: " + s.message);
   if (Status s = setup_logging(cfg.log_level, cfg.log_file, cfg.log_target); !s.ok()) return s;
+  if (!cfg.cpus.empty()) log("main")->info("ptod runs on CPUs {}", pto::format_cpu_list(cfg.cpus));
   std::error_code ec;
   std::filesystem::create_directories(cfg.state_dir + "/callables", ec);
   if (!ec) std::filesystem::create_directories(cfg.state_dir + "/traces", ec);
@@ -161,6 +169,7 @@ pto::WorkerConfig worker_config(const DaemonConfig& cfg) {
   wc.max_concurrent_runs = static_cast<int>(cfg.max_running);
   wc.shutdown_timeout_ms = 500;  // part of the drain's bound (drain_and_stop)
   wc.liveness_timeout_ms = cfg.liveness_timeout_ms;
+  wc.child_cpus = cfg.child_cpus;
   return wc;
 }
 
@@ -184,12 +193,14 @@ Status start_worker(const DaemonConfig& cfg, const pto::WorkerConfig& wc, pto::W
       return Status::Error(s.code, "[[peers]]: " + s.message);
   if (Status s = worker.init(); !s.ok()) return Status::Error(s.code, "starting the Worker: " + s.message);
   if (cfg.level == 3) {
-    log("main")->info("worker up: {} chip(s), {} sub worker(s)", cfg.chips, cfg.sub_workers);
+    log("main")->info("worker up: {} chip(s), {} sub worker(s){}", cfg.chips, cfg.sub_workers,
+                      cfg.child_cpus.empty() ? "" : ", on CPUs " + pto::format_cpu_list(cfg.child_cpus));
   } else {
     int ready = 0;
     for (const pto::ChildInfo& c : worker.children()) ready += c.remote && c.state != pto::ChildState::DEAD;
-    log("main")->info("level-4 worker up: {} local L3 child(ren), {} peer(s) ({} ready), {} sub worker(s)",
-                      cfg.l3_children, cfg.peers.size(), ready, cfg.sub_workers);
+    log("main")->info("level-4 worker up: {} local L3 child(ren), {} peer(s) ({} ready), {} sub worker(s){}",
+                      cfg.l3_children, cfg.peers.size(), ready, cfg.sub_workers,
+                      cfg.child_cpus.empty() ? "" : ", local children on CPUs " + pto::format_cpu_list(cfg.child_cpus));
   }
   return Status::Ok();
 }

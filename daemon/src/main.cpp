@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <tuple>
 
 #include "daemon.h"
+#include "pto/base/cpu_set.h"
 #include "pto/version.h"
 
 namespace {
@@ -22,6 +24,7 @@ int run(int argc, char** argv) {
   std::vector<std::string> listen;
   int chips = -1, subs = -1;
   std::string platform;
+  std::string cpus, child_cpus;
   bool no_socket = false, allow_blob = false;
   ptod::RunOptions opts;
   app.add_option("-c,--config", config_path, "config file (TOML); default /etc/ptod/ptod.toml if it exists")
@@ -34,6 +37,9 @@ int run(int argc, char** argv) {
   app.add_option("--platform", platform, "the chips' simulated chip: a2a3sim or tx8sim ([worker] platform)")
       ->check(CLI::IsMember({"a2a3sim", "tx8sim"}));
   app.add_option("--sub-workers", subs, "sub workers ([worker] sub_workers)")->check(CLI::Range(0, 64));
+  CLI::Option* cpus_flag = app.add_option("--cpus", cpus, "CPUs of ptod's threads, e.g. 0 or 0-3,8 ([daemon] cpus)");
+  CLI::Option* child_cpus_flag =
+      app.add_option("--child-cpus", child_cpus, "CPUs of the chip and sub children ([worker] child_cpus)");
   app.add_option("--metrics", metrics, "metrics listener host:port, or 'off' ([metrics] listen)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off ([daemon] log_level)");
   app.add_option("--log-file", log_file, "log file instead of stderr ([daemon] log_file)");
@@ -62,6 +68,16 @@ int run(int argc, char** argv) {
   if (chips >= 0) cfg.chips = chips;
   if (!platform.empty()) cfg.platform = platform;
   if (subs >= 0) cfg.sub_workers = subs;
+  // "" sets no CPUs, as in the file.
+  for (const auto& [flag, text, out] :
+       {std::tuple{cpus_flag, &cpus, &cfg.cpus}, std::tuple{child_cpus_flag, &child_cpus, &cfg.child_cpus}})
+    if (flag->count() > 0) {
+      out->clear();
+      if (ptod::Status s = text->empty() ? ptod::Status::Ok() : pto::parse_cpu_list(*text, out); !s.ok()) {
+        std::fprintf(stderr, "ptod: %s: %s\n", flag->get_name().c_str(), s.message.c_str());
+        return 1;
+      }
+    }
   if (!metrics.empty()) cfg.metrics_listen = metrics == "off" ? "" : metrics;
   if (!log_level.empty()) cfg.log_level = log_level;
   if (!log_file.empty()) cfg.log_file = log_file;

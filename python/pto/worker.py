@@ -107,7 +107,8 @@ class Worker(_pto.Worker):
     Keywords are WorkerConfig's fields (docs/worker.md): level, num_chips,
     num_sub_workers, platform, heap_ring_bytes, buffer_arena_bytes, spin_us,
     task_timeout_ms, max_concurrent_runs, liveness_timeout_ms, name,
-    state_dir, init_timeout_ms. An unknown one is a TypeError.
+    state_dir, init_timeout_ms, child_cpus (a list of CPU numbers the
+    children run on). An unknown one is a TypeError.
     """
 
     def __enter__(self) -> "Worker":

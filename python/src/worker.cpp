@@ -73,7 +73,8 @@ const std::set<std::string> kWorkerOptions = {"level",
                                               "liveness_timeout_ms",
                                               "name",
                                               "state_dir",
-                                              "init_timeout_ms"};
+                                              "init_timeout_ms",
+                                              "child_cpus"};
 
 class PyWorker {
  public:
@@ -97,6 +98,8 @@ class PyWorker {
       if (key == "name") c.name = v.cast<std::string>();
       if (key == "state_dir") c.state_dir = v.cast<std::string>();
       if (key == "init_timeout_ms") c.init_timeout_ms = v.cast<uint32_t>();
+      if (key == "child_cpus")  // any iterable of CPU numbers: a list, os.sched_getaffinity()'s set
+        for (py::handle cpu : v.cast<py::iterable>()) c.child_cpus.push_back(cpu.cast<int>());
     }
     if (pto::Status s = c.validate(); !s.ok()) raise_error(s);
     w_ = std::make_unique<pto::Worker>(c);

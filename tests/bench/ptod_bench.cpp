@@ -4,7 +4,9 @@
 //     through gRPC) and over TCP loopback; an empty chip job likewise
 //   * jobs per second with 1 and 8 concurrent clients, and in batches of
 //     1,000 jobs per SubmitBatch call, each with the context switches of the
-//     daemon and its children per job
+//     daemon and its children per job; batches and one client again with a
+//     second ptod placed apart from its children ([daemon] cpus, [worker]
+//     child_cpus), in turns with the first
 //   * upload and download bandwidth of a 256 MiB tensor: over gRPC in 1 MiB /
 //     4 MiB chunks, and through the fd socket from plain memory and from a
 //     SharedBuffer
@@ -14,10 +16,13 @@
 // on TCP loopback ~60 us (112-131 us measured on this kind of
 // machine). Figures only: nothing fails on a time. PTOD_BENCH_ONLY=bandwidth
 // runs the tensor transfers alone, PTOD_BENCH_ONLY=jobs the job figures alone
-// (latency, jobs per second, batches), PTOD_BENCH_ONLY=batch the batches alone,
+// (latency, jobs per second, batches, and a second ptod placed apart from its
+// children), PTOD_BENCH_ONLY=batch the batches alone,
 // PTOD_BENCH_ONLY=clients the jobs per second of 1 and 8 clients alone,
 // PTOD_BENCH_ONLY=latency the unary floor and a trivial job's latency alone,
-// PTOD_BENCH_ONLY=fairness the one-task job beside a long one alone;
+// PTOD_BENCH_ONLY=fairness the one-task job beside a long one alone,
+// PTOD_BENCH_ONLY=placement a ptod placed apart from its children against
+// one not placed alone;
 // PTOD_BENCH_FD_JOBS=0 sends every job through gRPC.
 // The jobs against the floor, the chip job against the sub job, and 8 clients
 // against one are also measured in turns (alternating), which the
@@ -38,6 +43,7 @@
 #include <vector>
 
 #include "daemon_process.h"
+#include "pto/base/cpu_set.h"
 #include "pto/client.h"
 #include "thread_switches.h"
 
@@ -175,9 +181,16 @@ bool run_ok(Client& c, const v1::SubmitRequest& job) {
   return r.ok() && r.value.result().state() == v1::SUCCEEDED;
 }
 
+struct Rate {
+  double jobs_per_s = 0;
+  double switches_per_job = 0;  // the daemon's and its children's context switches
+};
+
 // Jobs per second from `clients` clients, each submitting `batch` jobs per
-// call (1: Submit with wait_ms; more: SubmitBatch with wait_ms).
-double throughput(int clients, int batch, const std::string& address) {
+// call (1: Submit with wait_ms; more: SubmitBatch with wait_ms), over
+// `seconds` after a 0.3 s warm-up; `daemon`: the pid whose process tree's
+// context switches are counted.
+Rate measure_rate(int clients, int batch, const std::string& address, pid_t daemon, double seconds) {
   std::atomic<uint64_t> done{0};
   std::atomic<bool> stop{false};
   std::vector<std::thread> ts;
@@ -206,20 +219,33 @@ double throughput(int clients, int batch, const std::string& address) {
     });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // warm up
   const uint64_t d0 = done.load();
-  const uint64_t s0 = pto_test::process_tree_switches(g_daemon_pid);
+  const uint64_t s0 = pto_test::process_tree_switches(daemon);
   const auto t0 = Clock::now();
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   const uint64_t d1 = done.load();
-  const uint64_t s1 = pto_test::process_tree_switches(g_daemon_pid);
+  const uint64_t s1 = pto_test::process_tree_switches(daemon);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   stop = true;
   for (auto& t : ts) t.join();
-  const double rate = double(d1 - d0) / secs;
+  Rate r;
+  r.jobs_per_s = double(d1 - d0) / secs;
+  if (d1 > d0) r.switches_per_job = double(s1 - s0) / double(d1 - d0);
+  return r;
+}
+
+// The same over 2 s against the bench's daemon, printed.
+double throughput(int clients, int batch, const std::string& address) {
+  const Rate r = measure_rate(clients, batch, address, g_daemon_pid, 2.0);
   std::printf("trivial jobs per second, %d client(s), %d job(s) per call: %.0f   [Ray: ~981 sync tasks/s per client]\n",
-              clients, batch, rate);
-  if (d1 > d0)
-    std::printf("  context switches of the daemon and its children: %.2f per job\n", double(s1 - s0) / double(d1 - d0));
-  return rate;
+              clients, batch, r.jobs_per_s);
+  if (r.jobs_per_s > 0)
+    std::printf("  context switches of the daemon and its children: %.2f per job\n", r.switches_per_job);
+  return r.jobs_per_s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 // 1 and 8 clients in turns: eight clients connected once, one or all eight
@@ -269,10 +295,6 @@ void clients_in_turns(const std::string& address) {
   stop = true;
   cv.notify_all();
   for (auto& t : ts) t.join();
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   std::printf(
       "the same in turns (1 and 8 clients alternating, %d rounds of 0.5 s): 1 client %.0f, 8 clients %.0f jobs/s, "
       "8 / 1: %.2fx (rounds %.2fx-%.2fx)   [target >= 1.5x]\n",
@@ -422,6 +444,89 @@ void fairness(const std::string& address) {
       idle, busy, still_running ? "" : " (which had ended: figure not valid)", busy / idle, busy / bound, bound);
 }
 
+// The bench's callables, published: the TCP clients are another principal
+// ("anonymous"). False (and a message) on failure.
+bool register_callables(const std::string& address) {
+  Client admin(options(address));
+  pto::client::Placement everyone;
+  everyone.publish = true;
+  for (auto [symbol, name] : {std::pair{"pto_test_noop", "noop"}, {"pto_test_sleep", "sleep"}}) {
+    auto reg = admin.register_import(BENCH_NATIVE_SUBS, symbol, name, false, everyone);
+    if (!reg.ok()) {
+      std::fprintf(stderr, "register: %s\n", reg.status.message.c_str());
+      return false;
+    }
+  }
+  if (auto reg = admin.register_chip(BENCH_SLEEP_CONFIG, "empty_chip", everyone); !reg.ok()) {
+    std::fprintf(stderr, "register: %s\n", reg.status.message.c_str());
+    return false;
+  }
+  if (auto reg = admin.register_import(BENCH_RUNNER_ORCHS, "pto_test_orch_sleeps", "sleeps", true, everyone);
+      !reg.ok()) {
+    std::fprintf(stderr, "register: %s\n", reg.status.message.c_str());
+    return false;
+  }
+  return true;
+}
+
+// A second ptod placed apart from its children ([daemon] cpus: the first CPU
+// this process may use; [worker] child_cpus: the others) against the
+// bench's daemon, which is not placed: batches of 1,000 jobs and one client's
+// jobs one per call, in turns (each measured on both daemons, alternating,
+// kRounds times), so that the VM's slow and quick phases fall on both.
+void placement(const std::string& address, const std::vector<std::string>& flags) {
+  const std::vector<int> cpus = pto::allowed_cpus();
+  if (cpus.size() < 2) {
+    std::printf("placement: not measured, this process may use one CPU\n");
+    return;
+  }
+  for (const std::string& f : flags)
+    if (f.rfind("--cpus", 0) == 0 || f.rfind("--child-cpus", 0) == 0) {
+      std::printf("placement: not measured, the bench's own ptod is placed (%s)\n", f.c_str());
+      return;
+    }
+  const std::string mine = std::to_string(cpus.front());
+  const std::string theirs = pto::format_cpu_list(std::vector<int>(cpus.begin() + 1, cpus.end()));
+  std::vector<std::string> placed_flags = flags;
+  placed_flags.insert(placed_flags.end(), {"--cpus", mine, "--child-cpus", theirs});
+  pto_test::DaemonProcess placed(placed_flags, 1, 2);
+  if (!placed.up()) {
+    std::fprintf(stderr, "the placed ptod did not start:\n%s\n", placed.log().c_str());
+    return;
+  }
+  if (!register_callables(placed.address())) return;
+  constexpr int kRounds = 3;
+  constexpr double kSeconds = 1.5;       // a batch's jobs count when its call returns: ~30 calls a window
+  std::vector<double> batch[2], one[2];  // [0]: not placed, [1]: placed
+  double switches[2] = {0, 0};
+  for (int r = 0; r < kRounds; ++r)
+    for (int i = 0; i < 2; ++i) {
+      const int p = (r + i) % 2;  // each goes first in turn
+      const std::string& at = p ? placed.address() : address;
+      const pid_t pid = p ? placed.pid() : g_daemon_pid;
+      const Rate b = measure_rate(1, 1000, at, pid, kSeconds);
+      batch[p].push_back(b.jobs_per_s);
+      switches[p] += b.switches_per_job / kRounds;
+      one[p].push_back(measure_rate(1, 1, at, pid, kSeconds).jobs_per_s);
+    }
+  auto ratios = [](const std::vector<double>& a, const std::vector<double>& b) {
+    std::vector<double> r;
+    for (size_t i = 0; i < a.size(); ++i) r.push_back(a[i] / b[i]);
+    return r;
+  };
+  const std::vector<double> br = ratios(batch[1], batch[0]), orr = ratios(one[1], one[0]);
+  std::printf(
+      "ptod on CPU %s and its children on CPU %s, against ptod not placed, in turns (%d rounds of %.1f s each):\n"
+      "  batches of 1,000: %.0f jobs/s against %.0f (%.2fx, rounds %.2fx-%.2fx; context switches per job %.2f "
+      "against %.2f)   [target >= 50,000 jobs/s]\n"
+      "  one client, one job per call: %.0f jobs/s against %.0f (%.2fx, rounds %.2fx-%.2fx)\n",
+      mine.c_str(), theirs.c_str(), kRounds, kSeconds, median(batch[1]), median(batch[0]), median(br),
+      *std::min_element(br.begin(), br.end()), *std::max_element(br.begin(), br.end()), switches[1], switches[0],
+      median(one[1]), median(one[0]), median(orr), *std::min_element(orr.begin(), orr.end()),
+      *std::max_element(orr.begin(), orr.end()));
+  (void)placed.stop();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -435,26 +540,7 @@ int main(int argc, char** argv) {
   }
   g_metrics_port = d.metrics_port();
   g_daemon_pid = d.pid();
-  Client admin(options(d.address()));
-  // Published: the TCP clients are another principal ("anonymous").
-  pto::client::Placement everyone;
-  everyone.publish = true;
-  for (auto [symbol, name] : {std::pair{"pto_test_noop", "noop"}, {"pto_test_sleep", "sleep"}}) {
-    auto reg = admin.register_import(BENCH_NATIVE_SUBS, symbol, name, false, everyone);
-    if (!reg.ok()) {
-      std::fprintf(stderr, "register: %s\n", reg.status.message.c_str());
-      return 1;
-    }
-  }
-  if (auto reg = admin.register_chip(BENCH_SLEEP_CONFIG, "empty_chip", everyone); !reg.ok()) {
-    std::fprintf(stderr, "register: %s\n", reg.status.message.c_str());
-    return 1;
-  }
-  if (auto reg = admin.register_import(BENCH_RUNNER_ORCHS, "pto_test_orch_sleeps", "sleeps", true, everyone);
-      !reg.ok()) {
-    std::fprintf(stderr, "register: %s\n", reg.status.message.c_str());
-    return 1;
-  }
+  if (!register_callables(d.address())) return 1;
   std::printf("ptod bench: 1 chip, 2 sub workers; a trivial job = one no-op sub task\n");
   // PTOD_BENCH_ONLY=bandwidth or =jobs: one part alone (quicker A/B runs).
   const char* only_env = std::getenv("PTOD_BENCH_ONLY");
@@ -469,6 +555,10 @@ int main(int argc, char** argv) {
   }
   if (only == "batch") {
     throughput(1, 1000, d.address());
+    return d.stop() == 0 ? 0 : 1;
+  }
+  if (only == "placement") {
+    placement(d.address(), flags);
     return d.stop() == 0 ? 0 : 1;
   }
   if (only == "clients") {
@@ -520,6 +610,7 @@ int main(int argc, char** argv) {
   const double batched = throughput(1, 1000, d.address());
   std::printf("batched submission / one job per call: %.2fx (%.0f jobs/s)   [target >= 50,000 jobs/s]\n",
               batched / one, batched);
+  placement(d.address(), flags);
   if (only == "jobs") return d.stop() == 0 ? 0 : 1;
   bandwidth(d.address());
   fairness(d.address());

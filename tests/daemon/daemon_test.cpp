@@ -22,8 +22,10 @@
 #include "daemon_client.h"
 #include "daemon_process.h"
 #include "eventually.h"
+#include "pto/base/cpu_set.h"
 #include "pto/client.h"
 #include "pto/version.h"
+#include "thread_switches.h"
 
 using namespace pto_test;
 using pto::client::Client;
@@ -480,6 +482,62 @@ TEST_CASE("a config error at startup names the key or value and exits 1") {
   CHECK(e.code == 1);
   Output f = run_command({PTOD_PATH, "--config", dir + "/missing.toml"}, 30);
   CHECK(f.code == 1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("placement - [daemon] cpus holds every thread of ptod, [worker] child_cpus every child's - jobs run") {
+  const std::vector<int> mine = pto::allowed_cpus();
+  REQUIRE(!mine.empty());
+  if (mine.size() < 2) WARN("one CPU: placement cannot be told from inheritance here");
+  const std::string first = std::to_string(mine.front()), last = std::to_string(mine.back());
+  DaemonProcess d({"--cpus", first, "--child-cpus", last});
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  v1::SubmitRequest job;
+  job.mutable_callable()->set_name("noop");
+  job.set_wait_ms(30000);
+  for (int i = 0; i < 20; ++i) {  // gRPC's and the fd socket's threads have started
+    auto r = c->submit(job);
+    REQUIRE(r.ok());
+    CHECK(r.value.result().state() == v1::SUCCEEDED);
+  }
+  const std::vector<std::string> own = thread_cpus(d.pid());
+  CHECK(own.size() > 5);
+  for (const std::string& t : own) CHECK(t == first);
+  const std::vector<pid_t> kids = children_of(d.pid());
+  CHECK(kids.size() == 3);  // one chip child, two sub children
+  for (pid_t kid : kids) {
+    INFO("child " << kid);
+    const std::vector<std::string> cpus = thread_cpus(kid);
+    CHECK(!cpus.empty());
+    for (const std::string& t : cpus) CHECK(t == last);
+  }
+  CHECK_THAT(d.log(),
+             Catch::Contains("ptod runs on CPUs " + first) && Catch::Contains("sub worker(s), on CPUs " + last));
+  CHECK(d.stop() == 0);
+  // Started with a narrower mask (as by taskset or systemd's CPUAffinity=):
+  // ptod keeps it, its children still go where child_cpus says.
+  REQUIRE(pto::run_on_cpus({mine.front()}).ok());
+  DaemonProcess narrow({"--child-cpus", last});
+  REQUIRE(pto::run_on_cpus(mine).ok());
+  INFO(narrow.log());
+  REQUIRE(narrow.up());
+  for (const std::string& t : thread_cpus(narrow.pid())) CHECK(t == first);
+  CHECK(children_of(narrow.pid()).size() == 3);
+  for (pid_t kid : children_of(narrow.pid()))
+    for (const std::string& t : thread_cpus(kid)) CHECK(t == last);
+  CHECK(narrow.stop() == 0);
+  // Not there: refused at start, named.
+  const std::string dir = make_temp_dir("ptod-cpus");
+  Output far = run_command({PTOD_PATH, "--state-dir", dir + "/state", "--socket", dir + "/s.sock", "--metrics", "off",
+                            "--child-cpus", first + ",1023"},
+                           30);
+  CHECK(far.code == 1);
+  CHECK_THAT(far.text, Catch::Contains("[worker] child_cpus = \"" + first + ",1023\": CPU 1023 not available here"));
+  Output bad = run_command({PTOD_PATH, "--state-dir", dir + "/state", "--socket", dir + "/s.sock", "--cpus", "0-"}, 30);
+  CHECK(bad.code == 1);
+  CHECK_THAT(bad.text, Catch::Contains("--cpus: CPU list \"0-\": '0-' is not a range"));
   std::filesystem::remove_all(dir);
 }
 

@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "names.h"
+#include "pto/base/cpu_set.h"
 #include "pto/base/crc32c.h"
 #include "pto/v1/ptod.pb.h"
 #include "pto/v1/raw_fields.h"
@@ -34,6 +35,67 @@ TEST_CASE("daemon config: integer keys take only integers (a huge float is an er
   c = DaemonConfig{};
   REQUIRE(DaemonConfig::parse("[worker]\nchips = 3\n", "ptod.toml", &c).ok());
   CHECK(c.chips == 3);
+}
+
+TEST_CASE("CPU lists: ranges and numbers as taskset writes them - each fault named") {
+  std::vector<int> cpus;
+  REQUIRE(pto::parse_cpu_list("0-3,8", &cpus).ok());
+  CHECK(cpus == std::vector<int>{0, 1, 2, 3, 8});
+  REQUIRE(pto::parse_cpu_list("8 2-3, 2,", &cpus).ok());  // spaces, repeats, a trailing comma: sorted, once each
+  CHECK(cpus == std::vector<int>{2, 3, 8});
+  CHECK(pto::format_cpu_list(cpus) == "2-3,8");
+  CHECK(pto::format_cpu_list({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11");
+  CHECK(pto::format_cpu_list({}).empty());
+  CHECK_THAT(pto::parse_cpu_list("", &cpus).message, Catch::Contains("no CPU in it"));
+  CHECK_THAT(pto::parse_cpu_list(" , ", &cpus).message, Catch::Contains("no CPU in it"));
+  CHECK_THAT(pto::parse_cpu_list("1,x", &cpus).message, Catch::Contains("'x' is not a CPU number from 0 to 1023"));
+  CHECK_THAT(pto::parse_cpu_list("-1", &cpus).message, Catch::Contains("'-1' is not a range"));
+  CHECK_THAT(pto::parse_cpu_list("3-1", &cpus).message, Catch::Contains("the range '3-1' runs backwards"));
+  CHECK_THAT(pto::parse_cpu_list("1024", &cpus).message, Catch::Contains("'1024' is not a CPU number"));
+  CHECK_THAT(pto::parse_cpu_list("0-99999", &cpus).message, Catch::Contains("'0-99999' is not a range"));
+  CHECK(cpus == std::vector<int>{2, 3, 8});  // a refused list leaves the output as it was
+}
+
+TEST_CASE("daemon config: [daemon] cpus and [worker] child_cpus - a list, a number or empty, CPUs this host has") {
+  DaemonConfig c;
+  REQUIRE(DaemonConfig::parse("[daemon]\ncpus = \"0\"\n[worker]\nchild_cpus = 0\n", "ptod.toml", &c).ok());
+  CHECK(c.cpus == std::vector<int>{0});
+  CHECK(c.child_cpus == std::vector<int>{0});
+  CHECK_THAT(c.effective_toml(), Catch::Contains("child_cpus = \"0\"") && Catch::Contains("\ncpus = \"0\""));
+  c = DaemonConfig{};
+  REQUIRE(DaemonConfig::parse("[daemon]\ncpus = \"\"\n", "ptod.toml", &c).ok());  // as effective_toml() writes none
+  CHECK(c.cpus.empty());
+  CHECK_THAT(DaemonConfig::parse("[worker]\nchild_cpus = [1]\n", "ptod.toml", &c).message,
+             Catch::Contains("[worker] child_cpus: must be a CPU list such as"));
+  CHECK_THAT(DaemonConfig::parse("[daemon]\ncpus = \"2-1\"\n", "ptod.toml", &c).message,
+             Catch::Contains("[daemon] cpus: CPU list \"2-1\": the range '2-1' runs backwards"));
+  // validate(): CPUs this host has for ptod (online, in its cpuset), however
+  // narrow the mask it was started with (taskset, CPUAffinity=).
+  const std::vector<int> mine = pto::allowed_cpus(), here = pto::available_cpus();
+  REQUIRE(!mine.empty());
+  CHECK(std::includes(here.begin(), here.end(), mine.begin(), mine.end()));
+  if (mine.size() < 2) WARN("one CPU: a mask narrower than the host's cannot be tried here");
+  REQUIRE(pto::run_on_cpus({mine.front()}).ok());
+  CHECK(pto::allowed_cpus() == std::vector<int>{mine.front()});
+  CHECK(pto::available_cpus() == here);                          // not limited by the mask
+  CHECK(pto::allowed_cpus() == std::vector<int>{mine.front()});  // which it left as it was
+  c = DaemonConfig{};
+  c.child_cpus = {mine.back()};
+  const Status narrowed = c.validate();
+  REQUIRE(pto::run_on_cpus(mine).ok());
+  CHECK(narrowed.ok());
+  c.cpus = {mine.front()};
+  CHECK(c.validate().ok());
+  c.child_cpus = {mine.back(), 1023};
+  CHECK_THAT(c.validate().message, Catch::Contains("[worker] child_cpus = ") &&
+                                       Catch::Contains("CPU 1023 not available here (offline, or outside ptod's "
+                                                       "cpuset; CPUs available here: " +
+                                                       pto::format_cpu_list(here) + ")"));
+  // A mask the kernel would narrow is refused whole, and left as it was.
+  const Status far = pto::run_on_cpus({mine.front(), 1023});
+  CHECK_THAT(far.message, Catch::Contains("cannot run on CPUs " + std::to_string(mine.front()) +
+                                          ",1023: CPU 1023 not available here"));
+  CHECK(pto::allowed_cpus() == mine);
 }
 
 namespace {

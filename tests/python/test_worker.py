@@ -182,6 +182,23 @@ def test_registration_rules(example, native_subs):
             w.run(lambda o, a, c: 0)
 
 
+def test_child_cpus_places_the_children_and_leaves_this_process_alone():
+    mine = sorted(os.sched_getaffinity(0))
+    with pto.Worker(level=3, num_sub_workers=2, child_cpus=[mine[-1]]) as w:
+        where = w.register(subs.cpus_of_this_process)
+        w.init()
+        x = w.alloc([1024], np.int32)
+        x[:] = 0
+        assert w.run(lambda o, a, c: o.submit_sub(where, pto.TaskArgs().add_tensor(x, pto.INOUT)) and 0).ok
+        assert list(np.flatnonzero(x)) == [mine[-1]]
+    assert sorted(os.sched_getaffinity(0)) == mine
+    with pytest.raises(pto.Error, match="child_cpus holds -1"):
+        pto.Worker(child_cpus=[-1])
+    with pto.Worker(level=3, num_sub_workers=1, child_cpus=[1023]) as w:
+        with pytest.raises(pto.Error, match="child_cpus: cannot run on CPUs 1023"):
+            w.init()
+
+
 def test_a_dtype_without_a_pto_dtype_is_refused(worker):
     w, _ = worker
     with pytest.raises(TypeError, match="has no PTO dtype"):

@@ -1,4 +1,5 @@
-// Context switches from /proc, for tests and benches that count wake-ups.
+// Threads and processes seen through /proc: context switches, for tests and
+// benches that count wake-ups; children; where threads may run.
 //
 // other_threads_switches(): voluntary context switches of every thread of
 // this process but the caller, summed from /proc/self/task. A thread that
@@ -10,6 +11,8 @@
 // every thread of `pid` and of its direct children (found by their parent
 // pid: /proc/<pid>/task/<tid>/children is not built into every kernel) — a
 // daemon and its workers, seen from a bench.
+//
+// thread_cpus(pid): each thread's Cpus_allowed_list, for tests of placement.
 #pragma once
 
 #include <sys/types.h>
@@ -20,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace pto_test {
 
@@ -42,8 +46,9 @@ inline uint64_t task_switches(const std::string& process, bool involuntary, cons
 
 inline uint64_t other_threads_switches() { return task_switches("self", false, std::to_string(gettid())); }
 
-inline uint64_t process_tree_switches(pid_t pid) {
-  uint64_t total = task_switches(std::to_string(pid), true);
+// The processes whose parent is `pid`, found by their parent pid (see above).
+inline std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = e.path().filename();
@@ -57,9 +62,27 @@ inline uint64_t process_tree_switches(pid_t pid) {
     long ppid = 0;
     if (close != std::string::npos && std::sscanf(stat.c_str() + close + 1, " %c %ld", &state, &ppid) == 2 &&
         ppid == pid)
-      total += task_switches(name, true);
+      out.push_back(static_cast<pid_t>(std::stol(name)));
   }
+  return out;
+}
+
+inline uint64_t process_tree_switches(pid_t pid) {
+  uint64_t total = task_switches(std::to_string(pid), true);
+  for (pid_t child : children_of(pid)) total += task_switches(std::to_string(child), true);
   return total;
+}
+
+// The CPUs each thread of `pid` may run on, as /proc writes them ("0-1").
+inline std::vector<std::string> thread_cpus(pid_t pid) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream f(e.path() / "status");
+    for (std::string line; std::getline(f, line);)
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) out.push_back(line.substr(line.find_first_not_of(" \t", 18)));
+  }
+  return out;
 }
 
 }  // namespace pto_test

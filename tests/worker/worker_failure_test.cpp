@@ -9,6 +9,8 @@
 #include <fstream>
 
 #include "mailbox.h"
+#include "pto/base/cpu_set.h"
+#include "thread_switches.h"
 #include "worker_support.h"
 
 using namespace pto;
@@ -322,6 +324,40 @@ TEST_CASE("bad configuration is refused - naming the value") {
   CHECK_THAT(chips_at_l4.init().message, Catch::Contains("num_chips 2 at level 4"));
   Worker unknown({.level = 3, .platform = "gpu"});
   CHECK_THAT(unknown.init().message, Catch::Contains("'gpu'"));
+}
+
+TEST_CASE("child_cpus places every child and its threads - a CPU the kernel does not grant fails init, named") {
+  const std::vector<int> mine = allowed_cpus();
+  REQUIRE(!mine.empty());
+  REQUIRE(mine.back() < 1023);
+  if (mine.size() < 2) WARN("one CPU: placement cannot be told from inheritance here");
+  const std::string last = std::to_string(mine.back());
+  {
+    Worker w({.level = 3, .num_chips = 1, .num_sub_workers = 2, .child_cpus = {mine.back()}});
+    auto noop = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_noop"));
+    REQUIRE(w.init().ok());
+    REQUIRE(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+               return o.submit_sub(noop, TaskArgs()).ok() ? 0 : 1;
+             }).ok());
+    int children = 0;
+    for (const ChildInfo& c : w.children()) {
+      INFO(c.pid);
+      const std::vector<std::string> cpus = thread_cpus(c.pid);
+      CHECK(!cpus.empty());
+      for (const std::string& t : cpus) CHECK(t == last);
+      ++children;
+    }
+    CHECK(children == 3);
+    CHECK(allowed_cpus() == mine);  // the parent stays where it was
+    REQUIRE(w.close().ok());
+  }
+  // CPU 1023 is a CPU number no machine of ours has: sched_setaffinity refuses it.
+  Worker far({.level = 3, .num_sub_workers = 1, .child_cpus = {1023}});
+  const Status s = far.init();
+  CHECK_FALSE(s.ok());
+  CHECK_THAT(s.message, Catch::Contains("child_cpus: cannot run on CPUs 1023"));
+  Worker negative({.level = 3, .num_sub_workers = 1, .child_cpus = {-1}});
+  CHECK_THAT(negative.init().message, Catch::Contains("child_cpus holds -1: a CPU number is 0..1023"));
 }
 
 TEST_CASE("a library changed after registration is refused by the children") {

@@ -22,6 +22,7 @@
 
 #include "chip_worker.h"
 #include "output_capture.h"
+#include "pto/base/cpu_set.h"
 #include "pto/base/shared_library.h"
 #include "worker_impl.h"
 
@@ -346,6 +347,16 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
   if (close_range(3, ~0u, 0) != 0)
     for (int fd = 3; fd < 4096; ++fd) ::close(fd);
   Worker* inner = ep.kind == ChildKind::L3 ? pool_.inner()[ep.index].get() : nullptr;
+  // Placed before the heartbeat, a chip's scheduler threads or an inner
+  // Worker's children start (they inherit the mask), and with it any thread
+  // already here (one an at-fork handler started, a sanitizer's).
+  if (!cfg_.child_cpus.empty())
+    if (Status s = run_process_on_cpus(cfg_.child_cpus); !s.ok()) {
+      ep.mb->set_error(kWorkerChildFailed, "child_cpus: " + s.message);
+      ep.mb->state.store(MB_INIT_FAILED, std::memory_order_seq_cst);
+      futex_wake_shared(&ep.mb->state);
+      _exit(2);
+    }
   // The heartbeat: a thread of its own bumps the mailbox's counter every
   // 100 ms whatever the task thread does, so the parent tells a stopped or
   // frozen process (no beats) from a busy kernel (beats) — also while the

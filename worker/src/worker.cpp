@@ -1,6 +1,7 @@
 // pto::Worker, the public face of the engine: the facade over WorkerImpl,
 // configuration rules, and the names of outcomes and states.
 #include <fmt/format.h>
+#include <sched.h>
 
 #include "worker_impl.h"
 
@@ -69,6 +70,9 @@ Status WorkerConfig::validate() const {
     return bad(fmt::format("liveness_timeout_ms {} is below 200 (the heartbeat's period is 100 ms); 0 turns the "
                            "check off",
                            liveness_timeout_ms));
+  for (int cpu : child_cpus)
+    if (cpu < 0 || cpu >= CPU_SETSIZE)
+      return bad(fmt::format("child_cpus holds {}: a CPU number is 0..{}", cpu, CPU_SETSIZE - 1));
   return Status::Ok();
 }
 

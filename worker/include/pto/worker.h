@@ -80,6 +80,12 @@ struct WorkerConfig {
   // process is: SIGSTOP, a freeze) has not moved for this long is killed and
   // replaced; a busy kernel keeps beating. 0 = no liveness check.
   uint32_t liveness_timeout_ms = 2000;
+  // The CPUs this Worker's local children (chip, sub and L3 processes, and
+  // what they start) run on; empty: the CPUs of the thread that calls init(),
+  // inherited. Apart from the parent's, spinning children leave the parent's
+  // threads their CPUs (docs/worker.md, "Placing the children"). A CPU the
+  // kernel does not grant a child fails init() and names it.
+  std::vector<int> child_cpus;
 
   Status validate() const;
 };
