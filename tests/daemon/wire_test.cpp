@@ -4,10 +4,15 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "config.h"
@@ -54,6 +59,38 @@ TEST_CASE("CPU lists: ranges and numbers as taskset writes them - each fault nam
   CHECK_THAT(pto::parse_cpu_list("1024", &cpus).message, Catch::Contains("'1024' is not a CPU number"));
   CHECK_THAT(pto::parse_cpu_list("0-99999", &cpus).message, Catch::Contains("'0-99999' is not a range"));
   CHECK(cpus == std::vector<int>{2, 3, 8});  // a refused list leaves the output as it was
+}
+
+TEST_CASE("CPU lists: a process placed whole - the threads it already has go too, and come back") {
+  const std::vector<int> mine = pto::allowed_cpus();
+  if (mine.size() < 2) {
+    WARN("one CPU: a move cannot be told from staying here");
+    return;
+  }
+  std::atomic<pid_t> tid{0};
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    tid = gettid();
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  for (int i = 0; i < 5000 && tid == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(tid != 0);
+  auto cpus_of = [&](pid_t t) {
+    std::ifstream f("/proc/self/task/" + std::to_string(t) + "/status");
+    for (std::string line; std::getline(f, line);)
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) return line.substr(line.find_first_not_of(" \t", 18));
+    return std::string("?");
+  };
+  CHECK(cpus_of(tid) == pto::format_cpu_list(mine));
+  const pto::Status moved = pto::run_process_on_cpus({mine.back()});
+  const std::string there = cpus_of(tid);
+  const pto::Status back = pto::run_process_on_cpus(mine);
+  stop = true;
+  other.join();
+  REQUIRE(moved.ok());
+  CHECK(there == std::to_string(mine.back()));
+  REQUIRE(back.ok());
+  CHECK(pto::allowed_cpus() == mine);
 }
 
 TEST_CASE("daemon config: [daemon] cpus and [worker] child_cpus - a list, a number or empty, CPUs this host has") {
