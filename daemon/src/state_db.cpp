@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <sstream>
 
@@ -97,8 +99,10 @@ Status StateDb::open(const std::string& dir, bool durable) {
   std::lock_guard<std::mutex> g(mu_);
   path_ = dir + "/ptod.db";
   durable_ = durable;
-  if (sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                      nullptr) != SQLITE_OK)
+  // NOMUTEX: mu_ serializes every use of the connection, so SQLite's own
+  // lock around each call would only be taken uncontended, a few per row.
+  if (sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK)
     return error("cannot open " + path_);  // at start-up, for the operator: the path helps
 
   sqlite3_busy_timeout(db_, 5000);  // bounded: another process holding it is an error, not a hang
@@ -279,7 +283,7 @@ Status StateDb::callables(std::vector<CallableRow>* out) {
 
 Status StateDb::put_job(const JobRow& r) {
   std::lock_guard<std::mutex> g(mu_);
-  return put_job_locked(r);
+  return insert_jobs_locked(&r, 1);
 }
 
 Status StateDb::put_jobs(const std::vector<JobRow>& rows, const std::vector<uint64_t>& gone) {
@@ -289,11 +293,18 @@ Status StateDb::put_jobs(const std::vector<JobRow>& rows, const std::vector<uint
   sqlite3_stmt* commit = begin ? stmt("COMMIT", &st) : nullptr;
   if (!commit) return st;
   if (st = step_done(begin, "beginning a transaction"); !st.ok()) return st;
-  for (const JobRow& r : rows)
-    if (st = put_job_locked(r); !st.ok()) break;
-  for (uint64_t id : gone) {
-    if (!st.ok()) break;
-    st = delete_row_locked("DELETE FROM jobs WHERE id = ?1", id, "deleting a job record");
+  for (size_t i = 0; st.ok() && i < rows.size(); i += kRowsPerInsert)
+    st = insert_jobs_locked(&rows[i], std::min(kRowsPerInsert, rows.size() - i));
+  // Trimmed jobs end in order, so their ids mostly run consecutively: one
+  // statement per run of ids, not one per record.
+  std::vector<uint64_t> ids(gone);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (size_t a = 0; st.ok() && a < ids.size();) {
+    size_t b = a;
+    while (b + 1 < ids.size() && ids[b + 1] == ids[b] + 1) ++b;
+    st = delete_jobs_locked(ids[a], ids[b]);
+    a = b + 1;
   }
   if (!st.ok()) {
     (void)exec("ROLLBACK");
@@ -302,15 +313,42 @@ Status StateDb::put_jobs(const std::vector<JobRow>& rows, const std::vector<uint
   return step_done(commit, "committing job records");
 }
 
-Status StateDb::put_job_locked(const JobRow& r) {
+Status StateDb::insert_jobs_locked(const JobRow* rows, size_t n) {
+  // One statement per count of rows, 1 to kRowsPerInsert, each prepared
+  // once: a statement's fixed cost (its program's start and end) is shared
+  // by its rows. The keys of stmts_ are these strings' addresses.
+  static const std::array<std::string, kRowsPerInsert + 1> kSql = [] {
+    std::array<std::string, kRowsPerInsert + 1> sql;
+    for (size_t k = 1; k <= kRowsPerInsert; ++k) {
+      sql[k] = "INSERT OR REPLACE INTO jobs (id, owner, state, record) VALUES ";
+      for (size_t i = 0; i < k; ++i)
+        sql[k] += fmt::format("{}(?{}, ?{}, ?{}, ?{})", i ? ", " : "", 4 * i + 1, 4 * i + 2, 4 * i + 3, 4 * i + 4);
+    }
+    return sql;
+  }();
   Status st;
-  sqlite3_stmt* q = stmt("INSERT OR REPLACE INTO jobs (id, owner, state, record) VALUES (?1, ?2, ?3, ?4)", &st);
+  sqlite3_stmt* q = stmt(kSql[n].c_str(), &st);
   if (!q) return st;
-  sqlite3_bind_int64(q, 1, i64(r.id));
-  sqlite3_bind_text(q, 2, r.owner.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int(q, 3, r.state);
-  sqlite3_bind_blob(q, 4, r.record.data(), static_cast<int>(r.record.size()), SQLITE_TRANSIENT);
+  // SQLITE_STATIC: the rows outlive the statement's step (no copy of each
+  // record into SQLite first).
+  for (size_t i = 0; i < n; ++i) {
+    const JobRow& r = rows[i];
+    const int at = static_cast<int>(4 * i);
+    sqlite3_bind_int64(q, at + 1, i64(r.id));
+    sqlite3_bind_text(q, at + 2, r.owner.data(), static_cast<int>(r.owner.size()), SQLITE_STATIC);
+    sqlite3_bind_int(q, at + 3, r.state);
+    sqlite3_bind_blob(q, at + 4, r.record.data(), static_cast<int>(r.record.size()), SQLITE_STATIC);
+  }
   return step_done(q, "writing a job record");
+}
+
+Status StateDb::delete_jobs_locked(uint64_t first, uint64_t last) {
+  Status st;
+  sqlite3_stmt* q = stmt("DELETE FROM jobs WHERE id BETWEEN ?1 AND ?2", &st);
+  if (!q) return st;
+  sqlite3_bind_int64(q, 1, i64(first));
+  sqlite3_bind_int64(q, 2, i64(last));
+  return step_done(q, "deleting a job record");
 }
 
 Status StateDb::delete_job(uint64_t id) {

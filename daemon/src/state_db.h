@@ -92,7 +92,11 @@ class StateDb {
   sqlite3_stmt* stmt(const char* sql, Status* st);
   Status step_done(sqlite3_stmt* s, const char* what);
   Status delete_row(const char* sql, uint64_t id, const char* what);
-  Status put_job_locked(const JobRow& r);
+  // Rows per INSERT in put_jobs.
+  static constexpr size_t kRowsPerInsert = 16;
+  // Writes rows[0, n), n from 1 to kRowsPerInsert, with one statement.
+  Status insert_jobs_locked(const JobRow* rows, size_t n);
+  Status delete_jobs_locked(uint64_t first, uint64_t last);  // ids first..last
   Status delete_row_locked(const char* sql, uint64_t id, const char* what);
   Status error(const std::string& what);
   std::mutex mu_;

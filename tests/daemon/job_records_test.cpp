@@ -95,3 +95,55 @@ TEST_CASE("job records: deletes go with a commit - a deferred record alone is co
   CHECK(left[0].id == 4);
   CHECK(left[2].id == 6);
 }
+
+TEST_CASE("put_jobs: rows beyond one statement's worth, a row given twice, deletes in runs and apart") {
+  const std::string dir = temp_dir();
+  StateDb db;
+  REQUIRE(db.open(dir, false).ok());
+  // 37 rows: two statements of 16 and one of 5 (StateDb::kRowsPerInsert),
+  // each row's owner, state and record its own.
+  std::vector<JobRow> rows;
+  for (uint64_t id = 1; id <= 37; ++id) {
+    JobRow r;
+    r.id = id;
+    r.owner = "owner-" + std::to_string(id);
+    r.state = int(id % 7);
+    r.record = std::string(size_t(id), char('a' + id % 26));
+    rows.push_back(r);
+  }
+  // Id 20 again at the end: the last one given is what stays.
+  JobRow again = rows[19];
+  again.owner = "later";
+  again.record = "replaced";
+  rows.push_back(again);
+  REQUIRE(db.put_jobs(rows, {}).ok());
+  // Runs (3-6, 30-32), lone ids (9, 17, 37), an id given twice, one that
+  // was never written (40), out of order.
+  REQUIRE(db.put_jobs({}, {32, 3, 9, 4, 5, 6, 17, 30, 31, 40, 9, 37}).ok());
+  std::vector<JobRow> left;
+  REQUIRE(db.jobs(100, &left).ok());
+  std::vector<uint64_t> ids;
+  for (const JobRow& r : left) ids.push_back(r.id);
+  CHECK(ids == std::vector<uint64_t>{1,  2,  7,  8,  10, 11, 12, 13, 14, 15, 16, 18, 19, 20,
+                                     21, 22, 23, 24, 25, 26, 27, 28, 29, 33, 34, 35, 36});
+  for (const JobRow& r : left) {
+    if (r.id == 20) {
+      CHECK(r.owner == "later");
+      CHECK(r.record == "replaced");
+      continue;
+    }
+    CHECK(r.owner == "owner-" + std::to_string(r.id));
+    CHECK(r.state == int(r.id % 7));
+    CHECK(r.record == std::string(size_t(r.id), char('a' + r.id % 26)));
+  }
+  // Rows and deletes in one commit: a row written and deleted in the same
+  // call is gone (the deletes follow the rows).
+  JobRow fifty;
+  fifty.id = 50;
+  fifty.owner = "x";
+  REQUIRE(db.put_jobs({fifty}, {50, 1, 2}).ok());
+  REQUIRE(db.jobs(100, &left).ok());
+  REQUIRE(left.size() == 25);
+  CHECK(left.front().id == 7);
+  CHECK(left.back().id == 36);
+}
