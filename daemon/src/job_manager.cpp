@@ -256,14 +256,16 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
       return Status::Error(written.code, "the job is not queued: its record is not written: " + written.message);
     }
     uint64_t batch_keys[2] = {0, 0};  // join_batch's
+    const auto jobs_log = log("jobs");
     for (Job& j : fresh) {
       j.record_ticket = ticket;
       const RegisteredCallable& c = j.spec.callable;
-      log("jobs")->debug("job {} queued: {} ({}), {} priority{}{}", j.id,
-                         c.name.empty() ? c.handle.id.short_hex() : c.name, pto::abi_name(c.abi),
-                         pto::priority_name(j.spec.options.priority),
-                         j.spec.options.deadline_ms ? fmt::format(", deadline {} ms", j.spec.options.deadline_ms) : "",
-                         j.spec.label.empty() ? "" : ", label " + j.spec.label);
+      if (jobs_log->should_log(spdlog::level::debug))  // its arguments are strings made per job
+        jobs_log->debug("job {} queued: {} ({}), {} priority{}{}", j.id,
+                        c.name.empty() ? c.handle.id.short_hex() : c.name, pto::abi_name(c.abi),
+                        pto::priority_name(j.spec.options.priority),
+                        j.spec.options.deadline_ms ? fmt::format(", deadline {} ms", j.spec.options.deadline_ms) : "",
+                        j.spec.label.empty() ? "" : ", label " + j.spec.label);
       if (draining_ || stop_) j.cancel_pending = "not started: the daemon is draining";
       // An orchestration receives the job's arguments; a chip or sub job (or
       // a level-4 orchestration, one next-level task) is one task that
@@ -351,9 +353,7 @@ std::vector<uint64_t> JobManager::take_gone() {
 }
 
 int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc) {
-  RegisteredCallable c;
-  pto::TaskArgs args;
-  std::string log_file, principal;
+  const JobSpec* spec = nullptr;
   {
     // RUNNING is not written to the state database: after a crash a queued
     // and a running job read the same ("interrupted: the daemon stopped").
@@ -369,12 +369,14 @@ int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsVi
     --queued_by_owner_[j.spec.options.principal];
     ++counts_.running;
     changed_locked(j);
-    c = j.spec.callable;
-    args = j.spec.args;
-    log_file = j.spec.options.log_file;
-    principal = j.spec.options.principal;
+    spec = &j.spec;
   }
-  return run_registered(c, runners_, o, args, view, cc, principal, log_file);
+  // Read without mu_, not copied: what a job's run reads of its spec (the
+  // callable, the arguments, the principal, the log file) is never changed
+  // once the job is queued, and the job is not erased before its run ended
+  // (trim_locked takes finished jobs only).
+  return run_registered(spec->callable, runners_, o, spec->args, view, cc, spec->options.principal,
+                        spec->options.log_file);
 }
 
 void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
@@ -413,9 +415,10 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
     row = row_locked(it->second, &e);
   }
   auto level = st == pto::v1::SUCCEEDED ? spdlog::level::debug : spdlog::level::info;
-  log("jobs")->log(level, "job {} {}: {} tasks ({} ok, {} failed, {} skipped, {} stopped) in {:.3f} ms{}", id,
-                   pto::v1::JobState_Name(st), r.tasks_submitted, r.tasks_succeeded, r.tasks_failed, r.tasks_skipped,
-                   r.tasks_stopped, double(r.wall_ns) / 1e6, r.ok() ? "" : ": " + r.status.message);
+  if (const auto jobs_log = log("jobs"); jobs_log->should_log(level))
+    jobs_log->log(level, "job {} {}: {} tasks ({} ok, {} failed, {} skipped, {} stopped) in {:.3f} ms{}", id,
+                  pto::v1::JobState_Name(st), r.tasks_submitted, r.tasks_succeeded, r.tasks_failed, r.tasks_skipped,
+                  r.tasks_stopped, double(r.wall_ns) / 1e6, r.ok() ? "" : ": " + r.status.message);
   // Applied once the record is committed, here or on the thread committing
   // it (this run's thread goes on to the next run meanwhile).
   auto then = [this, id, e = std::move(e)](const Status& written) mutable {

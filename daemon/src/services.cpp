@@ -269,7 +269,7 @@ void JobsService::wait_reply(const std::function<bool()>& gone, const Principal&
   if (Status s = wait_final(gone, who, reply->job_id(), static_cast<uint32_t>(std::max<int64_t>(left.count(), 0)), &r);
       s.ok()) {
     reply->set_state(r.state());
-    if (final_state(r.state())) *reply->mutable_result() = r;
+    if (final_state(r.state())) reply->mutable_result()->Swap(&r);
   }
 }
 
@@ -370,7 +370,7 @@ Status JobsService::wait_final(const std::function<bool()>& gone, const Principa
     if (Status s = p_.jobs.wait_event(who, id, &version, std::max(left, std::chrono::milliseconds(0)), &ev); !s.ok())
       return s;
     if (final_state(ev.state())) {
-      *out = ev.result();
+      out->Swap(ev.mutable_result());
       return Status::Ok();
     }
     if (std::chrono::steady_clock::now() >= deadline || gone()) return p_.jobs.result(who, id, out);
