@@ -4,7 +4,7 @@
 //     through gRPC) and over TCP loopback; an empty chip job likewise
 //   * jobs per second with 1 and 8 concurrent clients, and in batches of
 //     1,000 jobs per SubmitBatch call, each with the context switches of the
-//     daemon and its children per job; batches and one client again with a
+//     daemon and its children per job and the daemon's own CPU time per job; batches and one client again with a
 //     second ptod placed apart from its children ([daemon] cpus, [worker]
 //     child_cpus), in turns with the first
 //   * upload and download bandwidth of a 256 MiB tensor: over gRPC in 1 MiB /
@@ -184,6 +184,7 @@ bool run_ok(Client& c, const v1::SubmitRequest& job) {
 struct Rate {
   double jobs_per_s = 0;
   double switches_per_job = 0;  // the daemon's and its children's context switches
+  double daemon_cpu_us_per_job = 0;  // the daemon process's own CPU time (its children's spin left out)
 };
 
 // Jobs per second from `clients` clients, each submitting `batch` jobs per
@@ -220,16 +221,21 @@ Rate measure_rate(int clients, int batch, const std::string& address, pid_t daem
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // warm up
   const uint64_t d0 = done.load();
   const uint64_t s0 = pto_test::process_tree_switches(daemon);
+  const uint64_t c0 = pto_test::process_cpu_ns(daemon);
   const auto t0 = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   const uint64_t d1 = done.load();
   const uint64_t s1 = pto_test::process_tree_switches(daemon);
+  const uint64_t c1 = pto_test::process_cpu_ns(daemon);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   stop = true;
   for (auto& t : ts) t.join();
   Rate r;
   r.jobs_per_s = double(d1 - d0) / secs;
-  if (d1 > d0) r.switches_per_job = double(s1 - s0) / double(d1 - d0);
+  if (d1 > d0) {
+    r.switches_per_job = double(s1 - s0) / double(d1 - d0);
+    r.daemon_cpu_us_per_job = double(c1 - c0) / 1e3 / double(d1 - d0);
+  }
   return r;
 }
 
@@ -239,7 +245,10 @@ double throughput(int clients, int batch, const std::string& address) {
   std::printf("trivial jobs per second, %d client(s), %d job(s) per call: %.0f   [Ray: ~981 sync tasks/s per client]\n",
               clients, batch, r.jobs_per_s);
   if (r.jobs_per_s > 0)
-    std::printf("  context switches of the daemon and its children: %.2f per job\n", r.switches_per_job);
+    std::printf(
+        "  context switches of the daemon and its children: %.2f per job; the daemon's CPU time: %.1f us per "
+        "job\n",
+        r.switches_per_job, r.daemon_cpu_us_per_job);
   return r.jobs_per_s;
 }
 
@@ -498,7 +507,7 @@ void placement(const std::string& address, const std::vector<std::string>& flags
   constexpr int kRounds = 3;
   constexpr double kSeconds = 1.5;       // a batch's jobs count when its call returns: ~30 calls a window
   std::vector<double> batch[2], one[2];  // [0]: not placed, [1]: placed
-  double switches[2] = {0, 0};
+  double switches[2] = {0, 0}, cpu[2] = {0, 0};
   for (int r = 0; r < kRounds; ++r)
     for (int i = 0; i < 2; ++i) {
       const int p = (r + i) % 2;  // each goes first in turn
@@ -507,6 +516,7 @@ void placement(const std::string& address, const std::vector<std::string>& flags
       const Rate b = measure_rate(1, 1000, at, pid, kSeconds);
       batch[p].push_back(b.jobs_per_s);
       switches[p] += b.switches_per_job / kRounds;
+      cpu[p] += b.daemon_cpu_us_per_job / kRounds;
       one[p].push_back(measure_rate(1, 1, at, pid, kSeconds).jobs_per_s);
     }
   auto ratios = [](const std::vector<double>& a, const std::vector<double>& b) {
@@ -518,11 +528,11 @@ void placement(const std::string& address, const std::vector<std::string>& flags
   std::printf(
       "ptod on CPU %s and its children on CPU %s, against ptod not placed, in turns (%d rounds of %.1f s each):\n"
       "  batches of 1,000: %.0f jobs/s against %.0f (%.2fx, rounds %.2fx-%.2fx; context switches per job %.2f "
-      "against %.2f)   [target >= 50,000 jobs/s]\n"
+      "against %.2f; the daemon's CPU time per job %.1f against %.1f us)   [target >= 50,000 jobs/s]\n"
       "  one client, one job per call: %.0f jobs/s against %.0f (%.2fx, rounds %.2fx-%.2fx)\n",
       mine.c_str(), theirs.c_str(), kRounds, kSeconds, median(batch[1]), median(batch[0]), median(br),
       *std::min_element(br.begin(), br.end()), *std::max_element(br.begin(), br.end()), switches[1], switches[0],
-      median(one[1]), median(one[0]), median(orr), *std::min_element(orr.begin(), orr.end()),
+      cpu[1], cpu[0], median(one[1]), median(one[0]), median(orr), *std::min_element(orr.begin(), orr.end()),
       *std::max_element(orr.begin(), orr.end()));
   (void)placed.stop();
 }
