@@ -489,8 +489,8 @@ void JobManager::trim_locked(std::vector<std::string>* files) {
       // A job's trace lives as long as the job is retained.
       if (!it->second.result.trace_path().empty()) files->push_back(it->second.result.trace_path());
       // A log never written was never created: no failing unlink per job.
-      if (std::string log = log_path(it->first); !log.empty() && it->second.log_written)
-        files->push_back(std::move(log));
+      if (it->second.log_written)
+        if (std::string log = log_path(it->first); !log.empty()) files->push_back(std::move(log));
       gone_.push_back(it->first);  // deleted with the next commit of records
       it->second.changed->notify_all();
       jobs_.erase(it);

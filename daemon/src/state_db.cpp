@@ -382,11 +382,14 @@ Status StateDb::jobs(uint32_t limit, std::vector<JobRow>* out) {
 
 Status IdSequence::next(uint64_t* id) {
   if (next_ == limit_) {  // a new block, on disk before any of it is used
-    constexpr uint64_t kBlock = 1000;
+    const auto now = std::chrono::steady_clock::now();
+    const uint64_t block = block_ != 0 && now - reserved_at_ < kQuick ? std::min(block_ * 2, kMaxBlock) : kBlock;
     uint64_t first = 0;
-    if (Status s = db_.reserve(name_, kBlock, &first); !s.ok()) return s;
+    if (Status s = db_.reserve(name_, block, &first); !s.ok()) return s;
     next_ = first;
-    limit_ = first + kBlock;
+    limit_ = first + block;
+    block_ = block;
+    reserved_at_ = now;
   }
   *id = next_++;
   return Status::Ok();

@@ -11,6 +11,7 @@
 // are always fsynced: an id a client saw is never handed out again.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -108,15 +109,27 @@ class StateDb {
 
 // Ids from a StateDb sequence, reserved in blocks: never one handed out
 // before, also across restarts. Not thread-safe (its owner's lock).
+//
+// A reservation is an fsynced commit (about a millisecond here, taken under
+// its owner's lock, which every job's start and end wait for), so a block
+// used up within kQuick is followed by one twice as large, up to kMaxBlock:
+// a stream of jobs pays one reservation per second or so rather than one
+// per thousand jobs. A slower block brings the size back to kBlock. A crash
+// leaves the rest of the block unused: a gap in the ids, never a reuse.
 class IdSequence {
  public:
+  static constexpr uint64_t kBlock = 1000, kMaxBlock = 64 * 1024;
+  static constexpr std::chrono::milliseconds kQuick{1000};
   IdSequence(StateDb& db, std::string name) : db_(db), name_(std::move(name)) {}
   Status next(uint64_t* id);
+  uint64_t block() const { return block_; }  // the size of the block reserved last
 
  private:
   StateDb& db_;
   std::string name_;
   uint64_t next_ = 0, limit_ = 0;  // [next_, limit_) are reserved
+  uint64_t block_ = 0;
+  std::chrono::steady_clock::time_point reserved_at_;
 };
 
 }  // namespace ptod

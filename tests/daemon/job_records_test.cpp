@@ -147,3 +147,35 @@ TEST_CASE("put_jobs: rows beyond one statement's worth, a row given twice, delet
   CHECK(left.front().id == 7);
   CHECK(left.back().id == 36);
 }
+
+TEST_CASE("IdSequence: blocks used up quickly grow to kMaxBlock - ids never repeat across a reopen") {
+  const std::string dir = temp_dir();
+  uint64_t last = 0;
+  {
+    StateDb db;
+    REQUIRE(db.open(dir, false).ok());
+    IdSequence ids(db, "job");
+    // Taken in one go: each block is used up at once, so each is twice the last.
+    std::vector<uint64_t> blocks;
+    for (uint64_t n = 0; n < 3 * IdSequence::kMaxBlock; ++n) {
+      uint64_t id = 0;
+      REQUIRE(ids.next(&id).ok());
+      REQUIRE(id == last + 1);  // consecutive within this process
+      last = id;
+      if (blocks.empty() || ids.block() != blocks.back()) blocks.push_back(ids.block());
+    }
+    REQUIRE(blocks.size() >= 3);
+    CHECK(blocks.front() == IdSequence::kBlock);
+    CHECK(blocks[1] == 2 * IdSequence::kBlock);
+    CHECK(blocks.back() == IdSequence::kMaxBlock);
+  }
+  // Reopened (as after a crash): the first id is past everything reserved,
+  // and the first block is small again.
+  StateDb db;
+  REQUIRE(db.open(dir, false).ok());
+  IdSequence ids(db, "job");
+  uint64_t id = 0;
+  REQUIRE(ids.next(&id).ok());
+  CHECK(id > last);
+  CHECK(ids.block() == IdSequence::kBlock);
+}
