@@ -330,7 +330,8 @@ Status StateDb::insert_jobs_locked(const JobRow* rows, size_t n) {
   sqlite3_stmt* q = stmt(kSql[n].c_str(), &st);
   if (!q) return st;
   // SQLITE_STATIC: the rows outlive the statement's step (no copy of each
-  // record into SQLite first).
+  // record into SQLite first); the bindings left behind are cleared before
+  // the statement's next use (stmt()).
   for (size_t i = 0; i < n; ++i) {
     const JobRow& r = rows[i];
     const int at = static_cast<int>(4 * i);
@@ -342,6 +343,8 @@ Status StateDb::insert_jobs_locked(const JobRow* rows, size_t n) {
   return step_done(q, "writing a job record");
 }
 
+// Ids come from a sequence SQLite keeps as a signed 64-bit integer: the
+// casts below never wrap.
 Status StateDb::delete_jobs_locked(uint64_t first, uint64_t last) {
   Status st;
   sqlite3_stmt* q = stmt("DELETE FROM jobs WHERE id BETWEEN ?1 AND ?2", &st);
@@ -382,14 +385,18 @@ Status StateDb::jobs(uint32_t limit, std::vector<JobRow>* out) {
 
 Status IdSequence::next(uint64_t* id) {
   if (next_ == limit_) {  // a new block, on disk before any of it is used
-    const auto now = std::chrono::steady_clock::now();
-    const uint64_t block = block_ != 0 && now - reserved_at_ < kQuick ? std::min(block_ * 2, kMaxBlock) : kBlock;
+    const auto lasted = std::chrono::steady_clock::now() - reserved_at_;
+    uint64_t block = kBlock;
+    if (block_ != 0)
+      block = lasted < quick_       ? std::min(block_ * 2, kMaxBlock)
+              : lasted > 2 * quick_ ? std::max(block_ / 2, kBlock)
+                                    : block_;
     uint64_t first = 0;
     if (Status s = db_.reserve(name_, block, &first); !s.ok()) return s;
     next_ = first;
     limit_ = first + block;
     block_ = block;
-    reserved_at_ = now;
+    reserved_at_ = std::chrono::steady_clock::now();
   }
   *id = next_++;
   return Status::Ok();

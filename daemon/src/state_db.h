@@ -112,15 +112,18 @@ class StateDb {
 //
 // A reservation is an fsynced commit (about a millisecond here, taken under
 // its owner's lock, which every job's start and end wait for), so a block
-// used up within kQuick is followed by one twice as large, up to kMaxBlock:
-// a stream of jobs pays one reservation per second or so rather than one
-// per thousand jobs. A slower block brings the size back to kBlock. A crash
-// leaves the rest of the block unused: a gap in the ids, never a reuse.
+// used up within `quick` (kQuick) is followed by one twice as large, up to
+// kMaxBlock, one that lasted more than twice that by one half as large (at
+// least kBlock), and one in between by one of its size: a stream of jobs
+// pays a reservation every one or two seconds rather than one per thousand
+// jobs. A restart (a crash or not) leaves the rest of the block unused: a
+// gap in the ids, never a reuse.
 class IdSequence {
  public:
   static constexpr uint64_t kBlock = 1000, kMaxBlock = 64 * 1024;
   static constexpr std::chrono::milliseconds kQuick{1000};
-  IdSequence(StateDb& db, std::string name) : db_(db), name_(std::move(name)) {}
+  IdSequence(StateDb& db, std::string name, std::chrono::milliseconds quick = kQuick)
+      : db_(db), name_(std::move(name)), quick_(quick) {}
   Status next(uint64_t* id);
   uint64_t block() const { return block_; }  // the size of the block reserved last
 
@@ -128,7 +131,10 @@ class IdSequence {
   StateDb& db_;
   std::string name_;
   uint64_t next_ = 0, limit_ = 0;  // [next_, limit_) are reserved
+  std::chrono::milliseconds quick_;
   uint64_t block_ = 0;
+  // When the last block was on disk (after its fsync: a slow disk does not
+  // make a block look slowly used).
   std::chrono::steady_clock::time_point reserved_at_;
 };
 

@@ -234,7 +234,7 @@ Rate measure_rate(int clients, int batch, const std::string& address, pid_t daem
   r.jobs_per_s = double(d1 - d0) / secs;
   if (d1 > d0) {
     r.switches_per_job = double(s1 - s0) / double(d1 - d0);
-    r.daemon_cpu_us_per_job = double(c1 - c0) / 1e3 / double(d1 - d0);
+    if (c1 >= c0) r.daemon_cpu_us_per_job = double(c1 - c0) / 1e3 / double(d1 - d0);  // else /proc was not read
   }
   return r;
 }

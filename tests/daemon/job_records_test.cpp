@@ -100,8 +100,9 @@ TEST_CASE("put_jobs: rows beyond one statement's worth, a row given twice, delet
   const std::string dir = temp_dir();
   StateDb db;
   REQUIRE(db.open(dir, false).ok());
-  // 37 rows: two statements of 16 and one of 5 (StateDb::kRowsPerInsert),
-  // each row's owner, state and record its own.
+  // 37 rows, each row's owner, state and record its own, and two given
+  // twice - 39 rows: two statements of 16 (StateDb::kRowsPerInsert) and one
+  // of 7.
   std::vector<JobRow> rows;
   for (uint64_t id = 1; id <= 37; ++id) {
     JobRow r;
@@ -111,11 +112,18 @@ TEST_CASE("put_jobs: rows beyond one statement's worth, a row given twice, delet
     r.record = std::string(size_t(id), char('a' + id % 26));
     rows.push_back(r);
   }
-  // Id 20 again at the end: the last one given is what stays.
-  JobRow again = rows[19];
+  // Id 8 again within the first statement and id 20 again in the last, each
+  // after the first: the last one given is what stays.
+  JobRow eight = rows[7];
+  eight.owner = "later";
+  eight.record = "replaced";
+  rows.insert(rows.begin() + 12, eight);
+  JobRow again = rows[20];
+  REQUIRE(again.id == 20);
   again.owner = "later";
   again.record = "replaced";
   rows.push_back(again);
+  REQUIRE(rows.size() == 39);
   REQUIRE(db.put_jobs(rows, {}).ok());
   // Runs (3-6, 30-32), lone ids (9, 17, 37), an id given twice, one that
   // was never written (40), out of order.
@@ -127,7 +135,7 @@ TEST_CASE("put_jobs: rows beyond one statement's worth, a row given twice, delet
   CHECK(ids == std::vector<uint64_t>{1,  2,  7,  8,  10, 11, 12, 13, 14, 15, 16, 18, 19, 20,
                                      21, 22, 23, 24, 25, 26, 27, 28, 29, 33, 34, 35, 36});
   for (const JobRow& r : left) {
-    if (r.id == 20) {
+    if (r.id == 8 || r.id == 20) {
       CHECK(r.owner == "later");
       CHECK(r.record == "replaced");
       continue;
@@ -178,4 +186,31 @@ TEST_CASE("IdSequence: blocks used up quickly grow to kMaxBlock - ids never repe
   REQUIRE(ids.next(&id).ok());
   CHECK(id > last);
   CHECK(ids.block() == IdSequence::kBlock);
+}
+
+TEST_CASE("IdSequence: a block that lasted more than twice `quick` is followed by one half its size") {
+  const std::string dir = temp_dir();
+  StateDb db;
+  REQUIRE(db.open(dir, false).ok());
+  IdSequence ids(db, "job", std::chrono::milliseconds(200));
+  uint64_t id = 0, last = 0;
+  auto take = [&](uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i) {
+      REQUIRE(ids.next(&id).ok());
+      REQUIRE(id == last + 1);
+      last = id;
+    }
+  };
+  take(1);
+  CHECK(ids.block() == IdSequence::kBlock);
+  // Blocks of 1,000, 2,000 and 4,000 used up at once; the next is 8,000.
+  take(IdSequence::kBlock + 2 * IdSequence::kBlock + 4 * IdSequence::kBlock);
+  CHECK(ids.block() == 8 * IdSequence::kBlock);
+  // That one used up slowly: the next is half its size.
+  take(8 * IdSequence::kBlock - 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  take(1);  // the block's last id
+  CHECK(ids.block() == 8 * IdSequence::kBlock);
+  take(1);  // a new block
+  CHECK(ids.block() == 4 * IdSequence::kBlock);
 }
