@@ -3,10 +3,11 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
+#include <linux/magic.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "fd_frames.h"
+#include "fd_wire.h"
 #include "job_manager.h"
 #include "log.h"
 #include "principal.h"
@@ -40,42 +42,11 @@ pto::v1::FdReply reply_status(const Status& s, const std::string& what) {
   return reply_error(g.error_code(), what + ": " + g.error_message());
 }
 
-// Reads exactly n bytes by `deadline`; false on EOF, error or time out.
-bool read_full(int c, uint8_t* p, size_t n, std::chrono::steady_clock::time_point deadline) {
-  while (n > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd pf{c, POLLIN, 0};
-    if (::poll(&pf, 1, static_cast<int>(left.count())) <= 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    const ssize_t got = ::recv(c, p, n, 0);
-    if (got <= 0) {
-      if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      return false;
-    }
-    p += got;
-    n -= static_cast<size_t>(got);
-  }
-  return true;
-}
-
 // `flags`: MSG_DONTWAIT for a refusal at accept, which must not wait.
 bool write_frame(int c, const pto::v1::FdReply& r, int flags = 0) {
-  const std::string body = r.SerializeAsString();
-  std::vector<uint8_t> out(4 + body.size());
-  const auto n = static_cast<uint32_t>(body.size());
-  for (int i = 0; i < 4; ++i) out[size_t(i)] = static_cast<uint8_t>(n >> (8 * i));
-  std::memcpy(out.data() + 4, body.data(), body.size());
-  size_t off = 0;
-  while (off < out.size()) {
-    const ssize_t w = ::send(c, out.data() + off, out.size() - off, MSG_NOSIGNAL | flags);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;  // SO_SNDTIMEO bounds a client that does not read
-    off += static_cast<size_t>(w);
-  }
-  return true;
+  size_t sent = 0;
+  const std::string frame = fd_reply_frame(r);
+  return send_frame(c, frame, &sent, flags) && sent == frame.size();
 }
 
 }  // namespace
@@ -143,7 +114,17 @@ class FdTransfers::Mappings {
 pto::Status FdTransfers::bind(const std::string& path) { return listen_unix(path, "the fd socket", 64, &fd_, &wake_); }
 
 void FdTransfers::start() {
-  if (fd_ >= 0) accept_ = std::thread([this] { accept_loop(); });
+  if (fd_ < 0) return;
+  if (jobs_) {
+    adopted_wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (adopted_wake_ >= 0)
+      loop_ = std::thread([this] { job_loop(); });
+    else
+      loop_ended_ = true;  // no job loop: a connection's thread serves all its jobs
+  } else {
+    loop_ended_ = true;
+  }
+  accept_ = std::thread([this] { accept_loop(); });
 }
 
 void FdTransfers::accept_loop() {
@@ -152,10 +133,9 @@ void FdTransfers::accept_loop() {
   while (accept_unix(fd_, wake_, 0, "fd socket", &c, &cr)) {
     if (c < 0) continue;
     std::lock_guard<std::mutex> g(mu_);
-    reap_locked();
-    if (threads_.size() >= size_t(kMaxConnections) || by_uid_[cr.uid] >= kMaxPerUser) {
+    if (open_ >= kMaxConnections || by_uid_[cr.uid] >= kMaxPerUser) {
       const std::string why = fmt::format("fd socket: {} connections are open ({} of uid {}); one more is closed",
-                                          threads_.size(), by_uid_[cr.uid], cr.uid);
+                                          open_, by_uid_[cr.uid], cr.uid);
       log("tensors")->warn("{}", why);
       // Said before the close, so that the client knows its first request
       // was not read (a job it sent may go through gRPC instead).
@@ -167,15 +147,19 @@ void FdTransfers::accept_loop() {
       continue;
     }
     ++by_uid_[cr.uid];
-    const uint64_t id = ++next_id_;
-    threads_.emplace(id, std::thread([this, c, id, cr] {
-                       connection(c, cr.uid);
-                       ::close(c);
-                       std::lock_guard<std::mutex> g2(mu_);
-                       --by_uid_[cr.uid];
-                       ended_.push_back(id);
-                     }));
+    ++open_;
+    spawn_locked(Conn{c, cr.uid}, Handoff{});
   }
+}
+
+void FdTransfers::spawn_locked(Conn k, Handoff h) {
+  reap_locked();
+  const uint64_t id = ++next_id_;
+  threads_.emplace(id, std::thread([this, k, id, h = std::move(h)]() mutable {
+                     if (!connection(k, std::move(h))) close_conn(k);
+                     std::lock_guard<std::mutex> g(mu_);
+                     ended_.push_back(id);
+                   }));
 }
 
 void FdTransfers::reap_locked() {
@@ -187,83 +171,94 @@ void FdTransfers::reap_locked() {
   ended_.clear();
 }
 
-void FdTransfers::connection(int c, uid_t uid) {
+void FdTransfers::close_conn(Conn k) {
+  ::close(k.c);
+  std::lock_guard<std::mutex> g(mu_);
+  --by_uid_[k.uid];
+  --open_;
+}
+
+bool FdTransfers::parse(FdInbound& in, FdInbound::Step step, pto::v1::FdRequest* req, pto::v1::FdReply* refusal,
+                        bool* keep) {
+  *keep = true;
+  if (step != FdInbound::Step::kWhole || in.too_long() || in.truncated()) {
+    *refusal = reply_error(grpc::StatusCode::INVALID_ARGUMENT,
+                           step == FdInbound::Step::kWhole && in.too_long()
+                               ? fmt::format("a request of {} bytes: at most {}", in.announced(), kMaxFdFrame)
+                               : "a request frame that is cut short or carries too many descriptors");
+    *keep = false;  // the framing is lost
+    return false;
+  }
+  if (!req->ParseFromArray(in.body(), static_cast<int>(in.size()))) {
+    *refusal = reply_error(grpc::StatusCode::INVALID_ARGUMENT, "a request that is cut short or is not an FdRequest");
+    *keep = false;
+    return false;
+  }
+  if (std::string bad = check_fd_request(*req); !bad.empty()) {
+    *refusal = reply_error(grpc::StatusCode::INVALID_ARGUMENT, bad);
+    return false;
+  }
+  return true;
+}
+
+bool FdTransfers::connection(Conn k, Handoff h) {
+  const int c = k.c;
   Mappings mappings;
   const timeval send_bound{static_cast<time_t>(kFrameTimeout.count()), 0};
   setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &send_bound, sizeof send_bound);
+  // What the job loop left unfinished comes first.
+  if (!h.unsent.empty()) {
+    size_t sent = 0;
+    if (!send_frame(c, h.unsent, &sent)) return false;
+  }
+  if (h.job && !write_frame(c, finish_submit(*h.job, c))) return false;
+  std::optional<FdInbound> pending = std::move(h.inbound);
   for (;;) {
-    pollfd p[2] = {{c, POLLIN, 0}, {wake_, POLLIN, 0}};
-    const int ready = ::poll(p, 2, static_cast<int>(std::chrono::milliseconds(kIdleTimeout).count()));
-    if (ready < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (ready == 0) return;  // idle: the slot goes back (clients connect again)
-    // The daemon stops: a request already here is still answered (a job is
-    // refused, the daemon draining), so that its client is not left with a
-    // lost reply for something that never happened; then the connection ends.
-    const bool stopping = p[1].revents != 0;
-    if (stopping && !(p[0].revents & POLLIN)) return;
-    // The first bytes of a frame, and the descriptor that comes with them.
-    uint8_t head[4];
-    iovec iov{head, sizeof head};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-    msghdr m{};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = control;
-    m.msg_controllen = sizeof control;
-    const ssize_t got = ::recvmsg(c, &m, MSG_CMSG_CLOEXEC);
-    if (got <= 0) {
-      if (got < 0 && errno == EINTR) continue;
-      return;  // the client closed
-    }
-    int fd = -1;
-    for (cmsghdr* h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
-      if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
-        const size_t n = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        std::vector<int> fds(n);
-        std::memcpy(fds.data(), CMSG_DATA(h), n * sizeof(int));
-        for (size_t i = 0; i < n; ++i) {
-          if (fd < 0)
-            fd = fds[i];
-          else
-            ::close(fds[i]);  // one descriptor per request: extra ones are not kept
-        }
+    FdInbound in;
+    bool stopping = false;
+    if (pending) {
+      in = std::move(*pending);
+      pending.reset();
+    } else {
+      pollfd p[2] = {{c, POLLIN, 0}, {wake_, POLLIN, 0}};
+      const int ready = ::poll(p, 2, static_cast<int>(std::chrono::milliseconds(kIdleTimeout).count()));
+      if (ready < 0) {
+        if (errno == EINTR) continue;
+        return false;
       }
-    const auto deadline = std::chrono::steady_clock::now() + kFrameTimeout;
-    const bool framed = read_full(c, head + got, sizeof head - static_cast<size_t>(got), deadline);
-    const uint32_t n = framed ? fd_frame_length(head) : 0;
-    std::vector<uint8_t> body(n <= kMaxFdFrame ? n : 0);  // a claimed size is bounded before anything is allocated
+      if (ready == 0) return false;  // idle: the slot goes back (clients connect again)
+      // The daemon stops: a request already here is still answered (a job is
+      // refused, the daemon draining), so that its client is not left with a
+      // lost reply for something that never happened; then the connection ends.
+      stopping = p[1].revents != 0;
+      if (stopping && !(p[0].revents & POLLIN)) return false;
+    }
+    const FdInbound::Step step = in.read(c, std::chrono::steady_clock::now() + kFrameTimeout);
+    if (step == FdInbound::Step::kClosed && !in.started()) return false;  // the client closed
+    int fd = in.take_fd();
     pto::v1::FdRequest req;
     pto::v1::FdReply reply;
     bool keep = true;
-    std::string bad;
-    if (!framed || n > kMaxFdFrame || (m.msg_flags & MSG_CTRUNC)) {
-      reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT,
-                          framed && n > kMaxFdFrame ? fmt::format("a request of {} bytes: at most {}", n, kMaxFdFrame)
-                                                    : "a request frame that is cut short or carries too many "
-                                                      "descriptors");
-      keep = false;  // the framing is lost
-    } else if (!read_full(c, body.data(), n, deadline) || !req.ParseFromArray(body.data(), static_cast<int>(n))) {
-      reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT, "a request that is cut short or is not an FdRequest");
-      keep = false;
-    } else if (bad = check_fd_request(req); !bad.empty()) {
-      reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT, bad);
-    } else {
+    bool submitted = false;
+    if (parse(in, step, &req, &reply, &keep)) {
       served_[size_t(req.op())].fetch_add(1, std::memory_order_relaxed);
       if (req.op() == pto::v1::FdRequest::SUBMIT) {
-        reply = submit(req, c, uid);  // a descriptor that came with it is closed below
+        FdJobHost::Job job;
+        if (start_submit(req, k.uid, &job, &reply)) reply = finish_submit(job, c);
+        submitted = true;  // a descriptor that came with it is closed below
       } else if (fd < 0) {
         reply = reply_error(grpc::StatusCode::INVALID_ARGUMENT,
                             "no descriptor came with the request (a memfd, attached with SCM_RIGHTS)");
       } else {
-        reply = serve(req, fd, uid, mappings);
+        reply = serve(req, fd, k.uid, mappings);
         fd = -1;  // serve() closed it
       }
     }
     if (fd >= 0) ::close(fd);
-    if (!write_frame(c, reply) || !keep || stopping) return;
+    if (!write_frame(c, reply) || !keep || stopping) return false;
+    // A connection that submits jobs waits for its next request with the
+    // others' in the job loop: no thread of its own woken per job.
+    if (submitted && adopt(k)) return true;
   }
 }
 
@@ -296,24 +291,38 @@ pto::v1::FdReply FdTransfers::serve(const pto::v1::FdRequest& req, int fd, uid_t
   }
 }
 
-pto::v1::FdReply FdTransfers::submit(const pto::v1::FdRequest& req, int c, uid_t uid) {
-  if (!jobs_) return reply_error(grpc::StatusCode::UNIMPLEMENTED, "submit: this fd socket takes no jobs");
+bool FdTransfers::start_submit(const pto::v1::FdRequest& req, uid_t uid, FdJobHost::Job* job,
+                               pto::v1::FdReply* refusal) {
+  if (!jobs_) {
+    *refusal = reply_error(grpc::StatusCode::UNIMPLEMENTED, "submit: this fd socket takes no jobs");
+    return false;
+  }
   Principal who;
   if (Status s = principals_.of_unix_peer(uid, req.token(), &who); !s.ok()) {
     // Worded and logged as Jobs.Submit's refusal (identify, services.cpp).
     log("main")->warn("request from fd socket (uid {}) refused: {}", uid, s.message);
     const grpc::Status g = to_grpc(s);
-    return reply_error(g.error_code(), g.error_message());
+    *refusal = reply_error(g.error_code(), g.error_message());
+    return false;
   }
+  if (const grpc::Status g = jobs_->start_job(who, req.submit(), job); !g.ok()) {
+    *refusal = reply_error(g.error_code(), g.error_message());
+    return false;
+  }
+  return true;
+}
+
+pto::v1::FdReply FdTransfers::finish_submit(FdJobHost::Job& job, int c) {
   // The client hung up (its end shut or gone): a waiting submit stops
   // waiting, as a cancelled gRPC call's does; the job goes on.
   const auto gone = [c] {
     pollfd p{c, POLLRDHUP, 0};
     return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
   };
-  pto::v1::FdReply r;
-  if (const grpc::Status g = jobs_->submit_job(who, req.submit(), r.mutable_submit(), gone); !g.ok())
+  if (const grpc::Status g = jobs_->finish_job(job, gone); !g.ok())
     return reply_error(g.error_code(), g.error_message());
+  pto::v1::FdReply r;
+  r.mutable_submit()->Swap(&job.reply);
   return r;
 }
 
@@ -432,7 +441,11 @@ void FdTransfers::stop() {
     (void)!::write(wake_, &one, sizeof one);
   }
   if (accept_.joinable()) accept_.join();
-  // Connections end at their next wait (a transfer under way finishes first).
+  // The job loop ends at its next wait (the jobs of a round under way are
+  // answered or handed to threads first) and closes its connections; the
+  // threads end at their next wait (a transfer under way finishes first).
+  // Only these two start threads, so none starts after the swap below.
+  if (loop_.joinable()) loop_.join();
   std::map<uint64_t, std::thread> left;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -442,7 +455,8 @@ void FdTransfers::stop() {
   for (auto& [id, t] : left) t.join();
   if (fd_ >= 0) ::close(fd_);
   if (wake_ >= 0) ::close(wake_);
-  fd_ = wake_ = -1;
+  if (adopted_wake_ >= 0) ::close(adopted_wake_);
+  fd_ = wake_ = adopted_wake_ = -1;
 }
 
 }  // namespace ptod

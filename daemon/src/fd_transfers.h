@@ -11,7 +11,10 @@
 // sealed against shrinking (so no page the daemon maps can vanish under it
 // and raise SIGBUS), large enough for the transfer; a frame is at most
 // kMaxFdFrame bytes (fd_frames.h) and must arrive within kFrameTimeout once begun. A
-// connection is served by a thread of its own, at most kMaxConnections at
+// connection is served by a thread of its own until it submits a job; from
+// then on the job loop (fd_job_loop.cpp) waits for its requests with every
+// other such connection's, and hands it back to a thread of its own for
+// anything but a job that ends at once. At most kMaxConnections are open at
 // once and kMaxPerUser per user (more are answered "refused" and closed at
 // accept, logged), closed after kIdleTimeout without a request; stop() waits
 // for each to end.
@@ -24,22 +27,23 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
-#include <vector>
-#include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "fd_wire.h"
+#include "principal.h"
 #include "pto/base/status.h"
 #include "pto/v1/ptod.pb.h"
 #include "pto/worker.h"
 
 namespace ptod {
 
-class Principals;
-struct Principal;
 class TensorStore;
 
 // The remote buffers a coordinator's session holds here (SessionService):
@@ -60,15 +64,31 @@ class FdBufferHost {
 };
 
 // Jobs submitted through the fd socket (SUBMIT): Jobs.Submit without gRPC,
-// for a local client (docs/proto.md, "The fd socket"). The connection's
-// thread runs the call, so a waiting submit's job is driven from there.
+// for a local client (docs/proto.md, "The fd socket"), in three steps so
+// that the job loop (fd_job_loop.cpp) can start the jobs of many clients,
+// drive them together and answer each as it ends.
 class FdJobHost {
  public:
   virtual ~FdJobHost() = default;
-  // As Jobs.Submit for `who`; `gone()` is true once the client has hung up
-  // (a wait for the job's end stops there, the job goes on).
-  virtual grpc::Status submit_job(const Principal& who, const pto::v1::SubmitRequest& req,
-                                  pto::v1::SubmitReply* reply, const std::function<bool()>& gone) = 0;
+  // A job between start_job and finish_job.
+  struct Job {
+    Principal who;
+    bool waits = false;                                    // the request's wait_ms > 0
+    std::chrono::steady_clock::time_point started, until;  // until: the request's wait_ms from `started`
+    pto::v1::SubmitReply reply;                            // its id and place in the queue, then its end
+  };
+  // As Jobs.Submit for `who` up to the job queued (job->reply: QUEUED).
+  virtual grpc::Status start_job(const Principal& who, const pto::v1::SubmitRequest& req, Job* job) = 0;
+  // Drives the job's run from this thread until it ended or `bound`: true
+  // when it ended (or the call does not wait).
+  virtual bool drive_job(const Job& job, std::chrono::steady_clock::time_point bound) = 0;
+  // The rest of Jobs.Submit: drives the run up to kHelpFor from its start,
+  // waits for its end until job.until or until `gone()` (the client hung
+  // up; the job goes on), and commits its record before job.reply is sent.
+  virtual grpc::Status finish_job(Job& job, const std::function<bool()>& gone) = 0;
+  // How many jobs run at once ([jobs] max_running): the job loop starts no
+  // more than that together.
+  virtual uint32_t concurrent_jobs() const = 0;
 };
 
 // What the fd socket served since the start (the daemon's metrics):
@@ -109,11 +129,30 @@ class FdTransfers {
 
  private:
   class Mappings;
+  // A connection: its socket and its peer's uid.
+  struct Conn {
+    int c = -1;
+    uid_t uid = 0;
+  };
+  // What the job loop hands to a connection's thread, to finish before it
+  // waits for the next request.
+  struct Handoff {
+    std::optional<FdInbound> inbound;   // a request read, whole or in part
+    std::optional<FdJobHost::Job> job;  // a job started that did not end at once
+    std::string unsent;                 // a reply's bytes the socket did not take
+  };
   // One request, checked (check_fd_request), its descriptor received (taken
   // over: closed here); `mappings`: the connection's memfds mapped before.
   pto::v1::FdReply serve(const pto::v1::FdRequest& req, int fd, uid_t uid, Mappings& mappings);
   void accept_loop();
-  void connection(int c, uid_t uid);
+  // Serves connection k on this thread; true when it was handed to the job
+  // loop (still open), false when it is done with (to close).
+  bool connection(Conn k, Handoff h);
+  // A whole frame read into `in` parsed and checked into *req: true, or
+  // false with the reply that refuses it in *refusal (*keep false when the
+  // framing is lost and the connection must close).
+  static bool parse(FdInbound& in, FdInbound::Step step, pto::v1::FdRequest* req, pto::v1::FdReply* refusal,
+                    bool* keep);
   pto::v1::FdReply upload(const pto::v1::FdRequest& req, int fd, const struct stat& st, const Principal& who,
                           Mappings& mappings);
   pto::v1::FdReply download(const pto::v1::FdRequest& req, int fd, const struct stat& st, const Principal& who,
@@ -121,23 +160,41 @@ class FdTransfers {
   pto::v1::FdReply buffer_chunk(const pto::v1::FdRequest& req, int fd, const struct stat& st, const Principal& who,
                                 Mappings& mappings);
 
-  // A job (SUBMIT) from the client on socket `c`.
-  pto::v1::FdReply submit(const pto::v1::FdRequest& req, int c, uid_t uid);
+  // A job (SUBMIT) from the client on socket `c`: started (false and
+  // *refusal when it is not), then finished.
+  bool start_submit(const pto::v1::FdRequest& req, uid_t uid, FdJobHost::Job* job, pto::v1::FdReply* refusal);
+  pto::v1::FdReply finish_submit(FdJobHost::Job& job, int c);
+
+  // The job loop (fd_job_loop.cpp).
+  void job_loop();
+  // Queues connection k for the job loop: false when the loop has ended.
+  bool adopt(Conn k);
+  // A thread of its own for connection k, to finish h first.
+  void spawn_locked(Conn k, Handoff h);
+  // Closes connection k and gives its slot back.
+  void close_conn(Conn k);
 
   TensorStore& tensors_;
   const Principals& principals_;
   FdBufferHost* buffers_ = nullptr;
   FdJobHost* jobs_ = nullptr;
   int fd_ = -1;
-  int wake_ = -1;  // an eventfd: the accept loop and the connections end
+  int wake_ = -1;  // an eventfd: the accept loop, the job loop and the connections end
   std::thread accept_;
   std::mutex mu_;
-  std::map<uint64_t, std::thread> threads_;  // a thread per open connection
+  std::map<uint64_t, std::thread> threads_;  // a thread per connection served by one
   std::vector<uint64_t> ended_;              // threads that have ended, to join
   uint64_t next_id_ = 0;
+  int open_ = 0;                 // connections open, the job loop's too
   std::map<uid_t, int> by_uid_;  // open connections per user
   std::array<std::atomic<uint64_t>, 6> served_{};  // FdSocketCounts
   std::atomic<uint64_t> refused_{0};
+  // The job loop's: its thread, the connections queued for it (adopt), an
+  // eventfd that says so, and whether it has ended (it takes no more).
+  std::thread loop_;
+  std::vector<Conn> adopted_;
+  int adopted_wake_ = -1;
+  bool loop_ended_ = false;
   void reap_locked();
 };
 

@@ -308,14 +308,19 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
   return Status::Ok();
 }
 
-void JobManager::wait_run(uint64_t id, std::chrono::steady_clock::time_point until) {
+bool JobManager::wait_run(uint64_t id, std::chrono::steady_clock::time_point until) {
   pto::RunHandle h;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (auto it = jobs_.find(id); it != jobs_.end() && !final_state(it->second.state)) h = it->second.run;
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || final_state(it->second.state)) return true;
+    h = it->second.run;
   }
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-  if (h.valid() && left.count() > 0) (void)h.wait(left);
+  if (!h.valid()) return false;  // not queued with the Worker yet
+  // Rounded up: a bound less than a millisecond away still waits (the job
+  // loop's rounds are a few milliseconds).
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+  return left.count() > 0 ? h.wait(left) : h.done();
 }
 
 Status JobManager::flush_records(uint64_t id) {

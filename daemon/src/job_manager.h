@@ -76,10 +76,11 @@ class JobManager {
   // acknowledge_later); if that commit failed, an error, and the job, never
   // acknowledged, is cancelled.
   Status flush_records(uint64_t id);
-  // Waits until job `id`'s run ended or `until`. A call's run (detached)
-  // is driven by this thread meanwhile: its end, and the commit of its
-  // record, then happen here — no other thread's wake-up on the way.
-  void wait_run(uint64_t id, std::chrono::steady_clock::time_point until);
+  // Waits until job `id`'s run ended or `until`: true when it ended (or the
+  // job is gone or final). A call's run (detached) is driven by this thread
+  // meanwhile: its end, and the commit of its record, then happen here — no
+  // other thread's wake-up on the way.
+  bool wait_run(uint64_t id, std::chrono::steady_clock::time_point until);
   // Several jobs at once, all or none: admitted together (queue and quotas),
   // their records written in one commit, then queued in order.
   struct Queued {

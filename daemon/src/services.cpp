@@ -282,31 +282,48 @@ grpc::Status JobsService::Submit(grpc::ServerContext* ctx, const pto::v1::Submit
 
 grpc::Status JobsService::submit_job(const Principal& who, const pto::v1::SubmitRequest& req,
                                      pto::v1::SubmitReply* reply, const std::function<bool()>& gone) {
+  Job job;
+  if (grpc::Status s = start_job(who, req, &job); !s.ok()) return s;
+  grpc::Status s = finish_job(job, gone);
+  reply->Swap(&job.reply);
+  return s;
+}
+
+grpc::Status JobsService::start_job(const Principal& who, const pto::v1::SubmitRequest& req, Job* job) {
   if (p_.draining) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is draining: it accepts no new jobs");
   JobSpec spec;
   if (grpc::Status bad = job_spec(who, req, &spec); !bad.ok()) return bad;
   const std::vector<uint64_t> pinned = spec.pinned;
   uint64_t id = 0;
   uint32_t pos = 0;
-  // With a wait the id reaches the client only with this reply: the job's
-  // record may be committed with its end (one commit, not two) or by the
-  // flush below, either before the reply.
-  const bool waits = req.wait_ms() > 0;
-  if (Status s = p_.jobs.submit(std::move(spec), &id, &pos, waits); !s.ok()) {
+  // With a wait the id reaches the client only with the reply: the job's
+  // record may be committed with its end (one commit, not two) or by
+  // finish_job's flush, either before the reply.
+  job->waits = req.wait_ms() > 0;
+  if (Status s = p_.jobs.submit(std::move(spec), &id, &pos, job->waits); !s.ok()) {
     for (uint64_t t : pinned) p_.tensors.pin(t, -1);
     return to_grpc(s);
   }
-  reply->set_job_id(id);
-  reply->set_queue_position(pos);
-  reply->set_state(pto::v1::QUEUED);
-  if (waits) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(req.wait_ms());
-    // A short job ends on this thread (its run driven from here); a long
-    // one is handed to the Worker's own driver after kHelpFor.
-    p_.jobs.wait_run(id, std::min(until, std::chrono::steady_clock::now() + kHelpFor));
-    wait_reply(gone, who, until, reply);
-    if (Status s = p_.jobs.flush_records(id); !s.ok()) return to_grpc(s);
-  }
+  job->who = who;
+  job->started = std::chrono::steady_clock::now();
+  job->until = job->started + std::chrono::milliseconds(req.wait_ms());
+  job->reply.set_job_id(id);
+  job->reply.set_queue_position(pos);
+  job->reply.set_state(pto::v1::QUEUED);
+  return grpc::Status::OK;
+}
+
+bool JobsService::drive_job(const Job& job, std::chrono::steady_clock::time_point bound) {
+  return !job.waits || p_.jobs.wait_run(job.reply.job_id(), std::min(job.until, bound));
+}
+
+grpc::Status JobsService::finish_job(Job& job, const std::function<bool()>& gone) {
+  if (!job.waits) return grpc::Status::OK;
+  // A short job ends on this thread (its run driven from here); a long
+  // one is handed to the Worker's own driver after kHelpFor.
+  p_.jobs.wait_run(job.reply.job_id(), std::min(job.until, job.started + kHelpFor));
+  wait_reply(gone, job.who, job.until, &job.reply);
+  if (Status s = p_.jobs.flush_records(job.reply.job_id()); !s.ok()) return to_grpc(s);
   return grpc::Status::OK;
 }
 

@@ -78,7 +78,11 @@ class JobsService final : public pto::v1::Jobs::Service, public FdJobHost {
   explicit JobsService(DaemonParts p) : p_(p) {}
   grpc::Status Submit(grpc::ServerContext*, const pto::v1::SubmitRequest*, pto::v1::SubmitReply*) override;
   grpc::Status submit_job(const Principal& who, const pto::v1::SubmitRequest& req, pto::v1::SubmitReply* reply,
-                          const std::function<bool()>& gone) override;
+                          const std::function<bool()>& gone);
+  grpc::Status start_job(const Principal& who, const pto::v1::SubmitRequest& req, Job* job) override;
+  bool drive_job(const Job& job, std::chrono::steady_clock::time_point bound) override;
+  grpc::Status finish_job(Job& job, const std::function<bool()>& gone) override;
+  uint32_t concurrent_jobs() const override { return static_cast<uint32_t>(p_.cfg.max_running); }
   grpc::Status SubmitBatch(grpc::ServerContext*, const pto::v1::SubmitBatchRequest*,
                            pto::v1::SubmitBatchReply*) override;
   grpc::Status Watch(grpc::ServerContext*, const pto::v1::WatchRequest*,

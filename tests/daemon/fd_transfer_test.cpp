@@ -16,6 +16,7 @@
 #include <fstream>
 #include <future>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -497,4 +498,110 @@ TEST_CASE("a connection past the fd socket's bound per user is told it was refus
     v1::FdReply a;
     return again.try_call(submit_of("noop", 10000), -1, &a) && !a.refused() && a.code() == 0;
   }));
+}
+
+// After its first job a connection waits in the job loop (fd_job_loop.cpp)
+// with the others: many clients' jobs answered together, each its own; what
+// is not a job, a frame that comes in parts and a job that runs long go to
+// a thread of the connection's own, and the loop goes on meanwhile.
+TEST_CASE("the fd socket's job loop: many connections' jobs, a transfer between jobs, a frame in parts, a long job") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  const std::string path = d.address().substr(5) + ".fd";
+  auto g = client(d.address(), false);
+  REQUIRE(g->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  REQUIRE(g->register_import(NATIVE_SUBS, "pto_test_sleep", "sleep").ok());
+
+  // Eight connections, 40 waiting jobs each at once: every reply is the
+  // job's end, every job id its own.
+  constexpr int kConns = 8, kJobs = 40;
+  std::vector<std::vector<uint64_t>> ids(kConns);
+  std::vector<std::string> problems(kConns);
+  {
+    std::vector<std::thread> ts;
+    for (int i = 0; i < kConns; ++i)
+      ts.emplace_back([&, i] {
+        Raw raw(path);
+        for (int j = 0; j < kJobs; ++j) {
+          v1::FdReply r;
+          if (!raw.try_call(submit_of("noop", 10000), -1, &r)) {
+            problems[size_t(i)] = "no reply";
+            return;
+          }
+          if (r.code() != 0 || r.submit().state() != v1::SUCCEEDED) {
+            problems[size_t(i)] = r.message() + " / " + v1::JobState_Name(r.submit().state());
+            return;
+          }
+          ids[size_t(i)].push_back(r.submit().job_id());
+        }
+      });
+    for (auto& t : ts) t.join();
+  }
+  std::set<uint64_t> all;
+  for (int i = 0; i < kConns; ++i) {
+    INFO("connection " << i << ": " << problems[size_t(i)]);
+    CHECK(problems[size_t(i)].empty());
+    CHECK(ids[size_t(i)].size() == size_t(kJobs));
+    all.insert(ids[size_t(i)].begin(), ids[size_t(i)].end());
+  }
+  CHECK(all.size() == size_t(kConns * kJobs));
+  CHECK(fd_submits(d) == kConns * kJobs);
+
+  // One connection: a job, then an upload (its descriptor), then a job again.
+  Raw raw(path);
+  REQUIRE(raw.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+  const std::vector<uint8_t> bytes = random_bytes(4096, 11);
+  const int m = sealed_memfd(bytes.size());
+  REQUIRE(::pwrite(m, bytes.data(), bytes.size(), 0) == ssize_t(bytes.size()));
+  v1::FdReply up = raw.call(upload_of("between", uint32_t(bytes.size())), m);
+  ::close(m);
+  INFO(up.message());
+  REQUIRE(up.code() == 0);
+  std::vector<uint8_t> back;
+  REQUIRE(g->download(named("between"), &back).ok());
+  CHECK(back == bytes);
+  REQUIRE(raw.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+
+  // A job's frame in two parts, the second 300 ms later: answered whole.
+  std::string frame = submit_of("noop", 10000).SerializeAsString();
+  const auto n = static_cast<uint32_t>(frame.size());
+  frame.insert(0, std::string{char(n), char(n >> 8), char(n >> 16), char(n >> 24)});
+  raw.send(frame.substr(0, 6), -1, false);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  raw.send(frame.substr(6), -1, false);
+  v1::FdReply parts;
+  REQUIRE(raw.reply(&parts));
+  CHECK(parts.code() == 0);
+  CHECK(parts.submit().state() == v1::SUCCEEDED);
+  REQUIRE(raw.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+
+  // A job of 1.5 s on one connection (already in the loop): another
+  // connection's jobs are answered meanwhile, and then the long one's end.
+  Raw slow(path);
+  REQUIRE(slow.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+  v1::FdRequest nap = submit_of("sleep", 10000);
+  nap.mutable_submit()->mutable_args()->add_scalars(1500);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto long_one = std::async(std::launch::async, [&] {
+    v1::FdReply r;
+    const bool ok = slow.try_call(nap, -1, &r);
+    return std::make_pair(ok, r);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int j = 0; j < 5; ++j) REQUIRE(raw.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1400));
+  auto [ok, r] = long_one.get();
+  REQUIRE(ok);
+  CHECK(r.submit().state() == v1::SUCCEEDED);
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(1500));
+  // And that connection goes on with jobs.
+  CHECK(slow.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+
+  // A frame cut short, then the client gone: the others go on.
+  {
+    Raw cut(path);
+    REQUIRE(cut.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+    cut.send(frame.substr(0, 5), -1, false);
+  }
+  CHECK(raw.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
 }

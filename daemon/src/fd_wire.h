@@ -1,0 +1,69 @@
+// The fd socket's frames on a connection (docs/proto.md, "The fd socket"):
+// a request read as it arrives — all at once, or in parts by a caller that
+// must not wait (the job loop) and finished by one that may — and a reply
+// sent whole or in parts. The bytes' meaning is fd_frames.h's.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pto/v1/ptod.pb.h"
+
+namespace ptod {
+
+// One request frame: its length, its bytes, and the descriptor that came
+// with its first bytes (SCM_RIGHTS; at most one is kept, extra ones are
+// closed at once).
+class FdInbound {
+ public:
+  enum class Step {
+    kWhole,   // the frame is here (or announced too long: too_long())
+    kMore,    // part of it is here, the rest is not yet
+    kClosed,  // the client closed (or the socket failed) before the frame was whole
+    kLate,    // the deadline passed before the frame was whole
+  };
+  FdInbound() = default;
+  ~FdInbound();
+  FdInbound(FdInbound&& o) noexcept;
+  FdInbound& operator=(FdInbound&& o) noexcept;
+  FdInbound(const FdInbound&) = delete;
+  FdInbound& operator=(const FdInbound&) = delete;
+
+  // Reads what the socket holds; with a deadline, waits for the rest until
+  // then. Call again after kMore to go on.
+  Step read(int c, std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+  bool started() const { return head_got_ > 0; }
+  bool has_fd() const { return fd_ >= 0; }
+  // The length announced is beyond kMaxFdFrame (nothing was allocated for it).
+  bool too_long() const { return too_long_; }
+  uint32_t announced() const { return announced_; }  // the length its first 4 bytes gave
+  // More descriptors or control data came than the frame may carry.
+  bool truncated() const { return truncated_; }
+  const uint8_t* body() const { return body_.data(); }
+  size_t size() const { return body_.size(); }
+  // The descriptor that came with the frame (-1: none), now the caller's.
+  int take_fd();
+
+ private:
+  uint8_t head_[4] = {};
+  size_t head_got_ = 0;
+  std::vector<uint8_t> body_;
+  size_t body_got_ = 0;
+  int fd_ = -1;
+  uint32_t announced_ = 0;
+  bool too_long_ = false;
+  bool truncated_ = false;
+};
+
+// A reply as a frame's bytes: the little-endian length, then the FdReply.
+std::string fd_reply_frame(const pto::v1::FdReply& r);
+// Sends bytes [*sent, size) of `frame`, advancing *sent; waits when the
+// socket is full (its SO_SNDTIMEO bounds that) unless `flags` holds
+// MSG_DONTWAIT. False on an error (a full socket without waiting is not one:
+// *sent < frame.size()).
+bool send_frame(int c, const std::string& frame, size_t* sent, int flags = 0);
+
+}  // namespace ptod
