@@ -24,8 +24,9 @@ namespace ptod {
 namespace {
 
 // How long one round of the loop drives its jobs before it hands those not
-// ended to threads: short against a trivial job's ~0.1 ms, short enough that
-// other clients' requests do not wait long behind a slow job.
+// ended to threads: long against a trivial job's ~0.1 ms, short enough that
+// other clients' requests do not wait long behind a slow job (a wait rounds
+// up to the next millisecond: RunHandle::wait takes milliseconds).
 constexpr std::chrono::milliseconds kLoopDrive{2};
 
 }  // namespace
@@ -61,6 +62,7 @@ void FdTransfers::job_loop() {
     return k;
   };
   const auto hand_off = [&](std::map<int, Open>::iterator it, Handoff h) {
+    handoffs_.fetch_add(1, std::memory_order_relaxed);
     const Conn k = leave(it);
     std::lock_guard<std::mutex> g(mu_);
     spawn_locked(k, std::move(h));
@@ -87,9 +89,11 @@ void FdTransfers::job_loop() {
     FdJobHost::Job job;
   };
   std::vector<Started> round;
-  epoll_event evs[64];
+  // Room for every connection and both eventfds: at stop, every request
+  // already here is in the last batch and answered.
+  epoll_event evs[kMaxConnections + 2];
   while (!stopping) {
-    const int n = ::epoll_wait(ep, evs, 64, 1000);
+    const int n = ::epoll_wait(ep, evs, kMaxConnections + 2, 1000);
     if (n < 0 && errno != EINTR) {
       log("main")->error("fd socket: the job loop stops: {}", pto::errno_text(errno));
       break;
@@ -149,8 +153,10 @@ void FdTransfers::job_loop() {
     // Start them in waves as wide as the jobs that run at once: a job
     // beyond those would be queued in the Worker, whose run threads take it
     // up only to find no slot for it. Answer each that ended, hand on each
-    // that did not.
+    // that did not. The round has kLoopDrive for all its waves: once that
+    // is spent, the jobs left are started and handed on at once.
     const size_t wave = std::max<size_t>(1, jobs_->concurrent_jobs());
+    const auto bound = Clock::now() + kLoopDrive;
     for (size_t first = 0; first < round.size(); first += wave) {
       const size_t last = std::min(round.size(), first + wave);
       for (size_t j = first; j < last; ++j) {
@@ -160,7 +166,6 @@ void FdTransfers::job_loop() {
         s.started = start_submit(s.req, it->second.k.uid, &s.job, &refusal);
         if (!s.started) answer(it, refusal);
       }
-      const auto bound = Clock::now() + kLoopDrive;
       for (size_t j = first; j < last; ++j) {
         Started& s = round[j];
         if (!s.started) continue;
@@ -171,6 +176,7 @@ void FdTransfers::job_loop() {
           hand_off(it, std::move(h));
           continue;
         }
+        loop_jobs_.fetch_add(1, std::memory_order_relaxed);
         answer(it, finish_submit(s.job, s.c));  // ended: no wait but for its record's commit
       }
     }

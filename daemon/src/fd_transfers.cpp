@@ -12,9 +12,10 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <vector>
 
 #include "fd_frames.h"
@@ -66,6 +67,7 @@ class FdTransfers::Mappings {
   Mappings(const Mappings&) = delete;
   Mappings& operator=(const Mappings&) = delete;
 
+  bool empty() const { return ms_.empty(); }
   // [offset, offset + bytes) of memfd `fd` (of `st`), for writing too when
   // `writable`; nullptr and *err on failure.
   uint8_t* map(int fd, const struct stat& st, uint64_t offset, uint64_t bytes, bool writable, int* err) {
@@ -155,11 +157,20 @@ void FdTransfers::accept_loop() {
 void FdTransfers::spawn_locked(Conn k, Handoff h) {
   reap_locked();
   const uint64_t id = ++next_id_;
-  threads_.emplace(id, std::thread([this, k, id, h = std::move(h)]() mutable {
-                     if (!connection(k, std::move(h))) close_conn(k);
-                     std::lock_guard<std::mutex> g(mu_);
-                     ended_.push_back(id);
-                   }));
+  try {
+    threads_.emplace(id, std::thread([this, k, id, h = std::move(h)]() mutable {
+                       if (!connection(k, std::move(h))) close_conn(k);
+                       std::lock_guard<std::mutex> g(mu_);
+                       ended_.push_back(id);
+                     }));
+  } catch (const std::system_error& e) {
+    // No thread to be had (the process's limit): the connection is closed,
+    // its client connects again or takes gRPC.
+    log("tensors")->warn("fd socket: no thread for a connection (uid {}): {}; it is closed", k.uid, e.what());
+    ::close(k.c);
+    --by_uid_[k.uid];
+    --open_;
+  }
 }
 
 void FdTransfers::reap_locked() {
@@ -181,15 +192,14 @@ void FdTransfers::close_conn(Conn k) {
 bool FdTransfers::parse(FdInbound& in, FdInbound::Step step, pto::v1::FdRequest* req, pto::v1::FdReply* refusal,
                         bool* keep) {
   *keep = true;
-  if (step != FdInbound::Step::kWhole || in.too_long() || in.truncated()) {
+  if (!in.length_known() || in.too_long() || in.truncated()) {
     *refusal = reply_error(grpc::StatusCode::INVALID_ARGUMENT,
-                           step == FdInbound::Step::kWhole && in.too_long()
-                               ? fmt::format("a request of {} bytes: at most {}", in.announced(), kMaxFdFrame)
-                               : "a request frame that is cut short or carries too many descriptors");
+                           in.too_long() ? fmt::format("a request of {} bytes: at most {}", in.announced(), kMaxFdFrame)
+                                         : "a request frame that is cut short or carries too many descriptors");
     *keep = false;  // the framing is lost
     return false;
   }
-  if (!req->ParseFromArray(in.body(), static_cast<int>(in.size()))) {
+  if (step != FdInbound::Step::kWhole || !req->ParseFromArray(in.body(), static_cast<int>(in.size()))) {
     *refusal = reply_error(grpc::StatusCode::INVALID_ARGUMENT, "a request that is cut short or is not an FdRequest");
     *keep = false;
     return false;
@@ -233,7 +243,9 @@ bool FdTransfers::connection(Conn k, Handoff h) {
       stopping = p[1].revents != 0;
       if (stopping && !(p[0].revents & POLLIN)) return false;
     }
-    const FdInbound::Step step = in.read(c, std::chrono::steady_clock::now() + kFrameTimeout);
+    // Within kFrameTimeout of its first byte (which may have come to the job loop).
+    const FdInbound::Step step =
+        in.read(c, (in.started() ? in.started_at() : std::chrono::steady_clock::now()) + kFrameTimeout);
     if (step == FdInbound::Step::kClosed && !in.started()) return false;  // the client closed
     int fd = in.take_fd();
     pto::v1::FdRequest req;
@@ -257,8 +269,9 @@ bool FdTransfers::connection(Conn k, Handoff h) {
     if (fd >= 0) ::close(fd);
     if (!write_frame(c, reply) || !keep || stopping) return false;
     // A connection that submits jobs waits for its next request with the
-    // others' in the job loop: no thread of its own woken per job.
-    if (submitted && adopt(k)) return true;
+    // others' in the job loop: no thread of its own woken per job. One that
+    // moves tensors too keeps its thread, and with it its mapped memfds.
+    if (submitted && mappings.empty() && adopt(k)) return true;
   }
 }
 
@@ -432,6 +445,8 @@ FdSocketCounts FdTransfers::counts() const {
   FdSocketCounts c;
   for (size_t i = 0; i < c.by_op.size(); ++i) c.by_op[i] = served_[i].load(std::memory_order_relaxed);
   c.refused = refused_.load(std::memory_order_relaxed);
+  c.loop_jobs = loop_jobs_.load(std::memory_order_relaxed);
+  c.handoffs = handoffs_.load(std::memory_order_relaxed);
   return c;
 }
 

@@ -93,10 +93,13 @@ class FdJobHost {
 
 // What the fd socket served since the start (the daemon's metrics):
 // requests by op (FdRequest::Op, UPLOAD 1 .. SUBMIT 5; only those that passed
-// check_fd_request), and connections refused at accept.
+// check_fd_request), connections refused at accept, jobs the job loop
+// answered, and connections it handed to a thread of their own.
 struct FdSocketCounts {
   std::array<uint64_t, 6> by_op{};
   uint64_t refused = 0;
+  uint64_t loop_jobs = 0;
+  uint64_t handoffs = 0;
 };
 
 // The fd socket that goes with the unix gRPC socket at `socket`.
@@ -189,6 +192,8 @@ class FdTransfers {
   std::map<uid_t, int> by_uid_;  // open connections per user
   std::array<std::atomic<uint64_t>, 6> served_{};  // FdSocketCounts
   std::atomic<uint64_t> refused_{0};
+  std::atomic<uint64_t> loop_jobs_{0};
+  std::atomic<uint64_t> handoffs_{0};
   // The job loop's: its thread, the connections queued for it (adopt), an
   // eventfd that says so, and whether it has ended (it takes no more).
   std::thread loop_;

@@ -22,6 +22,7 @@ FdInbound& FdInbound::operator=(FdInbound&& o) noexcept {
   if (fd_ >= 0) ::close(fd_);
   std::memcpy(head_, o.head_, sizeof head_);
   head_got_ = o.head_got_;
+  started_at_ = o.started_at_;
   body_ = std::move(o.body_);
   body_got_ = o.body_got_;
   fd_ = o.fd_;
@@ -67,6 +68,7 @@ FdInbound::Step FdInbound::read(int c, std::optional<std::chrono::steady_clock::
                 ::close(one);  // one descriptor per request: extra ones are not kept
             }
           }
+        if (head_got_ == 0) started_at_ = std::chrono::steady_clock::now();
         head_got_ += static_cast<size_t>(got);
         if (head_got_ == sizeof head_) {
           const uint32_t n = announced_ = fd_frame_length(head_);

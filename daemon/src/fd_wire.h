@@ -36,6 +36,8 @@ class FdInbound {
   // then. Call again after kMore to go on.
   Step read(int c, std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   bool started() const { return head_got_ > 0; }
+  std::chrono::steady_clock::time_point started_at() const { return started_at_; }  // its first byte's arrival
+  bool length_known() const { return head_got_ == sizeof head_; }
   bool has_fd() const { return fd_ >= 0; }
   // The length announced is beyond kMaxFdFrame (nothing was allocated for it).
   bool too_long() const { return too_long_; }
@@ -50,6 +52,7 @@ class FdInbound {
  private:
   uint8_t head_[4] = {};
   size_t head_got_ = 0;
+  std::chrono::steady_clock::time_point started_at_;
   std::vector<uint8_t> body_;
   size_t body_got_ = 0;
   int fd_ = -1;

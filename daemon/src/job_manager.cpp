@@ -318,7 +318,8 @@ bool JobManager::wait_run(uint64_t id, std::chrono::steady_clock::time_point unt
   }
   if (!h.valid()) return false;  // not queued with the Worker yet
   // Rounded up: a bound less than a millisecond away still waits (the job
-  // loop's rounds are a few milliseconds).
+  // loop's rounds are a few milliseconds; a Submit's wait may so run up to
+  // a millisecond past its wait_ms).
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
   return left.count() > 0 ? h.wait(left) : h.done();
 }

@@ -101,6 +101,12 @@ void fd_socket_metrics(std::string& o, const FdSocketCounts& fd) {
       "# HELP ptod_fd_socket_refused_total Connections to the fd socket closed at accept (too many open).\n"
       "# TYPE ptod_fd_socket_refused_total counter\nptod_fd_socket_refused_total {}\n",
       fd.refused);
+  o += fmt::format(
+      "# HELP ptod_fd_socket_loop_jobs_total Jobs through the fd socket answered by its job loop.\n"
+      "# TYPE ptod_fd_socket_loop_jobs_total counter\nptod_fd_socket_loop_jobs_total {}\n"
+      "# HELP ptod_fd_socket_handoffs_total Connections the fd socket's job loop handed to a thread of their own.\n"
+      "# TYPE ptod_fd_socket_handoffs_total counter\nptod_fd_socket_handoffs_total {}\n",
+      fd.loop_jobs, fd.handoffs);
 }
 
 }  // namespace

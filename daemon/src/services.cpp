@@ -298,7 +298,9 @@ grpc::Status JobsService::start_job(const Principal& who, const pto::v1::SubmitR
   uint32_t pos = 0;
   // With a wait the id reaches the client only with the reply: the job's
   // record may be committed with its end (one commit, not two) or by
-  // finish_job's flush, either before the reply.
+  // finish_job's flush, either before the reply (the fd socket's job loop:
+  // all of a round's records at its first flush). Without one it is
+  // committed here; the job then has a run thread, nobody waiting drives it.
   job->waits = req.wait_ms() > 0;
   if (Status s = p_.jobs.submit(std::move(spec), &id, &pos, job->waits); !s.ok()) {
     for (uint64_t t : pinned) p_.tensors.pin(t, -1);
@@ -318,11 +320,12 @@ bool JobsService::drive_job(const Job& job, std::chrono::steady_clock::time_poin
 }
 
 grpc::Status JobsService::finish_job(Job& job, const std::function<bool()>& gone) {
-  if (!job.waits) return grpc::Status::OK;
-  // A short job ends on this thread (its run driven from here); a long
-  // one is handed to the Worker's own driver after kHelpFor.
-  p_.jobs.wait_run(job.reply.job_id(), std::min(job.until, job.started + kHelpFor));
-  wait_reply(gone, job.who, job.until, &job.reply);
+  if (job.waits) {
+    // A short job ends on this thread (its run driven from here); a long
+    // one is handed to the Worker's own driver after kHelpFor.
+    p_.jobs.wait_run(job.reply.job_id(), std::min(job.until, job.started + kHelpFor));
+    wait_reply(gone, job.who, job.until, &job.reply);
+  }
   if (Status s = p_.jobs.flush_records(job.reply.job_id()); !s.ok()) return to_grpc(s);
   return grpc::Status::OK;
 }

@@ -350,6 +350,9 @@ long metric(const DaemonProcess& d, const std::string& sample) {
 }
 
 long fd_submits(const DaemonProcess& d) { return metric(d, "ptod_fd_socket_requests_total{op=\"submit\"}"); }
+// Jobs the fd socket's job loop answered, and connections it handed to a thread.
+long loop_jobs(const DaemonProcess& d) { return metric(d, "ptod_fd_socket_loop_jobs_total"); }
+long handoffs(const DaemonProcess& d) { return metric(d, "ptod_fd_socket_handoffs_total"); }
 
 }  // namespace
 
@@ -546,10 +549,18 @@ TEST_CASE("the fd socket's job loop: many connections' jobs, a transfer between 
   }
   CHECK(all.size() == size_t(kConns * kJobs));
   CHECK(fd_submits(d) == kConns * kJobs);
+  // Each connection's first job by its thread, most of the rest by the loop
+  // (one not ended within a round goes to a thread: a slow build's).
+  CHECK(loop_jobs(d) > kConns * (kJobs - 1) / 2);
+  CHECK(loop_jobs(d) <= kConns * (kJobs - 1));
 
-  // One connection: a job, then an upload (its descriptor), then a job again.
+  // One connection: a job, then an upload (its descriptor: to a thread of
+  // its own, which keeps the connection from then on with its mapped
+  // memfd), then a job again.
   Raw raw(path);
   REQUIRE(raw.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+  REQUIRE(raw.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+  long handed = handoffs(d);
   const std::vector<uint8_t> bytes = random_bytes(4096, 11);
   const int m = sealed_memfd(bytes.size());
   REQUIRE(::pwrite(m, bytes.data(), bytes.size(), 0) == ssize_t(bytes.size()));
@@ -560,20 +571,29 @@ TEST_CASE("the fd socket's job loop: many connections' jobs, a transfer between 
   std::vector<uint8_t> back;
   REQUIRE(g->download(named("between"), &back).ok());
   CHECK(back == bytes);
+  CHECK(handoffs(d) == handed + 1);
+  const long by_loop = loop_jobs(d);
   REQUIRE(raw.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+  REQUIRE(raw.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+  CHECK(loop_jobs(d) == by_loop);  // its thread answered them
 
-  // A job's frame in two parts, the second 300 ms later: answered whole.
+  // A job's frame in two parts, the second 300 ms later, on a connection in
+  // the loop: its thread waits for the rest and answers it whole.
+  Raw fresh(path);
+  REQUIRE(fresh.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+  handed = handoffs(d);
   std::string frame = submit_of("noop", 10000).SerializeAsString();
   const auto n = static_cast<uint32_t>(frame.size());
   frame.insert(0, std::string{char(n), char(n >> 8), char(n >> 16), char(n >> 24)});
-  raw.send(frame.substr(0, 6), -1, false);
+  fresh.send(frame.substr(0, 6), -1, false);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  raw.send(frame.substr(6), -1, false);
+  fresh.send(frame.substr(6), -1, false);
   v1::FdReply parts;
-  REQUIRE(raw.reply(&parts));
+  REQUIRE(fresh.reply(&parts));
   CHECK(parts.code() == 0);
   CHECK(parts.submit().state() == v1::SUCCEEDED);
-  REQUIRE(raw.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+  CHECK(handoffs(d) == handed + 1);
+  REQUIRE(fresh.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
 
   // A job of 1.5 s on one connection (already in the loop): another
   // connection's jobs are answered meanwhile, and then the long one's end.
@@ -588,14 +608,18 @@ TEST_CASE("the fd socket's job loop: many connections' jobs, a transfer between 
     return std::make_pair(ok, r);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  for (int j = 0; j < 5; ++j) REQUIRE(raw.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+  for (int j = 0; j < 5; ++j) REQUIRE(fresh.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1400));
   auto [ok, r] = long_one.get();
   REQUIRE(ok);
   CHECK(r.submit().state() == v1::SUCCEEDED);
   CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(1500));
-  // And that connection goes on with jobs.
+  CHECK(handoffs(d) >= handed + 2);  // the frame in parts, the long job
+  // And that connection goes on with jobs, in the loop again.
+  const long before_last = loop_jobs(d);
   CHECK(slow.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+  CHECK(slow.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+  CHECK(loop_jobs(d) >= before_last + 1);  // the first of the two may be its thread's
 
   // A frame cut short, then the client gone: the others go on.
   {
@@ -603,5 +627,5 @@ TEST_CASE("the fd socket's job loop: many connections' jobs, a transfer between 
     REQUIRE(cut.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
     cut.send(frame.substr(0, 5), -1, false);
   }
-  CHECK(raw.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+  CHECK(fresh.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
 }
