@@ -40,155 +40,198 @@ bool FdTransfers::adopt(Conn k) {
   return true;
 }
 
-void FdTransfers::job_loop() {
+// The loop's own state: its connections and its epoll set, on its thread.
+class FdTransfers::JobLoop {
+ public:
+  explicit JobLoop(FdTransfers& t) : t_(t), ep_(::epoll_create1(EPOLL_CLOEXEC)) {}
+  ~JobLoop() {
+    for (auto it = open_.begin(); it != open_.end();) t_.close_conn(leave(it++));
+    if (ep_ >= 0) ::close(ep_);
+  }
+  JobLoop(const JobLoop&) = delete;
+  JobLoop& operator=(const JobLoop&) = delete;
+
+  void run() {
+    if (ep_ < 0 || !watch(t_.wake_) || !watch(t_.adopted_wake_)) {
+      log("main")->error("fd socket: the job loop cannot start: {}", pto::errno_text(errno));
+      return;
+    }
+    // Room for every connection and both eventfds: at stop, every request
+    // already here is in the last batch and answered.
+    epoll_event evs[kMaxConnections + 2];
+    bool stopping = false;
+    while (!stopping) {
+      const int n = ::epoll_wait(ep_, evs, kMaxConnections + 2, 1000);
+      if (n < 0 && errno != EINTR) {
+        log("main")->error("fd socket: the job loop stops: {}", pto::errno_text(errno));
+        return;
+      }
+      const auto now = Clock::now();
+      for (int i = 0; i < n; ++i) {
+        if (evs[i].data.fd == t_.wake_) stopping = true;  // the requests already here are answered first
+        if (evs[i].data.fd == t_.adopted_wake_) take_adopted(now);
+      }
+      for (int i = 0; i < n; ++i)
+        if (auto it = open_.find(evs[i].data.fd); it != open_.end()) read_request(it, now);
+      run_round();
+      close_idle();
+    }
+  }
+
+ private:
   using Clock = std::chrono::steady_clock;
   struct Open {
     Conn k;
     Clock::time_point last;  // its last request (kIdleTimeout)
   };
-  std::map<int, Open> open;  // by socket
-  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
-  const auto watch = [ep](int fd) {
-    epoll_event e{};
-    e.events = EPOLLIN;
-    e.data.fd = fd;
-    return ::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e) == 0;
-  };
-  // A connection leaves the loop: to a thread of its own, or closed.
-  const auto leave = [&](std::map<int, Open>::iterator it) {
-    (void)::epoll_ctl(ep, EPOLL_CTL_DEL, it->first, nullptr);
-    const Conn k = it->second.k;
-    open.erase(it);
-    return k;
-  };
-  const auto hand_off = [&](std::map<int, Open>::iterator it, Handoff h) {
-    handoffs_.fetch_add(1, std::memory_order_relaxed);
-    const Conn k = leave(it);
-    std::lock_guard<std::mutex> g(mu_);
-    spawn_locked(k, std::move(h));
-  };
-  // A reply sent without waiting; what the socket does not take at once is
-  // sent by a thread of the connection's own.
-  const auto answer = [&](std::map<int, Open>::iterator it, const pto::v1::FdReply& r) {
-    size_t sent = 0;
-    const std::string frame = fd_reply_frame(r);
-    if (!send_frame(it->first, frame, &sent, MSG_DONTWAIT)) {
-      close_conn(leave(it));
-    } else if (sent < frame.size()) {
-      Handoff h;
-      h.unsent = frame.substr(sent);
-      hand_off(it, std::move(h));
-    }
-  };
-  bool stopping = ep < 0 || !watch(wake_) || !watch(adopted_wake_);
-  if (stopping) log("main")->error("fd socket: the job loop cannot start: {}", pto::errno_text(errno));
+  using Iter = std::map<int, Open>::iterator;
+  // A request of this round: its job once started.
   struct Started {
     int c = -1;
     pto::v1::FdRequest req;
     bool started = false;
     FdJobHost::Job job;
   };
-  std::vector<Started> round;
-  // Room for every connection and both eventfds: at stop, every request
-  // already here is in the last batch and answered.
-  epoll_event evs[kMaxConnections + 2];
-  while (!stopping) {
-    const int n = ::epoll_wait(ep, evs, kMaxConnections + 2, 1000);
-    if (n < 0 && errno != EINTR) {
-      log("main")->error("fd socket: the job loop stops: {}", pto::errno_text(errno));
-      break;
+
+  bool watch(int fd) const {
+    epoll_event e{};
+    e.events = EPOLLIN;
+    e.data.fd = fd;
+    return ::epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &e) == 0;
+  }
+
+  // A connection leaves the loop: to a thread of its own, or closed.
+  Conn leave(Iter it) {
+    (void)::epoll_ctl(ep_, EPOLL_CTL_DEL, it->first, nullptr);
+    const Conn k = it->second.k;
+    open_.erase(it);
+    return k;
+  }
+
+  void hand_off(Iter it, Handoff h) {
+    t_.handoffs_.fetch_add(1, std::memory_order_relaxed);
+    const Conn k = leave(it);
+    std::lock_guard<std::mutex> g(t_.mu_);
+    t_.spawn_locked(k, std::move(h));
+  }
+
+  // A reply sent without waiting; what the socket does not take at once is
+  // sent by a thread of the connection's own.
+  void answer(Iter it, const pto::v1::FdReply& r) {
+    size_t sent = 0;
+    const std::string frame = fd_reply_frame(r);
+    if (!send_frame(it->first, frame, &sent, MSG_DONTWAIT)) {
+      t_.close_conn(leave(it));
+    } else if (sent < frame.size()) {
+      Handoff h;
+      h.unsent = frame.substr(sent);
+      hand_off(it, std::move(h));
     }
-    const auto now = Clock::now();
-    for (int i = 0; i < n; ++i) {
-      const int fd = evs[i].data.fd;
-      if (fd == wake_) {
-        stopping = true;  // the requests already here are answered first
-      } else if (fd == adopted_wake_) {
-        uint64_t count = 0;
-        (void)!::read(adopted_wake_, &count, sizeof count);
-        std::vector<Conn> in;
-        {
-          std::lock_guard<std::mutex> g(mu_);
-          in.swap(adopted_);
-        }
-        for (const Conn& k : in) {
-          if (watch(k.c)) {
-            open[k.c] = Open{k, now};
-          } else {
-            std::lock_guard<std::mutex> g(mu_);
-            spawn_locked(k, Handoff{});  // served by a thread of its own, as before the loop
-          }
-        }
+  }
+
+  // The connections threads handed over (adopt).
+  void take_adopted(Clock::time_point now) {
+    uint64_t count = 0;
+    (void)!::read(t_.adopted_wake_, &count, sizeof count);
+    std::vector<Conn> in;
+    {
+      std::lock_guard<std::mutex> g(t_.mu_);
+      in.swap(t_.adopted_);
+    }
+    for (const Conn& k : in) {
+      if (watch(k.c)) {
+        open_[k.c] = Open{k, now};
+      } else {
+        std::lock_guard<std::mutex> g(t_.mu_);
+        t_.spawn_locked(k, Handoff{});  // served by a thread of its own, as before the loop
       }
     }
-    // Read every request that came: their jobs start together.
-    for (int i = 0; i < n; ++i) {
-      const int c = evs[i].data.fd;
-      auto it = open.find(c);
-      if (it == open.end()) continue;  // the eventfds
-      it->second.last = now;
-      FdInbound in;
-      const FdInbound::Step step = in.read(c);
-      if (step == FdInbound::Step::kClosed && !in.started()) {
-        close_conn(leave(it));  // the client closed
-        continue;
-      }
-      pto::v1::FdRequest req;
-      pto::v1::FdReply refusal;
-      bool keep = true;
-      // Only a whole, well-formed SUBMIT without a descriptor is the loop's;
-      // its thread answers anything else as it always did.
-      if (step != FdInbound::Step::kWhole || in.too_long() || in.truncated() || in.has_fd() ||
-          !parse(in, step, &req, &refusal, &keep) || req.op() != pto::v1::FdRequest::SUBMIT) {
-        Handoff h;
-        h.inbound = std::move(in);
-        hand_off(it, std::move(h));
-        continue;
-      }
-      served_[size_t(req.op())].fetch_add(1, std::memory_order_relaxed);
-      round.emplace_back();
-      round.back().c = c;
-      round.back().req.Swap(&req);
+  }
+
+  // What connection `it` sent: a job for this round, or the connection to a
+  // thread of its own with what was read.
+  void read_request(Iter it, Clock::time_point now) {
+    const int c = it->first;
+    it->second.last = now;
+    FdInbound in;
+    const FdInbound::Step step = in.read(c);
+    if (step == FdInbound::Step::kClosed && !in.started()) {
+      t_.close_conn(leave(it));  // the client closed
+      return;
     }
-    // Start them in waves as wide as the jobs that run at once: a job
-    // beyond those would be queued in the Worker, whose run threads take it
-    // up only to find no slot for it. Answer each that ended, hand on each
-    // that did not. The round has kLoopDrive for all its waves: once that
-    // is spent, the jobs left are started and handed on at once.
-    const size_t wave = std::max<size_t>(1, jobs_->concurrent_jobs());
+    pto::v1::FdRequest req;
+    pto::v1::FdReply refusal;
+    bool keep = true;
+    // Only a whole, well-formed SUBMIT without a descriptor is the loop's;
+    // its thread answers anything else as it always did.
+    if (step != FdInbound::Step::kWhole || in.too_long() || in.truncated() || in.has_fd() ||
+        !parse(in, step, &req, &refusal, &keep) || req.op() != pto::v1::FdRequest::SUBMIT) {
+      Handoff h;
+      h.inbound = std::move(in);
+      hand_off(it, std::move(h));
+      return;
+    }
+    t_.served_[size_t(req.op())].fetch_add(1, std::memory_order_relaxed);
+    round_.emplace_back();
+    round_.back().c = c;
+    round_.back().req.Swap(&req);
+  }
+
+  // Starts the round's jobs in waves as wide as the jobs that run at once:
+  // a job beyond those would be queued in the Worker, whose run threads
+  // take it up only to find no slot for it. Answers each that ended, hands
+  // on each that did not. The round has kLoopDrive for all its waves: once
+  // that is spent, the jobs left are started and handed on at once.
+  void run_round() {
+    const size_t wave = std::max<size_t>(1, t_.jobs_->concurrent_jobs());
     const auto bound = Clock::now() + kLoopDrive;
-    for (size_t first = 0; first < round.size(); first += wave) {
-      const size_t last = std::min(round.size(), first + wave);
+    for (size_t first = 0; first < round_.size(); first += wave) {
+      const size_t last = std::min(round_.size(), first + wave);
       for (size_t j = first; j < last; ++j) {
-        Started& s = round[j];
-        auto it = open.find(s.c);
+        Started& s = round_[j];
+        auto it = open_.find(s.c);  // there: only its own request makes it leave
         pto::v1::FdReply refusal;
-        s.started = start_submit(s.req, it->second.k.uid, &s.job, &refusal);
+        s.started = t_.start_submit(s.req, it->second.k.uid, &s.job, &refusal);
         if (!s.started) answer(it, refusal);
       }
       for (size_t j = first; j < last; ++j) {
-        Started& s = round[j];
-        if (!s.started) continue;
-        auto it = open.find(s.c);
-        if (!jobs_->drive_job(s.job, bound)) {
-          Handoff h;
-          h.job = std::move(s.job);
-          hand_off(it, std::move(h));
-          continue;
-        }
-        loop_jobs_.fetch_add(1, std::memory_order_relaxed);
-        answer(it, finish_submit(s.job, s.c));  // ended: no wait but for its record's commit
+        Started& s = round_[j];
+        if (s.started) finish(s, bound);
       }
     }
-    round.clear();
-    // Idle connections give their slots back (clients connect again).
-    for (auto it = open.begin(); it != open.end();) {
+    round_.clear();
+  }
+
+  void finish(Started& s, Clock::time_point bound) {
+    auto it = open_.find(s.c);
+    if (!t_.jobs_->drive_job(s.job, bound)) {
+      Handoff h;
+      h.job = std::move(s.job);
+      hand_off(it, std::move(h));
+      return;
+    }
+    t_.loop_jobs_.fetch_add(1, std::memory_order_relaxed);
+    answer(it, t_.finish_submit(s.job, s.c));  // ended: no wait but for its record's commit
+  }
+
+  // Idle connections give their slots back (clients connect again).
+  void close_idle() {
+    const auto now = Clock::now();
+    for (auto it = open_.begin(); it != open_.end();) {
       auto next = std::next(it);
-      if (Clock::now() - it->second.last >= kIdleTimeout) close_conn(leave(it));
+      if (now - it->second.last >= kIdleTimeout) t_.close_conn(leave(it));
       it = next;
     }
   }
-  for (auto it = open.begin(); it != open.end();) close_conn(leave(it++));
+
+  FdTransfers& t_;
+  const int ep_;
+  std::map<int, Open> open_;  // by socket
+  std::vector<Started> round_;
+};
+
+void FdTransfers::job_loop() {
+  JobLoop(*this).run();  // its connections closed as it ends
   std::vector<Conn> left;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -196,7 +239,6 @@ void FdTransfers::job_loop() {
     left.swap(adopted_);
   }
   for (const Conn& k : left) close_conn(k);
-  if (ep >= 0) ::close(ep);
 }
 
 }  // namespace ptod

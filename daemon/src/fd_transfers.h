@@ -169,6 +169,7 @@ class FdTransfers {
   pto::v1::FdReply finish_submit(FdJobHost::Job& job, int c);
 
   // The job loop (fd_job_loop.cpp).
+  class JobLoop;
   void job_loop();
   // Queues connection k for the job loop: false when the loop has ended.
   bool adopt(Conn k);
