@@ -60,8 +60,11 @@ class FdTransfers::JobLoop {
     // already here is in the last batch and answered.
     epoll_event evs[kMaxConnections + 2];
     bool stopping = false;
-    while (!stopping) {
-      const int n = ::epoll_wait(ep_, evs, kMaxConnections + 2, 1000);
+    // Stopping, the loop goes on until the requests it holds are answered.
+    while (!stopping || !round_.empty()) {
+      // Requests left from the last round: they start now, after a look at
+      // what else came.
+      const int n = ::epoll_wait(ep_, evs, kMaxConnections + 2, round_.empty() ? 1000 : 0);
       if (n < 0 && errno != EINTR) {
         log("main")->error("fd socket: the job loop stops: {}", pto::errno_text(errno));
         return;
@@ -72,7 +75,7 @@ class FdTransfers::JobLoop {
         if (evs[i].data.fd == t_.adopted_wake_) take_adopted(now);
       }
       for (int i = 0; i < n; ++i)
-        if (auto it = open_.find(evs[i].data.fd); it != open_.end()) read_request(it, now);
+        if (auto it = open_.find(evs[i].data.fd); it != open_.end() && !it->second.waiting) read_request(it, now);
       run_round();
       close_idle();
     }
@@ -83,6 +86,7 @@ class FdTransfers::JobLoop {
   struct Open {
     Conn k;
     Clock::time_point last;  // its last request (kIdleTimeout)
+    bool waiting = false;    // its request is in round_, not started yet: nothing more is read
   };
   using Iter = std::map<int, Open>::iterator;
   // A request of this round: its job once started.
@@ -172,6 +176,7 @@ class FdTransfers::JobLoop {
       return;
     }
     t_.served_[size_t(req.op())].fetch_add(1, std::memory_order_relaxed);
+    it->second.waiting = true;
     round_.emplace_back();
     round_.back().c = c;
     round_.back().req.Swap(&req);
@@ -180,16 +185,18 @@ class FdTransfers::JobLoop {
   // Starts the round's jobs in waves as wide as the jobs that run at once:
   // a job beyond those would be queued in the Worker, whose run threads
   // take it up only to find no slot for it. Answers each that ended, hands
-  // on each that did not. The round has kLoopDrive for all its waves: once
-  // that is spent, the jobs left are started and handed on at once.
+  // on each that did not. The round has kLoopDrive for all its waves (its
+  // first wave always starts): the requests left wait for the next round.
   void run_round() {
     const size_t wave = std::max<size_t>(1, t_.jobs_->concurrent_jobs());
     const auto bound = Clock::now() + kLoopDrive;
-    for (size_t first = 0; first < round_.size(); first += wave) {
+    size_t first = 0;
+    for (; first < round_.size() && (first == 0 || Clock::now() < bound); first += wave) {
       const size_t last = std::min(round_.size(), first + wave);
       for (size_t j = first; j < last; ++j) {
         Started& s = round_[j];
         auto it = open_.find(s.c);  // there: only its own request makes it leave
+        it->second.waiting = false;
         pto::v1::FdReply refusal;
         s.started = t_.start_submit(s.req, it->second.k.uid, &s.job, &refusal);
         if (!s.started) answer(it, refusal);
@@ -199,7 +206,7 @@ class FdTransfers::JobLoop {
         if (s.started) finish(s, bound);
       }
     }
-    round_.clear();
+    round_.erase(round_.begin(), round_.begin() + static_cast<std::ptrdiff_t>(std::min(first, round_.size())));
   }
 
   void finish(Started& s, Clock::time_point bound) {

@@ -89,7 +89,7 @@ void process_metrics(std::string& out) {
 
 namespace {
 
-// The fd socket's requests by op and its refused connections.
+// The fd socket's requests by op, its refused connections, and its job loop's work.
 void fd_socket_metrics(std::string& o, const FdSocketCounts& fd) {
   o += "# HELP ptod_fd_socket_requests_total Requests the fd socket served, by op.\n"
        "# TYPE ptod_fd_socket_requests_total counter\n";
@@ -102,7 +102,7 @@ void fd_socket_metrics(std::string& o, const FdSocketCounts& fd) {
       "# TYPE ptod_fd_socket_refused_total counter\nptod_fd_socket_refused_total {}\n",
       fd.refused);
   o += fmt::format(
-      "# HELP ptod_fd_socket_loop_jobs_total Jobs through the fd socket answered by its job loop.\n"
+      "# HELP ptod_fd_socket_loop_jobs_total Jobs through the fd socket run and answered by its job loop.\n"
       "# TYPE ptod_fd_socket_loop_jobs_total counter\nptod_fd_socket_loop_jobs_total {}\n"
       "# HELP ptod_fd_socket_handoffs_total Connections the fd socket's job loop handed to a thread of their own.\n"
       "# TYPE ptod_fd_socket_handoffs_total counter\nptod_fd_socket_handoffs_total {}\n",

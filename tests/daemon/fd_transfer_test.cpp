@@ -593,7 +593,7 @@ TEST_CASE("the fd socket's job loop: many connections' jobs, a transfer between 
   REQUIRE(raw.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
   CHECK(loop_jobs(d) == by_loop);  // its thread answered them
 
-  // A job's frame in two parts, the second 300 ms later, on a connection in
+  // A job's frame in two parts, the second 500 ms later, on a connection in
   // the loop: its thread waits for the rest and answers it whole.
   Raw fresh(path);
   REQUIRE(in_loop(d, fresh));
@@ -602,7 +602,7 @@ TEST_CASE("the fd socket's job loop: many connections' jobs, a transfer between 
   const auto n = static_cast<uint32_t>(frame.size());
   frame.insert(0, std::string{char(n), char(n >> 8), char(n >> 16), char(n >> 24)});
   fresh.send(frame.substr(0, 6), -1, false);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   fresh.send(frame.substr(6), -1, false);
   v1::FdReply parts;
   REQUIRE(fresh.reply(&parts));
@@ -642,4 +642,53 @@ TEST_CASE("the fd socket's job loop: many connections' jobs, a transfer between 
     cut.send(frame.substr(0, 5), -1, false);
   }
   CHECK(fresh.call(submit_of("noop", 10000), -1).submit().state() == v1::SUCCEEDED);
+}
+
+// One job runs at a time ([jobs] max_running = 1): the loop starts a round's
+// jobs one wave of one at a time; what its 2 ms do not reach waits for the
+// next round. Every job still ends, each answered on its own connection.
+TEST_CASE("the fd socket's job loop with one job at a time: jobs beyond a round's waves start in the next") {
+  const std::string dir = make_temp_dir("ptod-fd-waves");
+  std::ofstream(dir + "/ptod.toml") << "[jobs]\nmax_running = 1\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
+  REQUIRE(d.up());
+  const std::string path = d.address().substr(5) + ".fd";
+  auto g = client(d.address(), false);
+  REQUIRE(g->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  REQUIRE(g->register_import(NATIVE_SUBS, "pto_test_sleep", "sleep").ok());
+  constexpr int kConns = 4, kRounds = 3;
+  std::vector<std::unique_ptr<Raw>> conns;
+  for (int i = 0; i < kConns; ++i) {
+    conns.push_back(std::make_unique<Raw>(path));
+    REQUIRE(in_loop(d, *conns.back()));
+  }
+  v1::FdRequest nap = submit_of("sleep", 10000);
+  nap.mutable_submit()->mutable_args()->add_scalars(5);
+  std::vector<std::string> problems(kConns);
+  std::vector<std::set<uint64_t>> ids(kConns);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kConns; ++i)
+    ts.emplace_back([&, i] {
+      for (int j = 0; j < kRounds; ++j) {
+        v1::FdReply r;
+        if (!conns[size_t(i)]->try_call(nap, -1, &r) || r.code() != 0 || r.submit().state() != v1::SUCCEEDED) {
+          problems[size_t(i)] = r.message();
+          return;
+        }
+        ids[size_t(i)].insert(r.submit().job_id());
+      }
+    });
+  for (auto& t : ts) t.join();
+  // One at a time: the twelve 5 ms naps took 60 ms at least.
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(kConns * kRounds * 5));
+  std::set<uint64_t> all;
+  for (int i = 0; i < kConns; ++i) {
+    INFO("connection " << i << ": " << problems[size_t(i)]);
+    CHECK(problems[size_t(i)].empty());
+    CHECK(ids[size_t(i)].size() == size_t(kRounds));
+    all.insert(ids[size_t(i)].begin(), ids[size_t(i)].end());
+  }
+  CHECK(all.size() == size_t(kConns * kRounds));
+  for (auto& c : conns) CHECK(in_loop(d, *c));  // back in the loop, each
 }
