@@ -99,6 +99,9 @@ TEST_CASE("a queued job's events say how many jobs start before it") {
     REQUIRE(s.ok());
     ids.push_back(s.value.job_id());
   }
+  // Job 0 started (one run at a time): the count is then of job 1 alone.
+  // (Looked at before job 0's run thread took it, job 2 reads 2.)
+  REQUIRE(eventually([&] { return running(*c, ids[0]); }));
   uint32_t first_position = 99;
   auto w = c->watch(ids[2], [&](const v1::JobEvent& e) {
     if (first_position == 99 && e.state() == v1::QUEUED) first_position = e.queue_position();
