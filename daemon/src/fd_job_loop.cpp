@@ -94,6 +94,7 @@ class FdTransfers::JobLoop {
     int c = -1;
     pto::v1::FdRequest req;
     bool started = false;
+    bool ended = false;  // its run ended within the round's drive
     FdJobHost::Job job;
   };
 
@@ -201,17 +202,23 @@ class FdTransfers::JobLoop {
         s.started = t_.start_submit(s.req, it->second.k.uid, &s.job, &refusal);
         if (!s.started) answer(it, refusal);
       }
+      // The wave's runs all driven before any is answered: the first answer's
+      // commit then carries every end of the wave (JobManager::flush_records).
       for (size_t j = first; j < last; ++j) {
         Started& s = round_[j];
-        if (s.started) finish(s, bound);
+        if (s.started) s.ended = t_.jobs_->drive_job(s.job, bound);
+      }
+      for (size_t j = first; j < last; ++j) {
+        Started& s = round_[j];
+        if (s.started) finish(s);
       }
     }
     round_.erase(round_.begin(), round_.begin() + static_cast<std::ptrdiff_t>(std::min(first, round_.size())));
   }
 
-  void finish(Started& s, Clock::time_point bound) {
+  void finish(Started& s) {
     auto it = open_.find(s.c);
-    if (!t_.jobs_->drive_job(s.job, bound)) {
+    if (!s.ended) {
       Handoff h;
       h.job = std::move(s.job);
       hand_off(it, std::move(h));

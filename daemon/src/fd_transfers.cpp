@@ -157,6 +157,7 @@ void FdTransfers::accept_loop() {
 void FdTransfers::spawn_locked(Conn k, Handoff h) {
   reap_locked();
   const uint64_t id = ++next_id_;
+  const uint64_t job = h.job ? h.job->reply.job_id() : 0;  // h is moved into the thread's function
   try {
     threads_.emplace(id, std::thread([this, k, id, h = std::move(h)]() mutable {
                        if (!connection(k, std::move(h))) close_conn(k);
@@ -167,6 +168,7 @@ void FdTransfers::spawn_locked(Conn k, Handoff h) {
     // No thread to be had (the process's limit): the connection is closed,
     // its client connects again or takes gRPC.
     log("tensors")->warn("fd socket: no thread for a connection (uid {}): {}; it is closed", k.uid, e.what());
+    if (job) jobs_->abandon_job(job);  // it goes on; its end is seen through Jobs.Result and Watch
     ::close(k.c);
     --by_uid_[k.uid];
     --open_;

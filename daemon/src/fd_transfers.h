@@ -86,6 +86,9 @@ class FdJobHost {
   // waits for its end until job.until or until `gone()` (the client hung
   // up; the job goes on), and commits its record before job.reply is sent.
   virtual grpc::Status finish_job(Job& job, const std::function<bool()>& gone) = 0;
+  // A started job nobody will finish_job (its connection is closed): its
+  // records are committed without a caller.
+  virtual void abandon_job(uint64_t job_id) = 0;
   // How many jobs run at once ([jobs] max_running): the job loop starts no
   // more than that together.
   virtual uint32_t concurrent_jobs() const = 0;

@@ -278,6 +278,7 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
       starts.push_back({j.id, runner ? j.spec.args : pto::TaskArgs(), j.spec.config, j.spec.options});
       starts.back().options.detached = !runner && acknowledge_later && specs.size() == 1;
       starts.back().options.waiter_drives = starts.back().options.detached;  // Submit's handler: wait_run next
+      j.waiter_commits = acknowledge_later && specs.size() == 1;             // and flush_records before it answers
       if (specs.size() > 1) join_batch(c, j.id, batch_keys, &starts.back().options);
       const uint64_t jid = j.id;
       jobs_.emplace(jid, std::move(j));
@@ -328,7 +329,10 @@ Status JobManager::flush_records(uint64_t id) {
   uint64_t ticket = 0;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (auto it = jobs_.find(id); it != jobs_.end()) ticket = it->second.record_ticket;
+    if (auto it = jobs_.find(id); it != jobs_.end()) {
+      ticket = it->second.record_ticket;
+      it->second.waiter_commits = false;  // an end from now on commits itself
+    }
   }
   if (!ticket) return Status::Ok();  // written before submit returned
   Status s = records_.flush(ticket);
@@ -342,6 +346,16 @@ Status JobManager::flush_records(uint64_t id) {
   }
   if (h.valid()) (void)h.cancel("its record could not be written");
   return Status::Error(s.code, fmt::format("job {}: its record could not be written: {}", id, s.message));
+}
+
+void JobManager::release_records(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !it->second.record_ticket) return;
+    it->second.waiter_commits = false;
+  }
+  records_.defer({}, {}, [](const Status&) {});  // the writer thread commits what is queued
 }
 
 void JobManager::uncount_queued_locked(const Job& j) {
@@ -431,6 +445,19 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
     if (!written.ok()) log("jobs")->error("job {}: its final record is not written: {}", id, written.message);
     apply_ending(id, std::move(e));
   };
+  {
+    // A caller waiting for this job commits before it answers
+    // (flush_records): the record waits for that commit, which carries the
+    // ends of every job that caller drove meanwhile. Queued under mu_, so
+    // that flush_records, which takes the waiter off first, finds it.
+    std::lock_guard<std::mutex> g(mu_);
+    if (auto it = jobs_.find(id); it != jobs_.end() && it->second.waiter_commits) {
+      std::vector<uint64_t> gone;
+      gone.swap(gone_);
+      it->second.record_ticket = records_.queue({std::move(row)}, std::move(gone), std::move(then));
+      return;
+    }
+  }
   // With more jobs queued this run's thread has work right behind: the
   // writer thread gathers the records of many ends into one commit.
   if (more_queued)
@@ -668,8 +695,13 @@ std::vector<pto::v1::JobResult> JobManager::list(const Principal& who, const pto
 }
 
 JobCounts JobManager::counts() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return counts_;
+  JobCounts c;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    c = counts_;
+  }
+  c.record_commits_total = records_.commits();
+  return c;
 }
 
 void JobManager::cancel_running(const std::string& why) {

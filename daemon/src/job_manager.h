@@ -52,6 +52,7 @@ struct JobSpec {
 struct JobCounts {
   uint64_t queued = 0, running = 0;
   uint64_t succeeded_total = 0, failed_total = 0, cancelled_total = 0, submitted_total = 0;
+  uint64_t record_commits_total = 0;  // SQLite transactions that wrote job records
 };
 
 class JobManager {
@@ -72,10 +73,18 @@ class JobManager {
   // answers only once the job ended (whose final record is committed before
   // that) or after flush_records().
   Status submit(JobSpec spec, uint64_t* id, uint32_t* queue_position, bool acknowledge_later = false);
-  // Returns once job `id`'s record is committed (for a job submitted with
-  // acknowledge_later); if that commit failed, an error, and the job, never
-  // acknowledged, is cancelled.
+  // Returns once job `id`'s records so far are committed (for a job
+  // submitted with acknowledge_later: its own, and its end's if it ended);
+  // if that commit failed, an error, and the job, never acknowledged, is
+  // cancelled. The waiting caller's last word on the job's records: an end
+  // after this commits itself. Until then the end of a job submitted with
+  // acknowledge_later is queued for this commit, so that a caller that
+  // drives several jobs (the fd socket's job loop) commits their ends once.
   Status flush_records(uint64_t id);
+  // For a job submitted with acknowledge_later whose caller will not call
+  // flush_records (it went away): its records are committed by the writer
+  // thread, and its end commits itself.
+  void release_records(uint64_t id);
   // Waits until job `id`'s run ended or `until`: true when it ended (or the
   // job is gone or final). A call's run (detached) is driven by this thread
   // meanwhile: its end, and the commit of its record, then happen here — no
@@ -123,6 +132,9 @@ class JobManager {
     pto::RunHandle run;                                // set once the run is queued with the Worker
     std::string cancel_pending;                        // a cancel that came before `run` was set
     uint64_t record_ticket = 0;                        // acknowledge_later: JobRecords::flush's ticket
+    // A caller waits for it and commits before it answers (flush_records):
+    // its end's record is queued for that commit, not committed on its own.
+    bool waiter_commits = false;
     // Its log file may exist (removed when the job is trimmed): false only
     // for a chip or sub job whose task answered that it wrote nothing there.
     bool log_written = true;

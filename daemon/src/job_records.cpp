@@ -34,7 +34,9 @@ void JobRecords::commit_rounds(std::unique_lock<std::mutex>& lk, bool until_empt
     deferred_ = false;
     const uint64_t round = ++rounds_;
     lk.unlock();
-    const Status s = batch.empty() && batch_gone.empty() ? Status::Ok() : db_.put_jobs(batch, batch_gone);
+    const bool any = !batch.empty() || !batch_gone.empty();
+    const Status s = any ? db_.put_jobs(batch, batch_gone) : Status::Ok();
+    if (any) commits_.fetch_add(1, std::memory_order_relaxed);
     lk.lock();
     if (!s.ok()) {
       failed_round_ = round;

@@ -14,6 +14,7 @@
 // continuation runs on the committing thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -50,6 +51,9 @@ class JobRecords {
   // write() and wait for the commit.
   Status put(std::vector<JobRow> rows, std::vector<uint64_t> gone = {});
 
+  // SQLite transactions that wrote records so far (the daemon's metrics).
+  uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
+
   // How long the writer thread gathers records before a commit.
   static constexpr std::chrono::microseconds kGather{200};
 
@@ -73,6 +77,7 @@ class JobRecords {
   uint64_t finished_rounds_ = 0;  // rounds whose commit is done (their continuations may still run)
   uint64_t failed_round_ = 0;  // the newest round whose commit failed, and why
   Status failure_;
+  std::atomic<uint64_t> commits_{0};
   std::thread writer_;
 };
 

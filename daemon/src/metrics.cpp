@@ -131,6 +131,10 @@ std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPo
       "ptod_jobs_total{{state=\"succeeded\"}} {}\nptod_jobs_total{{state=\"failed\"}} {}\n"
       "ptod_jobs_total{{state=\"cancelled\"}} {}\n",
       j.succeeded_total, j.failed_total, j.cancelled_total);
+  o += fmt::format(
+      "# HELP ptod_job_record_commits_total State database transactions that wrote job records.\n"
+      "# TYPE ptod_job_record_commits_total counter\nptod_job_record_commits_total {}\n",
+      j.record_commits_total);
   o += "# HELP ptod_tasks_total Tasks that ended, by outcome.\n# TYPE ptod_tasks_total counter\n";
   o += fmt::format(
       "ptod_tasks_total{{outcome=\"succeeded\"}} {}\nptod_tasks_total{{outcome=\"failed\"}} {}\n"

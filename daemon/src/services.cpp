@@ -320,15 +320,18 @@ bool JobsService::drive_job(const Job& job, std::chrono::steady_clock::time_poin
 }
 
 grpc::Status JobsService::finish_job(Job& job, const std::function<bool()>& gone) {
-  if (job.waits) {
-    // A short job ends on this thread (its run driven from here); a long
-    // one is handed to the Worker's own driver after kHelpFor.
-    p_.jobs.wait_run(job.reply.job_id(), std::min(job.until, job.started + kHelpFor));
-    wait_reply(gone, job.who, job.until, &job.reply);
-  }
+  // A short job ends on this thread (its run driven from here); a long
+  // one is handed to the Worker's own driver after kHelpFor.
+  if (job.waits) p_.jobs.wait_run(job.reply.job_id(), std::min(job.until, job.started + kHelpFor));
+  // Its record, and its end's if it ended, committed (with the ends of the
+  // jobs this thread drove meanwhile) before its end can be seen: the reply
+  // waits for that.
   if (Status s = p_.jobs.flush_records(job.reply.job_id()); !s.ok()) return to_grpc(s);
+  if (job.waits) wait_reply(gone, job.who, job.until, &job.reply);
   return grpc::Status::OK;
 }
+
+void JobsService::abandon_job(uint64_t job_id) { p_.jobs.release_records(job_id); }
 
 grpc::Status JobsService::SubmitBatch(grpc::ServerContext* ctx, const pto::v1::SubmitBatchRequest* req,
                                       pto::v1::SubmitBatchReply* reply) {

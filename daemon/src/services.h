@@ -82,6 +82,7 @@ class JobsService final : public pto::v1::Jobs::Service, public FdJobHost {
   grpc::Status start_job(const Principal& who, const pto::v1::SubmitRequest& req, Job* job) override;
   bool drive_job(const Job& job, std::chrono::steady_clock::time_point bound) override;
   grpc::Status finish_job(Job& job, const std::function<bool()>& gone) override;
+  void abandon_job(uint64_t job_id) override;
   uint32_t concurrent_jobs() const override { return static_cast<uint32_t>(p_.cfg.max_running); }
   grpc::Status SubmitBatch(grpc::ServerContext*, const pto::v1::SubmitBatchRequest*,
                            pto::v1::SubmitBatchReply*) override;

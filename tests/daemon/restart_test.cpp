@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "daemon_client.h"
 #include "daemon_process.h"
@@ -269,4 +271,45 @@ TEST_CASE("a job whose Submit waited and answered before it ended survives SIGKI
   REQUIRE(rs.ok());
   CHECK(rs.value.state() == v1::FAILED);
   CHECK(rs.value.message() == "interrupted: the daemon stopped");
+}
+
+// Jobs through the fd socket from several connections at once: the job loop
+// drives them together and commits their ends with its first answer. Every
+// job answered as ended is so after SIGKILL.
+TEST_CASE("jobs the fd socket's job loop answered as ended survive SIGKILL - their ends committed before the replies") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  REQUIRE(connect(d)->register_chip(SLEEP_CONFIG, "sleep").ok());
+  constexpr int kConns = 4, kJobs = 10;
+  std::vector<std::vector<uint64_t>> ids(kConns);
+  std::vector<std::string> problems(kConns);
+  {
+    std::vector<std::thread> ts;
+    for (int i = 0; i < kConns; ++i)
+      ts.emplace_back([&, i] {
+        auto c = connect(d);
+        for (int j = 0; j < kJobs; ++j) {
+          v1::SubmitRequest req = sleep_job(0);
+          req.set_wait_ms(30000);
+          auto r = c->submit(req);
+          if (!r.ok() || r.value.state() != v1::SUCCEEDED) {
+            problems[size_t(i)] = r.status.message + " / " + v1::JobState_Name(r.value.state());
+            return;
+          }
+          ids[size_t(i)].push_back(r.value.job_id());
+        }
+      });
+    for (auto& t : ts) t.join();
+  }
+  auto c = restart(d);
+  for (int i = 0; i < kConns; ++i) {
+    INFO("connection " << i << ": " << problems[size_t(i)]);
+    CHECK(problems[size_t(i)].empty());
+    for (uint64_t id : ids[size_t(i)]) {
+      auto r = c->result(id);
+      INFO("job " << id << ": " << r.status.message);
+      REQUIRE(r.ok());
+      CHECK(r.value.state() == v1::SUCCEEDED);
+    }
+  }
 }
