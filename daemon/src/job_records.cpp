@@ -1,6 +1,28 @@
 #include "job_records.h"
 
+#include <unordered_set>
+
 namespace ptod {
+namespace {
+
+// The last row of each id, in order: a job's first record and its end
+// queued for the same commit (a waited-for job that ended in time) are
+// written as its end alone, which would replace the first anyway.
+void keep_last_of_each(std::vector<JobRow>& rows) {
+  if (rows.size() < 2) return;
+  std::unordered_set<uint64_t> later;
+  std::vector<bool> keep(rows.size());
+  for (size_t i = rows.size(); i-- > 0;) keep[i] = later.insert(rows[i].id).second;
+  size_t out = 0;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (keep[i]) {
+      if (out != i) rows[out] = std::move(rows[i]);
+      ++out;
+    }
+  rows.resize(out);
+}
+
+}  // namespace
 
 JobRecords::JobRecords(StateDb& db) : db_(db), writer_([this] { writer(); }) {}
 
@@ -34,6 +56,7 @@ void JobRecords::commit_rounds(std::unique_lock<std::mutex>& lk, bool until_empt
     deferred_ = false;
     const uint64_t round = ++rounds_;
     lk.unlock();
+    keep_last_of_each(batch);
     const bool any = !batch.empty() || !batch_gone.empty();
     const Status s = any ? db_.put_jobs(batch, batch_gone) : Status::Ok();
     if (any) commits_.fetch_add(1, std::memory_order_relaxed);

@@ -96,6 +96,42 @@ TEST_CASE("job records: deletes go with a commit - a deferred record alone is co
   CHECK(left[2].id == 6);
 }
 
+TEST_CASE("job records: a job's first record and its end in one commit - the end is what is written") {
+  const std::string dir = temp_dir();
+  StateDb db;
+  REQUIRE(db.open(dir, false).ok());
+  JobRecords records(db);
+  const auto row = [](uint64_t id, int state, const std::string& record) {
+    JobRow r;
+    r.id = id;
+    r.owner = "o";
+    r.state = state;
+    r.record = record;
+    return r;
+  };
+  int ran = 0;
+  const auto then = [&](const Status& s) { ran += s.ok() ? 1 : 100; };
+  // Queued, as a waited-for job's first record and then its end are; the
+  // flush commits them together.
+  const uint64_t ticket = records.queue({row(7, 1, "queued"), row(8, 1, "other")}, {}, then);
+  records.queue({row(9, 1, "third")}, {}, then);
+  const uint64_t later = records.queue({row(7, 3, "ended"), row(9, 4, "failed")}, {}, then);
+  CHECK(later >= ticket);
+  const uint64_t before = records.commits();
+  REQUIRE(records.flush(later).ok());
+  CHECK(records.commits() == before + 1);
+  CHECK(ran == 3);
+  std::vector<JobRow> rows;
+  REQUIRE(db.jobs(100, &rows).ok());
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].id == 7);
+  CHECK(rows[0].state == 3);
+  CHECK(rows[0].record == "ended");
+  CHECK(rows[1].record == "other");
+  CHECK(rows[2].state == 4);
+  CHECK(rows[2].record == "failed");
+}
+
 TEST_CASE("put_jobs: rows beyond one statement's worth, a row given twice, deletes in runs and apart") {
   const std::string dir = temp_dir();
   StateDb db;
