@@ -278,7 +278,9 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
       starts.push_back({j.id, runner ? j.spec.args : pto::TaskArgs(), j.spec.config, j.spec.options});
       starts.back().options.detached = !runner && acknowledge_later && specs.size() == 1;
       starts.back().options.waiter_drives = starts.back().options.detached;  // Submit's handler: wait_run next
-      j.waiter_commits = acknowledge_later && specs.size() == 1;             // and flush_records before it answers
+      // Also a runner's job (its run thread ends it while the caller waits):
+      // the caller commits its end within its wait_run's bound.
+      j.waiter_commits = acknowledge_later && specs.size() == 1;  // flush_records before it answers
       if (specs.size() > 1) join_batch(c, j.id, batch_keys, &starts.back().options);
       const uint64_t jid = j.id;
       jobs_.emplace(jid, std::move(j));

@@ -68,10 +68,10 @@ class JobManager {
   Status restore();
   // spec.pinned: tensors the caller pinned; the job unpins them when it ends
   // (on error they stay the caller's to unpin). spec.options.principal owns it.
-  // With `acknowledge_later` the job's record is queued for the writer
-  // thread instead of committed before submit returns: for a caller that
-  // answers only once the job ended (whose final record is committed before
-  // that) or after flush_records().
+  // With `acknowledge_later` the job's record is queued instead of committed
+  // before submit returns, and so is its end's until flush_records: for a
+  // caller that answers only after flush_records() (or, gone without an
+  // answer, calls release_records()); nothing else commits them for it.
   Status submit(JobSpec spec, uint64_t* id, uint32_t* queue_position, bool acknowledge_later = false);
   // Returns once job `id`'s records so far are committed (for a job
   // submitted with acknowledge_later: its own, and its end's if it ended);
@@ -87,8 +87,8 @@ class JobManager {
   void release_records(uint64_t id);
   // Waits until job `id`'s run ended or `until`: true when it ended (or the
   // job is gone or final). A call's run (detached) is driven by this thread
-  // meanwhile: its end, and the commit of its record, then happen here — no
-  // other thread's wake-up on the way.
+  // meanwhile: its end then happens here — no other thread's wake-up on the
+  // way — and its record waits for this caller's flush_records.
   bool wait_run(uint64_t id, std::chrono::steady_clock::time_point until);
   // Several jobs at once, all or none: admitted together (queue and quotas),
   // their records written in one commit, then queued in order.

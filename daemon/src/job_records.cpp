@@ -59,7 +59,7 @@ void JobRecords::commit_rounds(std::unique_lock<std::mutex>& lk, bool until_empt
     keep_last_of_each(batch);
     const bool any = !batch.empty() || !batch_gone.empty();
     const Status s = any ? db_.put_jobs(batch, batch_gone) : Status::Ok();
-    if (any) commits_.fetch_add(1, std::memory_order_relaxed);
+    if (any && s.ok()) commits_.fetch_add(1, std::memory_order_relaxed);
     lk.lock();
     if (!s.ok()) {
       failed_round_ = round;

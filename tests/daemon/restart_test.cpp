@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -301,6 +302,12 @@ TEST_CASE("jobs the fd socket's job loop answered as ended survive SIGKILL - the
       });
     for (auto& t : ts) t.join();
   }
+  // The loop answered some (a connection's first job is its thread's).
+  const std::string m = http_get(d.metrics_port(), "/metrics");
+  const std::string key = "\nptod_fd_socket_loop_jobs_total ";
+  const size_t at = m.find(key);
+  REQUIRE(at != std::string::npos);
+  CHECK(std::atol(m.c_str() + at + key.size()) > 0);
   auto c = restart(d);
   for (int i = 0; i < kConns; ++i) {
     INFO("connection " << i << ": " << problems[size_t(i)]);
