@@ -185,9 +185,14 @@ class FdTransfers::JobLoop {
 
   // Starts the round's jobs in waves as wide as the jobs that run at once:
   // a job beyond those would be queued in the Worker, whose run threads
-  // take it up only to find no slot for it. Answers each that ended, hands
-  // on each that did not. The round has kLoopDrive for all its waves (its
-  // first wave always starts): the requests left wait for the next round.
+  // take it up only to find no slot for it. The round has kLoopDrive for
+  // all its waves (its first wave always starts): the requests left wait
+  // for the next round. Then it answers each job that ended and hands on
+  // each that did not: the commit before the first answer carries the
+  // records of every job of the round that ended (JobManager's
+  // flush_records), one transaction a round. Answering a wave before the
+  // next one starts cost a commit per wave: measured, 8 clients 9.2k-10.9k
+  // jobs/s against 11.5k-13.1k (docs/daemon.md, the job loop).
   void run_round() {
     const size_t wave = std::max<size_t>(1, t_.jobs_->concurrent_jobs());
     const auto bound = Clock::now() + kLoopDrive;
@@ -202,16 +207,14 @@ class FdTransfers::JobLoop {
         s.started = t_.start_submit(s.req, it->second.k.uid, &s.job, &refusal);
         if (!s.started) answer(it, refusal);
       }
-      // The wave's runs all driven before any is answered: the first answer's
-      // commit then carries every end of the wave (JobManager::flush_records).
       for (size_t j = first; j < last; ++j) {
         Started& s = round_[j];
         if (s.started) s.ended = t_.jobs_->drive_job(s.job, bound);
       }
-      for (size_t j = first; j < last; ++j) {
-        Started& s = round_[j];
-        if (s.started) finish(s);
-      }
+    }
+    for (size_t j = 0; j < std::min(first, round_.size()); ++j) {
+      Started& s = round_[j];
+      if (s.started) finish(s);
     }
     round_.erase(round_.begin(), round_.begin() + static_cast<std::ptrdiff_t>(std::min(first, round_.size())));
   }

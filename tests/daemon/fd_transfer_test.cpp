@@ -573,9 +573,9 @@ TEST_CASE("the fd socket's job loop: many connections' jobs, a transfer between 
   // those not ended within a round (and the next on their connections).
   CHECK(loop_jobs(d) > 0);
   CHECK(loop_jobs(d) <= kConns * (kJobs - 1));
-  // A wave's ends share the commit before its first answer. Measured: 84-163
-  // commits for the 320 jobs (also under ASan, and beside three busy loops);
-  // 278-320 when each end committed apart.
+  // A round's ends share the commit before its first answer. Measured: 54-58
+  // commits for the 320 jobs, 130-147 beside three busy loops (with a commit
+  // per wave 84-163, also under ASan); 278-320 when each end committed apart.
   const long commits = record_commits(d) - commits_before;
   INFO("record commits for " << kConns * kJobs << " jobs: " << commits);
   CHECK(commits > 0);
