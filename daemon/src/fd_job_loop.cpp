@@ -1,7 +1,8 @@
 // The fd socket's job loop: one thread that waits for the next request of
 // every connection that submits jobs (epoll), starts the jobs of all the
-// requests that came together, drives their runs at once and answers each
-// as it ends. A connection's own thread would sleep in poll() and in its
+// requests that came together, drives their runs in waves and answers
+// each that ended once the round's last wave is driven (one commit of
+// their records). A connection's own thread would sleep in poll() and in its
 // run's wait, and be woken for each; with many clients each job paid those
 // wake-ups (this VM's context switches cost more than a trivial job's
 // work). Anything that could hold the loop goes to a thread of the
