@@ -193,7 +193,8 @@ void JobManager::join_batch(const RegisteredCallable& c, uint64_t id, uint64_t (
   options->batch_width = width;
 }
 
-Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later) {
+Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later,
+                                bool waiter_commits) {
   std::vector<Job> fresh;
   std::vector<JobRow> rows;
   {
@@ -280,7 +281,7 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
       starts.back().options.waiter_drives = starts.back().options.detached;  // Submit's handler: wait_run next
       // Also a runner's job (its run thread ends it while the caller waits):
       // the caller commits its end within its wait_run's bound.
-      j.waiter_commits = acknowledge_later && specs.size() == 1;  // flush_records before it answers
+      j.waiter_commits = waiter_commits || (acknowledge_later && specs.size() == 1);  // flush_records before it answers
       if (specs.size() > 1) join_batch(c, j.id, batch_keys, &starts.back().options);
       const uint64_t jid = j.id;
       jobs_.emplace(jid, std::move(j));
@@ -358,6 +359,17 @@ void JobManager::release_records(uint64_t id) {
     it->second.waiter_commits = false;
   }
   records_.defer({}, {}, [](const Status&) {});  // the writer thread commits what is queued
+}
+
+void JobManager::commit_queued() { (void)records_.put({}); }  // a failed commit is logged by its records' continuations
+
+void JobManager::release_waiters(const std::vector<uint64_t>& ids) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (uint64_t id : ids)
+      if (auto it = jobs_.find(id); it != jobs_.end()) it->second.waiter_commits = false;
+  }
+  commit_queued();
 }
 
 void JobManager::uncount_queued_locked(const Job& j) {

@@ -96,7 +96,17 @@ class JobManager {
     uint64_t id = 0;
     uint32_t position = 0;  // jobs queued before it
   };
-  Status submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later = false);
+  // With `waiter_commits` the caller waits for the jobs and commits their
+  // ends itself: their final records are queued (for commit_queued() or
+  // release_waiters(), which the caller must call), not committed as each
+  // run ends.
+  Status submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later = false,
+                      bool waiter_commits = false);
+  // Commits the records queued so far (the ends a waiting caller holds).
+  void commit_queued();
+  // The caller of submit_batch(..., waiter_commits) is done waiting: what
+  // is queued is committed, and the jobs' ends from now on commit themselves.
+  void release_waiters(const std::vector<uint64_t>& ids);
   Status cancel(const Principal& who, uint64_t id, pto::v1::JobState* state);
   Status result(const Principal& who, uint64_t id, pto::v1::JobResult* out) const;
   // Where job `id`'s captured output goes; "" when [jobs] capture_output is off.

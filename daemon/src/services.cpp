@@ -360,7 +360,9 @@ grpc::Status JobsService::SubmitBatch(grpc::ServerContext* ctx, const pto::v1::S
     pinned.insert(pinned.end(), specs[size_t(i)].pinned.begin(), specs[size_t(i)].pinned.end());
   }
   std::vector<JobManager::Queued> queued;
-  if (Status s = p_.jobs.submit_batch(std::move(specs), &queued); !s.ok()) {
+  // A waiting caller commits its jobs' ends (waiter_commits): none of
+  // the writer thread's wake-ups and gathers per few jobs.
+  if (Status s = p_.jobs.submit_batch(std::move(specs), &queued, false, req->wait_ms() > 0); !s.ok()) {
     release();
     return to_grpc(s);
   }
@@ -377,9 +379,31 @@ grpc::Status JobsService::SubmitBatch(grpc::ServerContext* ctx, const pto::v1::S
     // instead of once per job.
     auto& jobs = *reply->mutable_jobs();
     const auto gone = [ctx] { return ctx->IsCancelled(); };
+    std::vector<uint64_t> ids;
+    ids.reserve(jobs.size());
+    for (const auto& j : jobs) ids.push_back(j.job_id());
+    await_batch(ids, until, gone);
+    p_.jobs.release_waiters(ids);
     for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) wait_reply(gone, who, until, &*it);
   }
   return grpc::Status::OK;
+}
+
+void JobsService::await_batch(const std::vector<uint64_t>& ids, std::chrono::steady_clock::time_point until,
+                              const std::function<bool()>& gone) {
+  // The last job first (see SubmitBatch). The ends that came meanwhile are
+  // committed every kBatchCommitEvery, so that others see them (Jobs.Result,
+  // Watch) that late at most.
+  for (auto id = ids.rbegin(); id != ids.rend(); ++id) {
+    for (;;) {
+      const auto slice = std::min(until, std::chrono::steady_clock::now() + kBatchCommitEvery);
+      if (p_.jobs.wait_run(*id, slice)) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= until || gone()) return;
+      if (now < slice) break;  // no run to wait for (not queued with the Worker): its end comes its own way
+      p_.jobs.commit_queued();
+    }
+  }
 }
 
 Status JobsService::wait_final(const std::function<bool()>& gone, const Principal& who, uint64_t id, uint32_t wait_ms,

@@ -23,6 +23,10 @@ constexpr int kMaxBatchJobs = 10000;
 // How long a Submit that waits drives its job's run itself (JobManager::
 // wait_run) before it leaves the job to the Worker's driver and sleeps.
 constexpr std::chrono::milliseconds kHelpFor{50};
+// How often a SubmitBatch that waits commits the ends of its jobs that came
+// meanwhile (JobManager's waiter_commits): the most their end can stay
+// unseen by others after their runs ended.
+constexpr std::chrono::milliseconds kBatchCommitEvery{10};
 
 grpc::Status to_grpc(const Status& s);
 
@@ -99,6 +103,10 @@ class JobsService final : public pto::v1::Jobs::Service, public FdJobHost {
  private:
   // The caller and job `id` as it may see it (NOT_FOUND for another's job).
   grpc::Status visible_job(grpc::ServerContext* ctx, uint64_t id, Principal* who, pto::v1::JobResult* r);
+  // Waits until the runs of a batch's jobs ended, `until` or the client is
+  // gone(), committing their ends every kBatchCommitEvery meanwhile.
+  void await_batch(const std::vector<uint64_t>& ids, std::chrono::steady_clock::time_point until,
+                   const std::function<bool()>& gone);
   // Waits (bounded by wait_ms, and until the client is gone()) for a final state.
   Status wait_final(const std::function<bool()>& gone, const Principal& who, uint64_t id, uint32_t wait_ms,
                     pto::v1::JobResult* out);

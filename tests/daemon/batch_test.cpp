@@ -4,11 +4,13 @@
 // children and the client library.
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon_client.h"
@@ -193,6 +195,43 @@ TEST_CASE("a batch's jobs survive SIGKILL once acknowledged - ended ones keep th
     CHECK(r.value.state() == v1::FAILED);
     CHECK(r.value.message() == "interrupted: the daemon stopped");
   }
+}
+
+// A batch whose caller waits has its jobs' ends committed by that caller
+// (docs/daemon.md, "State"): every kBatchCommitEvery (10 ms) while it waits,
+// so others see a job's end long before the batch's last job ends.
+TEST_CASE("a waited batch's ended jobs are seen by others while its last job still runs") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_sleep", "sleep").ok());
+  v1::SubmitBatchRequest batch;
+  constexpr int kQuick = 20;
+  for (int i = 0; i < kQuick; ++i) *batch.add_jobs() = job("noop");
+  *batch.add_jobs() = sleep_job(1500);
+  batch.set_wait_ms(60000);
+  std::atomic<bool> returned{false};
+  pto::client::Result<v1::SubmitBatchReply> r;
+  std::thread t([&] {
+    r = connect(d)->submit_batch(batch);
+    returned = true;
+  });
+  const auto succeeded = [&] {
+    auto l = c->jobs(1000);
+    if (!l.ok()) return 0;
+    int n = 0;
+    for (const auto& j : l.value.jobs()) n += j.state() == v1::SUCCEEDED;
+    return n;
+  };
+  const bool seen = eventually([&] { return succeeded() == kQuick; }, 1400);
+  const bool early = !returned;
+  t.join();
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  CHECK(seen);
+  CHECK(early);
+  for (const auto& j : r.value.jobs()) CHECK(j.state() == v1::SUCCEEDED);
 }
 
 TEST_CASE("a batch's sub jobs run at most as many at once as there are sub workers, though more slots are free") {
