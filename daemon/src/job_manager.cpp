@@ -361,13 +361,21 @@ void JobManager::release_records(uint64_t id) {
   records_.defer({}, {}, [](const Status&) {});  // the writer thread commits what is queued
 }
 
-void JobManager::commit_queued() { (void)records_.put({}); }  // a failed commit is logged by its records' continuations
+void JobManager::commit_queued() {
+  // A failed commit is logged by its records' continuations.
+  if (records_.queued()) (void)records_.put({});
+}
 
-void JobManager::release_waiters(const std::vector<uint64_t>& ids) {
+bool JobManager::stopping() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return stop_;
+}
+
+void JobManager::release_waiters(const std::vector<Queued>& jobs) {
   {
     std::lock_guard<std::mutex> g(mu_);
-    for (uint64_t id : ids)
-      if (auto it = jobs_.find(id); it != jobs_.end()) it->second.waiter_commits = false;
+    for (const Queued& q : jobs)
+      if (auto it = jobs_.find(q.id); it != jobs_.end()) it->second.waiter_commits = false;
   }
   commit_queued();
 }

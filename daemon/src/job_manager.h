@@ -102,11 +102,13 @@ class JobManager {
   // run ends.
   Status submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later = false,
                       bool waiter_commits = false);
-  // Commits the records queued so far (the ends a waiting caller holds).
+  // Commits the records queued so far (the ends a waiting caller holds), if any.
   void commit_queued();
+  // stop() has begun: waiting callers return.
+  bool stopping() const;
   // The caller of submit_batch(..., waiter_commits) is done waiting: what
   // is queued is committed, and the jobs' ends from now on commit themselves.
-  void release_waiters(const std::vector<uint64_t>& ids);
+  void release_waiters(const std::vector<Queued>& jobs);
   Status cancel(const Principal& who, uint64_t id, pto::v1::JobState* state);
   Status result(const Principal& who, uint64_t id, pto::v1::JobResult* out) const;
   // Where job `id`'s captured output goes; "" when [jobs] capture_output is off.

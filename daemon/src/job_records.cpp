@@ -100,6 +100,11 @@ uint64_t JobRecords::queue(std::vector<JobRow> rows, std::vector<uint64_t> gone,
   return rounds_ + 1;  // rounds take what is queued when they start: the next one carries these
 }
 
+bool JobRecords::queued() {
+  std::lock_guard<std::mutex> g(mu_);
+  return !then_.empty();
+}
+
 Status JobRecords::flush(uint64_t ticket) {
   {
     // Usually the job's end has committed it already: no round of our own.

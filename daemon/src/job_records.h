@@ -51,6 +51,8 @@ class JobRecords {
   // write() and wait for the commit.
   Status put(std::vector<JobRow> rows, std::vector<uint64_t> gone = {});
 
+  // Whether records wait for a commit (queued, or taken by none yet).
+  bool queued();
   // SQLite transactions that wrote records so far (the daemon's metrics).
   uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
 

@@ -362,10 +362,20 @@ grpc::Status JobsService::SubmitBatch(grpc::ServerContext* ctx, const pto::v1::S
   std::vector<JobManager::Queued> queued;
   // A waiting caller commits its jobs' ends (waiter_commits): none of
   // the writer thread's wake-ups and gathers per few jobs.
-  if (Status s = p_.jobs.submit_batch(std::move(specs), &queued, false, req->wait_ms() > 0); !s.ok()) {
+  const bool waits = req->wait_ms() > 0;
+  if (Status s = p_.jobs.submit_batch(std::move(specs), &queued, false, waits); !s.ok()) {
     release();
     return to_grpc(s);
   }
+  // However this call ends, the jobs' ends then commit themselves.
+  struct Release {
+    JobManager& jobs;
+    const std::vector<JobManager::Queued>& queued;
+    bool waits;
+    ~Release() {
+      if (waits) jobs.release_waiters(queued);
+    }
+  } released{p_.jobs, queued, waits};
   for (const JobManager::Queued& q : queued) {
     pto::v1::SubmitReply* r = reply->add_jobs();
     r->set_job_id(q.id);
@@ -379,30 +389,36 @@ grpc::Status JobsService::SubmitBatch(grpc::ServerContext* ctx, const pto::v1::S
     // instead of once per job.
     auto& jobs = *reply->mutable_jobs();
     const auto gone = [ctx] { return ctx->IsCancelled(); };
-    std::vector<uint64_t> ids;
-    ids.reserve(jobs.size());
-    for (const auto& j : jobs) ids.push_back(j.job_id());
-    await_batch(ids, until, gone);
-    p_.jobs.release_waiters(ids);
+    await_batch(queued, until, gone);
+    p_.jobs.release_waiters(queued);
+    released.waits = false;
     for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) wait_reply(gone, who, until, &*it);
   }
   return grpc::Status::OK;
 }
 
-void JobsService::await_batch(const std::vector<uint64_t>& ids, std::chrono::steady_clock::time_point until,
+void JobsService::await_batch(const std::vector<JobManager::Queued>& jobs, std::chrono::steady_clock::time_point until,
                               const std::function<bool()>& gone) {
+  using Clock = std::chrono::steady_clock;
   // The last job first (see SubmitBatch). The ends that came meanwhile are
   // committed every kBatchCommitEvery, so that others see them (Jobs.Result,
-  // Watch) that late at most.
-  for (auto id = ids.rbegin(); id != ids.rend(); ++id) {
-    for (;;) {
-      const auto slice = std::min(until, std::chrono::steady_clock::now() + kBatchCommitEvery);
-      if (p_.jobs.wait_run(*id, slice)) break;
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= until || gone()) return;
-      if (now < slice) break;  // no run to wait for (not queued with the Worker): its end comes its own way
+  // Watch) that late at most, whichever order the runs end in.
+  auto next_commit = Clock::now() + kBatchCommitEvery;
+  for (auto job = jobs.rbegin(); job != jobs.rend();) {
+    const auto bound = std::min(until, next_commit);
+    const bool ended = p_.jobs.wait_run(job->id, bound);
+    const auto now = Clock::now();
+    if (now >= next_commit) {
       p_.jobs.commit_queued();
+      next_commit = now + kBatchCommitEvery;
     }
+    // A job without a run to wait for (none has: submit_batch gives each
+    // its handle) is passed over rather than waited for in a spin.
+    if (ended || now < bound) {
+      ++job;
+      continue;
+    }
+    if (now >= until || gone() || p_.jobs.stopping()) return;
   }
 }
 

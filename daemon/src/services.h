@@ -105,7 +105,7 @@ class JobsService final : public pto::v1::Jobs::Service, public FdJobHost {
   grpc::Status visible_job(grpc::ServerContext* ctx, uint64_t id, Principal* who, pto::v1::JobResult* r);
   // Waits until the runs of a batch's jobs ended, `until` or the client is
   // gone(), committing their ends every kBatchCommitEvery meanwhile.
-  void await_batch(const std::vector<uint64_t>& ids, std::chrono::steady_clock::time_point until,
+  void await_batch(const std::vector<JobManager::Queued>& jobs, std::chrono::steady_clock::time_point until,
                    const std::function<bool()>& gone);
   // Waits (bounded by wait_ms, and until the client is gone()) for a final state.
   Status wait_final(const std::function<bool()>& gone, const Principal& who, uint64_t id, uint32_t wait_ms,
