@@ -410,7 +410,7 @@ void JobsService::await_batch(const std::vector<JobManager::Queued>& jobs, std::
     const auto now = Clock::now();
     if (now >= next_commit) {
       p_.jobs.commit_queued();
-      next_commit = now + kBatchCommitEvery;
+      next_commit = Clock::now() + kBatchCommitEvery;  // after the commit: a slow one is not followed at once
     }
     // A job without a run to wait for (none has: submit_batch gives each
     // its handle) is passed over rather than waited for in a spin.

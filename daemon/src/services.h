@@ -103,8 +103,9 @@ class JobsService final : public pto::v1::Jobs::Service, public FdJobHost {
  private:
   // The caller and job `id` as it may see it (NOT_FOUND for another's job).
   grpc::Status visible_job(grpc::ServerContext* ctx, uint64_t id, Principal* who, pto::v1::JobResult* r);
-  // Waits until the runs of a batch's jobs ended, `until` or the client is
-  // gone(), committing their ends every kBatchCommitEvery meanwhile.
+  // Waits until the runs of a batch's jobs ended, `until`, the client is
+  // gone() or the daemon stops, committing their ends every
+  // kBatchCommitEvery meanwhile.
   void await_batch(const std::vector<JobManager::Queued>& jobs, std::chrono::steady_clock::time_point until,
                    const std::function<bool()>& gone);
   // Waits (bounded by wait_ms, and until the client is gone()) for a final state.
