@@ -21,7 +21,7 @@ PACKAGES=(
   iproute2 file
   lintian help2man prometheus
   libstarpu-dev
-  clang clang-tidy libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-tidy-22
   clang-19 libclang-rt-19-dev llvm-19
 )
 

@@ -378,7 +378,9 @@ Status read_jobs_daemon_metrics_security(const toml::table& doc, DaemonConfig& c
     if (s = only_keys(*t, "[metrics]", {"listen"}); !s.ok()) return s;
     if (s = read_str(*t, "metrics", "listen", &c.metrics_listen); !s.ok()) return s;
   }
-  if (const toml::table* t = section("quotas"); t && !(s = read_quotas(*t, c)).ok()) return s;
+  if (const toml::table* t = section("quotas")) {
+    if (s = read_quotas(*t, c); !s.ok()) return s;
+  }
   if (const toml::table* t = section("security")) {
     if (s = only_keys(*t, "[security]", {"allow_native_blob", "allow_native_import", "allow_chip_bundles"}); !s.ok())
       return s;
@@ -400,10 +402,18 @@ Status DaemonConfig::from_table(const toml::table& doc, const std::string& path,
   for (const char* name : {"server", "worker", "session", "jobs", "daemon", "metrics", "quotas", "security"})
     if (doc.get(name) && !doc[name].as_table()) return bad(fmt::format("{}: [{}] must be a table", path, name));
   Status s;
-  if (const toml::table* t = doc["server"].as_table(); t && !(s = read_server(t, c)).ok()) return s;
-  if (const toml::table* t = doc["worker"].as_table(); t && !(s = read_worker(t, c)).ok()) return s;
-  if (const toml::table* t = doc["session"].as_table(); t && !(s = read_session(t, c)).ok()) return s;
-  if (const toml::node* n = doc.get("peers"); n && !(s = read_peers(n, path, c)).ok()) return s;
+  if (const toml::table* t = doc["server"].as_table()) {
+    if (s = read_server(t, c); !s.ok()) return s;
+  }
+  if (const toml::table* t = doc["worker"].as_table()) {
+    if (s = read_worker(t, c); !s.ok()) return s;
+  }
+  if (const toml::table* t = doc["session"].as_table()) {
+    if (s = read_session(t, c); !s.ok()) return s;
+  }
+  if (const toml::node* n = doc.get("peers")) {
+    if (s = read_peers(n, path, c); !s.ok()) return s;
+  }
   if (s = read_jobs_daemon_metrics_security(doc, c); !s.ok()) return s;
   *out = c;
   return Status::Ok();

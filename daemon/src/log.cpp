@@ -6,7 +6,7 @@
 #include <spdlog/sinks/systemd_sink.h>
 #include <sys/stat.h>
 
-#include <cstdio>
+#include <cerrno>
 #include <cstdlib>
 
 #include <map>
@@ -25,8 +25,14 @@ std::map<std::string, std::shared_ptr<spdlog::logger>> g_loggers;
 
 bool stderr_is_journal(const char* journal_stream, int stderr_fd) {
   if (journal_stream == nullptr || *journal_stream == '\0') return false;
-  unsigned long long dev = 0, ino = 0;
-  if (std::sscanf(journal_stream, "%llu:%llu", &dev, &ino) != 2) return false;
+  // "DEV:INODE", both decimal (systemd.exec(5), $JOURNAL_STREAM).
+  char* colon = nullptr;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long dev = std::strtoull(journal_stream, &colon, 10);
+  if (colon == journal_stream || *colon != ':') return false;
+  const unsigned long long ino = std::strtoull(colon + 1, &end, 10);
+  if (end == colon + 1 || *end != '\0' || errno == ERANGE) return false;
   struct stat st {};
   if (fstat(stderr_fd, &st) != 0) return false;
   return static_cast<unsigned long long>(st.st_dev) == dev && static_cast<unsigned long long>(st.st_ino) == ino;

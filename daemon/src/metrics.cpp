@@ -256,7 +256,7 @@ struct MetricsServer::Impl {
       timer->async_wait([s](std::error_code e) {
         if (!e) {
           std::error_code ignore;
-          s->close(ignore);
+          (void)s->close(ignore);
         }
       });
       asio::async_read_until(*s, *buf, "\r\n\r\n", [this, s, buf, timer](std::error_code ec2, size_t) {
@@ -280,7 +280,7 @@ struct MetricsServer::Impl {
                                                  (r.head_only ? std::string() : r.body));
         asio::async_write(*s, asio::buffer(*out), [s, out](std::error_code, size_t) {
           std::error_code ignore;
-          s->shutdown(asio::ip::tcp::socket::shutdown_both, ignore);
+          (void)s->shutdown(asio::ip::tcp::socket::shutdown_both, ignore);
         });
       });
       accept();
@@ -315,7 +315,7 @@ MetricsServer::~MetricsServer() {
   if (impl_) {
     asio::post(impl_->io, [impl = impl_.get()] {
       std::error_code ec;
-      impl->acceptor.close(ec);
+      (void)impl->acceptor.close(ec);
       impl->io.stop();
     });
   }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <vector>
 
 namespace ptod {
@@ -67,10 +68,16 @@ Status Principals::resolve(const std::string& bearer, const std::string& peer, c
     return Status::Error(pto::kUnauthenticated,
                          "the bearer token names no principal of this daemon ([server] tokens_file, token_file)");
   }
+  int fd = -1;
   if (peer.rfind("fd:", 0) == 0) {
+    // gRPC names a unix-socket peer "fd:N"; anything else there is no fd of ours.
+    const char* end = peer.data() + peer.size();
+    if (auto [p, ec] = std::from_chars(peer.data() + 3, end, fd); ec != std::errc() || p != end) fd = -1;
+  }
+  if (fd >= 0) {
     uid_t uid = 0;
     pid_t pid = 0;
-    if (unix_.get(std::atoi(peer.c_str() + 3), &uid, &pid)) {
+    if (unix_.get(fd, &uid, &pid)) {
       *out = unix_user(uid);
       return Status::Ok();
     }

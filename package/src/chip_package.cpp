@@ -199,8 +199,8 @@ Status read_tx8(const toml::table& t, const std::string& path, ChipConfig* out) 
     const std::optional<int64_t> my = a && a->size() == 2 ? integer(a->get(1)) : std::nullopt;
     if (!mx || !my || *mx < 1 || *mx > 16 || *my < 1 || *my > 16)
       return bad(path, "[tx8sim] mesh must be [x, y] with each side an integer in 1..16");
-    x.mesh_x = *mx;
-    x.mesh_y = *my;
+    x.mesh_x = mx;
+    x.mesh_y = my;
   }
   auto opt_int = [&](const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* v) {
     int64_t got = 0;
@@ -214,7 +214,7 @@ Status read_tx8(const toml::table& t, const std::string& path, ChipConfig* out) 
     if (!n) return Status::Ok();
     const std::optional<double> d = n->value<double>();
     if (!d || !(*d >= 0) || *d > 1e9) return bad(path, fmt::format("[tx8sim] {} must be a number in 0..1e9", key));
-    *v = *d;
+    *v = d;
     return Status::Ok();
   };
   for (Status s : {opt_int("spm_bytes", 4096, int64_t(256) << 20, &x.spm_bytes),
@@ -314,7 +314,7 @@ Status ChipConfig::from_table(const toml::table& doc, const std::string& path, C
   const toml::table* orch = doc["orchestration"].as_table();
   if (!orch || !(*orch)["library"].is_string()) return bad(path, "[orchestration] needs library = \"...so\"");
   if (Status s = only_keys(path, *orch, "[orchestration]", {"library"}); !s.ok()) return s;
-  out->orchestration = resolve(dir, *(*orch)["library"].value<std::string>());
+  out->orchestration = resolve(dir, (*orch)["library"].value_or(std::string()));
 
   if (const toml::table* g = doc["golden"].as_table()) {
     if (Status s = only_keys(path, *g, "[golden]", {"library"}); !s.ok()) return s;

@@ -112,7 +112,8 @@ class PyWorker {
         py::gil_scoped_release free;
         w_.reset();
       }
-    } catch (...) {  // nothing may leave a destructor; close() reports its errors where it can
+      // Nothing may leave a destructor; close() reports its errors where it can.
+    } catch (...) {  // NOLINT(bugprone-empty-catch)
     }
   }
   PyWorker(const PyWorker&) = delete;

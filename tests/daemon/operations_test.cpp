@@ -40,6 +40,8 @@ TEST_CASE("logs: 'auto' logs to the journal only when JOURNAL_STREAM names stder
   CHECK_FALSE(ptod::stderr_is_journal(nullptr, fd));
   CHECK_FALSE(ptod::stderr_is_journal("", fd));
   CHECK_FALSE(ptod::stderr_is_journal("not a stream", fd));
+  CHECK_FALSE(ptod::stderr_is_journal((same + "x").c_str(), fd));  // the whole value is DEV:INODE
+  CHECK_FALSE(ptod::stderr_is_journal((":" + std::to_string(st.st_ino)).c_str(), fd));
   close(fd);
   unlink(path);
   CHECK(ptod::setup_logging("info", "", "stderr").ok());

@@ -17,6 +17,7 @@ const char* mailbox_state_name(uint32_t s) {
     case MB_INIT_READY: return "INIT_READY";
     case MB_INIT_FAILED: return "INIT_FAILED";
     case MB_SHUTDOWN: return "SHUTDOWN";
+    default: break;
   }
   return "UNKNOWN";
 }

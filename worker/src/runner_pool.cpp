@@ -95,7 +95,9 @@ class Runner {
       }
       if (now - last_check >= 1'000'000) {  // every millisecond: is it still worth waiting?
         last_check = now;
-        if (std::string w = check(now, load_ns); !w.empty() || !(w = stop_now()).empty()) {
+        std::string w = check(now, load_ns);
+        if (w.empty()) w = stop_now();
+        if (!w.empty()) {
           *why = w;
           stop();
           return 0;

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -222,7 +223,10 @@ int own_threads() {
   if (!p) return -1;
   // After ") ": state (field 3) ... num_threads (field 20).
   for (int field = 2; field < 20 && p; ++field) p = std::strchr(p + 1, ' ');
-  return p ? std::atoi(p + 1) : -1;
+  if (!p) return -1;
+  char* end = nullptr;
+  const long threads = std::strtol(p + 1, &end, 10);
+  return end != p + 1 && threads >= 0 && threads <= INT_MAX ? static_cast<int>(threads) : -1;
 }
 
 // One JOB from the channel: its streams go to the job's log (the library's
