@@ -463,10 +463,7 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
                   r.tasks_stopped, double(r.wall_ns) / 1e6, r.ok() ? "" : ": " + r.status.message);
   // Applied once the record is committed, here or on the thread committing
   // it (this run's thread goes on to the next run meanwhile).
-  auto then = [this, id, e = std::move(e)](const Status& written) mutable {
-    if (!written.ok()) log("jobs")->error("job {}: its final record is not written: {}", id, written.message);
-    apply_ending(id, std::move(e));
-  };
+  JobRecords::Then then = ending_written(id, std::move(e), 0);
   {
     // A caller waiting for this job commits before it answers
     // (flush_records): the record waits for that commit, which carries the
@@ -486,6 +483,32 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
     records_.defer({std::move(row)}, take_gone(), std::move(then));
   else
     records_.write({std::move(row)}, take_gone(), std::move(then));
+}
+
+JobRecords::Then JobManager::ending_written(uint64_t id, Ending e, uint32_t failed) {
+  return [this, id, e = std::move(e), failed](const Status& written) mutable {
+    if (written.ok()) {
+      if (failed) log("jobs")->info("job {}: its final record is written, {} failed commits later", id, failed);
+      apply_ending(id, std::move(e));
+      return;
+    }
+    // Never visible before it is on disk: the job stays as clients saw it
+    // (running, or queued) until a commit of its record succeeds.
+    if (!failed)
+      log("jobs")->error("job {}: its final record is not written ({}): its end is not shown until it is", id,
+                         written.message);
+    JobRow row;
+    {
+      // Made again rather than kept: a copy for every end would cost the
+      // many that commit at once.
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = jobs_.find(id);
+      if (it == jobs_.end()) return;
+      row = row_locked(it->second, &e);
+    }
+    if (!records_.retry({std::move(row)}, ending_written(id, std::move(e), failed + 1)))
+      log("jobs")->error("job {}: the daemon stops before its final record could be written: its end is not kept", id);
+  };
 }
 
 void JobManager::apply_ending(uint64_t id, Ending e) {
@@ -723,6 +746,7 @@ JobCounts JobManager::counts() const {
     c = counts_;
   }
   c.record_commits_total = records_.commits();
+  c.record_failures_total = records_.failures();
   return c;
 }
 

@@ -53,6 +53,7 @@ struct JobCounts {
   uint64_t queued = 0, running = 0;
   uint64_t succeeded_total = 0, failed_total = 0, cancelled_total = 0, submitted_total = 0;
   uint64_t record_commits_total = 0;  // SQLite transactions that wrote job records
+  uint64_t record_failures_total = 0;  // and that failed (their ends retried)
 };
 
 class JobManager {
@@ -167,6 +168,10 @@ class JobManager {
   // The orchestration function of a job's run (on a Worker run thread).
   int execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cc);
   void run_ended(uint64_t id, const pto::RunResult& r);
+  // The continuation of a job's final record: the end applied once the
+  // record is committed; after a failed commit the record is made again and
+  // given to JobRecords::retry (`failed` commits so far), the end unseen.
+  JobRecords::Then ending_written(uint64_t id, Ending e, uint32_t failed);
   // The job's end, its record committed: visible from here on.
   void apply_ending(uint64_t id, Ending e);
   void apply_ending_locked(uint64_t id, Ending e, std::vector<std::string>* trimmed);

@@ -1,5 +1,6 @@
 #include "job_records.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 namespace ptod {
@@ -59,11 +60,15 @@ void JobRecords::commit_rounds(std::unique_lock<std::mutex>& lk, bool until_empt
     keep_last_of_each(batch);
     const bool any = !batch.empty() || !batch_gone.empty();
     const Status s = any ? db_.put_jobs(batch, batch_gone) : Status::Ok();
-    if (any && s.ok()) commits_.fetch_add(1, std::memory_order_relaxed);
+    if (any) (s.ok() ? commits_ : failures_).fetch_add(1, std::memory_order_relaxed);
     lk.lock();
     if (!s.ok()) {
       failed_round_ = round;
       failure_ = s;
+      gone_.insert(gone_.end(), batch_gone.begin(), batch_gone.end());  // still to delete
+      retry_pause_ = std::min(retry_pause_ * 2, std::chrono::milliseconds(kRetryMost));
+    } else if (any) {
+      retry_pause_ = kRetryFirst;
     }
     // Before the continuations: what they make visible (a job's end), a
     // flush() then finds committed without a round of its own.
@@ -116,10 +121,42 @@ Status JobRecords::flush(uint64_t ticket) {
   return failed_round_ >= ticket ? failure_ : Status::Ok();
 }
 
+bool JobRecords::retry(std::vector<JobRow> rows, Then then) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stop_) return false;
+    // The pause runs from the first record given back: later ones join it.
+    if (retry_then_.empty()) retry_at_ = std::chrono::steady_clock::now() + retry_pause_;
+    for (JobRow& r : rows) retry_rows_.push_back(std::move(r));
+    retry_then_.push_back(std::move(then));
+  }
+  wake_.notify_one();
+  return true;
+}
+
+void JobRecords::take_retries_locked() {
+  for (JobRow& r : retry_rows_) rows_.push_back(std::move(r));
+  for (Then& t : retry_then_) then_.push_back(std::move(t));
+  retry_rows_.clear();
+  retry_then_.clear();
+  deferred_ = true;
+}
+
 void JobRecords::writer() {
   std::unique_lock<std::mutex> lk(mu_);
+  const auto ready = [&] { return !committing_ && (stop_ || deferred_); };
   for (;;) {
-    wake_.wait(lk, [&] { return !committing_ && (stop_ || deferred_); });
+    if (retry_then_.empty()) {
+      // Until there is work - or records given back, whose pause is waited
+      // out next.
+      wake_.wait(lk, [&] { return ready() || !retry_then_.empty(); });
+      if (!ready()) continue;
+    } else if (stop_ || !wake_.wait_until(lk, retry_at_, ready)) {
+      // The pause is over (or the writer stops): the records given back go
+      // with the next commit - this thread's, or that of a commit under way.
+      take_retries_locked();
+      if (committing_) continue;
+    }
     if (then_.empty()) {
       deferred_ = false;
       if (stop_) return;

@@ -12,6 +12,12 @@
 // which must not spend its time on commits of one record each. Either way a
 // caller that finds a commit under way only queues; the record's
 // continuation runs on the committing thread.
+//
+// A commit that fails (a full disk, a file-size limit) hands its records'
+// continuations the error. One whose record must still be written - a job's
+// end, unseen until it is - gives it back with retry(): the writer thread
+// commits it again after a pause that grows while commits keep failing.
+// Trimmed records' deletes of a failed commit go with the next one.
 #pragma once
 
 #include <atomic>
@@ -50,14 +56,23 @@ class JobRecords {
   Status flush(uint64_t ticket);
   // write() and wait for the commit.
   Status put(std::vector<JobRow> rows, std::vector<uint64_t> gone = {});
+  // Records whose commit failed, to be committed again by the writer thread
+  // after a pause (kRetryFirst, doubled by every failed commit up to
+  // kRetryMost, back to kRetryFirst after one that succeeded); `then` as for
+  // write(). False, and nothing kept, once the writer is stopping.
+  bool retry(std::vector<JobRow> rows, Then then);
 
   // Whether records wait for a commit (queued, or taken by none yet).
   bool queued();
-  // SQLite transactions that wrote records so far (the daemon's metrics).
+  // SQLite transactions that wrote records so far, and that failed (the
+  // daemon's metrics).
   uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
+  uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
 
   // How long the writer thread gathers records before a commit.
   static constexpr std::chrono::microseconds kGather{200};
+  static constexpr std::chrono::milliseconds kRetryFirst{50};
+  static constexpr std::chrono::milliseconds kRetryMost{2000};
 
  private:
   void push_locked(std::vector<JobRow>& rows, std::vector<uint64_t>& gone, Then then);
@@ -65,6 +80,8 @@ class JobRecords {
   // and exit.
   void commit_rounds(std::unique_lock<std::mutex>& lk, bool until_empty);
   void writer();
+  // Moves the records given to retry() to the queue, for the next commit.
+  void take_retries_locked();
 
   StateDb& db_;
   std::mutex mu_;
@@ -79,7 +96,12 @@ class JobRecords {
   uint64_t finished_rounds_ = 0;  // rounds whose commit is done (their continuations may still run)
   uint64_t failed_round_ = 0;  // the newest round whose commit failed, and why
   Status failure_;
+  std::vector<JobRow> retry_rows_;  // given to retry(), committed again at retry_at_
+  std::vector<Then> retry_then_;
+  std::chrono::steady_clock::time_point retry_at_;
+  std::chrono::milliseconds retry_pause_ = kRetryFirst;
   std::atomic<uint64_t> commits_{0};
+  std::atomic<uint64_t> failures_{0};
   std::thread writer_;
 };
 

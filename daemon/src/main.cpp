@@ -5,6 +5,7 @@
 #include <absl/synchronization/mutex.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -105,6 +106,12 @@ int main(int argc, char** argv) {
   // every mutex destroyed is looked up in it. Upstream release builds do
   // not do that; nor does ptod.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // A file-size limit (ulimit -f, systemd's LimitFSIZE=) or a file grown to
+  // the file system's largest then fails the write with EFBIG, which the
+  // state database and the tensor store report as errors (a job's end is
+  // retried until its record is written), instead of killing the daemon and
+  // every job with it. Inherited by the children.
+  std::signal(SIGXFSZ, SIG_IGN);
   // Startup errors are exit status 1 with a message; an exception that still
   // gets here (out of memory, a library's bug) is reported the same way
   // rather than as an abort.

@@ -310,7 +310,12 @@ Status StateDb::put_jobs(const std::vector<JobRow>& rows, const std::vector<uint
     (void)exec("ROLLBACK");
     return st;
   }
-  return step_done(commit, "committing job records");
+  st = step_done(commit, "committing job records");
+  // SQLite rolls back a COMMIT that failed for a full disk or an I/O error
+  // itself; one that failed otherwise (SQLITE_BUSY) leaves its transaction
+  // open, and every later BEGIN would fail too.
+  if (!st.ok() && !sqlite3_get_autocommit(db_)) (void)exec("ROLLBACK");
+  return st;
 }
 
 Status StateDb::insert_jobs_locked(const JobRow* rows, size_t n) {

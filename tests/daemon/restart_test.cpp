@@ -5,6 +5,7 @@
 // are there, and the jobs that were queued or running are FAILED
 // "interrupted: the daemon stopped" instead of vanishing.
 #include <sqlite3.h>
+#include <sys/resource.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -62,6 +63,13 @@ bool set_meta(const std::string& db_path, const std::string& key, const std::str
   const bool ok = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK && sqlite3_changes(db) == 1;
   sqlite3_close(db);
   return ok;
+}
+
+long metric(const DaemonProcess& d, const std::string& name) {
+  const std::string m = http_get(d.metrics_port(), "/metrics");
+  const std::string key = "\n" + name + " ";
+  const size_t at = m.find(key);
+  return at == std::string::npos ? -1 : std::atol(m.c_str() + at + key.size());
 }
 
 }  // namespace
@@ -303,11 +311,7 @@ TEST_CASE("jobs the fd socket's job loop answered as ended survive SIGKILL - the
     for (auto& t : ts) t.join();
   }
   // The loop answered some (a connection's first job is its thread's).
-  const std::string m = http_get(d.metrics_port(), "/metrics");
-  const std::string key = "\nptod_fd_socket_loop_jobs_total ";
-  const size_t at = m.find(key);
-  REQUIRE(at != std::string::npos);
-  CHECK(std::atol(m.c_str() + at + key.size()) > 0);
+  CHECK(metric(d, "ptod_fd_socket_loop_jobs_total") > 0);
   auto c = restart(d);
   for (int i = 0; i < kConns; ++i) {
     INFO("connection " << i << ": " << problems[size_t(i)]);
@@ -319,4 +323,49 @@ TEST_CASE("jobs the fd socket's job loop answered as ended survive SIGKILL - the
       CHECK(r.value.state() == v1::SUCCEEDED);
     }
   }
+}
+
+TEST_CASE("a job's end is not shown while its record cannot be written - once it is, it survives SIGKILL") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  auto job = c->submit(sleep_job(1000));
+  REQUIRE(job.ok());
+  const uint64_t id = job.value.job_id();
+  REQUIRE(eventually([&] {
+    auto r = c->result(id);
+    return r.ok() && r.value.state() == v1::RUNNING;
+  }));
+  // A full disk, as the daemon meets it: a file-size limit of one byte makes
+  // every write it does to its files fail (EFBIG; ptod ignores SIGXFSZ), the
+  // state database's first.
+  const long failed_before = metric(d, "ptod_job_record_failures_total");
+  REQUIRE(failed_before >= 0);
+  rlimit was{};
+  REQUIRE(prlimit(d.pid(), RLIMIT_FSIZE, nullptr, &was) == 0);
+  const rlimit full{1, was.rlim_max};
+  REQUIRE(prlimit(d.pid(), RLIMIT_FSIZE, &full, nullptr) == 0);
+  // The run ends after 1 s; its record's commit fails, and fails again.
+  CHECK(eventually([&] { return metric(d, "ptod_job_record_failures_total") >= failed_before + 2; }, 10000));
+  auto during = c->result(id);
+  REQUIRE(during.ok());
+  CHECK(during.value.state() == v1::RUNNING);  // not SUCCEEDED: that is on no disk yet
+  auto refused = c->submit(sleep_job(1));      // not acknowledged: its record cannot be written either
+  CHECK_FALSE(refused.ok());
+  CHECK_THAT(refused.status.message, Catch::Contains("its record is not written"));
+  REQUIRE(prlimit(d.pid(), RLIMIT_FSIZE, &was, nullptr) == 0);
+  // A retry within kRetryMost (2 s) writes it; then the end is shown.
+  CHECK(eventually(
+      [&] {
+        auto r = c->result(id);
+        return r.ok() && r.value.state() == v1::SUCCEEDED;
+      },
+      10000));
+  CHECK_THAT(d.log(), Catch::Contains("its final record is written,") && Catch::Contains("failed commits later"));
+  c = restart(d);
+  auto after = c->result(id);
+  REQUIRE(after.ok());
+  CHECK(after.value.state() == v1::SUCCEEDED);
+  CHECK(c->jobs(10).value.jobs_size() == 1);  // the refused job left no record
 }
