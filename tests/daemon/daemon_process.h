@@ -216,6 +216,13 @@ class DaemonProcess {
   int grpc_port() const { return info_.count("grpc_port") ? std::stoi(info_.at("grpc_port")) : 0; }
   int metrics_port() const { return info_.count("metrics_port") ? std::stoi(info_.at("metrics_port")) : 0; }
   int pid() const { return pid_; }
+  // A sample of its metrics (name and labels as written); -1 if none.
+  long metric(const std::string& sample) const {
+    const std::string m = http_get(metrics_port(), "/metrics");
+    const std::string key = "\n" + sample + " ";
+    const size_t at = m.find(key);
+    return at == std::string::npos ? -1 : std::atol(m.c_str() + at + key.size());
+  }
   const std::string& dir() const { return dir_; }
   std::string log() const {
     std::ifstream f(log_);

@@ -341,19 +341,11 @@ void succeeds(pto::client::Client& c, const v1::SubmitRequest& job) {
   CHECK(r.value.result().state() == v1::SUCCEEDED);
 }
 
-// A sample of the daemon's metrics (name and labels as written); -1 if none.
-long metric(const DaemonProcess& d, const std::string& sample) {
-  const std::string m = http_get(d.metrics_port(), "/metrics");
-  const std::string key = "\n" + sample + " ";
-  const size_t at = m.find(key);
-  return at == std::string::npos ? -1 : std::atol(m.c_str() + at + key.size());
-}
-
-long fd_submits(const DaemonProcess& d) { return metric(d, "ptod_fd_socket_requests_total{op=\"submit\"}"); }
+long fd_submits(const DaemonProcess& d) { return d.metric("ptod_fd_socket_requests_total{op=\"submit\"}"); }
 // Jobs the fd socket's job loop answered, and connections it handed to a thread.
-long loop_jobs(const DaemonProcess& d) { return metric(d, "ptod_fd_socket_loop_jobs_total"); }
-long handoffs(const DaemonProcess& d) { return metric(d, "ptod_fd_socket_handoffs_total"); }
-long record_commits(const DaemonProcess& d) { return metric(d, "ptod_job_record_commits_total"); }
+long loop_jobs(const DaemonProcess& d) { return d.metric("ptod_fd_socket_loop_jobs_total"); }
+long handoffs(const DaemonProcess& d) { return d.metric("ptod_fd_socket_handoffs_total"); }
+long record_commits(const DaemonProcess& d) { return d.metric("ptod_job_record_commits_total"); }
 
 // Submits no-op jobs on `raw` until one is answered by the job loop (a job
 // not ended within the loop's round goes to a thread, and so does the next
@@ -509,7 +501,7 @@ TEST_CASE("a connection past the fd socket's bound per user is told it was refus
   CHECK(fd_submits(d) == 16);
   // one_more, and the client's connection (twice when its first send
   // already found the connection closed and it connected again).
-  const long refused = metric(d, "ptod_fd_socket_refused_total");
+  const long refused = d.metric("ptod_fd_socket_refused_total");
   CHECK(refused >= 2);
   CHECK(refused <= 3);
   // A slot freed, the fd socket serves again.

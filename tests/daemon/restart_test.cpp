@@ -65,13 +65,6 @@ bool set_meta(const std::string& db_path, const std::string& key, const std::str
   return ok;
 }
 
-long metric(const DaemonProcess& d, const std::string& name) {
-  const std::string m = http_get(d.metrics_port(), "/metrics");
-  const std::string key = "\n" + name + " ";
-  const size_t at = m.find(key);
-  return at == std::string::npos ? -1 : std::atol(m.c_str() + at + key.size());
-}
-
 }  // namespace
 
 TEST_CASE("after SIGKILL and a restart: registrations, tensors byte-identical, job records - interrupted jobs FAILED") {
@@ -311,7 +304,7 @@ TEST_CASE("jobs the fd socket's job loop answered as ended survive SIGKILL - the
     for (auto& t : ts) t.join();
   }
   // The loop answered some (a connection's first job is its thread's).
-  CHECK(metric(d, "ptod_fd_socket_loop_jobs_total") > 0);
+  CHECK(d.metric("ptod_fd_socket_loop_jobs_total") > 0);
   auto c = restart(d);
   for (int i = 0; i < kConns; ++i) {
     INFO("connection " << i << ": " << problems[size_t(i)]);
@@ -340,14 +333,14 @@ TEST_CASE("a job's end is not shown while its record cannot be written - once it
   // A full disk, as the daemon meets it: a file-size limit of one byte makes
   // every write it does to its files fail (EFBIG; ptod ignores SIGXFSZ), the
   // state database's first.
-  const long failed_before = metric(d, "ptod_job_record_failures_total");
+  const long failed_before = d.metric("ptod_job_record_failures_total");
   REQUIRE(failed_before >= 0);
   rlimit was{};
   REQUIRE(prlimit(d.pid(), RLIMIT_FSIZE, nullptr, &was) == 0);
   const rlimit full{1, was.rlim_max};
   REQUIRE(prlimit(d.pid(), RLIMIT_FSIZE, &full, nullptr) == 0);
   // The run ends after 1 s; its record's commit fails, and fails again.
-  CHECK(eventually([&] { return metric(d, "ptod_job_record_failures_total") >= failed_before + 2; }, 10000));
+  CHECK(eventually([&] { return d.metric("ptod_job_record_failures_total") >= failed_before + 2; }, 10000));
   auto during = c->result(id);
   REQUIRE(during.ok());
   CHECK(during.value.state() == v1::RUNNING);  // not SUCCEEDED: that is on no disk yet
