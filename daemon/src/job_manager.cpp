@@ -251,7 +251,6 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
     std::lock_guard<std::mutex> g(mu_);
     if (!written.ok()) {
       for (Job& j : fresh) uncount_queued_locked(j);
-      gone_.insert(gone_.end(), gone.begin(), gone.end());  // still to delete, with the next commit
       if (live_locked() == 0) cv_.notify_all();               // wait_idle
       queued->clear();
       return Status::Error(written.code, "the job is not queued: its record is not written: " + written.message);
@@ -340,13 +339,20 @@ Status JobManager::flush_records(uint64_t id) {
   if (!ticket) return Status::Ok();  // written before submit returned
   Status s = records_.flush(ticket);
   if (s.ok()) return s;
-  // Never acknowledged, never to run: a client that asks again gets a job
-  // of its own, not this one as well.
   pto::RunHandle h;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (auto it = jobs_.find(id); it != jobs_.end() && !final_state(it->second.state)) h = it->second.run;
   }
+  // A run that ended cannot be taken back: its end is written when the
+  // database takes commits again (JobRecords::retry), and the caller is
+  // told so - asking again would run the job twice.
+  if (h.valid() && h.done())
+    return Status::Error(s.code, fmt::format("job {} ended, but its final record is not written yet ({}): its end "
+                                             "is shown (Result, Watch) once it is",
+                                             id, s.message));
+  // Never acknowledged, never to run: a client that asks again gets a job
+  // of its own, not this one as well.
   if (h.valid()) (void)h.cancel("its record could not be written");
   return Status::Error(s.code, fmt::format("job {}: its record could not be written: {}", id, s.message));
 }
@@ -441,10 +447,17 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
   e.end_ms = wall_ms();
   e.result = to_proto(r);
   e.result.set_message(r.status.message);
+  auto level = st == pto::v1::SUCCEEDED ? spdlog::level::debug : spdlog::level::info;
+  if (const auto jobs_log = log("jobs"); jobs_log->should_log(level))
+    jobs_log->log(level, "job {} {}: {} tasks ({} ok, {} failed, {} skipped, {} stopped) in {:.3f} ms{}", id,
+                  pto::v1::JobState_Name(st), r.tasks_submitted, r.tasks_succeeded, r.tasks_failed, r.tasks_skipped,
+                  r.tasks_stopped, double(r.wall_ns) / 1e6, r.ok() ? "" : ": " + r.status.message);
   JobRow row;
+  std::vector<uint64_t> gone;  // trimmed jobs' records, deleted with this one
+  JobRecords::Then then;
   bool more_queued = false;
   {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<std::mutex> g(mu_);  // once per end: every job's start and end take it
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return;
     // A runner writes its job's log itself, unseen by the Worker.
@@ -455,24 +468,15 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
     const std::string& trace = it->second.result.trace_path();
     if (!trace.empty() && r.ok()) e.result.set_trace_path(trace);
     row = row_locked(it->second, &e);
-  }
-  auto level = st == pto::v1::SUCCEEDED ? spdlog::level::debug : spdlog::level::info;
-  if (const auto jobs_log = log("jobs"); jobs_log->should_log(level))
-    jobs_log->log(level, "job {} {}: {} tasks ({} ok, {} failed, {} skipped, {} stopped) in {:.3f} ms{}", id,
-                  pto::v1::JobState_Name(st), r.tasks_submitted, r.tasks_succeeded, r.tasks_failed, r.tasks_skipped,
-                  r.tasks_stopped, double(r.wall_ns) / 1e6, r.ok() ? "" : ": " + r.status.message);
-  // Applied once the record is committed, here or on the thread committing
-  // it (this run's thread goes on to the next run meanwhile).
-  JobRecords::Then then = ending_written(id, std::move(e), 0);
-  {
+    // Applied once the record is committed, here or on the thread
+    // committing it (this run's thread goes on to the next run meanwhile).
+    then = ending_written(id, std::move(e), 0);
+    gone.swap(gone_);
     // A caller waiting for this job commits before it answers
     // (flush_records): the record waits for that commit, which carries the
     // ends of every job that caller drove meanwhile. Queued under mu_, so
     // that flush_records, which takes the waiter off first, finds it.
-    std::lock_guard<std::mutex> g(mu_);
-    if (auto it = jobs_.find(id); it != jobs_.end() && it->second.waiter_commits) {
-      std::vector<uint64_t> gone;
-      gone.swap(gone_);
+    if (it->second.waiter_commits) {
       it->second.record_ticket = records_.queue({std::move(row)}, std::move(gone), std::move(then));
       return;
     }
@@ -480,16 +484,16 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
   // With more jobs queued this run's thread has work right behind: the
   // writer thread gathers the records of many ends into one commit.
   if (more_queued)
-    records_.defer({std::move(row)}, take_gone(), std::move(then));
+    records_.defer({std::move(row)}, std::move(gone), std::move(then));
   else
-    records_.write({std::move(row)}, take_gone(), std::move(then));
+    records_.write({std::move(row)}, std::move(gone), std::move(then));
 }
 
 JobRecords::Then JobManager::ending_written(uint64_t id, Ending e, uint32_t failed) {
   return [this, id, e = std::move(e), failed](const Status& written) mutable {
     if (written.ok()) {
       if (failed) log("jobs")->info("job {}: its final record is written, {} failed commits later", id, failed);
-      apply_ending(id, std::move(e));
+      apply_ending(id, std::move(e), failed > 0);
       return;
     }
     // Never visible before it is on disk: the job stays as clients saw it
@@ -505,15 +509,22 @@ JobRecords::Then JobManager::ending_written(uint64_t id, Ending e, uint32_t fail
       auto it = jobs_.find(id);
       if (it == jobs_.end()) return;
       row = row_locked(it->second, &e);
+      if (!failed) {
+        // Its run is over: a drain does not wait for the record (the
+        // writer tries it once more when the daemon stops).
+        ++ends_unwritten_;
+        if (live_locked() == 0) cv_.notify_all();  // wait_idle
+      }
     }
     if (!records_.retry({std::move(row)}, ending_written(id, std::move(e), failed + 1)))
       log("jobs")->error("job {}: the daemon stops before its final record could be written: its end is not kept", id);
   };
 }
 
-void JobManager::apply_ending(uint64_t id, Ending e) {
+void JobManager::apply_ending(uint64_t id, Ending e, bool was_unwritten) {
   std::vector<std::string> trimmed;
   std::lock_guard<std::mutex> g(mu_);
+  if (was_unwritten) --ends_unwritten_;
   apply_ending_locked(id, std::move(e), &trimmed);
   // Under mu_: a caller waiting for this job sees it ended only with the
   // trimmed jobs' files gone ("a job's log goes with its record"; removed

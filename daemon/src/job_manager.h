@@ -173,7 +173,8 @@ class JobManager {
   // given to JobRecords::retry (`failed` commits so far), the end unseen.
   JobRecords::Then ending_written(uint64_t id, Ending e, uint32_t failed);
   // The job's end, its record committed: visible from here on.
-  void apply_ending(uint64_t id, Ending e);
+  // (`was_unwritten`: after failed commits, counted in ends_unwritten_.)
+  void apply_ending(uint64_t id, Ending e, bool was_unwritten = false);
   void apply_ending_locked(uint64_t id, Ending e, std::vector<std::string>* trimmed);
   Status admit_locked(const std::vector<JobSpec>& specs) const;
   void uncount_queued_locked(const Job& j);
@@ -204,7 +205,9 @@ class JobManager {
   std::vector<uint64_t> take_gone();
   // The job, if `who` may see it.
   const Job* visible_locked(const Principal& who, uint64_t id) const;
-  uint64_t live_locked() const { return counts_.queued + counts_.running; }
+  // Jobs a drain waits for: queued or running, but not those whose run
+  // ended and whose final record waits for the database (ends_unwritten_).
+  uint64_t live_locked() const { return counts_.queued + counts_.running - ends_unwritten_; }
 
   pto::Worker& w_;
   TensorStore& tensors_;
@@ -220,6 +223,7 @@ class JobManager {
   std::map<std::string, uint64_t> queued_by_owner_;  // the queued_jobs quota's measure
   JobCounts counts_;                                 // queued and running are live counts
   uint64_t queue_gen_ = 0;                           // bumped whenever a job enters or leaves the queue
+  uint64_t ends_unwritten_ = 0;  // ended, their final record given to JobRecords::retry (still counted above)
   std::atomic<bool> draining_{false};
   bool stop_ = false;
   // Last: destroyed first, its final commits' continuations still find the

@@ -66,9 +66,11 @@ void JobRecords::commit_rounds(std::unique_lock<std::mutex>& lk, bool until_empt
       failed_round_ = round;
       failure_ = s;
       gone_.insert(gone_.end(), batch_gone.begin(), batch_gone.end());  // still to delete
-      retry_pause_ = std::min(retry_pause_ * 2, std::chrono::milliseconds(kRetryMost));
+      ++failed_streak_;
     } else if (any) {
-      retry_pause_ = kRetryFirst;
+      failed_streak_ = 0;
+      // The database takes commits again: what waits out a pause goes now.
+      if (!retry_then_.empty()) take_retries_locked();
     }
     // Before the continuations: what they make visible (a job's end), a
     // flush() then finds committed without a round of its own.
@@ -126,7 +128,11 @@ bool JobRecords::retry(std::vector<JobRow> rows, Then then) {
     std::lock_guard<std::mutex> g(mu_);
     if (stop_) return false;
     // The pause runs from the first record given back: later ones join it.
-    if (retry_then_.empty()) retry_at_ = std::chrono::steady_clock::now() + retry_pause_;
+    if (retry_then_.empty()) {
+      auto pause = kRetryFirst;
+      for (uint32_t i = 1; i < failed_streak_ && pause < kRetryMost; ++i) pause *= 2;
+      retry_at_ = std::chrono::steady_clock::now() + std::min(pause, kRetryMost);
+    }
     for (JobRow& r : rows) retry_rows_.push_back(std::move(r));
     retry_then_.push_back(std::move(then));
   }
@@ -146,17 +152,15 @@ void JobRecords::writer() {
   std::unique_lock<std::mutex> lk(mu_);
   const auto ready = [&] { return !committing_ && (stop_ || deferred_); };
   for (;;) {
-    if (retry_then_.empty()) {
-      // Until there is work - or records given back, whose pause is waited
-      // out next.
-      wake_.wait(lk, [&] { return ready() || !retry_then_.empty(); });
-      if (!ready()) continue;
-    } else if (stop_ || !wake_.wait_until(lk, retry_at_, ready)) {
-      // The pause is over (or the writer stops): the records given back go
-      // with the next commit - this thread's, or that of a commit under way.
-      take_retries_locked();
-      if (committing_) continue;
-    }
+    if (retry_then_.empty())
+      wake_.wait(lk, [&] { return ready() || !retry_then_.empty(); });  // records given back: their pause next
+    else
+      (void)wake_.wait_until(lk, retry_at_, ready);
+    // Records given back whose pause is over - all of them when the writer
+    // stops - go with the next commit: this thread's, or that of a commit
+    // under way.
+    if (!retry_then_.empty() && (stop_ || std::chrono::steady_clock::now() >= retry_at_)) take_retries_locked();
+    if (!ready()) continue;
     if (then_.empty()) {
       deferred_ = false;
       if (stop_) return;

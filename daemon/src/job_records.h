@@ -16,7 +16,8 @@
 // A commit that fails (a full disk, a file-size limit) hands its records'
 // continuations the error. One whose record must still be written - a job's
 // end, unseen until it is - gives it back with retry(): the writer thread
-// commits it again after a pause that grows while commits keep failing.
+// commits it again after a pause that grows while commits keep failing, or
+// as soon as a commit succeeds.
 // Trimmed records' deletes of a failed commit go with the next one.
 #pragma once
 
@@ -57,8 +58,9 @@ class JobRecords {
   // write() and wait for the commit.
   Status put(std::vector<JobRow> rows, std::vector<uint64_t> gone = {});
   // Records whose commit failed, to be committed again by the writer thread
-  // after a pause (kRetryFirst, doubled by every failed commit up to
-  // kRetryMost, back to kRetryFirst after one that succeeded); `then` as for
+  // after a pause: kRetryFirst after one failed commit, doubled by each
+  // further one in a row, up to kRetryMost; at once after a commit (of any
+  // records) succeeds; once more when the writer stops. `then` as for
   // write(). False, and nothing kept, once the writer is stopping.
   bool retry(std::vector<JobRow> rows, Then then);
 
@@ -99,7 +101,7 @@ class JobRecords {
   std::vector<JobRow> retry_rows_;  // given to retry(), committed again at retry_at_
   std::vector<Then> retry_then_;
   std::chrono::steady_clock::time_point retry_at_;
-  std::chrono::milliseconds retry_pause_ = kRetryFirst;
+  uint32_t failed_streak_ = 0;  // commits failed in a row
   std::atomic<uint64_t> commits_{0};
   std::atomic<uint64_t> failures_{0};
   std::thread writer_;

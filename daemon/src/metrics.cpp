@@ -134,8 +134,8 @@ std::string render_metrics(pto::Worker& w, JobManager& jobs, const pto::RunnerPo
   o += fmt::format(
       "# HELP ptod_job_record_commits_total State database transactions that wrote job records.\n"
       "# TYPE ptod_job_record_commits_total counter\nptod_job_record_commits_total {}\n"
-      "# HELP ptod_job_record_failures_total State database transactions of job records that failed (a job's end "
-      "is retried, unseen until written).\n"
+      "# HELP ptod_job_record_failures_total State database transactions of job records that failed (submits "
+      "refused, jobs' ends retried until written).\n"
       "# TYPE ptod_job_record_failures_total counter\nptod_job_record_failures_total {}\n",
       j.record_commits_total, j.record_failures_total);
   o += "# HELP ptod_tasks_total Tasks that ended, by outcome.\n# TYPE ptod_tasks_total counter\n";

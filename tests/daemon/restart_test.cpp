@@ -65,6 +65,17 @@ bool set_meta(const std::string& db_path, const std::string& key, const std::str
   return ok;
 }
 
+// A full disk, as the daemon meets it: a file-size limit of one byte makes
+// every write it does to its files fail (EFBIG; ptod ignores SIGXFSZ), the
+// state database's first. Returns the limit it had.
+rlimit disk_full(const DaemonProcess& d) {
+  rlimit was{};
+  REQUIRE(prlimit(d.pid(), RLIMIT_FSIZE, nullptr, &was) == 0);
+  const rlimit full{1, was.rlim_max};
+  REQUIRE(prlimit(d.pid(), RLIMIT_FSIZE, &full, nullptr) == 0);
+  return was;
+}
+
 }  // namespace
 
 TEST_CASE("after SIGKILL and a restart: registrations, tensors byte-identical, job records - interrupted jobs FAILED") {
@@ -323,23 +334,26 @@ TEST_CASE("a job's end is not shown while its record cannot be written - once it
   REQUIRE(d.up());
   auto c = connect(d);
   REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
-  auto job = c->submit(sleep_job(1000));
-  REQUIRE(job.ok());
-  const uint64_t id = job.value.job_id();
+  // Its client waits for it (Submit with wait_ms): the job id comes with the reply.
+  pto::client::Result<v1::SubmitReply> waited;
+  std::thread waiter([&] {
+    v1::SubmitRequest req = sleep_job(2000);
+    req.set_wait_ms(30000);
+    waited = connect(d)->submit(req);
+  });
+  // Running, and its first record committed (the handler flushes it once
+  // the job has run for 50 ms): it is acknowledged.
+  const long commits_before = d.metric("ptod_job_record_commits_total");
+  uint64_t id = 0;
   REQUIRE(eventually([&] {
-    auto r = c->result(id);
-    return r.ok() && r.value.state() == v1::RUNNING;
+    auto l = c->jobs(10);
+    if (l.ok() && l.value.jobs_size() == 1 && l.value.jobs(0).state() == v1::RUNNING) id = l.value.jobs(0).job_id();
+    return id != 0 && d.metric("ptod_job_record_commits_total") > commits_before;
   }));
-  // A full disk, as the daemon meets it: a file-size limit of one byte makes
-  // every write it does to its files fail (EFBIG; ptod ignores SIGXFSZ), the
-  // state database's first.
   const long failed_before = d.metric("ptod_job_record_failures_total");
   REQUIRE(failed_before >= 0);
-  rlimit was{};
-  REQUIRE(prlimit(d.pid(), RLIMIT_FSIZE, nullptr, &was) == 0);
-  const rlimit full{1, was.rlim_max};
-  REQUIRE(prlimit(d.pid(), RLIMIT_FSIZE, &full, nullptr) == 0);
-  // The run ends after 1 s; its record's commit fails, and fails again.
+  const rlimit was = disk_full(d);
+  // The run ends after 2 s; its record's commit fails, and fails again.
   CHECK(eventually([&] { return d.metric("ptod_job_record_failures_total") >= failed_before + 2; }, 10000));
   auto during = c->result(id);
   REQUIRE(during.ok());
@@ -347,7 +361,28 @@ TEST_CASE("a job's end is not shown while its record cannot be written - once it
   auto refused = c->submit(sleep_job(1));      // not acknowledged: its record cannot be written either
   CHECK_FALSE(refused.ok());
   CHECK_THAT(refused.status.message, Catch::Contains("its record is not written"));
+  // A quick job whose caller waits: it ends before the handler's flush, which
+  // fails. The caller is told the job ended (asking again would run it
+  // twice) - or, if the flush came first, that it was refused (cancelled).
+  v1::SubmitRequest quick = sleep_job(0);
+  quick.set_wait_ms(10000);
+  auto q = c->submit(quick);
+  CHECK_FALSE(q.ok());
+  const bool ran = q.status.message.find(" ended, but its final record is not written yet") != std::string::npos;
+  CHECK((ran || q.status.message.find("its record could not be written") != std::string::npos));
+  INFO(q.status.message);
   REQUIRE(prlimit(d.pid(), RLIMIT_FSIZE, &was, nullptr) == 0);
+  // The waiting caller of the first job is answered once its end is written.
+  waiter.join();
+  REQUIRE(waited.ok());
+  CHECK(waited.value.job_id() == id);
+  CHECK(waited.value.state() == v1::SUCCEEDED);
+  // The quick job as its caller was told.
+  const uint64_t quick_id = id + 2;  // ids in submission order: the refused one took id + 1
+  CHECK(eventually([&] {
+    auto r = c->result(quick_id);
+    return r.ok() && r.value.state() == (ran ? v1::SUCCEEDED : v1::CANCELLED);
+  }));
   // A retry within kRetryMost (2 s) writes it; then the end is shown.
   CHECK(eventually(
       [&] {
@@ -360,5 +395,37 @@ TEST_CASE("a job's end is not shown while its record cannot be written - once it
   auto after = c->result(id);
   REQUIRE(after.ok());
   CHECK(after.value.state() == v1::SUCCEEDED);
-  CHECK(c->jobs(10).value.jobs_size() == 1);  // the refused job left no record
+  CHECK(c->result(quick_id).value.state() == (ran ? v1::SUCCEEDED : v1::CANCELLED));
+  CHECK(c->jobs(10).value.jobs_size() == 2);  // the refused job left no record
+}
+
+TEST_CASE("a daemon stopped while a job's end cannot be written drains within its bound - the job reads interrupted") {
+  const std::string conf = make_temp_dir("ptod-conf") + "/ptod.toml";
+  std::ofstream(conf) << "[daemon]\ndrain_timeout_s = 5\n";
+  DaemonProcess d({"--config", conf});
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  auto job = c->submit(sleep_job(1000));
+  REQUIRE(job.ok());
+  const uint64_t id = job.value.job_id();
+  REQUIRE(eventually([&] {
+    auto r = c->result(id);
+    return r.ok() && r.value.state() == v1::RUNNING;
+  }));
+  (void)disk_full(d);
+  REQUIRE(eventually([&] { return d.metric("ptod_job_record_failures_total") >= 1; }, 10000));
+  // The drain does not wait for an end that waits for the disk: the daemon
+  // stops well inside drain_timeout_s (a drain that overran it would exit 1
+  // after drain_timeout_s + 2 s).
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = d.stop(SIGTERM);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4));
+  CHECK(code == 0);
+  c = restart(d);
+  auto after = c->result(id);
+  REQUIRE(after.ok());
+  CHECK(after.value.state() == v1::FAILED);  // its end was never shown: it reads as a job the daemon stopped
+  CHECK(after.value.message() == "interrupted: the daemon stopped");
+  std::filesystem::remove_all(std::filesystem::path(conf).parent_path());
 }
