@@ -344,17 +344,16 @@ Status JobManager::flush_records(uint64_t id) {
     std::lock_guard<std::mutex> g(mu_);
     if (auto it = jobs_.find(id); it != jobs_.end() && !final_state(it->second.state)) h = it->second.run;
   }
-  // A run that ended cannot be taken back: its end is written when the
-  // database takes commits again (JobRecords::retry), and the caller is
-  // told so - asking again would run the job twice.
-  if (h.valid() && h.done())
-    return Status::Error(s.code, fmt::format("job {} ended, but its final record is not written yet ({}): its end "
-                                             "is shown (Result, Watch) once it is",
-                                             id, s.message));
-  // Never acknowledged, never to run: a client that asks again gets a job
-  // of its own, not this one as well.
+  // Not acknowledged: cancelled, unless its run ended already (that cannot
+  // be taken back, and whether it did is not known here for sure: a run's
+  // end reaches its handle after its bookkeeping). Either way its end is
+  // written once the database takes commits again (JobRecords::retry), and
+  // the caller is told where to look rather than to ask again - which would
+  // make a job of its own, and might run the work twice.
   if (h.valid()) (void)h.cancel("its record could not be written");
-  return Status::Error(s.code, fmt::format("job {}: its record could not be written: {}", id, s.message));
+  return Status::Error(s.code, fmt::format("job {}: its record could not be written ({}): it is cancelled unless "
+                                           "it ended already; Result shows how it ended once its record is written",
+                                           id, s.message));
 }
 
 void JobManager::release_records(uint64_t id) {

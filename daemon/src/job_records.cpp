@@ -63,8 +63,8 @@ void JobRecords::commit_rounds(std::unique_lock<std::mutex>& lk, bool until_empt
     if (any) (s.ok() ? commits_ : failures_).fetch_add(1, std::memory_order_relaxed);
     lk.lock();
     if (!s.ok()) {
-      failed_round_ = round;
-      failure_ = s;
+      failed_.emplace_back(round, s);
+      if (failed_.size() > kFailedKept) failed_.pop_front();
       gone_.insert(gone_.end(), batch_gone.begin(), batch_gone.end());  // still to delete
       ++failed_streak_;
     } else if (any) {
@@ -112,15 +112,26 @@ bool JobRecords::queued() {
   return !then_.empty();
 }
 
+Status JobRecords::round_status_locked(uint64_t round) const {
+  for (auto it = failed_.rbegin(); it != failed_.rend(); ++it)
+    if (it->first == round) return it->second;
+  // Older than every failure remembered, with kFailedKept of them since: a
+  // failure of its own may have been forgotten - say so rather than "written".
+  if (failed_.size() == kFailedKept && round < failed_.front().first) return failed_.front().second;
+  return Status::Ok();
+}
+
 Status JobRecords::flush(uint64_t ticket) {
   {
     // Usually the job's end has committed it already: no round of our own.
     std::lock_guard<std::mutex> g(mu_);
-    if (finished_rounds_ >= ticket) return failed_round_ >= ticket ? failure_ : Status::Ok();
+    if (finished_rounds_ >= ticket) return round_status_locked(ticket);
   }
-  if (Status s = put({}); !s.ok()) return s;
+  // Round `ticket` is under way or about to start: this one's, or the one
+  // after (put() queues behind a commit under way) follows it.
+  (void)put({});
   std::lock_guard<std::mutex> g(mu_);
-  return failed_round_ >= ticket ? failure_ : Status::Ok();
+  return round_status_locked(ticket);
 }
 
 bool JobRecords::retry(std::vector<JobRow> rows, Then then) {

@@ -25,9 +25,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "state_db.h"
@@ -53,7 +55,8 @@ class JobRecords {
   // acknowledges anything: flush(the ticket returned) at the latest.
   uint64_t queue(std::vector<JobRow> rows, std::vector<uint64_t> gone, Then then);
   // Commits what is queued; an error if the commit that carried the records
-  // of `ticket` (or a later one) failed.
+  // of `ticket` failed (the round numbered `ticket`: rounds take everything
+  // queued when they start).
   Status flush(uint64_t ticket);
   // write() and wait for the commit.
   Status put(std::vector<JobRow> rows, std::vector<uint64_t> gone = {});
@@ -82,6 +85,8 @@ class JobRecords {
   // and exit.
   void commit_rounds(std::unique_lock<std::mutex>& lk, bool until_empty);
   void writer();
+  // Whether round `round` committed (finished), or its failure.
+  Status round_status_locked(uint64_t round) const;
   // Moves the records given to retry() to the queue, for the next commit.
   void take_retries_locked();
 
@@ -96,8 +101,9 @@ class JobRecords {
   bool stop_ = false;
   uint64_t rounds_ = 0;        // rounds started
   uint64_t finished_rounds_ = 0;  // rounds whose commit is done (their continuations may still run)
-  uint64_t failed_round_ = 0;  // the newest round whose commit failed, and why
-  Status failure_;
+  // The newest rounds whose commit failed, and why (flush's answer).
+  static constexpr size_t kFailedKept = 256;
+  std::deque<std::pair<uint64_t, Status>> failed_;
   std::vector<JobRow> retry_rows_;  // given to retry(), committed again at retry_at_
   std::vector<Then> retry_then_;
   std::chrono::steady_clock::time_point retry_at_;

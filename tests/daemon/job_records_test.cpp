@@ -2,8 +2,13 @@
 // SQLite state database in a temporary directory, from many threads at once
 // through write(), defer() and put(). Every record is committed exactly once
 // and every continuation runs exactly once, after its commit.
-#include <catch2/catch.hpp>
+#include <sys/resource.h>
+
 #include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -130,6 +135,87 @@ TEST_CASE("job records: a job's first record and its end in one commit - the end
   CHECK(rows[1].record == "other");
   CHECK(rows[2].state == 4);
   CHECK(rows[2].record == "failed");
+}
+
+// The disk fills while this object lives: a file-size limit of one byte on
+// this process makes the state database's writes fail (EFBIG; SIGXFSZ
+// ignored meanwhile, as ptod does).
+struct DiskFull {
+  rlimit was{};
+  DiskFull() {
+    std::signal(SIGXFSZ, SIG_IGN);
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &was) == 0);
+    const rlimit full{1, was.rlim_max};
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &full) == 0);
+  }
+  ~DiskFull() {
+    setrlimit(RLIMIT_FSIZE, &was);
+    std::signal(SIGXFSZ, SIG_DFL);
+  }
+  DiskFull(const DiskFull&) = delete;
+  DiskFull& operator=(const DiskFull&) = delete;
+};
+
+TEST_CASE("job records: a failed commit - flush answers for its own, records given back are committed later") {
+  const std::string dir = temp_dir();
+  StateDb db;
+  REQUIRE(db.open(dir, false).ok());
+  auto row = [](uint64_t id, const char* record) {
+    JobRow r;
+    r.id = id;
+    r.owner = "o";
+    r.state = 3;
+    r.record = record;
+    return r;
+  };
+  // A job's end, as JobManager gives it: back to the writer after a
+  // failure, written once a commit succeeds. Its copies, on the writer
+  // thread, refer to these: they outlive `records`.
+  std::atomic<int> given_back{0}, written{0};
+  std::function<void(const Status&)> end;
+  JobRecords records(db);
+  end = [&](const Status& s) {
+    if (s.ok()) {
+      ++written;
+      return;
+    }
+    ++given_back;
+    records.retry({row(3, "end")}, end);
+  };
+  const uint64_t first = records.queue({row(1, "one")}, {}, [](const Status&) {});
+  REQUIRE(records.flush(first).ok());
+  {
+    DiskFull full;
+    const uint64_t second = records.queue({row(2, "two")}, {}, [](const Status&) {});
+    CHECK_FALSE(records.flush(second).ok());
+    CHECK(records.flush(first).ok());  // its own commit succeeded: a later failure is not its
+    CHECK(records.failures() == 1);
+    records.write({row(3, "end")}, {}, end);
+    // Given back five times while the disk stays full, each pause twice the
+    // last (100 ms first: the failed flush above is one failure in the row
+    // already): the next pause is 1.6 s.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (given_back < 5 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK(given_back == 5);
+    CHECK(written == 0);
+  }
+  // Space again: the next commit that succeeds brings the end forward,
+  // well inside its 1.6 s pause.
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(records.put({row(4, "four")}).ok());
+  const auto until = t0 + std::chrono::seconds(10);
+  while (written == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(written == 1);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(800));
+  CHECK(given_back == 5);
+  std::vector<JobRow> rows;
+  REQUIRE(db.jobs(100, &rows).ok());
+  REQUIRE(rows.size() == 3);  // the second was never written
+  CHECK(rows[0].id == 1);
+  CHECK(rows[1].id == 3);
+  CHECK(rows[2].id == 4);
 }
 
 TEST_CASE("put_jobs: rows beyond one statement's worth, a row given twice, deletes in runs and apart") {
