@@ -53,7 +53,7 @@ struct JobCounts {
   uint64_t queued = 0, running = 0;
   uint64_t succeeded_total = 0, failed_total = 0, cancelled_total = 0, submitted_total = 0;
   uint64_t record_commits_total = 0;  // SQLite transactions that wrote job records
-  uint64_t record_failures_total = 0;  // and that failed (their ends retried)
+  uint64_t record_failures_total = 0;  // and that failed (submits refused, ends retried)
 };
 
 class JobManager {
