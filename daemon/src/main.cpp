@@ -110,7 +110,8 @@ int main(int argc, char** argv) {
   // the file system's largest then fails the write with EFBIG, which the
   // state database and the tensor store report as errors (a job's end is
   // retried until its record is written), instead of killing the daemon and
-  // every job with it. Inherited by the children.
+  // every job with it. The processes that run user code put it back to its
+  // default (worker/src/child.cpp, runner_process.cpp).
   std::signal(SIGXFSZ, SIG_IGN);
   // Startup errors are exit status 1 with a message; an exception that still
   // gets here (out of memory, a library's bug) is reported the same way

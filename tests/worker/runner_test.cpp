@@ -262,6 +262,41 @@ TEST_CASE("the library's own failure message reaches the run") {
   CHECK(r.status.message.find("the fixture says no") != std::string::npos);
 }
 
+// ptod ignores SIGXFSZ (a file-size limit fails its writes instead of killing
+// it) and gRPC ignores SIGPIPE: the processes that run user code must not
+// inherit that: a library past a file-size limit dies of SIGXFSZ, as it
+// would anywhere else, instead of losing its writes quietly.
+TEST_CASE("user code runs with SIGXFSZ and SIGPIPE at their defaults though its parent ignores them") {
+  struct Ignored {
+    Ignored() {
+      for (int sig : {SIGXFSZ, SIGPIPE}) signal(sig, SIG_IGN);
+    }
+    ~Ignored() {
+      for (int sig : {SIGXFSZ, SIGPIPE}) signal(sig, SIG_DFL);
+    }
+  } ignored;
+  Fixture f;  // its children forked after the signals were ignored
+  auto check = f.w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_signal_default"));
+  REQUIRE(check.ok());
+  // SIGPIPE: the sub workers keep the parent's (their answers cross shared
+  // memory; their stdout may be a socket the daemon's journal reads).
+  for (int sig : {SIGXFSZ}) {
+    RunResult r = f.w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+      return o.submit_sub(check, TaskArgs().add_scalar(uint64_t(sig))).ok() ? 0 : 1;
+    });
+    INFO("sub worker, signal " << sig << ": " << r.status.message);
+    CHECK(r.ok());
+  }
+  for (int sig : {SIGXFSZ, SIGPIPE}) {
+    TaskArgs a;
+    a.add_scalar(uint64_t(sig));
+    RunResult r = f.w.run_function(
+        f.pool.orchestration(RUNNER_ORCHS, "pto_test_orch_signal_default", "signal_default", "", ""), a, {}, {});
+    INFO("runner, signal " << sig << ": " << r.status.message);
+    CHECK(r.ok());
+  }
+}
+
 TEST_CASE("a hung orchestration ends with its run: cancel and deadline kill the runner at once") {
   Fixture f;
   SECTION("cancel") {

@@ -339,6 +339,11 @@ void WorkerImpl::child_main(Endpoint& ep, bool forked_by_main_thread) {
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
+  // A callable past a file-size limit (its own files, its captured output)
+  // dies of SIGXFSZ as in a plain process, and its task fails naming the
+  // signal, rather than losing the writes quietly because its daemon
+  // ignores the signal for its own files.
+  signal(SIGXFSZ, SIG_DFL);
   // Forked while the parent's task was captured (an L3 child replacing one of
   // its children): stdio as the parent had it before that task.
   OutputCapture::restore_streams_after_fork();

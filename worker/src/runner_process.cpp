@@ -282,8 +282,10 @@ void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us) {
   signal(SIGHUP, SIG_IGN);
   // The library's faults end this process with their own signal: a crash
   // handler inherited from the parent (a test framework's, a daemon's) must
-  // not report, or survive, them here.
-  for (int sig : {SIGPIPE, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP, SIGSYS}) signal(sig, SIG_DFL);
+  // not report, or survive, them here; nor may what the parent ignores (ptod
+  // ignores SIGXFSZ, gRPC SIGPIPE) change what a write past a file-size
+  // limit or into a closed pipe does to it.
+  for (int sig : {SIGPIPE, SIGXFSZ, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP, SIGSYS}) signal(sig, SIG_DFL);
   if (close_range(3, ~0u, 0) != 0)
     for (int fd = 3; fd < 4096; ++fd) ::close(fd);
   const int saved_out = ::fcntl(1, F_DUPFD_CLOEXEC, 3), saved_err = ::fcntl(2, F_DUPFD_CLOEXEC, 3);
