@@ -640,6 +640,20 @@ Status JobManager::result(const Principal& who, uint64_t id, pto::v1::JobResult*
   return Status::Ok();
 }
 
+std::vector<size_t> JobManager::ended_results(const Principal& who, const std::vector<Queued>& jobs,
+                                              const std::function<pto::v1::JobResult*(size_t)>& out) const {
+  std::vector<size_t> open;
+  std::lock_guard<std::mutex> g(mu_);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job* j = visible_locked(who, jobs[i].id);
+    if (j && final_state(j->state))
+      fill_result_locked(*j, out(i));
+    else
+      open.push_back(i);
+  }
+  return open;
+}
+
 Status JobManager::cancel(const Principal& who, uint64_t id, pto::v1::JobState* state) {
   pto::RunHandle h;
   {

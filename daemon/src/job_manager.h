@@ -112,6 +112,13 @@ class JobManager {
   void release_waiters(const std::vector<Queued>& jobs);
   Status cancel(const Principal& who, uint64_t id, pto::v1::JobState* state);
   Status result(const Principal& who, uint64_t id, pto::v1::JobResult* out) const;
+  // The results of those of `jobs` that have ended, under one lock (a
+  // batch's reply: one wait_event per job cost ~1 us each, with the batch's
+  // runs over and the next batch not sent yet): out(i) is job i's result to
+  // fill. Returns the indexes of the jobs that have not ended (or that `who`
+  // may not see).
+  std::vector<size_t> ended_results(const Principal& who, const std::vector<Queued>& jobs,
+                                    const std::function<pto::v1::JobResult*(size_t)>& out) const;
   // Where job `id`'s captured output goes; "" when [jobs] capture_output is off.
   std::string log_path(uint64_t id) const;
   // Waits until the job changed after *version (or timeout), then fills ev

@@ -392,7 +392,12 @@ grpc::Status JobsService::SubmitBatch(grpc::ServerContext* ctx, const pto::v1::S
     await_batch(queued, until, gone);
     p_.jobs.release_waiters(queued);
     released.waits = false;
-    for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) wait_reply(gone, who, until, &*it);
+    const std::vector<size_t> open =
+        p_.jobs.ended_results(who, queued, [&](size_t i) { return jobs[int(i)].mutable_result(); });
+    for (auto it = open.rbegin(); it != open.rend(); ++it) wait_reply(gone, who, until, &jobs[int(*it)]);
+    // The ended ones' states, from their results.
+    for (pto::v1::SubmitReply& r : jobs)
+      if (r.has_result()) r.set_state(r.result().state());
   }
   return grpc::Status::OK;
 }

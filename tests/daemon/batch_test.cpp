@@ -234,6 +234,34 @@ TEST_CASE("a waited batch's ended jobs are seen by others while its last job sti
   for (const auto& j : r.value.jobs()) CHECK(j.state() == v1::SUCCEEDED);
 }
 
+TEST_CASE("a batch whose wait runs out answers the ended jobs with their results, the others as they stand") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_sleep", "sleep").ok());
+  v1::SubmitBatchRequest batch;
+  constexpr int kQuick = 6;
+  for (int i = 0; i < kQuick; ++i) *batch.add_jobs() = job("noop");
+  *batch.add_jobs() = sleep_job(5000);
+  batch.set_wait_ms(1000);
+  auto r = c->submit_batch(batch);
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  REQUIRE(r.value.jobs_size() == kQuick + 1);
+  for (int i = 0; i < kQuick; ++i) {
+    const v1::SubmitReply& one = r.value.jobs(i);
+    CHECK(one.state() == v1::SUCCEEDED);
+    CHECK(one.result().job_id() == one.job_id());
+    CHECK(one.result().state() == v1::SUCCEEDED);
+    CHECK(one.result().callable() == "noop");
+  }
+  const v1::SubmitReply& last = r.value.jobs(kQuick);
+  CHECK(last.state() == v1::RUNNING);
+  CHECK_FALSE(last.has_result());
+  REQUIRE(c->cancel(last.job_id()).ok());
+}
+
 TEST_CASE("a batch's sub jobs run at most as many at once as there are sub workers, though more slots are free") {
   // Two sub workers, [jobs] max_running 4 (the default): more than two of
   // the batch's jobs at once would only wait for a sub worker inside the
