@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -193,99 +194,42 @@ void JobManager::join_batch(const RegisteredCallable& c, uint64_t id, uint64_t (
   options->batch_width = width;
 }
 
-Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later,
-                                bool waiter_commits) {
-  std::vector<Job> fresh;
-  std::vector<JobRow> rows;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (Status s = admit_locked(specs); !s.ok()) return s;
-    for (JobSpec& spec : specs) {
-      Job j;
-      if (Status s = ids_.next(&j.id); !s.ok()) {
-        for (Job& k : fresh) uncount_queued_locked(k);
-        return Status::Error(s.code, "cannot give the job an id: " + s.message);
-      }
-      j.spec = std::move(spec);
-      j.submit_ns = now_ns();
-      j.submit_ms = wall_ms();
-      if (!j.spec.options.deadline_ms && cfg_.default_deadline_s)
-        j.spec.options.deadline_ms = uint64_t(cfg_.default_deadline_s) * 1000;
-      // A trace goes under the state directory, never where a client says.
-      std::memset(j.spec.config.output_prefix, 0, sizeof j.spec.config.output_prefix);
-      if (j.spec.config.enable_profiling) {
-        const std::string prefix = fmt::format("{}/traces/job-{}", cfg_.state_dir, j.id);
-        std::snprintf(j.spec.config.output_prefix, sizeof j.spec.config.output_prefix, "%s", prefix.c_str());
-        j.result.set_trace_path(prefix + ".json");
-      }
-      j.spec.options.log_file = log_path(j.id);
-      queued->push_back({j.id, static_cast<uint32_t>(counts_.queued)});
-      ++counts_.queued;
-      ++queue_gen_;
-      ++queued_by_owner_[j.spec.options.principal];
-      ++counts_.submitted_total;
-      rows.push_back(row_locked(j));
-      fresh.push_back(std::move(j));
-    }
+Status JobManager::reserve_locked(const std::vector<JobSpec>& specs, std::vector<uint64_t>* ids,
+                                  std::vector<Queued>* queued) {
+  if (Status s = admit_locked(specs); !s.ok()) return s;
+  ids->resize(specs.size());
+  for (uint64_t& id : *ids)
+    if (Status s = ids_.next(&id); !s.ok()) return Status::Error(s.code, "cannot give the job an id: " + s.message);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    queued->push_back({(*ids)[i], static_cast<uint32_t>(counts_.queued)});
+    ++counts_.queued;
+    ++queue_gen_;
+    ++queued_by_owner_[specs[i].options.principal];
+    ++counts_.submitted_total;
   }
-  // Acknowledged only once its record is written: here, or (acknowledge
-  // later) before the caller answers. A quick job's final record then
-  // carries this one in the same commit.
-  Status written = Status::Ok();
-  std::vector<uint64_t> gone = take_gone();
-  uint64_t ticket = 0;
-  if (acknowledge_later)
-    ticket = records_.queue(std::move(rows), gone, [](const Status& s) {
-      if (!s.ok()) log("jobs")->error("job records are not written: {}", s.message);
-    });
-  else
-    written = records_.put(std::move(rows), gone);
-  struct Start {
-    uint64_t id;
-    pto::TaskArgs args;
-    pto::CallConfig config;
-    pto::RunOptions options;
-  };
-  std::vector<Start> starts;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (!written.ok()) {
-      for (Job& j : fresh) uncount_queued_locked(j);
-      if (live_locked() == 0) cv_.notify_all();               // wait_idle
-      queued->clear();
-      return Status::Error(written.code, "the job is not queued: its record is not written: " + written.message);
-    }
-    uint64_t batch_keys[2] = {0, 0};  // join_batch's
-    const auto jobs_log = log("jobs");
-    for (Job& j : fresh) {
-      j.record_ticket = ticket;
-      const RegisteredCallable& c = j.spec.callable;
-      if (jobs_log->should_log(spdlog::level::debug))  // its arguments are strings made per job
-        jobs_log->debug("job {} queued: {} ({}), {} priority{}{}", j.id,
-                        c.name.empty() ? c.handle.id.short_hex() : c.name, pto::abi_name(c.abi),
-                        pto::priority_name(j.spec.options.priority),
-                        j.spec.options.deadline_ms ? fmt::format(", deadline {} ms", j.spec.options.deadline_ms) : "",
-                        j.spec.label.empty() ? "" : ", label " + j.spec.label);
-      if (draining_ || stop_) j.cancel_pending = "not started: the daemon is draining";
-      // An orchestration receives the job's arguments; a chip or sub job (or
-      // a level-4 orchestration, one next-level task) is one task that
-      // carries them. Such a call, submitted by a caller that waits for it,
-      // runs detached: no run thread, the waiting caller drives it and ends
-      // it (wait_run). Batches and calls nobody waits for keep a run thread
-      // each, which spreads their jobs' bookkeeping over the CPUs instead of
-      // piling it on the Worker's driver.
-      const bool runner = c.abi == pto::EntryAbi::ORCHESTRATION && c.runs_here;
-      starts.push_back({j.id, runner ? j.spec.args : pto::TaskArgs(), j.spec.config, j.spec.options});
-      starts.back().options.detached = !runner && acknowledge_later && specs.size() == 1;
-      starts.back().options.waiter_drives = starts.back().options.detached;  // Submit's handler: wait_run next
-      // Also a runner's job (its run thread ends it while the caller waits):
-      // the caller commits its end within its wait_run's bound.
-      j.waiter_commits = waiter_commits || (acknowledge_later && specs.size() == 1);  // flush_records before it answers
-      if (specs.size() > 1) join_batch(c, j.id, batch_keys, &starts.back().options);
-      const uint64_t jid = j.id;
-      jobs_.emplace(jid, std::move(j));
-    }
+  return Status::Ok();
+}
+
+JobManager::Job JobManager::make_job(uint64_t id, JobSpec spec) const {
+  Job j;
+  j.id = id;
+  j.spec = std::move(spec);
+  j.submit_ns = now_ns();
+  j.submit_ms = wall_ms();
+  if (!j.spec.options.deadline_ms && cfg_.default_deadline_s)
+    j.spec.options.deadline_ms = uint64_t(cfg_.default_deadline_s) * 1000;
+  // A trace goes under the state directory, never where a client says.
+  std::memset(j.spec.config.output_prefix, 0, sizeof j.spec.config.output_prefix);
+  if (j.spec.config.enable_profiling) {
+    const std::string prefix = fmt::format("{}/traces/job-{}", cfg_.state_dir, j.id);
+    std::snprintf(j.spec.config.output_prefix, sizeof j.spec.config.output_prefix, "%s", prefix.c_str());
+    j.result.set_trace_path(prefix + ".json");
   }
+  j.spec.options.log_file = log_path(j.id);
+  return j;
+}
+
+void JobManager::start_runs(std::vector<Start> starts) {
   // Queued with the Worker without mu_ (a run refused at once ends inside
   // submit_function, and run_ended takes mu_).
   std::vector<pto::RunHandle> handles;
@@ -308,6 +252,90 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
       }
   }
   for (auto& [h, why] : pending) (void)h.cancel(why);
+}
+
+Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later,
+                                bool waiter_commits) {
+  const size_t n = specs.size();
+  // Admitted whole, with their ids and places in the queue.
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (Status s = reserve_locked(specs, &ids, queued); !s.ok()) return s;
+  }
+  // Acknowledged later (the caller flushes their records before it answers),
+  // a batch's jobs are made and queued kStartEvery at a time: the first ones
+  // run while the rest are made. Otherwise their records are committed
+  // first, all in one commit, and nothing runs before.
+  const size_t every = acknowledge_later ? kStartEvery : n;
+  uint64_t batch_keys[2] = {0, 0};  // join_batch's
+  for (size_t from = 0; from < n; from += every) {
+    const size_t to = std::min(n, from + every);
+    std::vector<Job> fresh;
+    std::vector<JobRow> rows;
+    fresh.reserve(to - from);
+    rows.reserve(to - from);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      for (size_t i = from; i < to; ++i) {
+        fresh.push_back(make_job(ids[i], std::move(specs[i])));
+        rows.push_back(row_locked(fresh.back()));
+      }
+    }
+    // Acknowledged only once its record is written: here, or (acknowledge
+    // later) before the caller answers. A quick job's final record then
+    // carries this one in the same commit.
+    Status written = Status::Ok();
+    std::vector<uint64_t> gone = take_gone();
+    uint64_t ticket = 0;
+    if (acknowledge_later)
+      ticket = records_.queue(std::move(rows), gone, [](const Status& s) {
+        if (!s.ok()) log("jobs")->error("job records are not written: {}", s.message);
+      });
+    else
+      written = records_.put(std::move(rows), gone);
+    std::vector<Start> starts;
+    starts.reserve(fresh.size());
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!written.ok()) {  // the only round (every == n)
+        for (Job& j : fresh) uncount_queued_locked(j);
+        if (live_locked() == 0) cv_.notify_all();  // wait_idle
+        queued->clear();
+        return Status::Error(written.code, "the job is not queued: its record is not written: " + written.message);
+      }
+      const auto jobs_log = log("jobs");
+      for (Job& j : fresh) {
+        j.record_ticket = ticket;
+        const RegisteredCallable& c = j.spec.callable;
+        if (jobs_log->should_log(spdlog::level::debug))  // its arguments are strings made per job
+          jobs_log->debug("job {} queued: {} ({}), {} priority{}{}", j.id,
+                          c.name.empty() ? c.handle.id.short_hex() : c.name, pto::abi_name(c.abi),
+                          pto::priority_name(j.spec.options.priority),
+                          j.spec.options.deadline_ms ? fmt::format(", deadline {} ms", j.spec.options.deadline_ms) : "",
+                          j.spec.label.empty() ? "" : ", label " + j.spec.label);
+        if (draining_ || stop_) j.cancel_pending = "not started: the daemon is draining";
+        // An orchestration receives the job's arguments; a chip or sub job (or
+        // a level-4 orchestration, one next-level task) is one task that
+        // carries them. Such a call, submitted by a caller that waits for it,
+        // runs detached: no run thread, the waiting caller drives it and ends
+        // it (wait_run). Batches and calls nobody waits for keep a run thread
+        // each, which spreads their jobs' bookkeeping over the CPUs instead of
+        // piling it on the Worker's driver.
+        const bool runner = c.abi == pto::EntryAbi::ORCHESTRATION && c.runs_here;
+        starts.push_back({j.id, runner ? j.spec.args : pto::TaskArgs(), j.spec.config, j.spec.options});
+        starts.back().options.detached = !runner && acknowledge_later && n == 1;
+        starts.back().options.waiter_drives = starts.back().options.detached;  // Submit's handler: wait_run next
+        // Also a runner's job (its run thread ends it while the caller waits):
+        // the caller commits its end within its wait_run's bound.
+        j.waiter_commits = waiter_commits || (acknowledge_later && n == 1);  // flush_records before it answers
+        if (n > 1) join_batch(c, j.id, batch_keys, &starts.back().options);
+        const uint64_t jid = j.id;
+        jobs_.emplace(jid, std::move(j));
+      }
+    }
+    start_runs(std::move(starts));
+  }
   return Status::Ok();
 }
 
@@ -354,6 +382,56 @@ Status JobManager::flush_records(uint64_t id) {
   return Status::Error(s.code, fmt::format("job {}: its record could not be written ({}): it is cancelled unless "
                                            "it ended already; Result shows how it ended once its record is written",
                                            id, s.message));
+}
+
+Status JobManager::flush_batch(const std::vector<Queued>& jobs) {
+  // Each job's newest record (its end's, once it ended) says whether it is
+  // written: a round is a ticket, and a batch's jobs share a few.
+  std::vector<uint64_t> tickets;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const Queued& q : jobs)
+      if (auto it = jobs_.find(q.id); it != jobs_.end() && it->second.record_ticket) {
+        tickets.push_back(it->second.record_ticket);
+        it->second.waiter_commits = false;  // an end from now on commits itself
+      }
+  }
+  std::sort(tickets.begin(), tickets.end());
+  tickets.erase(std::unique(tickets.begin(), tickets.end()), tickets.end());
+  std::vector<uint64_t> failed;
+  Status first = Status::Ok();
+  for (uint64_t t : tickets)
+    if (Status s = records_.flush(t); !s.ok()) {
+      failed.push_back(t);
+      if (first.ok()) first = s;
+    }
+  if (failed.empty()) return Status::Ok();
+  // Not acknowledged: cancelled unless they ended (flush_records says why).
+  std::vector<uint64_t> ids;
+  std::vector<pto::RunHandle> live;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const Queued& q : jobs)
+      if (auto it = jobs_.find(q.id);
+          it != jobs_.end() && std::binary_search(failed.begin(), failed.end(), it->second.record_ticket)) {
+        ids.push_back(q.id);
+        if (!final_state(it->second.state) && it->second.run.valid()) live.push_back(it->second.run);
+      }
+  }
+  for (pto::RunHandle& h : live) (void)h.cancel("its record could not be written");
+  // The ids as runs of consecutive ones: "jobs 7-9, 12".
+  std::string named;
+  for (size_t i = 0; i < ids.size();) {
+    size_t k = i;
+    while (k + 1 < ids.size() && ids[k + 1] == ids[k] + 1) ++k;
+    named += fmt::format("{}{}", named.empty() ? "" : ", ",
+                         k == i ? fmt::format("{}", ids[i]) : fmt::format("{}-{}", ids[i], ids[k]));
+    i = k + 1;
+  }
+  return Status::Error(first.code, fmt::format("{} of the batch's {} jobs ({}): their records could not be written "
+                                               "({}): they are cancelled unless they ended already; Result shows how "
+                                               "each ended once its record is written",
+                                               ids.size(), jobs.size(), named, first.message));
 }
 
 void JobManager::release_records(uint64_t id) {

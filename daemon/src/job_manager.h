@@ -92,7 +92,10 @@ class JobManager {
   // way — and its record waits for this caller's flush_records.
   bool wait_run(uint64_t id, std::chrono::steady_clock::time_point until);
   // Several jobs at once, all or none: admitted together (queue and quotas),
-  // their records written in one commit, then queued in order.
+  // their records written in one commit, then queued in order. With
+  // `acknowledge_later` (a caller that then calls flush_batch) their records
+  // are queued instead, and the jobs are made and queued kStartEvery at a
+  // time: the first run while the rest are made.
   struct Queued {
     uint64_t id = 0;
     uint32_t position = 0;  // jobs queued before it
@@ -110,6 +113,10 @@ class JobManager {
   // The caller of submit_batch(..., waiter_commits) is done waiting: what
   // is queued is committed, and the jobs' ends from now on commit themselves.
   void release_waiters(const std::vector<Queued>& jobs);
+  // flush_records for a batch submitted with acknowledge_later, which the
+  // caller must call before it answers: an error names the jobs whose
+  // records could not be written, which are cancelled unless they ended.
+  Status flush_batch(const std::vector<Queued>& jobs);
   Status cancel(const Principal& who, uint64_t id, pto::v1::JobState* state);
   Status result(const Principal& who, uint64_t id, pto::v1::JobResult* out) const;
   // The results of those of `jobs` that have ended, under one lock (a
@@ -140,6 +147,16 @@ class JobManager {
   void stop(std::chrono::milliseconds wait = std::chrono::seconds(10));
 
  private:
+  // submit_batch(..., acknowledge_later): jobs made and started at a time.
+  // A batch of 1,000 trivial jobs took 0.9-2.5 ms to make and 0.6-1.2 ms to
+  // commit before its first run started; 64 take ~0.1 ms.
+  static constexpr size_t kStartEvery = 64;
+  struct Start {  // a job's run, to be queued with the Worker
+    uint64_t id;
+    pto::TaskArgs args;
+    pto::CallConfig config;
+    pto::RunOptions options;
+  };
   struct Job {
     uint64_t id = 0;
     JobSpec spec;
@@ -184,6 +201,12 @@ class JobManager {
   void apply_ending(uint64_t id, Ending e, bool was_unwritten = false);
   void apply_ending_locked(uint64_t id, Ending e, std::vector<std::string>* trimmed);
   Status admit_locked(const std::vector<JobSpec>& specs) const;
+  // Admits a batch whole: its ids, its places in the queue, counted queued.
+  Status reserve_locked(const std::vector<JobSpec>& specs, std::vector<uint64_t>* ids, std::vector<Queued>* queued);
+  // A job as queued (its deadline, trace and log paths), not yet in jobs_.
+  Job make_job(uint64_t id, JobSpec spec) const;
+  // Queues the jobs' runs with the Worker and gives each job its handle.
+  void start_runs(std::vector<Start> starts);
   void uncount_queued_locked(const Job& j);
   // How many of a batch's jobs of callable `c` run at once
   // (RunOptions::batch_width): the workers that can run its one task when

@@ -361,9 +361,11 @@ grpc::Status JobsService::SubmitBatch(grpc::ServerContext* ctx, const pto::v1::S
   }
   std::vector<JobManager::Queued> queued;
   // A waiting caller commits its jobs' ends (waiter_commits): none of
-  // the writer thread's wake-ups and gathers per few jobs.
+  // the writer thread's wake-ups and gathers per few jobs. It also commits
+  // their first records, with the first ends (acknowledge_later), so its
+  // first jobs run while the rest are made; it answers after flush_batch.
   const bool waits = req->wait_ms() > 0;
-  if (Status s = p_.jobs.submit_batch(std::move(specs), &queued, false, waits); !s.ok()) {
+  if (Status s = p_.jobs.submit_batch(std::move(specs), &queued, waits, waits); !s.ok()) {
     release();
     return to_grpc(s);
   }
@@ -392,6 +394,7 @@ grpc::Status JobsService::SubmitBatch(grpc::ServerContext* ctx, const pto::v1::S
     await_batch(queued, until, gone);
     p_.jobs.release_waiters(queued);
     released.waits = false;
+    if (Status s = p_.jobs.flush_batch(queued); !s.ok()) return to_grpc(s);
     const std::vector<size_t> open =
         p_.jobs.ended_results(who, queued, [&](size_t i) { return jobs[int(i)].mutable_result(); });
     for (auto it = open.rbegin(); it != open.rend(); ++it) wait_reply(gone, who, until, &jobs[int(*it)]);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 #include <vector>
@@ -400,6 +401,67 @@ TEST_CASE("a job's end is not shown while its record cannot be written - once it
   CHECK(after.value.state() == v1::SUCCEEDED);
   CHECK(c->result(quick_id).value.state() == quick_state);
   CHECK(c->jobs(10).value.jobs_size() == 2);  // the refused job left no record
+}
+
+// A batch that waits runs its first jobs before the last are made; its
+// records are committed while it waits and flushed before it answers
+// (docs/daemon.md, "Batches"). When that commit fails, the batch is not
+// acknowledged: the caller is told which jobs they were and that they are
+// cancelled unless they ended - asking again would run them twice.
+TEST_CASE("a waited batch whose records cannot be written is refused naming its jobs - they read as they ended") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  // A first job reserves a block of ids (JobIds::kBlock, 1,000): the
+  // batch's need no write of their own.
+  v1::SubmitRequest warm = sleep_job(0);
+  warm.set_wait_ms(10000);
+  REQUIRE(c->submit(warm).ok());
+  const long failed_before = d.metric("ptod_job_record_failures_total");
+  REQUIRE(failed_before >= 0);
+  const rlimit was = disk_full(d);
+  constexpr int kJobs = 100;
+  v1::SubmitBatchRequest batch;
+  for (int i = 0; i < kJobs; ++i) *batch.add_jobs() = sleep_job(0);
+  batch.set_wait_ms(20000);
+  auto r = c->submit_batch(batch);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status.code == int(SC::INTERNAL));
+  INFO(r.status.message);
+  CHECK_THAT(r.status.message, Catch::StartsWith("100 of the batch's 100 jobs (") &&
+                                   Catch::Contains("their records could not be written") &&
+                                   Catch::Contains("cancelled unless they ended already"));
+  // The jobs it names: "(first-last)".
+  const size_t open = r.status.message.find('('), dash = r.status.message.find('-', open);
+  REQUIRE(dash != std::string::npos);
+  const uint64_t first = std::stoull(r.status.message.substr(open + 1)),
+                 last = std::stoull(r.status.message.substr(dash + 1));
+  CHECK(last - first + 1 == kJobs);
+  CHECK(d.metric("ptod_job_record_failures_total") > failed_before);
+  REQUIRE(prlimit(d.pid(), RLIMIT_FSIZE, &was, nullptr) == 0);
+  // Their ends are written by the retries (within kRetryMost, 2 s): each
+  // job reads SUCCEEDED (it ran before the failed commit) or CANCELLED.
+  std::map<uint64_t, v1::JobState> seen;
+  CHECK(eventually(
+      [&] {
+        seen.clear();
+        auto l = c->jobs(1000);
+        if (!l.ok()) return false;
+        for (const auto& j : l.value.jobs())
+          if (j.job_id() >= first && (j.state() == v1::SUCCEEDED || j.state() == v1::CANCELLED))
+            seen[j.job_id()] = j.state();
+        return seen.size() == size_t(kJobs);
+      },
+      10000));
+  CHECK(seen.begin()->first == first);
+  CHECK(seen.rbegin()->first == last);
+  c = restart(d);
+  auto after = c->jobs(1000);
+  REQUIRE(after.ok());
+  CHECK(after.value.jobs_size() == kJobs + 1);  // and the first job
+  for (const auto& j : after.value.jobs())
+    if (j.job_id() >= first) CHECK(j.state() == seen[j.job_id()]);
 }
 
 TEST_CASE("a daemon stopped while a job's end cannot be written drains within its bound - the job reads interrupted") {
