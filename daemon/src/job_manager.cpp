@@ -256,6 +256,10 @@ void JobManager::start_runs(std::vector<Start> starts) {
 
 Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later,
                                 bool waiter_commits) {
+  // Jobs reach the Worker's queue in the order of their ids: a batch queued
+  // in chunks holds this throughout, so a job submitted meanwhile queues
+  // behind all of its jobs, as its queue position counted them.
+  std::lock_guard<std::mutex> order(submitting_);
   const size_t n = specs.size();
   // Admitted whole, with their ids and places in the queue.
   std::vector<uint64_t> ids;
@@ -314,7 +318,11 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
                           pto::priority_name(j.spec.options.priority),
                           j.spec.options.deadline_ms ? fmt::format(", deadline {} ms", j.spec.options.deadline_ms) : "",
                           j.spec.label.empty() ? "" : ", label " + j.spec.label);
-        if (draining_ || stop_) j.cancel_pending = "not started: the daemon is draining";
+        // As start_drain() and stop() tell the jobs queued before.
+        if (stop_)
+          j.cancel_pending = "the daemon is stopping";
+        else if (draining_)
+          j.cancel_pending = "not started: " + drain_why_;
         // An orchestration receives the job's arguments; a chip or sub job (or
         // a level-4 orchestration, one next-level task) is one task that
         // carries them. Such a call, submitted by a caller that waits for it,
@@ -324,7 +332,7 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
         // piling it on the Worker's driver.
         const bool runner = c.abi == pto::EntryAbi::ORCHESTRATION && c.runs_here;
         starts.push_back({j.id, runner ? j.spec.args : pto::TaskArgs(), j.spec.config, j.spec.options});
-        starts.back().options.detached = !runner && acknowledge_later && n == 1;
+        starts.back().options.detached = !runner && acknowledge_later && n == 1 && !waiter_commits;
         starts.back().options.waiter_drives = starts.back().options.detached;  // Submit's handler: wait_run next
         // Also a runner's job (its run thread ends it while the caller waits):
         // the caller commits its end within its wait_run's bound.
@@ -332,6 +340,7 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
         if (n > 1) join_batch(c, j.id, batch_keys, &starts.back().options);
         const uint64_t jid = j.id;
         jobs_.emplace(jid, std::move(j));
+        ++queue_gen_;  // a position counted before it came is counted again
       }
     }
     start_runs(std::move(starts));
@@ -384,6 +393,23 @@ Status JobManager::flush_records(uint64_t id) {
                                            id, s.message));
 }
 
+namespace {
+
+// Ids (ascending) as runs of consecutive ones: "7-9, 12".
+std::string id_runs(const std::vector<uint64_t>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size();) {
+    size_t k = i;
+    while (k + 1 < ids.size() && ids[k + 1] == ids[k] + 1) ++k;
+    out += fmt::format("{}{}", out.empty() ? "" : ", ",
+                       k == i ? fmt::format("{}", ids[i]) : fmt::format("{}-{}", ids[i], ids[k]));
+    i = k + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 Status JobManager::flush_batch(const std::vector<Queued>& jobs) {
   // Each job's newest record (its end's, once it ended) says whether it is
   // written: a round is a ticket, and a batch's jobs share a few.
@@ -419,19 +445,17 @@ Status JobManager::flush_batch(const std::vector<Queued>& jobs) {
       }
   }
   for (pto::RunHandle& h : live) (void)h.cancel("its record could not be written");
-  // The ids as runs of consecutive ones: "jobs 7-9, 12".
-  std::string named;
-  for (size_t i = 0; i < ids.size();) {
-    size_t k = i;
-    while (k + 1 < ids.size() && ids[k + 1] == ids[k] + 1) ++k;
-    named += fmt::format("{}{}", named.empty() ? "" : ", ",
-                         k == i ? fmt::format("{}", ids[i]) : fmt::format("{}-{}", ids[i], ids[k]));
-    i = k + 1;
-  }
-  return Status::Error(first.code, fmt::format("{} of the batch's {} jobs ({}): their records could not be written "
-                                               "({}): they are cancelled unless they ended already; Result shows how "
-                                               "each ended once its record is written",
-                                               ids.size(), jobs.size(), named, first.message));
+  // An error carries no reply: it names every job of the batch, those not
+  // written among them, so that the caller asks Result instead of
+  // submitting any of them again.
+  std::vector<uint64_t> all;
+  all.reserve(jobs.size());
+  for (const Queued& q : jobs) all.push_back(q.id);
+  return Status::Error(first.code,
+                       fmt::format("the batch's {} jobs are {}; the records of {} of them ({}) could not be written "
+                                   "({}): those are cancelled unless they ended already, and Result shows how each "
+                                   "ended once its record is written; the others' records are written",
+                                   jobs.size(), id_runs(all), ids.size(), id_runs(ids), first.message));
 }
 
 void JobManager::release_records(uint64_t id) {
@@ -867,6 +891,7 @@ void JobManager::start_drain(const std::string& why) {
   {
     std::lock_guard<std::mutex> g(mu_);
     draining_ = true;
+    drain_why_ = why;
     for (auto& [id, j] : jobs_)
       if (j.state == pto::v1::QUEUED) {
         if (j.run.valid())

@@ -94,8 +94,9 @@ class JobManager {
   // Several jobs at once, all or none: admitted together (queue and quotas),
   // their records written in one commit, then queued in order. With
   // `acknowledge_later` (a caller that then calls flush_batch) their records
-  // are queued instead, and the jobs are made and queued kStartEvery at a
-  // time: the first run while the rest are made.
+  // are queued instead of committed, and the jobs are made and queued
+  // kStartEvery at a time: the first run while the rest are made (a job
+  // submitted meanwhile still queues behind them all).
   struct Queued {
     uint64_t id = 0;
     uint32_t position = 0;  // jobs queued before it
@@ -255,6 +256,8 @@ class JobManager {
   uint64_t queue_gen_ = 0;                           // bumped whenever a job enters or leaves the queue
   uint64_t ends_unwritten_ = 0;  // ended, their final record given to JobRecords::retry (still counted above)
   std::atomic<bool> draining_{false};
+  std::string drain_why_;  // start_drain's reason
+  std::mutex submitting_;  // held by submit_batch: jobs reach the Worker in id order
   bool stop_ = false;
   // Last: destroyed first, its final commits' continuations still find the
   // members above.

@@ -262,6 +262,52 @@ TEST_CASE("a batch whose wait runs out answers the ended jobs with their results
   REQUIRE(c->cancel(last.job_id()).ok());
 }
 
+// A waited batch is queued in chunks, its first jobs running while the rest
+// are made (docs/daemon.md, "Jobs"): a job submitted meanwhile must still
+// queue behind all of them, as its queue position counts them.
+TEST_CASE("a job submitted while a batch is being queued starts after every job of the batch") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  constexpr int kJobs = 1000;  // [jobs] max_queued is 1,024
+  v1::SubmitBatchRequest batch;
+  for (int i = 0; i < kJobs; ++i) *batch.add_jobs() = job("noop");
+  batch.set_wait_ms(60000);
+  int conclusive = 0;
+  // Tried with growing delays: the single job counts when it was admitted
+  // after the batch (a higher id) and before the batch's call returned.
+  for (int delay_us : {200, 500, 1000, 1500, 2000, 3000}) {
+    pto::client::Result<v1::SubmitBatchReply> b;
+    std::atomic<bool> returned{false};
+    std::thread t([&] {
+      b = connect(d)->submit_batch(batch);
+      returned = true;
+    });
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    v1::SubmitRequest one = job("noop");
+    one.set_wait_ms(60000);
+    auto s = c->submit(one);
+    const bool during = !returned;
+    t.join();
+    INFO(b.status.message << " / " << s.status.message);
+    REQUIRE(b.ok());
+    REQUIRE(s.ok());
+    REQUIRE(s.value.state() == v1::SUCCEEDED);
+    const uint64_t last_id = b.value.jobs(kJobs - 1).job_id();
+    if (!during || s.value.job_id() < last_id) continue;
+    ++conclusive;
+    // Its start against the batch's (ms): at most the batch's last two
+    // (its width, two sub workers) may read later - their run threads were
+    // still waking when it began on its own caller's thread.
+    int later = 0;
+    for (const auto& j : b.value.jobs()) later += j.result().start_time_ms() > s.value.result().start_time_ms();
+    INFO("delay " << delay_us << " us: " << later << " of the batch's jobs started after the single job");
+    CHECK(later <= 2);
+  }
+  WARN(conclusive << " of 6 tries submitted the single job while the batch was being queued");
+}
+
 TEST_CASE("a batch's sub jobs run at most as many at once as there are sub workers, though more slots are free") {
   // Two sub workers, [jobs] max_running 4 (the default): more than two of
   // the batch's jobs at once would only wait for a sub worker inside the

@@ -429,15 +429,17 @@ TEST_CASE("a waited batch whose records cannot be written is refused naming its 
   REQUIRE_FALSE(r.ok());
   CHECK(r.status.code == int(SC::INTERNAL));
   INFO(r.status.message);
-  CHECK_THAT(r.status.message, Catch::StartsWith("100 of the batch's 100 jobs (") &&
-                                   Catch::Contains("their records could not be written") &&
-                                   Catch::Contains("cancelled unless they ended already"));
-  // The jobs it names: "(first-last)".
-  const size_t open = r.status.message.find('('), dash = r.status.message.find('-', open);
+  CHECK_THAT(r.status.message, Catch::StartsWith("the batch's 100 jobs are ") &&
+                                   Catch::Contains("; the records of 100 of them (") &&
+                                   Catch::Contains(") could not be written (") &&
+                                   Catch::Contains("those are cancelled unless they ended already"));
+  // The jobs it names: "are first-last;", and the same range not written.
+  const std::string& m = r.status.message;
+  const size_t at = m.find(" are ") + 5, dash = m.find('-', at);
   REQUIRE(dash != std::string::npos);
-  const uint64_t first = std::stoull(r.status.message.substr(open + 1)),
-                 last = std::stoull(r.status.message.substr(dash + 1));
+  const uint64_t first = std::stoull(m.substr(at)), last = std::stoull(m.substr(dash + 1));
   CHECK(last - first + 1 == kJobs);
+  CHECK_THAT(m, Catch::Contains("of them (" + std::to_string(first) + "-" + std::to_string(last) + ")"));
   CHECK(d.metric("ptod_job_record_failures_total") > failed_before);
   REQUIRE(prlimit(d.pid(), RLIMIT_FSIZE, &was, nullptr) == 0);
   // Their ends are written by the retries (within kRetryMost, 2 s): each

@@ -268,11 +268,16 @@ TEST_CASE("the library's own failure message reaches the run") {
 // would anywhere else, instead of losing its writes quietly.
 TEST_CASE("user code runs with SIGXFSZ and SIGPIPE at their defaults though its parent ignores them") {
   struct Ignored {
+    struct sigaction was[2] = {};
     Ignored() {
-      for (int sig : {SIGXFSZ, SIGPIPE}) signal(sig, SIG_IGN);
+      struct sigaction ignore = {};
+      ignore.sa_handler = SIG_IGN;
+      sigaction(SIGXFSZ, &ignore, &was[0]);
+      sigaction(SIGPIPE, &ignore, &was[1]);
     }
-    ~Ignored() {
-      for (int sig : {SIGXFSZ, SIGPIPE}) signal(sig, SIG_DFL);
+    ~Ignored() {  // as they were
+      sigaction(SIGXFSZ, &was[0], nullptr);
+      sigaction(SIGPIPE, &was[1], nullptr);
     }
   } ignored;
   Fixture f;  // its children forked after the signals were ignored
