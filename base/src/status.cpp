@@ -40,6 +40,7 @@ const char* error_name(int32_t code) {
     case kUnauthenticated: return "UNAUTHENTICATED";
     case kQuotaExceeded: return "QUOTA_EXCEEDED";
     case kAlreadyExists: return "ALREADY_EXISTS";
+    case kOutcomeUnknown: return "OUTCOME_UNKNOWN";
     default: return "UNKNOWN_ERROR";
   }
 }

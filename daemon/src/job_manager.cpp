@@ -388,9 +388,10 @@ Status JobManager::flush_records(uint64_t id) {
   // the caller is told where to look rather than to ask again - which would
   // make a job of its own, and might run the work twice.
   if (h.valid()) (void)h.cancel("its record could not be written");
-  return Status::Error(s.code, fmt::format("job {}: its record could not be written ({}): it is cancelled unless "
-                                           "it ended already; Result shows how it ended once its record is written",
-                                           id, s.message));
+  return Status::Error(pto::kOutcomeUnknown,
+                       fmt::format("job {}: its record could not be written ({}): it is cancelled unless "
+                                   "it ended already; Result shows how it ended once its record is written",
+                                   id, s.message));
 }
 
 namespace {
@@ -451,7 +452,7 @@ Status JobManager::flush_batch(const std::vector<Queued>& jobs) {
   std::vector<uint64_t> all;
   all.reserve(jobs.size());
   for (const Queued& q : jobs) all.push_back(q.id);
-  return Status::Error(first.code,
+  return Status::Error(pto::kOutcomeUnknown,
                        fmt::format("the batch's {} jobs are {}; the records of {} of them ({}) could not be written "
                                    "({}): those are cancelled unless they ended already, and Result shows how each "
                                    "ended once its record is written; the others' records are written",

@@ -43,6 +43,7 @@ grpc::Status to_grpc(const Status& s) {
     case pto::kUnauthenticated: c = grpc::StatusCode::UNAUTHENTICATED; break;
     case pto::kQuotaExceeded: c = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
     case pto::kAlreadyExists: c = grpc::StatusCode::ALREADY_EXISTS; break;
+    case pto::kOutcomeUnknown: c = grpc::StatusCode::UNKNOWN; break;
     default: break;
   }
   return grpc::Status(c, s.message);

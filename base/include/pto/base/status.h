@@ -49,6 +49,7 @@ enum ErrorCode : int32_t {
   kUnauthenticated = 45,  // a token that names no principal (-> UNAUTHENTICATED)
   kQuotaExceeded = 46,    // a principal's quota would be passed (-> RESOURCE_EXHAUSTED)
   kAlreadyExists = 47,    // a name another tensor or callable has (-> ALREADY_EXISTS)
+  kOutcomeUnknown = 48,   // not acknowledged, yet it may have happened: ask, do not repeat (-> UNKNOWN)
 };
 
 // "INVALID_ARGUMENT", "WORKER_TIMEOUT", ...; "UNKNOWN_ERROR" for other codes.
