@@ -3,8 +3,7 @@
 # Installs dependencies; builds into build/ (Release, what users build) and
 # runs clang-tidy over the product's sources there (scripts/tidy.sh); builds
 # build-tsan/ and build-asan/ and runs the concurrency tests (runtime,
-# simulator, the engine's forked-process tests) under ThreadSanitizer, the
-# daemon's end-to-end tests against a ThreadSanitizer ptod, and the
+# simulator, the engine's forked-process tests) under ThreadSanitizer and the
 # whole suite under AddressSanitizer + UBSan; runs each libFuzzer target for
 # 20 s (scripts/fuzz.sh, built in build-asan/); and last the whole suite on the
 # normal build (so the closing CTest summary is the normal build's). Every
@@ -46,23 +45,6 @@ cmake --build build-tsan -j "$JOBS"
 # with die_after_fork=0.
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 die_after_fork=0" setarch "$(uname -m)" -R \
    ctest --output-on-failure -j "$JOBS" -L concurrency)
-
-phase "ptod under ThreadSanitizer (the daemon's end-to-end tests)"
-# The daemon's own threads (handlers, run threads, the record writer, remote
-# links) race-checked: the normal build's daemon tests start a ThreadSanitizer
-# ptod (PTO_TEST_PTOD). Debian's gRPC, abseil and OpenSSL are not built with
-# ThreadSanitizer: what it reports inside them is not ours
-# (scripts/tsan-ptod.supp). Left out: chaos_test (a minute of kills, for
-# time) and the one check of a wall-clock bound that a daemon several times
-# slower cannot keep (a drain within 3 s). A test that fails is run once
-# more (its bounds are the normal build's; a race report fails it again
-# where the race happens again).
-cmake --build build-tsan -j "$JOBS" --target ptod
-(cd build && PTO_TEST_PTOD="$PWD/../build-tsan/daemon/ptod" \
-   TSAN_OPTIONS="halt_on_error=1 die_after_fork=0 suppressions=$PWD/../scripts/tsan-ptod.supp" setarch "$(uname -m)" -R \
-   ctest --output-on-failure -j "$JOBS" --repeat until-pass:2 \
-     -R '^(batch_test|daemon_test|fd_transfer_test|grpc_server_test|isolation_test|job_files_test|ownership_test|progress_test|remote_link_test|remote_test|restart_test|state_test|upload_test):' \
-     -E 'the drain is bounded')
 
 phase "AddressSanitizer + UndefinedBehaviorSanitizer build (whole suite)"
 # clang 19: older ASan runtimes leave a child forked from a multi-threaded

@@ -148,10 +148,7 @@ class DaemonProcess {
       : env_(std::move(env)) {
     dir_ = make_temp_dir("ptod-test");
     socket_ = dir_ + "/ptod.sock";
-    // PTO_TEST_PTOD: another build's ptod (scripts/test.sh runs these tests
-    // against a ThreadSanitizer one).
-    const char* other = std::getenv("PTO_TEST_PTOD");
-    argv_ = {other && *other ? other : PTOD_PATH,
+    argv_ = {PTOD_PATH,
              "--state-dir",
              dir_ + "/state",
              "--socket",
