@@ -256,22 +256,26 @@ void JobManager::start_runs(std::vector<Start> starts) {
 
 Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later,
                                 bool waiter_commits) {
+  const size_t n = specs.size();
+  // Acknowledged later (the caller flushes their records before it answers),
+  // a batch's jobs are made and queued kStartEvery at a time: the first ones
+  // run while the rest are made. Otherwise their records are committed
+  // first, all in one commit, and nothing runs before.
+  const size_t every = acknowledge_later ? kStartEvery : n;
   // Jobs reach the Worker's queue in the order of their ids: a batch queued
   // in chunks holds this throughout, so a job submitted meanwhile queues
-  // behind all of its jobs, as its queue position counted them.
-  std::lock_guard<std::mutex> order(submitting_);
-  const size_t n = specs.size();
+  // behind all of its jobs, as its queue position counted them. Jobs made
+  // in one go hold it only to take their ids: records committed under it
+  // (a batch that does not wait, a Submit without a wait) would be
+  // committed one caller at a time, never gathered into one commit.
+  std::unique_lock<std::mutex> order(submitting_);
   // Admitted whole, with their ids and places in the queue.
   std::vector<uint64_t> ids;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (Status s = reserve_locked(specs, &ids, queued); !s.ok()) return s;
   }
-  // Acknowledged later (the caller flushes their records before it answers),
-  // a batch's jobs are made and queued kStartEvery at a time: the first ones
-  // run while the rest are made. Otherwise their records are committed
-  // first, all in one commit, and nothing runs before.
-  const size_t every = acknowledge_later ? kStartEvery : n;
+  if (n <= every) order.unlock();   // one chunk
   uint64_t batch_keys[2] = {0, 0};  // join_batch's
   for (size_t from = 0; from < n; from += every) {
     const size_t to = std::min(n, from + every);

@@ -257,7 +257,7 @@ class JobManager {
   uint64_t ends_unwritten_ = 0;  // ended, their final record given to JobRecords::retry (still counted above)
   std::atomic<bool> draining_{false};
   std::string drain_why_;  // start_drain's reason
-  std::mutex submitting_;  // held by submit_batch: jobs reach the Worker in id order
+  std::mutex submitting_;  // submit_batch's: jobs reach the Worker in id order
   bool stop_ = false;
   // Last: destroyed first, its final commits' continuations still find the
   // members above.
