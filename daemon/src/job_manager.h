@@ -266,6 +266,8 @@ class JobManager {
 
 pto::v1::JobResult to_proto(const pto::RunResult& r);
 using pto::now_ns;  // the steady clock (pto/base/clock.h)
+// The wall clock, milliseconds since the epoch: the times records and clients see.
+uint64_t wall_ms();
 // Runs a registered callable inside an orchestration: a chip or sub task with
 // args, an orchestration in a runner (its output to `log_file` when set), or
 // (level 4) a next-level task.
