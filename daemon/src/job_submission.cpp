@@ -1,7 +1,8 @@
 // Submission: a job or a batch admitted (queue bound, quotas), given ids,
 // made, its records committed or queued for the caller to flush, and queued
-// with the Worker in the order of its ids; the waiting caller's side of the
-// records (flush, release). The rest of the job's life is job_manager.cpp's.
+// with the Worker in the order of its ids; the waiting caller's side
+// (wait_run; the records' flush, release). The rest of the job's life is
+// job_manager.cpp's.
 #include "job_manager.h"
 
 #include <fmt/format.h>
