@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "progress.h"
+#include "pto/base/freed_memory.h"
 #include "pto/client.h"
 #include "pto/version.h"
 #include "ptoctl_commands.h"
@@ -264,6 +265,10 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   ptoctl::take_interrupts();  // before any other thread: Ctrl-C while a job is followed (progress.h)
+  // A tensor's chunks through gRPC land in pages kept from the last chunk,
+  // not faulted in afresh (docs/daemon.md, "Memory ptod keeps"). Only a
+  // speed: a refusal leaves glibc's own thresholds.
+  (void)pto::keep_freed_memory(64ull << 20);
   // Commands report failures as exit codes; an exception that still gets here
   // (out of memory, a library's bug) is reported, never an abort's core dump.
   try {

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "pto/base/cpu_set.h"
+#include "pto/base/freed_memory.h"
 #include "pto/package/toml_input.h"
 
 namespace ptod {
@@ -363,13 +364,20 @@ Status read_jobs_daemon_metrics_security(const toml::table& doc, DaemonConfig& c
   }
   if (const toml::table* t = section("daemon")) {
     if (s = only_keys(*t, "[daemon]",
-                      {"state_dir", "durable", "drain_timeout_s", "cpus", "log_level", "log_file", "log_target"});
+                      {"state_dir", "durable", "drain_timeout_s", "cpus", "malloc_keep_bytes", "log_level", "log_file",
+                       "log_target"});
         !s.ok())
       return s;
     if (s = read_str(*t, "daemon", "state_dir", &c.state_dir); !s.ok()) return s;
     if (s = read_bool(*t, "daemon", "durable", &c.durable); !s.ok()) return s;
     if (s = read_int(*t, "daemon", "drain_timeout_s", &c.drain_timeout_s, 0, 86400); !s.ok()) return s;
     if (s = read_cpus(*t, "daemon", "cpus", &c.cpus); !s.ok()) return s;
+    if (s = read_int(*t, "daemon", "malloc_keep_bytes", &c.malloc_keep_bytes, 0, int64_t(1) << 30); !s.ok()) return s;
+    if (c.malloc_keep_bytes != 0 && c.malloc_keep_bytes < pto::kMinFreedMemoryKept)
+      return bad(
+          fmt::format("[daemon] malloc_keep_bytes: must be 0 or in {}..{} (got {}): less would keep fewer pages "
+                      "than glibc's own thresholds",
+                      pto::kMinFreedMemoryKept, int64_t(1) << 30, c.malloc_keep_bytes));
     if (s = read_str(*t, "daemon", "log_level", &c.log_level); !s.ok()) return s;
     if (s = read_str(*t, "daemon", "log_file", &c.log_file); !s.ok()) return s;
     if (s = read_str(*t, "daemon", "log_target", &c.log_target); !s.ok()) return s;
@@ -539,7 +547,8 @@ std::string DaemonConfig::effective_toml() const {
           "runner_idle_ms = {}\nrunner_max_idle = {}\nchild_cpus = {}\n\n[jobs]\n"
           "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\ncapture_output = {}\n\n"
           "[daemon]\n"
-          "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\ncpus = {}\nlog_level = {}\nlog_file = {}\nlog_target = "
+          "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\ncpus = {}\nmalloc_keep_bytes = {}\nlog_level = "
+          "{}\nlog_file = {}\nlog_target = "
           "{}\n\n[metrics]\nlisten = "
           "{}\n\n"
           "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
@@ -548,8 +557,8 @@ std::string DaemonConfig::effective_toml() const {
           heap_ring_bytes, arena_bytes, arena_warm_bytes, task_timeout_ms, spin_us, liveness_timeout_ms,
           runner_load_timeout_ms, runner_idle_ms, runner_max_idle, q(pto::format_cpu_list(child_cpus)), max_queued,
           retain_finished, max_running, default_deadline_s, capture_output, q(state_dir), durable, drain_timeout_s,
-          q(pto::format_cpu_list(cpus)), q(log_level), q(log_file), q(log_target), q(metrics_listen), allow_native_blob,
-          allow_native_import, allow_chip_bundles));
+          q(pto::format_cpu_list(cpus)), malloc_keep_bytes, q(log_level), q(log_file), q(log_target), q(metrics_listen),
+          allow_native_blob, allow_native_import, allow_chip_bundles));
 }
 
 }  // namespace ptod

@@ -76,6 +76,9 @@ struct DaemonConfig {
   bool durable = false;  // fsync every acknowledged change: survives a power loss, not only a crash of ptod
   uint32_t drain_timeout_s = 30;
   std::vector<int> cpus;  // the CPUs of ptod's threads and runners ("" in the file: all it may use)
+  // Freed memory ptod's allocator keeps for the next messages instead of
+  // giving it back to the kernel (0: glibc's own thresholds); docs/daemon.md.
+  uint64_t malloc_keep_bytes = 64ull << 20;
   std::string log_level = "info";
   std::string log_file;  // "" = log_target decides
   // "auto": the journal (with priorities) when stderr is connected to it

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include "errors.h"
+#include "pto/base/freed_memory.h"
 
 namespace py = pybind11;
 
@@ -26,4 +27,11 @@ PYBIND11_MODULE(_pto, m) {
   pto_py::bind_chip_runner(m);
   pto_py::bind_worker(m);
   pto_py::bind_package(m);
+  // pto.client.keep_freed_memory (client.py says when to call it).
+  m.def(
+      "keep_freed_memory",
+      [](uint64_t nbytes) {
+        if (pto::Status s = pto::keep_freed_memory(nbytes); !s.ok()) pto_py::raise_error(s);
+      },
+      py::arg("nbytes"));
 }

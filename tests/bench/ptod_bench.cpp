@@ -31,10 +31,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <condition_variable>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -44,6 +45,7 @@
 
 #include "daemon_process.h"
 #include "pto/base/cpu_set.h"
+#include "pto/base/freed_memory.h"
 #include "pto/client.h"
 #include "thread_switches.h"
 
@@ -334,6 +336,14 @@ void must(const pto::client::Status& s, const char* what) {
   std::exit(1);
 }
 
+// A "Name:   N kB" line of /proc/PID/status; 0 if there is none.
+uint64_t status_kb(pid_t pid, const std::string& name) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(name, 0) == 0) return std::strtoull(line.c_str() + name.size(), nullptr, 10);
+  return 0;
+}
+
 void bandwidth(const std::string& address) {
   const uint32_t n = 64u << 20;  // 64 Mi floats = 256 MiB
   const double gb = double(n) * 4 / 1e9;
@@ -361,6 +371,10 @@ void bandwidth(const std::string& address) {
                 chunk >> 20, gb / up, gb / down);
     grpc_up = gb / up, grpc_down = gb / down;
   }
+  // What the transfers left in the daemon: the heap it keeps for the next
+  // messages ([daemon] malloc_keep_bytes), besides the tensors' own pages.
+  std::printf("ptod's anonymous memory after them: %.0f MiB (kB RssAnon of /proc/PID/status)\n",
+              double(status_kb(g_daemon_pid, "RssAnon:")) / 1024);
   // Through the fd socket: from plain memory (one copy into the client's
   // staging memfd, one in the daemon), and from a SharedBuffer (the daemon's
   // copy only).
@@ -540,6 +554,9 @@ void placement(const std::string& address, const std::vector<std::string>& flags
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As ptoctl does: the downloads' chunks land in pages kept from the last
+  // one (docs/daemon.md, "Memory ptod keeps"); ptod keeps its own.
+  if (pto::Status s = pto::keep_freed_memory(64ull << 20); !s.ok()) std::fprintf(stderr, "%s\n", s.message.c_str());
   // Extra ptod flags may follow, e.g. --config spin.toml.
   std::vector<std::string> flags = {"--listen", "127.0.0.1:0"};
   for (int i = 1; i < argc; ++i) flags.push_back(argv[i]);
@@ -551,7 +568,9 @@ int main(int argc, char** argv) {
   g_metrics_port = d.metrics_port();
   g_daemon_pid = d.pid();
   if (!register_callables(d.address())) return 1;
-  std::printf("ptod bench: 1 chip, 2 sub workers; a trivial job = one no-op sub task\n");
+  std::printf(
+      "ptod bench: 1 chip, 2 sub workers; a trivial job = one no-op sub task; this client keeps 64 MiB of freed "
+      "memory, as ptoctl does\n");
   // PTOD_BENCH_ONLY=bandwidth or =jobs: one part alone (quicker A/B runs).
   const char* only_env = std::getenv("PTOD_BENCH_ONLY");
   const std::string only = only_env ? only_env : "";

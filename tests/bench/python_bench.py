@@ -7,8 +7,8 @@ run (prints figures and ratios; never fails on a time):
 * a Python sub callable's round trip, per task, on top of a native no-op sub
   (target <= 15 us);
 * pto.client upload and download of a 256 MiB array through a real ptod,
-  over gRPC and through the fd socket (plain and shared arrays)
-  (target >= 1 GB/s);
+  over gRPC (then again after pto.client.keep_freed_memory()) and through the
+  fd socket (plain and shared arrays) (target >= 1 GB/s);
 * pto.client run() of a trivial job (one native no-op sub task) through the
   fd socket and through gRPC, in turns with a unary call that does nothing
   (Client.version()), p50 of each.
@@ -109,6 +109,13 @@ def client_figures():
                 gu, gd = transfer_rates(g, a)
             print(f"pto.client 256 MiB over gRPC, unix socket: upload {gu:.2f} GB/s, download {gd:.2f} GB/s "
                   f"(median of 3)   [target >= 1 GB/s]")
+            # The same once this process keeps its freed memory (for good:
+            # what follows runs with it too).
+            pto.client.keep_freed_memory()
+            with pto.client.Client(d.address, timeout=600, fd_transfers=False) as g:
+                ku, kd = transfer_rates(g, a)
+            print(f"  the same after pto.client.keep_freed_memory(): upload {ku:.2f} GB/s ({ku / gu:.2f}x), "
+                  f"download {kd:.2f} GB/s ({kd / gd:.2f}x)   [target >= 1 GB/s]")
             with pto.client.Client(d.address, timeout=600) as c:
                 assert c.fd_socket
                 u, dn = transfer_rates(c, a)

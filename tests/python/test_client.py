@@ -2,6 +2,8 @@
 the round trip from numpy through the daemon's chip and back, and errors
 with their status and the server's message."""
 import re
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -249,3 +251,26 @@ def test_close_does_not_wait_for_a_submit_that_waits_for_its_job(ptod, native_su
         job = again.jobs(limit=1)[0]
         assert again.run("sleep", scalars=[1]).state == pto.v1.ptod_pb2.SUCCEEDED
         assert pto.client.Job(again, job.job_id).result(wait_s=30).state == pto.v1.ptod_pb2.SUCCEEDED
+
+
+def test_keep_freed_memory_then_transfers_over_grpc_round_trip(ptod):
+    # In a process of its own: the setting is process-wide and for good.
+    script = f"""
+import numpy as np, pto, pto.client
+pto.client.keep_freed_memory()
+pto.client.keep_freed_memory(0)  # changes nothing
+try:
+    pto.client.keep_freed_memory(2**31)
+    raise SystemExit("2**31 was taken")
+except pto.Error as e:
+    assert "2147483648 bytes: must be 0 or in 67108864..2147483647" in str(e), str(e)
+a = np.arange(4 << 20, dtype=np.float32)
+with pto.client.Client({ptod.address!r}, fd_transfers=False) as g:
+    for _ in range(3):
+        t = g.upload(a, name="")
+        assert np.array_equal(g.download(t), a)
+        g.free(t)
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
