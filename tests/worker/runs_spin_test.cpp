@@ -3,6 +3,8 @@
 // so a short sub task's completion costs no wake-up. A count of context
 // switches says so only when the test has the machine's CPUs to itself: its
 // CTest entries run serially (tests/worker/CMakeLists.txt).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -85,4 +87,36 @@ TEST_CASE("several runs in flight: a sub task's completion is caught spinning, n
 #else
   CHECK(best < kTasks);
 #endif
+}
+
+namespace {
+double process_cpu_ms() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec)) / 1e3;
+}
+}  // namespace
+
+TEST_CASE("an idle Worker's scheduler thread wakes for its park's timeout without spinning again") {
+  // Idle, the scheduler thread parks 100 ms at a time (liveness). It spins
+  // spin_us before its first park only: spinning again after each timeout
+  // cost an idle ptod (spin_us 500) 0.5% of a CPU, and here (20 ms after
+  // every 100 ms) it would be a sixth of one.
+  Worker w({.level = 3, .num_sub_workers = 1, .spin_us = 20'000});
+  CallableHandle noop =
+      w.register_callable(NativeCallable::function("noop", [](const TaskArgsView&, std::string&) { return 0; }));
+  REQUIRE(w.init().ok());
+  REQUIRE(w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+             if (!o.submit_sub(noop, TaskArgs()).ok()) return 1;
+             return 0;
+           }).ok());
+  // Past the spin after the run (and the run queue's thread's), then 1.5 s
+  // of nothing: 15 timeouts. The parent's CPU time is counted, so a busy
+  // machine (this process off its CPU) can only lower it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double before = process_cpu_ms();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const double used = process_cpu_ms() - before;
+  INFO("the idle Worker's process used " << used << " ms of CPU in 1.5 s (spinning 20 ms per timeout: ~250)");
+  CHECK(used < 60);
 }

@@ -61,9 +61,12 @@ struct alignas(64) SharedDoorbell {
     return seq.load(std::memory_order_seq_cst);
   }
   void cancel() { parked.fetch_sub(1, std::memory_order_seq_cst); }
-  void commit(uint32_t key, uint64_t timeout_ns) {
+  // Parks unless the key moved; true when it moved (someone rang), false
+  // when the park ended for its timeout (or spuriously) with nothing rung.
+  bool commit(uint32_t key, uint64_t timeout_ns) {
     if (seq.load(std::memory_order_seq_cst) == key) futex_wait_shared(&seq, key, timeout_ns);
     parked.fetch_sub(1, std::memory_order_seq_cst);
+    return seq.load(std::memory_order_seq_cst) != key;
   }
 };
 
