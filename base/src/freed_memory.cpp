@@ -41,4 +41,6 @@ Status keep_freed_memory(uint64_t bytes) {
   return Status::Ok();
 }
 
+bool give_back_freed_memory() { return malloc_trim(0) == 1; }
+
 }  // namespace pto

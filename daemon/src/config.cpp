@@ -364,8 +364,8 @@ Status read_jobs_daemon_metrics_security(const toml::table& doc, DaemonConfig& c
   }
   if (const toml::table* t = section("daemon")) {
     if (s = only_keys(*t, "[daemon]",
-                      {"state_dir", "durable", "drain_timeout_s", "cpus", "malloc_keep_bytes", "log_level", "log_file",
-                       "log_target"});
+                      {"state_dir", "durable", "drain_timeout_s", "cpus", "malloc_keep_bytes", "malloc_idle_trim_s",
+                       "log_level", "log_file", "log_target"});
         !s.ok())
       return s;
     if (s = read_str(*t, "daemon", "state_dir", &c.state_dir); !s.ok()) return s;
@@ -378,6 +378,7 @@ Status read_jobs_daemon_metrics_security(const toml::table& doc, DaemonConfig& c
           fmt::format("[daemon] malloc_keep_bytes: must be 0 or in {}..{} (got {}): less would keep fewer pages "
                       "than glibc's own thresholds",
                       pto::kMinFreedMemoryKept, int64_t(1) << 30, c.malloc_keep_bytes));
+    if (s = read_int(*t, "daemon", "malloc_idle_trim_s", &c.malloc_idle_trim_s, 0, 86400); !s.ok()) return s;
     if (s = read_str(*t, "daemon", "log_level", &c.log_level); !s.ok()) return s;
     if (s = read_str(*t, "daemon", "log_file", &c.log_file); !s.ok()) return s;
     if (s = read_str(*t, "daemon", "log_target", &c.log_target); !s.ok()) return s;
@@ -547,7 +548,8 @@ std::string DaemonConfig::effective_toml() const {
           "runner_idle_ms = {}\nrunner_max_idle = {}\nchild_cpus = {}\n\n[jobs]\n"
           "max_queued = {}\nretain_finished = {}\nmax_running = {}\ndefault_deadline_s = {}\ncapture_output = {}\n\n"
           "[daemon]\n"
-          "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\ncpus = {}\nmalloc_keep_bytes = {}\nlog_level = "
+          "state_dir = {}\ndurable = {}\ndrain_timeout_s = {}\ncpus = {}\nmalloc_keep_bytes = {}\nmalloc_idle_trim_s = "
+          "{}\nlog_level = "
           "{}\nlog_file = {}\nlog_target = "
           "{}\n\n[metrics]\nlisten = "
           "{}\n\n"
@@ -557,8 +559,8 @@ std::string DaemonConfig::effective_toml() const {
           heap_ring_bytes, arena_bytes, arena_warm_bytes, task_timeout_ms, spin_us, liveness_timeout_ms,
           runner_load_timeout_ms, runner_idle_ms, runner_max_idle, q(pto::format_cpu_list(child_cpus)), max_queued,
           retain_finished, max_running, default_deadline_s, capture_output, q(state_dir), durable, drain_timeout_s,
-          q(pto::format_cpu_list(cpus)), malloc_keep_bytes, q(log_level), q(log_file), q(log_target), q(metrics_listen),
-          allow_native_blob, allow_native_import, allow_chip_bundles));
+          q(pto::format_cpu_list(cpus)), malloc_keep_bytes, malloc_idle_trim_s, q(log_level), q(log_file),
+          q(log_target), q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));
 }
 
 }  // namespace ptod

@@ -79,6 +79,10 @@ struct DaemonConfig {
   // Freed memory ptod's allocator keeps for the next messages instead of
   // giving it back to the kernel (0: glibc's own thresholds); docs/daemon.md.
   uint64_t malloc_keep_bytes = 64ull << 20;
+  // After this many seconds in which ptod's own threads used under 1% of a
+  // CPU, the freed memory it kept goes back to the kernel, once per idle
+  // spell (0: never); docs/daemon.md, "Memory ptod keeps".
+  uint32_t malloc_idle_trim_s = 10;
   std::string log_level = "info";
   std::string log_file;  // "" = log_target decides
   // "auto": the journal (with priorities) when stderr is connected to it

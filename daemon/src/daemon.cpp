@@ -19,6 +19,7 @@
 #include "callable_registry.h"
 #include "fd_transfers.h"
 #include "health_service.h"
+#include "idle_trim.h"
 #include "job_manager.h"
 #include "log.h"
 #include "metrics.h"
@@ -338,7 +339,7 @@ void announce(const DaemonConfig& cfg, const RunOptions& opts, const std::vector
              cfg.sub_workers, getpid());
 }
 
-// Signals and the systemd watchdog, on this thread, until SIGTERM or SIGINT.
+// Signals, the systemd watchdog and the idle trim, on this thread, until SIGTERM or SIGINT.
 void serve_until_signal(const DaemonConfig& cfg, asio::io_context& io, asio::signal_set& signals) {
   auto main_log = log("main");
   std::function<void(const std::error_code&, int)> on_signal;
@@ -371,6 +372,7 @@ void serve_until_signal(const DaemonConfig& cfg, asio::io_context& io, asio::sig
     watchdog.expires_after(std::chrono::microseconds(watchdog_usec / 2));
     watchdog.async_wait(on_watchdog);
   }
+  start_idle_trim(io, std::chrono::seconds(cfg.malloc_idle_trim_s));
   io.run();
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "config.h"
+#include "idle_trim.h"
 #include "names.h"
 #include "pto/base/cpu_set.h"
 #include "pto/base/crc32c.h"
@@ -178,6 +179,32 @@ namespace {
   return faults;
 }
 }  // namespace
+
+TEST_CASE("kept memory goes back once per idle spell ([daemon] malloc_idle_trim_s)") {
+  DaemonConfig c;
+  CHECK(c.malloc_idle_trim_s == 10);
+  REQUIRE(DaemonConfig::parse("[daemon]\nmalloc_idle_trim_s = 0\n", "ptod.toml", &c).ok());
+  CHECK(c.malloc_idle_trim_s == 0);
+  CHECK_THAT(c.effective_toml(), Catch::Contains("\nmalloc_idle_trim_s = 0\n"));
+  CHECK_THAT(DaemonConfig::parse("[daemon]\nmalloc_idle_trim_s = 86401\n", "ptod.toml", &c).message,
+             Catch::Contains("[daemon] malloc_idle_trim_s: must be an integer in 0..86400 (got 86401)"));
+  // Periods of 10 s; under 1% of a CPU (100 ms) is idle. RssAnon in kB.
+  const uint64_t p = 10'000'000'000ull, idle = 50'000'000, busy = 100'000'000;
+  IdleSpells s;
+  CHECK(s.give_back(idle, p, 40000));  // start-up allocated: the first idle period gives back
+  s.given_back(30000);
+  CHECK_FALSE(s.give_back(idle, p, 30000));  // once per spell
+  CHECK_FALSE(s.give_back(0, p, 31023));     // under 1 MiB above what was left
+  CHECK_FALSE(s.give_back(busy, p, 90000));  // 1% is work
+  CHECK_FALSE(s.give_back(busy * 50, p, 90000));
+  CHECK(s.give_back(0, p, 90000));  // the next spell
+  s.given_back(30500);
+  CHECK_FALSE(s.give_back(idle, p, 30500));
+  CHECK(s.give_back(idle, p, 31524));  // a light transfer: idle, but 1 MiB more resident
+  s.given_back(-1);
+  CHECK_FALSE(s.give_back(idle, p, 1 << 30));  // RssAnon unknown after the last: growth no longer tells
+  CHECK_FALSE(s.give_back(idle, p, -1));
+}
 
 TEST_CASE("freed memory kept ([daemon] malloc_keep_bytes): freed messages' pages serve the next - faulted in without") {
   // Out of range: named, and nothing changed.

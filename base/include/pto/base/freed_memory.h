@@ -26,4 +26,12 @@ inline constexpr uint64_t kMinFreedMemoryKept = uint64_t{64} << 20;
 // tcmalloc) accepts and ignores it.
 Status keep_freed_memory(uint64_t bytes);
 
+// Gives every arena's free pages back to the kernel now (glibc's
+// malloc_trim(0): the free top of each arena, and whole free pages under
+// live blocks); true when some were. For a process that kept freed memory
+// and has gone idle: the next messages fault their pages in again. Takes
+// each arena's lock in turn; false, and nothing done, under an allocator
+// that is not glibc's.
+bool give_back_freed_memory();
+
 }  // namespace pto
