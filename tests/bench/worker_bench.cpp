@@ -5,6 +5,8 @@
 //   * warm (runs back to back, children spinning) and cold (a pause between runs, so
 //     children and the scheduler have parked) separately
 //   * CPU used by the parent and its children while idle
+//   * CPU-bound sub tasks longer than the spin: wall time against the work's,
+//     and the parent's CPU time meanwhile
 //   * queueing many runs behind a held slot (submit_function), per run, at
 //     1,000 and 10,000 queued: the cost of one should not grow with the queue
 // Anchors (docs/worker.md, Performance): the reference design's L3 engine, 43 us fixed per run and 8.1 us
@@ -202,15 +204,15 @@ double queue_cost(Worker& w, int n, int reps) {
 }
 
 int main(int argc, char** argv) {
-  // --spin-us N: the Workers' spin budget (default 50); --only sub|chip|runner|queue: one part.
+  // --spin-us N: the Workers' spin budget (default 50); --only sub|long|chip|runner|queue: one part.
   uint32_t spin_us = 50;
   std::string only;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--spin-us") spin_us = static_cast<uint32_t>(std::stoul(argv[i + 1]));
     if (std::string(argv[i]) == "--only") only = argv[i + 1];
   }
-  if (!only.empty() && only != "sub" && only != "chip" && only != "runner" && only != "queue") {
-    std::fprintf(stderr, "--only %s: expected sub, chip, runner or queue\n", only.c_str());
+  if (!only.empty() && only != "sub" && only != "long" && only != "chip" && only != "runner" && only != "queue") {
+    std::fprintf(stderr, "--only %s: expected sub, long, chip, runner or queue\n", only.c_str());
     return 2;
   }
   const auto wanted = [&](const char* part) { return only.empty() || only == part; };
@@ -241,6 +243,34 @@ int main(int argc, char** argv) {
     auto noop = w.register_callable(NativeCallable::import(BENCH_NATIVE_SUBS, "pto_test_noop"));
     if (!noop.ok() || !w.init().ok()) return 1;
     measure("no-op sub tasks (2 sub workers)", w, [&](Orchestrator& o) { return o.submit_sub(noop).ok(); });
+  }
+  if (wanted("long")) {
+    // CPU-bound sub tasks longer than the driver's spin: while they run, the
+    // parent should park, not take the CPUs the children compute on.
+    Worker w({.level = 3, .num_sub_workers = 2, .spin_us = spin_us});
+    auto busy = w.register_callable(NativeCallable::import(BENCH_NATIVE_SUBS, "pto_test_busy"));
+    if (!busy.ok() || !w.init().ok()) return 1;
+    constexpr int kTasks = 100, kTaskUs = 5000;
+    std::vector<double> walls, cpus;
+    for (int rep = 0; rep < 5; ++rep) {
+      const double c0 = self_cpu_seconds();
+      const auto t0 = std::chrono::steady_clock::now();
+      const RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+        for (int i = 0; i < kTasks; ++i)
+          if (!o.submit_sub(busy, TaskArgs().add_scalar(kTaskUs)).ok()) return 1;
+        return 0;
+      });
+      if (!r.ok()) return 1;
+      walls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      cpus.push_back(self_cpu_seconds() - c0);
+    }
+    std::sort(walls.begin(), walls.end());
+    std::sort(cpus.begin(), cpus.end());
+    const double ideal = kTasks * kTaskUs / 2 / 1e6;
+    std::printf(
+        "\n%d CPU-bound sub tasks of %d us on 2 sub workers (spin_us %u), median of 5: %.1f ms wall (%.2fx the "
+        "%.0f ms of two CPUs' work), the parent's CPU %.1f ms\n",
+        kTasks, kTaskUs, spin_us, walls[2] * 1e3, walls[2] / ideal, ideal * 1e3, cpus[2] * 1e3);
   }
   if (wanted("chip")) {
     Worker w({.level = 3, .num_chips = 1, .spin_us = spin_us});

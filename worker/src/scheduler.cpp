@@ -257,11 +257,14 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
     // Parked at most 1 ms while anything is in flight: liveness and timeouts.
     const bool rung = bell->commit(key, busy || !scheduler ? 1'000'000 : 100'000'000);
     if (watching) watching->set(true);
-    // An idle park that ended for its timeout, nothing rung, does not spin
-    // again: the next round looks once and parks. Spinning spin_us after
-    // every 100 ms timeout cost an idle ptod (spin_us 500) 0.5% of a CPU.
-    // Work that comes rings (a quiet submit's own thread drives it).
-    if (rung || busy || !scheduler) idle_since = 0;
+    // A park that ended for its timeout, nothing rung, does not spin again:
+    // the next round looks once and parks. Spinning spin_us after every
+    // 100 ms timeout cost an idle ptod (spin_us 500) 0.5% of a CPU; after
+    // every 1 ms timeout while a long task ran, 4 x spin_us per 1 ms park
+    // took two thirds of a CPU from the children. What comes rings: a
+    // child's answer (even while a helper polls, it moves the key), a
+    // submit, a control; a quiet submit's own thread drives it.
+    if (rung) idle_since = 0;
   }
 }
 
