@@ -315,3 +315,41 @@ TEST_CASE("detached and attached runs share the slots: every run ends, each once
   std::lock_guard<std::mutex> g(ends.mu);
   for (int i = 0; i < kRuns; ++i) CHECK(ends.calls[size_t(i)] == 1);
 }
+
+TEST_CASE("a one-task call beside a long run ends when its task does - not when the long run's drain does") {
+  // The long run's thread drives its drain (help_drain) for the whole run,
+  // ending other runs' tasks meanwhile. A detached run it ended used to be
+  // finished (on_done, the handle done) only when it stopped driving: a
+  // one-task call beside a 1 s run then waited the rest of that second.
+  Fixture f(2);
+  std::atomic<int> long_done{0};
+  RunHandle big = f.w.submit_function(
+      [&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+        for (int i = 0; i < 1000; ++i)
+          if (!o.submit_sub(f.stamp_h, TaskArgs().add_tensor(f.starts, NO_DEP).add_scalar(2).add_scalar(200)).ok())
+            return 1;
+        return 0;
+      },
+      {}, {}, [&](const RunResult&) { long_done = 1; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its function returned: its thread drains
+  RunOptions o;
+  o.waiter_drives = true;
+  double worst_ms = 0;
+  int calls = 0;
+  while (calls < 40 && long_done.load() == 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    RunHandle h = f.call(0, 1, nullptr, o);
+    REQUIRE(h.wait(std::chrono::seconds(20)));
+    REQUIRE(h.result().ok());
+    worst_ms =
+        std::max(worst_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ++calls;
+  }
+  REQUIRE(big.wait(std::chrono::seconds(30)));
+  REQUIRE(big.result().ok());
+  INFO(calls << " calls beside the long run (1,000 tasks of 2 ms on 2 sub workers), the slowest " << worst_ms << " ms");
+  REQUIRE(calls >= 10);  // the long run lasted: the calls were beside it
+  // Each waits for a 2 ms task of the long run to free a worker, then its
+  // own; ended by the long run's thread it waited up to a second.
+  CHECK(worst_ms < 200);
+}

@@ -124,9 +124,10 @@ class WorkerImpl {
   // slots. Any thread, no lock held.
   void finish_detached();
   void start_queued();
-  // An ended detached run's handle is finished (on_done, done): here, or on
-  // this thread once it stops driving (finish_unfinished), or on the
-  // finisher thread when this is the scheduler thread.
+  // An ended detached run's handle is finished (on_done, done): here when
+  // this thread does not drive; on this thread once it stops driving
+  // (finish_unfinished) when it is the run's own waiter; else on the
+  // finisher thread (the scheduler thread, another run's helper).
   void hand_over(std::shared_ptr<RunHandle::State> h, RunResult r);
   void finish_unfinished();
   // child.cpp: what a forked child runs.
@@ -153,8 +154,8 @@ class WorkerImpl {
   std::map<uint64_t, std::shared_ptr<RunHandle::State>> detached_;
   int slot_waiters_ = 0;         // threads in begin() waiting for a slot (mu)
   RunFinisher finisher_;         // on_done of detached runs the scheduler thread ended
-  // Detached runs this thread ended while it drove as a helper: their
-  // handles are finished once it has stopped driving (finish_unfinished).
+  // The detached run this thread waits for, ended while it drove as a
+  // helper: finished once it has stopped driving (finish_unfinished).
   static thread_local std::vector<std::pair<std::shared_ptr<RunHandle::State>, RunResult>> unfinished_;
   std::atomic<int> waiters_{0};       // threads in wait(): close() waits for them
   std::atomic<int> handing_over_{0};  // threads in finish_detached(): close() waits for them
