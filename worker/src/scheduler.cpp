@@ -235,6 +235,7 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
       for (int i = 0; i < 16; ++i) spin_step(spins);
       continue;
     }
+    if (!scheduler && before_park_) before_park_();
     if (watching) watching->set(false);  // before prepare(): an answer from here on rings
     const uint32_t key = bell->prepare();
     bool again = false;
@@ -261,9 +262,10 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
     // the next round looks once and parks. Spinning spin_us after every
     // 100 ms timeout cost an idle ptod (spin_us 500) 0.5% of a CPU; after
     // every 1 ms timeout while a long task ran, 4 x spin_us per 1 ms park
-    // took two thirds of a CPU from the children. What comes rings: a
-    // child's answer (even while a helper polls, it moves the key), a
-    // submit, a control; a quiet submit's own thread drives it.
+    // took the CPU from the children. What comes rings: a child's answer
+    // (even while a helper polls, it moves the key), a submit, a control; a
+    // quiet submit's own thread drives it, or kicks when another helps
+    // (WorkerImpl::wait).
     if (rung) idle_since = 0;
   }
 }

@@ -31,6 +31,7 @@ WorkerImpl::WorkerImpl(const WorkerConfig& cfg)
             }) {
   graph_.set_scheduler(&scheduler_);
   scheduler_.set_run_finisher([this] { finish_detached(); });
+  scheduler_.set_before_park([this] { hand_unfinished_to_finisher(); });
 }
 
 WorkerImpl::~WorkerImpl() { (void)close(); }
@@ -282,17 +283,32 @@ void WorkerImpl::hand_over(std::shared_ptr<RunHandle::State> h, RunResult r) {
   }
   // on_done may commit, or register a callable: never on a thread while it
   // drives the Worker (it would stall every run, or wait for itself). A
-  // waiter that ended its own run finishes it once it stops driving, which
-  // is then; any other run's goes to the finisher at once: a helper drives
-  // for as long as its own run lasts (an attached run's drain: the whole
-  // run), and a one-task job ended by a long job's run thread waited for
-  // that job's last task (ptod_bench's fairness: 1.1 s, 1 time in 3).
-  if (Scheduler::on_scheduler_thread() || (Scheduler::on_driving_thread() && h.get() != tl_waited))
+  // run's thread draining it drives for as long as the run lasts: what it
+  // ends goes to the finisher at once (a one-task job it ended used to wait
+  // for that run's last task: ptod_bench's fairness, 1.1 s, one run in
+  // three). A waiter drives until its own run ends, which for a one-task
+  // call is soon: it keeps what it ends, finishes it when it stops driving
+  // (no finisher wake-up per call with many clients), and hands the others'
+  // to the finisher when it parks (its own task runs long).
+  if (Scheduler::on_scheduler_thread() || (Scheduler::on_driving_thread() && tl_waited == nullptr))
     finisher_.push(std::move(h), std::move(r));
   else if (Scheduler::on_driving_thread())
     unfinished_.emplace_back(std::move(h), std::move(r));
   else
     RunQueue::finish(h, std::move(r));
+}
+
+void WorkerImpl::hand_unfinished_to_finisher() {
+  // Every run but the one this thread waits for: that one it finishes itself.
+  size_t kept = 0;
+  for (size_t i = 0; i < unfinished_.size(); ++i) {
+    auto& e = unfinished_[i];
+    if (e.first.get() != tl_waited)
+      finisher_.push(std::move(e.first), std::move(e.second));
+    else if (kept++ != i)
+      unfinished_[kept - 1] = std::move(e);
+  }
+  unfinished_.resize(kept);
 }
 
 void WorkerImpl::finish_unfinished() {
@@ -409,9 +425,12 @@ bool WorkerImpl::wait(const std::shared_ptr<RunHandle::State>& h, std::chrono::m
     return h->ended.load(std::memory_order_acquire) || h->finished.load(std::memory_order_acquire);
   };
   if (!closing_.load(std::memory_order_seq_cst) && life_.initialized && !life_.closed && !inside_own_run() && !over()) {
+    const void* outer = tl_waited;  // a wait nested in a function this thread runs while it drives
     tl_waited = h.get();
-    scheduler_.help_until(over, deadline);
-    tl_waited = nullptr;
+    // Refused (another thread helps): this run's submits were quiet, so the
+    // helper, parked between long tasks, is told of them now.
+    if (!scheduler_.help_until(over, deadline)) scheduler_.kick(false);
+    tl_waited = outer;
   }
   finish_unfinished();  // what this thread ended while it drove, its own run among them
   waiters_.fetch_sub(1, std::memory_order_seq_cst);

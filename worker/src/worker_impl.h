@@ -125,11 +125,14 @@ class WorkerImpl {
   void finish_detached();
   void start_queued();
   // An ended detached run's handle is finished (on_done, done): here when
-  // this thread does not drive; on this thread once it stops driving
-  // (finish_unfinished) when it is the run's own waiter; else on the
-  // finisher thread (the scheduler thread, another run's helper).
+  // this thread does not drive; when it drives as a waiter, on this thread
+  // once it stops driving (finish_unfinished), or on the finisher thread if
+  // it parks first and the run is not its own; on the finisher thread when
+  // the scheduler thread or a run thread draining its own run ended it.
   void hand_over(std::shared_ptr<RunHandle::State> h, RunResult r);
   void finish_unfinished();
+  // A waiter about to park: the other runs it ended, to the finisher.
+  void hand_unfinished_to_finisher();
   // child.cpp: what a forked child runs.
   [[noreturn]] void child_main(Endpoint& ep, bool forked_by_main_thread);
   // orchestrator.cpp (no lock): the call's shape, placement and arguments.
@@ -153,9 +156,10 @@ class WorkerImpl {
   // Detached runs in flight, by run id: their handles, finished by whoever ends them (mu).
   std::map<uint64_t, std::shared_ptr<RunHandle::State>> detached_;
   int slot_waiters_ = 0;         // threads in begin() waiting for a slot (mu)
-  RunFinisher finisher_;         // on_done of detached runs the scheduler thread ended
-  // The detached run this thread waits for, ended while it drove as a
-  // helper: finished once it has stopped driving (finish_unfinished).
+  RunFinisher finisher_;         // on_done of detached runs the scheduler thread or a draining run thread ended
+  // Detached runs this thread ended while it drove as a waiter: finished
+  // once it has stopped driving (finish_unfinished), the others' handed to
+  // the finisher when it parks.
   static thread_local std::vector<std::pair<std::shared_ptr<RunHandle::State>, RunResult>> unfinished_;
   std::atomic<int> waiters_{0};       // threads in wait(): close() waits for them
   std::atomic<int> handing_over_{0};  // threads in finish_detached(): close() waits for them

@@ -386,8 +386,9 @@ class Worker {
   // The same, calling on_done(result) on the run thread when the run ends
   // (before wait() returns). on_done must not call into this Worker's run(),
   // nor wait for another run. A detached run's on_done (RunOptions::detached)
-  // runs on a thread in its wait(), a run thread, or the Worker's finisher
-  // thread — never on a thread while it drives the Worker.
+  // runs on the thread in its wait() that ended it, the thread that started
+  // it when it ended at once, or the Worker's finisher thread — never on a
+  // thread while it drives the Worker.
   RunHandle submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg,
                             std::function<void(const RunResult&)> on_done, const RunOptions& options = {});
   Status close();  // idempotent
