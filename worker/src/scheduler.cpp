@@ -227,6 +227,7 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
     }
     if (progressed) {
       idle_since = 0;
+      if (!scheduler && helper_hook_) helper_hook_(false);
       continue;
     }
     const uint64_t now = now_ns();
@@ -235,7 +236,7 @@ void Scheduler::drive_until(const std::function<bool()>& finished, bool schedule
       for (int i = 0; i < 16; ++i) spin_step(spins);
       continue;
     }
-    if (!scheduler && before_park_) before_park_();
+    if (!scheduler && helper_hook_) helper_hook_(true);
     if (watching) watching->set(false);  // before prepare(): an answer from here on rings
     const uint32_t key = bell->prepare();
     bool again = false;

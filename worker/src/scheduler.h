@@ -107,9 +107,10 @@ class Scheduler {
   // What every driver calls after its round while detached runs wait to be
   // ended (WorkerImpl::finish_detached), without the lock or the drive token.
   void set_run_finisher(std::function<void()> f) { finish_runs_ = std::move(f); }
-  // What a helper calls before it parks (WorkerImpl: the other runs it
-  // ended go to the finisher instead of waiting for it to stop driving).
-  void set_before_park(std::function<void()> f) { before_park_ = std::move(f); }
+  // What a helper calls after each round that made progress (false) and
+  // before it parks (true): WorkerImpl hands the other runs it ended to the
+  // finisher instead of keeping them until it stops driving.
+  void set_helper_hook(std::function<void(bool parking)> f) { helper_hook_ = std::move(f); }
 
   // --- called by the transports (mu held) ---
   // `log_untouched`: the child answered that the task appended nothing to
@@ -181,7 +182,7 @@ class Scheduler {
   std::atomic<uint32_t> helper_{0};   // 1 while a run's thread drives its own drain
   std::atomic<uint32_t> standing_aside_{0};  // 1 while the scheduler thread sleeps on helper_
   std::function<void()> finish_runs_;
-  std::function<void()> before_park_;
+  std::function<void(bool)> helper_hook_;
   // Drive-token holder only.
   uint64_t last_check_ns_ = 0;
   std::vector<Plan> plan_;

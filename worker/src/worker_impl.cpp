@@ -31,7 +31,7 @@ WorkerImpl::WorkerImpl(const WorkerConfig& cfg)
             }) {
   graph_.set_scheduler(&scheduler_);
   scheduler_.set_run_finisher([this] { finish_detached(); });
-  scheduler_.set_before_park([this] { hand_unfinished_to_finisher(); });
+  scheduler_.set_helper_hook([this](bool parking) { hand_unfinished_to_finisher(parking); });
 }
 
 WorkerImpl::~WorkerImpl() { (void)close(); }
@@ -131,6 +131,10 @@ namespace {
 thread_local std::vector<const WorkerImpl*> tl_running;
 // The detached run this thread waits for and drives (RunHandle::wait).
 thread_local const void* tl_waited = nullptr;
+// The Worker of that run: only its runs are kept on this thread.
+thread_local const WorkerImpl* tl_waited_on = nullptr;
+// When this thread first kept a run not its own, or 0 (hand_over).
+thread_local uint64_t tl_kept_others_since = 0;
 }  // namespace
 
 bool WorkerImpl::inside_own_run() const {
@@ -290,22 +294,35 @@ void WorkerImpl::hand_over(std::shared_ptr<RunHandle::State> h, RunResult r) {
   // call is soon: it keeps what it ends, finishes it when it stops driving
   // (no finisher wake-up per call with many clients), and hands the others'
   // to the finisher when it parks (its own task runs long).
-  if (Scheduler::on_scheduler_thread() || (Scheduler::on_driving_thread() && tl_waited == nullptr))
+  // (Only this Worker's runs are kept: another Worker's finisher, which its
+  // close() waits for, finishes its own.)
+  if (Scheduler::on_scheduler_thread() || (Scheduler::on_driving_thread() && tl_waited_on != this)) {
     finisher_.push(std::move(h), std::move(r));
-  else if (Scheduler::on_driving_thread())
+  } else if (Scheduler::on_driving_thread()) {
+    if (h.get() != tl_waited && tl_kept_others_since == 0) tl_kept_others_since = now_ns();
     unfinished_.emplace_back(std::move(h), std::move(r));
-  else
+  } else {
     RunQueue::finish(h, std::move(r));
+  }
 }
 
-void WorkerImpl::hand_unfinished_to_finisher() {
-  // Every run but the one this thread waits for: that one it finishes itself.
+void WorkerImpl::hand_unfinished_to_finisher(bool parking) {
+  // Others' runs wait at most ~1 ms while this waiter keeps finding work (a
+  // waiter whose run has many tasks, or one of many clients' waiters, may
+  // not park for as long as its run lasts); all go when it parks.
+  if (tl_kept_others_since == 0 || tl_waited_on != this) return;
+  if (!parking && now_ns() - tl_kept_others_since < 1'000'000) return;
+  tl_kept_others_since = 0;
+  // Every run but the one this thread waits for: that one it finishes
+  // itself. Each to its own Worker's finisher (a wait nested in a function
+  // this thread ran may have kept another Worker's).
   size_t kept = 0;
   for (size_t i = 0; i < unfinished_.size(); ++i) {
     auto& e = unfinished_[i];
-    if (e.first.get() != tl_waited)
-      finisher_.push(std::move(e.first), std::move(e.second));
-    else if (kept++ != i)
+    if (e.first.get() != tl_waited) {
+      WorkerImpl* owner = e.first->owner ? e.first->owner : this;
+      owner->finisher_.push(std::move(e.first), std::move(e.second));
+    } else if (kept++ != i)
       unfinished_[kept - 1] = std::move(e);
   }
   unfinished_.resize(kept);
@@ -425,14 +442,24 @@ bool WorkerImpl::wait(const std::shared_ptr<RunHandle::State>& h, std::chrono::m
     return h->ended.load(std::memory_order_acquire) || h->finished.load(std::memory_order_acquire);
   };
   if (!closing_.load(std::memory_order_seq_cst) && life_.initialized && !life_.closed && !inside_own_run() && !over()) {
-    const void* outer = tl_waited;  // a wait nested in a function this thread runs while it drives
+    // A wait nested in a function this thread runs while it drives: the
+    // outer one's are restored after.
+    const void* outer = tl_waited;
+    const WorkerImpl* outer_on = tl_waited_on;
     tl_waited = h.get();
+    tl_waited_on = this;
     // Refused (another thread helps): this run's submits were quiet, so the
     // helper, parked between long tasks, is told of them now.
     if (!scheduler_.help_until(over, deadline)) scheduler_.kick(false);
     tl_waited = outer;
+    tl_waited_on = outer_on;
   }
-  finish_unfinished();  // what this thread ended while it drove, its own run among them
+  // What this thread ended while it drove, its own run among them (not while
+  // it still drives: a wait nested in a driving thread's function).
+  if (!Scheduler::on_driving_thread()) {
+    finish_unfinished();
+    tl_kept_others_since = 0;
+  }
   waiters_.fetch_sub(1, std::memory_order_seq_cst);
   std::unique_lock<std::mutex> lk(h->mu);
   const uint64_t now = now_ns();

@@ -131,8 +131,9 @@ class WorkerImpl {
   // the scheduler thread or a run thread draining its own run ended it.
   void hand_over(std::shared_ptr<RunHandle::State> h, RunResult r);
   void finish_unfinished();
-  // A waiter about to park: the other runs it ended, to the finisher.
-  void hand_unfinished_to_finisher();
+  // A waiter about to park (or driving on for 1 ms since it kept one): the
+  // other runs it ended, to the finisher.
+  void hand_unfinished_to_finisher(bool parking);
   // child.cpp: what a forked child runs.
   [[noreturn]] void child_main(Endpoint& ep, bool forked_by_main_thread);
   // orchestrator.cpp (no lock): the call's shape, placement and arguments.
