@@ -293,7 +293,8 @@ void WorkerImpl::hand_over(std::shared_ptr<RunHandle::State> h, RunResult r) {
   // three). A waiter drives until its own run ends, which for a one-task
   // call is soon: it keeps what it ends, finishes it when it stops driving
   // (no finisher wake-up per call with many clients), and hands the others'
-  // to the finisher when it parks (its own task runs long).
+  // to the finisher when it parks or has driven on for 1 ms since it kept
+  // the first (hand_unfinished_to_finisher).
   // (Only this Worker's runs are kept: another Worker's finisher, which its
   // close() waits for, finishes its own.)
   if (Scheduler::on_scheduler_thread() || (Scheduler::on_driving_thread() && tl_waited_on != this)) {
