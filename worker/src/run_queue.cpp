@@ -209,15 +209,16 @@ bool RunQueue::put_back_locked(const std::shared_ptr<RunHandle::State>& st, bool
   return true;
 }
 
-void RunQueue::put_back(std::shared_ptr<RunHandle::State> st) {
+std::optional<RunResult> RunQueue::put_back(std::shared_ptr<RunHandle::State> st) {
   const bool cancelled = cancel_requested(st);  // not under mu_: a handle's lock is taken before the engine's
   bool queued;
   {
     std::lock_guard<std::mutex> g(mu_);
     queued = put_back_locked(st, cancelled);
   }
-  if (!queued) finish(st, cancelled_before_start(*st));
   cv_.notify_one();  // a thread held back while it was unsettled (its start wakes the next)
+  if (queued) return std::nullopt;
+  return cancelled_before_start(*st);
 }
 
 void RunQueue::slot_freed() {

@@ -53,6 +53,8 @@ struct RunHandle::State {
 
 class RunQueue {
  public:
+  // A run's handle state, as the queue's callers (and its tests) name it.
+  using State = RunHandle::State;
   // The run's result, or nothing for a detached run that started (its end
   // finishes the handle) or that found no free slot (*no_slot).
   using Execute = std::function<std::optional<RunResult>(const std::shared_ptr<RunHandle::State>&, bool* no_slot)>;
@@ -81,8 +83,10 @@ class RunQueue {
   // run that did not come from the queue.
   void settle(const std::shared_ptr<RunHandle::State>& st);
   // A detached run taken from the front that found no free slot: back to the
-  // front of its priority (or, if it was cancelled meanwhile, finished so).
-  void put_back(std::shared_ptr<RunHandle::State> st);
+  // front of its priority. If it was cancelled meanwhile it never starts:
+  // the result to finish it with is returned, and the caller finishes it
+  // where on_done may run (WorkerImpl::hand_over: the caller may be driving).
+  std::optional<RunResult> put_back(std::shared_ptr<RunHandle::State> st);
   // A slot came free: a queue thread waiting for one tries again.
   void slot_freed();
   // Calls on_done, then marks the handle done and wakes its waiters.

@@ -379,7 +379,9 @@ void WorkerImpl::start_queued() {
     RunResult r;
     const Start s = start_detached(st, false, &r);
     if (s == Start::kNoSlot) {
-      runs_.put_back(std::move(st));
+      // Cancelled since it was taken: it never starts, and its on_done
+      // waits until this thread stops driving, as any end's does.
+      if (std::optional<RunResult> cancelled = runs_.put_back(st)) hand_over(std::move(st), std::move(*cancelled));
       break;
     }
     runs_.settle(st);
