@@ -295,6 +295,38 @@ TEST_CASE("a detached run that submits nothing, or fails at submit, ends at once
   }
 }
 
+// Its waiter drives, ends the run in the only slot and starts the queued ones
+// there (start_queued); the empty one is refused at once. The waiter keeps
+// what it ends until it stops driving, and it stopped only once its own
+// run's `ended` was set, which that refusal did not set: the wait drove on
+// to its deadline before it finished its own handle (3 s here; in about
+// three rounds of five, those in which the waiter, not the scheduler thread,
+// ended the first run).
+TEST_CASE("a queued detached run refused at its start by its own driving waiter ends that wait at once") {
+  Fixture f(1, 1);
+  for (int round = 0; round < 5; ++round) {
+    RunHandle first = f.call(100, 0, nullptr);  // the only slot, for 100 ms
+    RunHandle second = f.call(0, 1, nullptr);   // queued: it takes the slot when the first ends
+    Ends ends(1);
+    RunHandle empty = f.w.submit_function(OrchestrationFunction(), {}, {}, ends.of(0), RunOptions{.detached = true});
+    CHECK_FALSE(empty.done());  // queued behind them (alone in the queue it would have been refused at once)
+    const auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(empty.wait(std::chrono::seconds(3)));
+    const double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO("round " << round);
+    CHECK(waited_s < 1.5);
+    {
+      std::lock_guard<std::mutex> g(ends.mu);
+      CHECK(ends.calls[0] == 1);
+    }
+    CHECK(empty.result().status.code == kWorkerInvalidArgument);
+    for (RunHandle* h : {&first, &second}) {
+      REQUIRE(h->wait(std::chrono::seconds(20)));
+      CHECK(h->result().ok());
+    }
+  }
+}
+
 TEST_CASE("close() waits for the detached runs in flight and queued - each ends once") {
   auto f = std::make_unique<Fixture>(2, 2);
   constexpr int kRuns = 12;

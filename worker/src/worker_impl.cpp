@@ -285,6 +285,11 @@ void WorkerImpl::hand_over(std::shared_ptr<RunHandle::State> h, RunResult r) {
     std::lock_guard<std::mutex> g(h->mu);
     h->run_id = 0;  // a cancel from here on finds the run ended
   }
+  // Its result is known: a waiter that drives stops (and finishes it, if it
+  // kept it below). Also for one that never began - refused at its start, or
+  // cancelled while taken from the queue: its waiter used to drive on to its
+  // deadline with it kept (detached_runs_test).
+  h->ended.store(true, std::memory_order_release);
   // on_done may commit, or register a callable: never on a thread while it
   // drives the Worker (it would stall every run, or wait for itself). A
   // run's thread draining it drives for as long as the run lasts: what it
