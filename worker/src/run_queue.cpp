@@ -65,9 +65,9 @@ bool RunQueue::cancel_queued(const std::shared_ptr<RunHandle::State>& st, const 
   return true;
 }
 
-RunResult RunQueue::cancelled_before_start(const RunHandle::State& st) {
+RunResult RunQueue::cancelled_before_start(const std::string& reason) {
   RunResult r;
-  r.status = Status::Error(kWorkerCancelled, "cancelled before it started: " + st.cancel_reason);
+  r.status = Status::Error(kWorkerCancelled, "cancelled before it started: " + reason);
   r.outcome = Outcome::STOPPED;
   return r;
 }
@@ -114,12 +114,12 @@ void RunQueue::main() {
     }
     // Every slot was taken: back to the front, for the run that frees a
     // slot (pop_detached) or for this thread once told a slot came free.
-    const bool cancelled = cancel_requested(st);
+    const std::optional<std::string> cancelled = cancel_requested(st);
     lk.lock();
     batch_done_locked(*st);
-    if (!put_back_locked(st, cancelled)) {
+    if (!put_back_locked(st, cancelled.has_value())) {
       lk.unlock();
-      finish(st, cancelled_before_start(*st));
+      finish(st, cancelled_before_start(cancelled.value_or("")));
       lk.lock();
       continue;
     }
@@ -188,9 +188,10 @@ void RunQueue::settle(const std::shared_ptr<RunHandle::State>& st) {
     cv_.notify_one();
 }
 
-bool RunQueue::cancel_requested(const std::shared_ptr<RunHandle::State>& st) {
+std::optional<std::string> RunQueue::cancel_requested(const std::shared_ptr<RunHandle::State>& st) {
   std::lock_guard<std::mutex> g(st->mu);
-  return st->cancel_requested;
+  if (!st->cancel_requested) return std::nullopt;
+  return st->cancel_reason;
 }
 
 bool RunQueue::put_back_locked(const std::shared_ptr<RunHandle::State>& st, bool cancelled) {
@@ -210,15 +211,16 @@ bool RunQueue::put_back_locked(const std::shared_ptr<RunHandle::State>& st, bool
 }
 
 std::optional<RunResult> RunQueue::put_back(std::shared_ptr<RunHandle::State> st) {
-  const bool cancelled = cancel_requested(st);  // not under mu_: a handle's lock is taken before the engine's
+  // Not under mu_: a handle's lock is taken before the engine's.
+  const std::optional<std::string> cancelled = cancel_requested(st);
   bool queued;
   {
     std::lock_guard<std::mutex> g(mu_);
-    queued = put_back_locked(st, cancelled);
+    queued = put_back_locked(st, cancelled.has_value());
   }
   cv_.notify_one();  // a thread held back while it was unsettled (its start wakes the next)
-  if (queued) return std::nullopt;
-  return cancelled_before_start(*st);
+  if (queued || !cancelled) return std::nullopt;  // queued unless cancelled
+  return cancelled_before_start(*cancelled);
 }
 
 void RunQueue::slot_freed() {

@@ -99,9 +99,11 @@ class RunQueue {
   // nothing is locked under it (the engine's lock is taken before it, and
   // a handle's before the engine's).
   bool put_back_locked(const std::shared_ptr<RunHandle::State>& st, bool cancelled);
-  static bool cancel_requested(const std::shared_ptr<RunHandle::State>& st);
+  // The reason of a cancel requested before the run began, copied under the
+  // handle's lock (a second cancel may write it meanwhile); none if none was.
+  static std::optional<std::string> cancel_requested(const std::shared_ptr<RunHandle::State>& st);
   void settle_locked(RunHandle::State& st);
-  static RunResult cancelled_before_start(const RunHandle::State& st);
+  static RunResult cancelled_before_start(const std::string& reason);
 
   // The front run belongs to a batch with batch_width runs in flight: it
   // waits, and so does what is queued behind it.
