@@ -299,22 +299,22 @@ TEST_CASE("a detached run that submits nothing, or fails at submit, ends at once
 // there (start_queued); the empty one is refused at once. The waiter keeps
 // what it ends until it stops driving, and it stopped only once its own
 // run's `ended` was set, which that refusal did not set: the wait drove on
-// to its deadline before it finished its own handle (3 s here; in about
+// to its deadline before it finished its own handle (5 s here; in about
 // three rounds of five, those in which the waiter, not the scheduler thread,
 // ended the first run).
 TEST_CASE("a queued detached run refused at its start by its own driving waiter ends that wait at once") {
   Fixture f(1, 1);
   for (int round = 0; round < 5; ++round) {
-    RunHandle first = f.call(100, 0, nullptr);  // the only slot, for 100 ms
+    INFO("round " << round);
+    RunHandle first = f.call(300, 0, nullptr);  // the only slot, for 300 ms
     RunHandle second = f.call(0, 1, nullptr);   // queued: it takes the slot when the first ends
     Ends ends(1);
     RunHandle empty = f.w.submit_function(OrchestrationFunction(), {}, {}, ends.of(0), RunOptions{.detached = true});
     CHECK_FALSE(empty.done());  // queued behind them (alone in the queue it would have been refused at once)
     const auto t0 = std::chrono::steady_clock::now();
-    REQUIRE(empty.wait(std::chrono::seconds(3)));
+    REQUIRE(empty.wait(std::chrono::seconds(5)));
     const double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    INFO("round " << round);
-    CHECK(waited_s < 1.5);
+    CHECK(waited_s < 2);
     {
       std::lock_guard<std::mutex> g(ends.mu);
       CHECK(ends.calls[0] == 1);
@@ -324,6 +324,42 @@ TEST_CASE("a queued detached run refused at its start by its own driving waiter 
       REQUIRE(h->wait(std::chrono::seconds(20)));
       CHECK(h->result().ok());
     }
+  }
+}
+
+// A detached run's function started on a driving thread - the waiter's that
+// ended the run before it in the only slot (start_queued) - waits there for a
+// call of another Worker, which that thread then ends itself. Nested in the
+// outer drive, the wait did not finish what it kept of its own call: it
+// slept to its deadline (5 s) and returned false, and the call was finished
+// only when the outer drive stopped (review; in the rounds in which the
+// waiter, not the scheduler thread, ended the first run).
+TEST_CASE("a wait nested in a function run on a driving thread finishes the other Worker's call it ends there") {
+  Fixture f(1, 1);
+  Fixture other(1);
+  for (int round = 0; round < 5; ++round) {
+    INFO("round " << round);
+    RunHandle first = f.call(300, 0, nullptr);  // the only slot, for 300 ms
+    Ends ends(1);
+    std::atomic<int> inner_ok{-1};
+    std::atomic<double> inner_s{0};
+    RunHandle nested = f.w.submit_function(
+        [&](Orchestrator&, const TaskArgsView&, const CallConfig&) {
+          const auto t0 = std::chrono::steady_clock::now();
+          RunHandle call = other.call(0, 2, ends.of(0));
+          inner_ok = call.wait(std::chrono::seconds(5)) ? 1 : 0;
+          inner_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          return 0;
+        },
+        {}, {}, nullptr, RunOptions{.detached = true});
+    CHECK_FALSE(nested.done());  // queued behind the first
+    REQUIRE(first.wait(std::chrono::seconds(20)));
+    REQUIRE(nested.wait(std::chrono::seconds(20)));
+    CHECK(nested.result().ok());
+    CHECK(inner_ok.load() == 1);
+    CHECK(inner_s.load() < 2);
+    std::lock_guard<std::mutex> g(ends.mu);
+    CHECK(ends.calls[0] == 1);
   }
 }
 

@@ -334,6 +334,17 @@ void WorkerImpl::hand_unfinished_to_finisher(bool parking) {
   unfinished_.resize(kept);
 }
 
+void WorkerImpl::hand_own_to_finisher(const RunHandle::State* waited) {
+  for (size_t i = 0; i < unfinished_.size(); ++i) {
+    if (unfinished_[i].first.get() != waited) continue;
+    auto e = std::move(unfinished_[i]);
+    unfinished_.erase(unfinished_.begin() + static_cast<std::ptrdiff_t>(i));
+    WorkerImpl* owner = e.first->owner ? e.first->owner : this;
+    owner->finisher_.push(std::move(e.first), std::move(e.second));
+    return;
+  }
+}
+
 void WorkerImpl::finish_unfinished() {
   while (!unfinished_.empty()) {
     auto [h, r] = std::move(unfinished_.back());
@@ -467,6 +478,11 @@ bool WorkerImpl::wait(const std::shared_ptr<RunHandle::State>& h, std::chrono::m
   if (!Scheduler::on_driving_thread()) {
     finish_unfinished();
     tl_kept_others_since = 0;
+  } else {
+    // Nested in a function run while this thread drives (a queued detached
+    // run started here): it would sleep below to its deadline with its own
+    // run kept (detached_runs_test).
+    hand_own_to_finisher(h.get());
   }
   waiters_.fetch_sub(1, std::memory_order_seq_cst);
   std::unique_lock<std::mutex> lk(h->mu);
