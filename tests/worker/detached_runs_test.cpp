@@ -304,12 +304,13 @@ TEST_CASE("a detached run that submits nothing, or fails at submit, ends at once
 // ended the first run).
 TEST_CASE("a queued detached run refused at its start by its own driving waiter ends that wait at once") {
   Fixture f(1, 1);
+  Ends ends(5);  // outlives a wait that failed
   for (int round = 0; round < 5; ++round) {
     INFO("round " << round);
     RunHandle first = f.call(300, 0, nullptr);  // the only slot, for 300 ms
     RunHandle second = f.call(0, 1, nullptr);   // queued: it takes the slot when the first ends
-    Ends ends(1);
-    RunHandle empty = f.w.submit_function(OrchestrationFunction(), {}, {}, ends.of(0), RunOptions{.detached = true});
+    RunHandle empty =
+        f.w.submit_function(OrchestrationFunction(), {}, {}, ends.of(size_t(round)), RunOptions{.detached = true});
     CHECK_FALSE(empty.done());  // queued behind them (alone in the queue it would have been refused at once)
     const auto t0 = std::chrono::steady_clock::now();
     REQUIRE(empty.wait(std::chrono::seconds(5)));
@@ -317,7 +318,7 @@ TEST_CASE("a queued detached run refused at its start by its own driving waiter 
     CHECK(waited_s < 2);
     {
       std::lock_guard<std::mutex> g(ends.mu);
-      CHECK(ends.calls[0] == 1);
+      CHECK(ends.calls[size_t(round)] == 1);
     }
     CHECK(empty.result().status.code == kWorkerInvalidArgument);
     for (RunHandle* h : {&first, &second}) {
@@ -337,16 +338,16 @@ TEST_CASE("a queued detached run refused at its start by its own driving waiter 
 TEST_CASE("a wait nested in a function run on a driving thread finishes the other Worker's call it ends there") {
   Fixture f(1, 1);
   Fixture other(1);
+  Ends ends(5);  // outlives a call whose wait failed (its on_done may come later)
   for (int round = 0; round < 5; ++round) {
     INFO("round " << round);
     RunHandle first = f.call(300, 0, nullptr);  // the only slot, for 300 ms
-    Ends ends(1);
     std::atomic<int> inner_ok{-1};
     std::atomic<double> inner_s{0};
     RunHandle nested = f.w.submit_function(
         [&](Orchestrator&, const TaskArgsView&, const CallConfig&) {
           const auto t0 = std::chrono::steady_clock::now();
-          RunHandle call = other.call(0, 2, ends.of(0));
+          RunHandle call = other.call(0, 2, ends.of(size_t(round)));
           inner_ok = call.wait(std::chrono::seconds(5)) ? 1 : 0;
           inner_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           return 0;
@@ -359,7 +360,7 @@ TEST_CASE("a wait nested in a function run on a driving thread finishes the othe
     CHECK(inner_ok.load() == 1);
     CHECK(inner_s.load() < 2);
     std::lock_guard<std::mutex> g(ends.mu);
-    CHECK(ends.calls[0] == 1);
+    CHECK(ends.calls[size_t(round)] == 1);
   }
 }
 

@@ -334,15 +334,16 @@ void WorkerImpl::hand_unfinished_to_finisher(bool parking) {
   unfinished_.resize(kept);
 }
 
-void WorkerImpl::hand_own_to_finisher(const RunHandle::State* waited) {
+void WorkerImpl::hand_kept_to_finisher() {
+  size_t kept = 0;
   for (size_t i = 0; i < unfinished_.size(); ++i) {
-    if (unfinished_[i].first.get() != waited) continue;
-    auto e = std::move(unfinished_[i]);
-    unfinished_.erase(unfinished_.begin() + static_cast<std::ptrdiff_t>(i));
-    WorkerImpl* owner = e.first->owner ? e.first->owner : this;
-    owner->finisher_.push(std::move(e.first), std::move(e.second));
-    return;
+    auto& e = unfinished_[i];
+    if (e.first->owner == this || e.first->owner == nullptr)
+      finisher_.push(std::move(e.first), std::move(e.second));
+    else if (kept++ != i)
+      unfinished_[kept - 1] = std::move(e);
   }
+  unfinished_.resize(kept);
 }
 
 void WorkerImpl::finish_unfinished() {
@@ -482,7 +483,7 @@ bool WorkerImpl::wait(const std::shared_ptr<RunHandle::State>& h, std::chrono::m
     // Nested in a function run while this thread drives (a queued detached
     // run started here): it would sleep below to its deadline with its own
     // run kept (detached_runs_test).
-    hand_own_to_finisher(h.get());
+    hand_kept_to_finisher();
   }
   waiters_.fetch_sub(1, std::memory_order_seq_cst);
   std::unique_lock<std::mutex> lk(h->mu);

@@ -134,11 +134,12 @@ class WorkerImpl {
   // A waiter about to park (or driving on for 1 ms since it kept one): the
   // other runs it ended, to the finisher.
   void hand_unfinished_to_finisher(bool parking);
-  // A wait nested in a function this thread runs while it drives: the run it
-  // waited for, if this thread ended and kept it, to its Worker's finisher
-  // (this thread drives on after the wait, and finishes what it kept only
-  // when it stops).
-  void hand_own_to_finisher(const RunHandle::State* waited);
+  // A wait nested in a function this thread runs while it drives: this
+  // Worker's runs that this thread ended and kept - the one it waited for,
+  // and others' it ended in passing - to this Worker's finisher while the
+  // wait still counts among waiters_ (close() waits for that). This thread
+  // drives on after the wait and finishes what it kept only when it stops.
+  void hand_kept_to_finisher();
   // child.cpp: what a forked child runs.
   [[noreturn]] void child_main(Endpoint& ep, bool forked_by_main_thread);
   // orchestrator.cpp (no lock): the call's shape, placement and arguments.
