@@ -320,28 +320,25 @@ void WorkerImpl::hand_unfinished_to_finisher(bool parking) {
   if (!parking && now_ns() - tl_kept_others_since < 1'000'000) return;
   tl_kept_others_since = 0;
   // Every run but the one this thread waits for: that one it finishes
-  // itself. Each to its own Worker's finisher (a wait nested in a function
-  // this thread ran may have kept another Worker's).
-  size_t kept = 0;
-  for (size_t i = 0; i < unfinished_.size(); ++i) {
-    auto& e = unfinished_[i];
-    if (e.first.get() != tl_waited) {
-      WorkerImpl* owner = e.first->owner ? e.first->owner : this;
-      owner->finisher_.push(std::move(e.first), std::move(e.second));
-    } else if (kept++ != i)
-      unfinished_[kept - 1] = std::move(e);
-  }
-  unfinished_.resize(kept);
+  // itself. (A wait nested in a function this thread ran may have kept
+  // another Worker's: each goes to its own Worker's finisher.)
+  hand_kept_if([](const RunHandle::State& h) { return &h != tl_waited; });
 }
 
 void WorkerImpl::hand_kept_to_finisher() {
+  hand_kept_if([this](const RunHandle::State& h) { return h.owner == this || h.owner == nullptr; });
+}
+
+void WorkerImpl::hand_kept_if(const std::function<bool(const RunHandle::State&)>& pick) {
   size_t kept = 0;
   for (size_t i = 0; i < unfinished_.size(); ++i) {
     auto& e = unfinished_[i];
-    if (e.first->owner == this || e.first->owner == nullptr)
-      finisher_.push(std::move(e.first), std::move(e.second));
-    else if (kept++ != i)
+    if (pick(*e.first)) {
+      WorkerImpl* owner = e.first->owner ? e.first->owner : this;
+      owner->finisher_.push(std::move(e.first), std::move(e.second));
+    } else if (kept++ != i) {
       unfinished_[kept - 1] = std::move(e);
+    }
   }
   unfinished_.resize(kept);
 }

@@ -140,6 +140,9 @@ class WorkerImpl {
   // wait still counts among waiters_ (close() waits for that). This thread
   // drives on after the wait and finishes what it kept only when it stops.
   void hand_kept_to_finisher();
+  // The runs this thread kept that `pick` picks, each to its own Worker's
+  // finisher; the others stay kept.
+  void hand_kept_if(const std::function<bool(const RunHandle::State&)>& pick);
   // child.cpp: what a forked child runs.
   [[noreturn]] void child_main(Endpoint& ep, bool forked_by_main_thread);
   // orchestrator.cpp (no lock): the call's shape, placement and arguments.
