@@ -364,6 +364,38 @@ TEST_CASE("a wait nested in a function run on a driving thread finishes the othe
   }
 }
 
+// A queued detached run's function runs on the thread that freed its slot,
+// which drives (start_queued). Cancelling a queued run there used to run
+// that run's on_done inside cancel(), on the driving thread.
+TEST_CASE("a queued run cancelled from a function run on a driving thread is not finished inside cancel()") {
+  Fixture f(1, 1);
+  RunHandle first = f.call(300, 0, nullptr);  // the only slot, for 300 ms
+  std::atomic<bool> in_cancel{false}, victim_ready{false};
+  std::atomic<int> victim_done_in_cancel{-1};
+  std::atomic<int> cancelled{-1};
+  RunHandle victim;
+  RunHandle canceller = f.w.submit_function(
+      [&](Orchestrator&, const TaskArgsView&, const CallConfig&) {
+        if (!victim_ready.load(std::memory_order_acquire)) return 1;  // 300 ms later: never
+        in_cancel = true;
+        cancelled = victim.cancel("not wanted") ? 1 : 0;
+        in_cancel = false;
+        return 0;
+      },
+      {}, {}, nullptr, RunOptions{.detached = true});
+  victim = f.call(0, 1, [&](const RunResult&) { victim_done_in_cancel = in_cancel.load() ? 1 : 0; });
+  victim_ready.store(true, std::memory_order_release);
+  CHECK_FALSE(canceller.done());  // both queued behind the first
+  CHECK_FALSE(victim.done());
+  REQUIRE(canceller.wait(std::chrono::seconds(20)));
+  CHECK(canceller.result().ok());
+  CHECK(cancelled.load() == 1);
+  REQUIRE(victim.wait(std::chrono::seconds(20)));
+  CHECK(victim.result().status.code == kWorkerCancelled);
+  CHECK(victim_done_in_cancel.load() == 0);
+  REQUIRE(first.wait(std::chrono::seconds(20)));
+}
+
 TEST_CASE("close() waits for the detached runs in flight and queued - each ends once") {
   auto f = std::make_unique<Fixture>(2, 2);
   constexpr int kRuns = 12;

@@ -49,20 +49,17 @@ RunHandle RunQueue::push(std::shared_ptr<RunHandle::State> st) {
   return h;
 }
 
-bool RunQueue::cancel_queued(const std::shared_ptr<RunHandle::State>& st, const std::string& reason) {
+std::optional<RunResult> RunQueue::cancel_queued(const std::shared_ptr<RunHandle::State>& st,
+                                                 const std::string& reason) {
   {
     std::lock_guard<std::mutex> g(mu_);
     auto it = std::find(q_.begin(), q_.end(), st);
-    if (it == q_.end()) return false;
+    if (it == q_.end()) return std::nullopt;
     q_.erase(it);
     queued_.fetch_sub(1, std::memory_order_release);
     outstanding_.fetch_sub(1, std::memory_order_seq_cst);
   }
-  RunResult r;
-  r.status = Status::Error(kWorkerCancelled, "cancelled before it started: " + reason);
-  r.outcome = Outcome::STOPPED;
-  finish(st, std::move(r));
-  return true;
+  return cancelled_before_start(reason);
 }
 
 RunResult RunQueue::cancelled_before_start(const std::string& reason) {

@@ -64,9 +64,10 @@ class RunQueue {
 
   // Queues a run; a handle that is already done when the queue is stopped.
   RunHandle push(std::shared_ptr<RunHandle::State> st);
-  // A queued run that has not started leaves the queue (its handle reports
-  // it cancelled); false when it is not queued.
-  bool cancel_queued(const std::shared_ptr<RunHandle::State>& st, const std::string& reason);
+  // A queued run that has not started leaves the queue: the result to finish
+  // it with (cancelled), which the caller finishes where on_done may run (it
+  // may be driving: WorkerImpl::hand_over); nothing when it is not queued.
+  std::optional<RunResult> cancel_queued(const std::shared_ptr<RunHandle::State>& st, const std::string& reason);
   // Runs still queued execute first; then the threads end. Idempotent.
   void stop();
   // Forget the threads without joining them (a forked copy of the owner).

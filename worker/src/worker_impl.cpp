@@ -500,7 +500,12 @@ bool WorkerImpl::cancel(const std::shared_ptr<RunHandle::State>& h, const std::s
     if (h->done) return false;
     if (h->run_id) return cancel_started();
   }
-  if (runs_.cancel_queued(h, reason)) return true;
+  if (std::optional<RunResult> r = runs_.cancel_queued(h, reason)) {
+    // Finished as any end: this thread may be driving (a queued detached
+    // run's function cancelling another, on the thread that started it).
+    hand_over(h, std::move(*r));
+    return true;
+  }
   // Between the queue and the start of the run: it starts cancelled.
   std::lock_guard<std::mutex> g(h->mu);
   if (h->done) return false;
