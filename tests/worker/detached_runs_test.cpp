@@ -371,19 +371,25 @@ TEST_CASE("a queued run cancelled from a function run on a driving thread is not
   Fixture f(1, 1);
   RunHandle first = f.call(300, 0, nullptr);  // the only slot, for 300 ms
   std::atomic<bool> in_cancel{false}, victim_ready{false};
+  std::atomic<std::thread::id> canceller_thread{};
   std::atomic<int> victim_done_in_cancel{-1};
   std::atomic<int> cancelled{-1};
   RunHandle victim;
   RunHandle canceller = f.w.submit_function(
       [&](Orchestrator&, const TaskArgsView&, const CallConfig&) {
         if (!victim_ready.load(std::memory_order_acquire)) return 1;  // 300 ms later: never
+        canceller_thread = std::this_thread::get_id();
         in_cancel = true;
         cancelled = victim.cancel("not wanted") ? 1 : 0;
         in_cancel = false;
         return 0;
       },
       {}, {}, nullptr, RunOptions{.detached = true});
-  victim = f.call(0, 1, [&](const RunResult&) { victim_done_in_cancel = in_cancel.load() ? 1 : 0; });
+  // Inside cancel(): on the canceller's thread while it is in the call (a
+  // finisher thread may run it meanwhile, which is not inside).
+  victim = f.call(0, 1, [&](const RunResult&) {
+    victim_done_in_cancel = in_cancel.load() && std::this_thread::get_id() == canceller_thread.load() ? 1 : 0;
+  });
   victim_ready.store(true, std::memory_order_release);
   CHECK_FALSE(canceller.done());  // both queued behind the first
   CHECK_FALSE(victim.done());
