@@ -21,10 +21,9 @@ std::shared_ptr<RunQueue::State> detached_run(int* on_done_calls) {
 }
 
 // Queued, then taken from the front as WorkerImpl::start_queued takes it.
-RunHandle push_and_take(RunQueue& q, const std::shared_ptr<RunQueue::State>& st) {
-  RunHandle h = q.push(st);
+void push_and_take(RunQueue& q, const std::shared_ptr<RunQueue::State>& st) {
+  REQUIRE_FALSE(q.push(st).has_value());  // queued, not refused
   REQUIRE(q.pop_detached() == st);
-  return h;
 }
 
 RunQueue::Execute no_thread_executes() {
@@ -40,11 +39,11 @@ TEST_CASE("a detached run put back without a slot is taken again first - nothing
   RunQueue q(0, 0, no_thread_executes());
   int calls = 0;
   auto st = detached_run(&calls);
-  RunHandle h = push_and_take(q, st);
+  push_and_take(q, st);
   CHECK(q.pop_detached() == nullptr);  // its start is unsettled: nothing overtakes it
   CHECK_FALSE(q.put_back(st).has_value());
   CHECK(calls == 0);
-  CHECK_FALSE(h.done());
+  CHECK_FALSE(st->finished.load());
   CHECK(q.pop_detached() == st);
   q.settle(st);
   CHECK(q.empty());
@@ -58,7 +57,7 @@ TEST_CASE("a run cancelled while taken goes back to put_back's caller to finish 
   RunQueue q(0, 0, no_thread_executes());
   int calls = 0;
   auto st = detached_run(&calls);
-  RunHandle h = push_and_take(q, st);
+  push_and_take(q, st);
   {
     // What RunHandle::cancel leaves on a run out of the queue and not begun.
     std::lock_guard<std::mutex> g(st->mu);
@@ -67,7 +66,7 @@ TEST_CASE("a run cancelled while taken goes back to put_back's caller to finish 
   }
   std::optional<RunResult> r = q.put_back(st);
   CHECK(calls == 0);
-  CHECK_FALSE(h.done());
+  CHECK_FALSE(st->finished.load());
   REQUIRE(r.has_value());
   CHECK(r->status.code == kWorkerCancelled);
   CHECK(r->status.message == "cancelled before it started: the client went away");
@@ -76,5 +75,25 @@ TEST_CASE("a run cancelled while taken goes back to put_back's caller to finish 
   CHECK(q.pop_detached() == nullptr);
   RunQueue::finish(st, std::move(*r));  // where the caller may run on_done
   CHECK(calls == 1);
-  CHECK(h.done());
+  CHECK(st->finished.load());
+}
+
+// Before, push itself finished a run refused after stop(): its on_done ran
+// on the submitter's thread, which may be driving the Worker (a queued
+// detached run's function submitting during close()).
+TEST_CASE("a run pushed after stop() goes back to push's caller to finish - no on_done inside push") {
+  RunQueue q(0, 0, no_thread_executes());
+  q.stop();
+  int calls = 0;
+  auto st = detached_run(&calls);
+  std::optional<RunResult> r = q.push(st);
+  CHECK(calls == 0);
+  CHECK_FALSE(st->finished.load());
+  REQUIRE(r.has_value());
+  CHECK(r->status.code == kWorkerClosed);
+  CHECK(r->status.message == "submit after close()");
+  CHECK(q.empty());
+  RunQueue::finish(st, std::move(*r));
+  CHECK(calls == 1);
+  CHECK(st->finished.load());
 }

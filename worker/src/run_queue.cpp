@@ -6,8 +6,24 @@
 
 namespace pto {
 
+namespace {
+// The Workers whose on_done this thread is inside (nested: an on_done may
+// cancel, and so finish, another run).
+thread_local std::vector<const WorkerImpl*> tl_on_done_of;
+}  // namespace
+
+bool RunQueue::in_on_done_of(const WorkerImpl* w) {
+  return std::find(tl_on_done_of.begin(), tl_on_done_of.end(), w) != tl_on_done_of.end();
+}
+
 void RunQueue::finish(const std::shared_ptr<RunHandle::State>& st, RunResult r) {
-  if (st->on_done) st->on_done(r);
+  if (st->on_done) {
+    struct Inside {
+      explicit Inside(const WorkerImpl* w) { tl_on_done_of.push_back(w); }
+      ~Inside() { tl_on_done_of.pop_back(); }
+    } inside(st->owner);
+    st->on_done(r);
+  }
   {
     std::lock_guard<std::mutex> g(st->mu);
     st->result = std::move(r);
@@ -17,16 +33,12 @@ void RunQueue::finish(const std::shared_ptr<RunHandle::State>& st, RunResult r) 
   st->cv.notify_all();
 }
 
-RunHandle RunQueue::push(std::shared_ptr<RunHandle::State> st) {
-  RunHandle h;
-  h.state_ = st;
+std::optional<RunResult> RunQueue::push(std::shared_ptr<RunHandle::State> st) {
   std::unique_lock<std::mutex> g(mu_);
   if (stop_) {
-    g.unlock();
     RunResult r;
     r.status = Status::Error(kWorkerClosed, "submit after close()");
-    finish(st, std::move(r));
-    return h;
+    return r;
   }
   // After every queued run of the same or a higher priority, looked for from
   // the back: that is where a run of the queue's common priority goes at
@@ -40,13 +52,13 @@ RunHandle RunQueue::push(std::shared_ptr<RunHandle::State> st) {
   queued_.fetch_add(1, std::memory_order_release);
   // A front that waits for its batch is taken by a thread running one of
   // the batch's runs: a thread woken (or started) now would only wait.
-  if (front_waits_locked()) return h;
+  if (front_waits_locked()) return std::nullopt;
   // A thread waiting for a slot takes the front when one frees: another
   // would only wait beside it.
   if (idle_ == 0 && slot_waiters_ == 0 && static_cast<int>(threads_.size()) < max_threads_)
     threads_.emplace_back([this] { main(); });
   cv_.notify_one();
-  return h;
+  return std::nullopt;
 }
 
 std::optional<RunResult> RunQueue::cancel_queued(const std::shared_ptr<RunHandle::State>& st,

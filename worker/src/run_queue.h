@@ -62,8 +62,10 @@ class RunQueue {
       : spin_us_(spin_us), max_threads_(threads), execute_(std::move(execute)) {}
   ~RunQueue() { stop(); }
 
-  // Queues a run; a handle that is already done when the queue is stopped.
-  RunHandle push(std::shared_ptr<RunHandle::State> st);
+  // Queues a run. Refused when the queue is stopped: the result to finish it
+  // with (kWorkerClosed), which the caller finishes where on_done may run
+  // (WorkerImpl::hand_over: the caller may be driving).
+  std::optional<RunResult> push(std::shared_ptr<RunHandle::State> st);
   // A queued run that has not started leaves the queue: the result to finish
   // it with (cancelled), which the caller finishes where on_done may run (it
   // may be driving: WorkerImpl::hand_over); nothing when it is not queued.
@@ -92,6 +94,10 @@ class RunQueue {
   void slot_freed();
   // Calls on_done, then marks the handle done and wakes its waiters.
   static void finish(const std::shared_ptr<RunHandle::State>& st, RunResult r);
+  // True inside an on_done of a run of `w` that finish() called on this
+  // thread: WorkerImpl::close() refuses there (it waits for every run to be
+  // finished, that one among them).
+  static bool in_on_done_of(const WorkerImpl* w);
 
  private:
   void main();

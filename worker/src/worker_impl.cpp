@@ -159,11 +159,19 @@ bool WorkerImpl::begin(const RunOptions& options, const std::shared_ptr<RunHandl
     std::unique_lock<std::mutex> lk(lock_.mu);
     // A run that does not wait never overtakes one that does.
     if (!wait_for_slot && slot_waiters_ > 0) return false;
-    while (!(run = graph_.begin_run(options))) {
+    for (;;) {
+      // Read under the lock before every try: close() sets it under this
+      // lock, then waits for the graph to empty. It used to be read only
+      // after a failed try: a run woken here by the end that freed a slot
+      // (or one that read it false above, just before close() set it) took
+      // the slot even when close(), woken by the same end, had already seen
+      // no run and gone on to stop the children (close_race_test).
       if (closing_) {
         if (handle) runs_.settle(handle);
         return fail(kWorkerClosed, "run after close()");
       }
+      run = graph_.begin_run(options);
+      if (run) break;
       if (!wait_for_slot) return false;
       ++slot_waiters_;
       // Its turn among the waiters is its place: a run taken from the queue
@@ -355,11 +363,7 @@ void WorkerImpl::finish_detached() {
   // A run taken here leaves the graph before its handle is handed over:
   // close(), which waits for the graph to empty, also waits for this count
   // (raised before the lock that takes the runs) to fall back.
-  handing_over_.fetch_add(1, std::memory_order_seq_cst);
-  struct Done {
-    std::atomic<int>& n;
-    ~Done() { n.fetch_sub(1, std::memory_order_seq_cst); }
-  } done{handing_over_};
+  HandingOver counted(handing_over_);
   // Until nothing is left to end: a run started here in a freed slot may
   // have ended at once.
   while (graph_.ending_count() != 0) {
@@ -420,7 +424,9 @@ RunHandle WorkerImpl::queue_run(OrchestrationFunction fn, TaskArgs args, CallCon
                              fmt::format("RunOptions::batch_width {} on a detached run: a batch's width bounds the "
                                          "runs that hold a run thread, and a detached run holds none",
                                          options.batch_width));
-    RunQueue::finish(st, std::move(r));
+    // Finished as any end: a function that a driving thread runs (a queued
+    // detached run's) may submit so.
+    hand_over(st, std::move(r));
     RunHandle h;
     h.state_ = st;
     return h;
@@ -443,7 +449,11 @@ RunHandle WorkerImpl::queue_run(OrchestrationFunction fn, TaskArgs args, CallCon
       return h;
     }
   }
-  return runs_.push(std::move(st));
+  // Refused after close() began: finished as any end (the same).
+  if (std::optional<RunResult> refused = runs_.push(st)) hand_over(st, std::move(*refused));
+  RunHandle h;
+  h.state_ = std::move(st);
+  return h;
 }
 
 bool WorkerImpl::wait(const std::shared_ptr<RunHandle::State>& h, std::chrono::milliseconds timeout) {
@@ -500,11 +510,19 @@ bool WorkerImpl::cancel(const std::shared_ptr<RunHandle::State>& h, const std::s
     if (h->done) return false;
     if (h->run_id) return cancel_started();
   }
-  if (std::optional<RunResult> r = runs_.cancel_queued(h, reason)) {
-    // Finished as any end: this thread may be driving (a queued detached
-    // run's function cancelling another, on the thread that started it).
-    hand_over(h, std::move(*r));
-    return true;
+  {
+    // Taken from the queue here, the run may be finished here (on_done):
+    // close() waits for this thread as for one that ended runs (it used to
+    // return while a racing cancel still ran on_done; close_race_test). Not
+    // counted before: a done handle's cancel does not touch its Worker,
+    // which may be gone.
+    HandingOver counted(handing_over_);
+    if (std::optional<RunResult> r = runs_.cancel_queued(h, reason)) {
+      // Finished as any end: this thread may be driving (a queued detached
+      // run's function cancelling another, on the thread that started it).
+      hand_over(h, std::move(*r));
+      return true;
+    }
   }
   // Between the queue and the start of the run: it starts cancelled.
   std::lock_guard<std::mutex> g(h->mu);
@@ -533,6 +551,13 @@ Status WorkerImpl::close() {
   }
   if (inside_own_run())
     return Status::Error(kWorkerInvalidArgument, "close() from inside an orchestration: return from it first");
+  // It would wait for itself: on a finisher or run thread it joined its own
+  // thread (std::terminate), in a waiter's or canceller's on_done it waited
+  // for its own count (close_race_test).
+  if (RunQueue::in_on_done_of(this))
+    return Status::Error(kWorkerInvalidArgument,
+                         "close() from inside an on_done of a run of the same Worker: close() waits for every run "
+                         "to be finished, that one among them");
   std::lock_guard<std::mutex> close_lock(close_mu_);
   runs_.stop();  // queued runs execute first
   {

@@ -172,7 +172,17 @@ class WorkerImpl {
   // the finisher when it parks.
   static thread_local std::vector<std::pair<std::shared_ptr<RunHandle::State>, RunResult>> unfinished_;
   std::atomic<int> waiters_{0};       // threads in wait(): close() waits for them
-  std::atomic<int> handing_over_{0};  // threads in finish_detached(): close() waits for them
+  // Threads that may finish a handle, or hand it to the finisher, after its
+  // run left the graph or the queue (finish_detached(), cancel()): close()
+  // waits for them.
+  std::atomic<int> handing_over_{0};
+  struct HandingOver {  // counts this thread in handing_over_ while it lives
+    std::atomic<int>& n;
+    explicit HandingOver(std::atomic<int>& count) : n(count) { n.fetch_add(1, std::memory_order_seq_cst); }
+    ~HandingOver() { n.fetch_sub(1, std::memory_order_seq_cst); }
+    HandingOver(const HandingOver&) = delete;
+    HandingOver& operator=(const HandingOver&) = delete;
+  };
   std::mutex close_mu_;               // one close() at a time
   std::atomic<bool> closing_{false};  // close() began: no new run starts
   SharedMapping arena_map_;

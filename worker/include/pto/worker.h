@@ -385,7 +385,7 @@ class Worker {
   RunHandle submit_function(OrchestrationFunction fn, TaskArgs args, CallConfig cfg);
   // The same, calling on_done(result) on the run thread when the run ends
   // (before wait() returns). on_done must not call into this Worker's run(),
-  // nor wait for another run. A detached run's on_done (RunOptions::detached)
+  // nor wait for another run; this Worker's close() there is refused. A detached run's on_done (RunOptions::detached)
   // runs on the thread in its wait() that ended it, the thread that started
   // it when it ended at once, or the Worker's finisher thread — never on a
   // thread while it drives the Worker.
