@@ -18,6 +18,7 @@
 #include <system_error>
 #include <vector>
 
+#include "client_fds.h"
 #include "fd_frames.h"
 #include "fd_wire.h"
 #include "job_manager.h"
@@ -145,7 +146,7 @@ void FdTransfers::accept_loop() {
       refusal.set_refused(true);
       (void)write_frame(c, refusal, MSG_DONTWAIT);
       refused_.fetch_add(1, std::memory_order_relaxed);
-      ::close(c);
+      close_client_connection(c);
       continue;
     }
     ++by_uid_[cr.uid];
@@ -169,7 +170,7 @@ void FdTransfers::spawn_locked(Conn k, Handoff h) {
     // its client connects again or takes gRPC.
     log("tensors")->warn("fd socket: no thread for a connection (uid {}): {}; it is closed", k.uid, e.what());
     if (job) jobs_->abandon_job(job);  // it goes on; its end is seen through Jobs.Result and Watch
-    ::close(k.c);
+    close_client_connection(k.c);
     --by_uid_[k.uid];
     --open_;
   }
@@ -185,7 +186,7 @@ void FdTransfers::reap_locked() {
 }
 
 void FdTransfers::close_conn(Conn k) {
-  ::close(k.c);
+  close_client_connection(k.c);  // descriptors still queued in it are let go of, not closed by the kernel here
   std::lock_guard<std::mutex> g(mu_);
   --by_uid_[k.uid];
   --open_;
@@ -268,7 +269,7 @@ bool FdTransfers::connection(Conn k, Handoff h) {
         fd = -1;  // serve() closed it
       }
     }
-    if (fd >= 0) ::close(fd);
+    release_client_fd(fd);  // never a close that waits on the client (client_fds.h)
     if (!write_frame(c, reply) || !keep || stopping) return false;
     // A connection that submits jobs waits for its next request with the
     // others' in the job loop: no thread of its own woken per job. One that
@@ -278,12 +279,17 @@ bool FdTransfers::connection(Conn k, Handoff h) {
 }
 
 pto::v1::FdReply FdTransfers::serve(const pto::v1::FdRequest& req, int fd, uid_t uid, Mappings& mappings) {
-  struct Close {
+  struct Release {
     int fd;
-    ~Close() { ::close(fd); }
-  } close_at_end{fd};
+    ~Release() { release_client_fd(fd); }
+  } release_at_end{fd};
   Principal who;
-  if (Status s = principals_.of_unix_peer(uid, req.token(), &who); !s.ok()) return reply_status(s, "fd socket");
+  if (Status s = principals_.of_unix_peer(uid, req.token(), &who); !s.ok()) {
+    // Logged as every refused identity is (start_submit, identify in
+    // services.cpp): token guesses through transfers left no trace before.
+    log("main")->warn("request from fd socket (uid {}) refused: {}", uid, s.message);
+    return reply_status(s, "fd socket");
+  }
   // Only a memfd can carry seals; F_SEAL_SHRINK keeps every page the daemon
   // maps in existence until it unmaps it.
   const int seals = fcntl(fd, F_GET_SEALS);

@@ -7,19 +7,18 @@
 #include <cerrno>
 #include <cstring>
 
+#include "client_fds.h"
 #include "fd_frames.h"
 
 namespace ptod {
 
-FdInbound::~FdInbound() {
-  if (fd_ >= 0) ::close(fd_);
-}
+FdInbound::~FdInbound() { release_client_fd(fd_); }
 
 FdInbound::FdInbound(FdInbound&& o) noexcept { *this = std::move(o); }
 
 FdInbound& FdInbound::operator=(FdInbound&& o) noexcept {
   if (this == &o) return *this;
-  if (fd_ >= 0) ::close(fd_);
+  release_client_fd(fd_);
   std::memcpy(head_, o.head_, sizeof head_);
   head_got_ = o.head_got_;
   started_at_ = o.started_at_;
@@ -29,6 +28,7 @@ FdInbound& FdInbound::operator=(FdInbound&& o) noexcept {
   announced_ = o.announced_;
   too_long_ = o.too_long_;
   truncated_ = o.truncated_;
+  fds_ = o.fds_;
   o.fd_ = -1;
   o.head_got_ = o.body_got_ = 0;
   o.body_.clear();
@@ -41,33 +41,30 @@ int FdInbound::take_fd() {
   return fd;
 }
 
+// One read with the descriptors that come with it: the first of the
+// frame's head is kept, the others let go of (release_client_fd). Every
+// read takes them, the body's too: read by recv(), those would be closed
+// by the kernel here - a close that may wait on the client.
+ssize_t FdInbound::receive(int c, void* into, size_t n, bool head) {
+  return receive_with_descriptors(
+      c, into, n,
+      [&](int fd) {
+        if (++fds_ > kMaxFdsPerRequest) truncated_ = true;
+        if (head && fd_ < 0)
+          fd_ = fd;
+        else
+          release_client_fd(fd);  // one descriptor per request: extra ones are not kept
+      },
+      &truncated_);
+}
+
 FdInbound::Step FdInbound::read(int c, std::optional<std::chrono::steady_clock::time_point> deadline) {
   for (;;) {
     ssize_t got = 0;
     if (head_got_ < sizeof head_) {
       // The length's bytes, and the descriptor that comes with them.
-      iovec iov{head_ + head_got_, sizeof head_ - head_got_};
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-      msghdr m{};
-      m.msg_iov = &iov;
-      m.msg_iovlen = 1;
-      m.msg_control = control;
-      m.msg_controllen = sizeof control;
-      got = ::recvmsg(c, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+      got = receive(c, head_ + head_got_, sizeof head_ - head_got_, true);
       if (got > 0) {
-        if (m.msg_flags & MSG_CTRUNC) truncated_ = true;
-        for (cmsghdr* h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
-          if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
-            const size_t n = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (size_t i = 0; i < n; ++i) {
-              int one = -1;
-              std::memcpy(&one, CMSG_DATA(h) + i * sizeof(int), sizeof one);
-              if (fd_ < 0)
-                fd_ = one;
-              else
-                ::close(one);  // one descriptor per request: extra ones are not kept
-            }
-          }
         if (head_got_ == 0) started_at_ = std::chrono::steady_clock::now();
         head_got_ += static_cast<size_t>(got);
         if (head_got_ == sizeof head_) {
@@ -81,7 +78,7 @@ FdInbound::Step FdInbound::read(int c, std::optional<std::chrono::steady_clock::
         continue;
       }
     } else if (body_got_ < body_.size()) {
-      got = ::recv(c, body_.data() + body_got_, body_.size() - body_got_, MSG_DONTWAIT);
+      got = receive(c, body_.data() + body_got_, body_.size() - body_got_, false);
       if (got > 0) {
         body_got_ += static_cast<size_t>(got);
         continue;

@@ -4,6 +4,8 @@
 // sent whole or in parts. The bytes' meaning is fd_frames.h's.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -15,8 +17,8 @@
 namespace ptod {
 
 // One request frame: its length, its bytes, and the descriptor that came
-// with its first bytes (SCM_RIGHTS; at most one is kept, extra ones are
-// closed at once).
+// with its first bytes (SCM_RIGHTS; at most one is kept, extra ones are let
+// go of at once: release_client_fd).
 class FdInbound {
  public:
   enum class Step {
@@ -42,14 +44,18 @@ class FdInbound {
   // The length announced is beyond kMaxFdFrame (nothing was allocated for it).
   bool too_long() const { return too_long_; }
   uint32_t announced() const { return announced_; }  // the length its first 4 bytes gave
-  // More descriptors or control data came than the frame may carry.
+  // More descriptors came than a request may carry (kMaxFdsPerRequest), or
+  // more control data than a message may.
   bool truncated() const { return truncated_; }
+  static constexpr int kMaxFdsPerRequest = 4;
   const uint8_t* body() const { return body_.data(); }
   size_t size() const { return body_.size(); }
   // The descriptor that came with the frame (-1: none), now the caller's.
   int take_fd();
 
  private:
+  ssize_t receive(int c, void* into, size_t n, bool head);
+
   uint8_t head_[4] = {};
   size_t head_got_ = 0;
   std::chrono::steady_clock::time_point started_at_;
@@ -59,6 +65,7 @@ class FdInbound {
   uint32_t announced_ = 0;
   bool too_long_ = false;
   bool truncated_ = false;
+  int fds_ = 0;  // descriptors that came with it
 };
 
 // A reply as a frame's bytes: the little-endian length, then the FdReply.

@@ -4,6 +4,8 @@
 // a well-behaved client never sends.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -315,6 +317,8 @@ TEST_CASE("the fd socket knows principals: a tensor is its owner's, an unknown t
   auto stranger = client(d.address(), true, "no-such-token-000000000");
   CHECK(static_cast<SC>(stranger->upload("x", {4096}, PTO_UINT8, bytes.data(), bytes.size()).status.code) ==
         SC::UNAUTHENTICATED);
+  // Logged, as a refused gRPC request or fd submit is (it was not before).
+  CHECK(eventually([&] { return d.log().find("request from fd socket (uid") != std::string::npos; }, 5000));
 }
 
 namespace {
@@ -362,6 +366,71 @@ bool in_loop(const DaemonProcess& d, Raw& raw) {
     if (loop_jobs(d) > before) return true;
   }
   return false;
+}
+
+// A loopback TCP socket whose last close() waits for its linger time (30 s):
+// data queued that its peer - open, never reading - does not take.
+struct LingeringSocket {
+  int s = -1, peer = -1, listener = -1;
+  LingeringSocket() {
+    const int small = 4096;
+    listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(setsockopt(listener, SOL_SOCKET, SO_RCVBUF, &small, sizeof small) == 0);  // the peer inherits it
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    REQUIRE(::bind(listener, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(listener, 1) == 0);
+    REQUIRE(getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(setsockopt(s, SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0);
+    REQUIRE(::connect(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+    peer = ::accept(listener, nullptr, nullptr);
+    REQUIRE(peer >= 0);
+    // Until both buffers are full: five tries 20 ms apart take nothing.
+    const std::string chunk(65536, 'x');
+    for (int idle = 0; idle < 5;) {
+      if (::send(s, chunk.data(), chunk.size(), MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
+        idle = 0;
+      } else {
+        ++idle;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    const linger l{1, 30};
+    REQUIRE(setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+  }
+  // The test's copy: the daemon's is then the last.
+  void close_own() { ::close(std::exchange(s, -1)); }
+  ~LingeringSocket() {
+    for (int fd : {s, peer, listener})
+      if (fd >= 0) ::close(fd);
+  }
+};
+
+// A request frame with descriptors attached to its first bytes.
+void send_with_fds(int c, const v1::FdRequest& req, const std::vector<int>& fds) {
+  std::string frame = req.SerializeAsString();
+  const auto n = static_cast<uint32_t>(frame.size());
+  frame.insert(0, std::string{char(n), char(n >> 8), char(n >> 16), char(n >> 24)});
+  iovec iov{frame.data(), frame.size()};
+  std::vector<char> control(CMSG_SPACE(fds.size() * sizeof(int)));
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control.data();
+  m.msg_controllen = control.size();
+  cmsghdr* h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+  std::memcpy(CMSG_DATA(h), fds.data(), fds.size() * sizeof(int));
+  REQUIRE(::sendmsg(c, &m, MSG_NOSIGNAL) == ssize_t(frame.size()));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
@@ -693,4 +762,94 @@ TEST_CASE("the fd socket's job loop with one job at a time: jobs beyond a round'
   }
   CHECK(all.size() == size_t(kConns * kRounds));
   for (auto& c : conns) CHECK(in_loop(d, *c));  // back in the loop, each
+}
+
+// The daemon closed a client's descriptors where they arrived: an extra one
+// on the job loop's thread (the loop stopped for every fd-socket job client
+// until that close() returned), a refused one on the connection's thread
+// before its reply (and stop() joins that thread), those still queued in a
+// connection it closed (the kernel closes them) on the closing thread. A close can wait as long
+// as the client wants: a TCP socket with SO_LINGER and data its peer does
+// not take waits its linger time (here 30 s; Raw gives up after 10 s).
+TEST_CASE("a client's descriptor whose close() would wait holds up neither the job loop nor a reply") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  const std::string path = d.address().substr(5) + ".fd";
+  REQUIRE(client(d.address(), false)->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  v1::FdReply r;
+  {
+    Raw other(path), sender(path);
+    REQUIRE(in_loop(d, other));
+    REQUIRE(in_loop(d, sender));
+    LingeringSocket ls;
+    const int m = sealed_memfd(4096);
+    // A job with two descriptors, read by the loop: the memfd is kept (and
+    // the connection handed to a thread, which closes it), the socket is
+    // let go of on the loop's thread.
+    const auto t0 = std::chrono::steady_clock::now();  // whichever close is the last may wait
+    send_with_fds(sender.s, submit_of("noop", 10000), {m, ls.s});
+    ::close(m);
+    ls.close_own();
+    REQUIRE(sender.reply(&r));
+    CHECK(r.code() == 0);
+    CHECK(r.submit().result().state() == v1::SUCCEEDED);
+    // Another client's job through the loop meanwhile.
+    REQUIRE(other.try_call(submit_of("noop", 10000), -1, &r));
+    CHECK(r.submit().state() == v1::SUCCEEDED);
+    CHECK(seconds_since(t0) < 5);
+  }
+  {
+    // A transfer whose descriptor is the socket: refused at once.
+    Raw raw(path);
+    LingeringSocket ls;
+    const auto t0 = std::chrono::steady_clock::now();
+    raw.send(upload_of("x", 4096).SerializeAsString(), ls.s);
+    ls.close_own();
+    REQUIRE(raw.reply(&r));
+    CHECK(static_cast<SC>(r.code()) == SC::INVALID_ARGUMENT);
+    CHECK_THAT(r.message(), Catch::Contains("must be a memfd"));
+    CHECK(seconds_since(t0) < 5);
+    // Neither a memfd nor a socket: closed on the closer thread - closed
+    // all the same (the pipe's reader sees its end).
+    int p[2];
+    REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+    raw.send(upload_of("x", 4096).SerializeAsString(), p[1]);
+    ::close(p[1]);
+    REQUIRE(raw.reply(&r));
+    CHECK_THAT(r.message(), Catch::Contains("must be a memfd"));
+    pollfd end{p[0], POLLIN, 0};
+    CHECK(::poll(&end, 1, 5000) == 1);
+    char byte = 0;
+    CHECK(::read(p[0], &byte, 1) == 0);
+    ::close(p[0]);
+  }
+  {
+    // A connection the loop closes with a descriptor still queued in it:
+    // a job, then a byte carrying the socket, then the client goes - the
+    // job's answer finds it gone, and the loop closes the connection.
+    Raw other(path), leaving(path);
+    REQUIRE(in_loop(d, other));
+    REQUIRE(in_loop(d, leaving));
+    LingeringSocket ls;
+    const auto t0 = std::chrono::steady_clock::now();
+    leaving.send(submit_of("noop", 10000).SerializeAsString(), -1);
+    REQUIRE(pto::send_with_fd(leaving.s, "x", 1, ls.s) == 1);
+    ls.close_own();
+    ::close(std::exchange(leaving.s, -1));
+    REQUIRE(other.try_call(submit_of("noop", 10000), -1, &r));
+    CHECK(r.submit().state() == v1::SUCCEEDED);
+    CHECK(seconds_since(t0) < 5);
+  }
+  // More than 4 descriptors with one request: refused, the connection closed.
+  {
+    Raw raw(path);
+    std::vector<int> fds;
+    for (int i = 0; i < 5; ++i) fds.push_back(sealed_memfd(4096));
+    send_with_fds(raw.s, upload_of("y", 4096), fds);
+    for (int fd : fds) ::close(fd);
+    REQUIRE(raw.reply(&r));
+    CHECK(static_cast<SC>(r.code()) == SC::INVALID_ARGUMENT);
+    CHECK_THAT(r.message(), Catch::Contains("too many descriptors"));
+    CHECK_FALSE(raw.reply(&r));
+  }
 }
