@@ -45,9 +45,9 @@ ssize_t receive_with_descriptors(int c, void* into, size_t n, F&& on_fd, bool* c
 }
 
 // Lets go of a client's descriptor without waiting: a memfd (the only kind
-// the daemon uses; any tmpfs file) and a plain TCP socket (abortively:
-// SO_LINGER 0, its peer may see a reset) are closed here, anything else on
-// closer threads of the process's own. Negative: nothing.
+// the daemon uses; any tmpfs file) and a TCP socket that does not linger
+// are closed here, anything else on closer threads of the process's own.
+// Negative: nothing.
 void release_client_fd(int fd);
 
 // Closes a connection of the fd socket: descriptors the client sent that

@@ -476,7 +476,17 @@ void FdTransfers::stop() {
     ended_.clear();
   }
   for (auto& [id, t] : left) t.join();
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    // Connections not accepted yet may carry descriptors: closing the
+    // listener would have the kernel close them here.
+    (void)fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
+    for (;;) {
+      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) break;
+      close_client_connection(c);
+    }
+    ::close(fd_);
+  }
   if (wake_ >= 0) ::close(wake_);
   if (adopted_wake_ >= 0) ::close(adopted_wake_);
   fd_ = wake_ = adopted_wake_ = -1;

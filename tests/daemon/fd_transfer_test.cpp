@@ -401,7 +401,9 @@ struct LingeringSocket {
     const linger l{1, 30};
     REQUIRE(setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
   }
-  // The test's copy: the daemon's is then the last.
+  // The test's copy, while the daemon's is on its way (in a socket's
+  // queue): the daemon's is then the last, and its close the one that
+  // waits (until the peer closes, at the end of the block).
   void close_own() { ::close(std::exchange(s, -1)); }
   ~LingeringSocket() {
     for (int fd : {s, peer, listener})
@@ -770,12 +772,19 @@ TEST_CASE("the fd socket's job loop with one job at a time: jobs beyond a round'
 // before its reply (and stop() joins that thread), those still queued in a
 // connection it closed (the kernel closes them) on the closing thread. A close can wait as long
 // as the client wants: a TCP socket with SO_LINGER and data its peer does
-// not take waits its linger time (here 30 s; Raw gives up after 10 s).
+// not take waits its linger time (here 30 s; Raw gives up after 10 s; the
+// fix answers in milliseconds, the 300 ms naps aside).
 TEST_CASE("a client's descriptor whose close() would wait holds up neither the job loop nor a reply") {
   DaemonProcess d;
   REQUIRE(d.up());
   const std::string path = d.address().substr(5) + ".fd";
-  REQUIRE(client(d.address(), false)->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  auto g = client(d.address(), false);
+  REQUIRE(g->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  REQUIRE(g->register_import(NATIVE_SUBS, "pto_test_sleep", "sleep").ok());
+  // A job of 300 ms first, so that the daemon reads the request with the
+  // socket only after the test closed its own copy.
+  v1::FdRequest nap = submit_of("sleep", 10000);
+  nap.mutable_submit()->mutable_args()->add_scalars(300);
   v1::FdReply r;
   {
     Raw other(path), sender(path);
@@ -783,34 +792,40 @@ TEST_CASE("a client's descriptor whose close() would wait holds up neither the j
     REQUIRE(in_loop(d, sender));
     LingeringSocket ls;
     const int m = sealed_memfd(4096);
-    // A job with two descriptors, read by the loop: the memfd is kept (and
-    // the connection handed to a thread, which closes it), the socket is
-    // let go of on the loop's thread.
-    const auto t0 = std::chrono::steady_clock::now();  // whichever close is the last may wait
+    // A job with two descriptors, read by the loop once the nap's
+    // connection is back in it: the memfd is kept (and the connection
+    // handed to a thread, which closes it), the socket is let go of on the
+    // loop's thread.
+    const auto t0 = std::chrono::steady_clock::now();
+    sender.send(nap.SerializeAsString(), -1);
     send_with_fds(sender.s, submit_of("noop", 10000), {m, ls.s});
     ::close(m);
     ls.close_own();
+    REQUIRE(sender.reply(&r));  // the nap
     REQUIRE(sender.reply(&r));
     CHECK(r.code() == 0);
     CHECK(r.submit().result().state() == v1::SUCCEEDED);
     // Another client's job through the loop meanwhile.
     REQUIRE(other.try_call(submit_of("noop", 10000), -1, &r));
     CHECK(r.submit().state() == v1::SUCCEEDED);
-    CHECK(seconds_since(t0) < 5);
+    CHECK(seconds_since(t0) < 8);
   }
   {
-    // A transfer whose descriptor is the socket: refused at once.
+    // A transfer whose descriptor is the socket, after a nap: refused at once.
     Raw raw(path);
     LingeringSocket ls;
     const auto t0 = std::chrono::steady_clock::now();
+    raw.send(nap.SerializeAsString(), -1);
     raw.send(upload_of("x", 4096).SerializeAsString(), ls.s);
     ls.close_own();
+    REQUIRE(raw.reply(&r));  // the nap
     REQUIRE(raw.reply(&r));
     CHECK(static_cast<SC>(r.code()) == SC::INVALID_ARGUMENT);
     CHECK_THAT(r.message(), Catch::Contains("must be a memfd"));
-    CHECK(seconds_since(t0) < 5);
-    // Neither a memfd nor a socket: closed on the closer thread - closed
-    // all the same (the pipe's reader sees its end).
+    CHECK(seconds_since(t0) < 8);
+    // Neither a memfd nor a TCP socket: closed on a closer thread - closed
+    // all the same (the pipe's reader sees its end), though one closer
+    // waits on the socket.
     int p[2];
     REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
     raw.send(upload_of("x", 4096).SerializeAsString(), p[1]);
@@ -838,7 +853,7 @@ TEST_CASE("a client's descriptor whose close() would wait holds up neither the j
     ::close(std::exchange(leaving.s, -1));
     REQUIRE(other.try_call(submit_of("noop", 10000), -1, &r));
     CHECK(r.submit().state() == v1::SUCCEEDED);
-    CHECK(seconds_since(t0) < 5);
+    CHECK(seconds_since(t0) < 8);
   }
   // More than 4 descriptors with one request: refused, the connection closed.
   {

@@ -47,9 +47,9 @@ struct Fixture {
 // before close() set it.) A run that has not begun when close() begins is
 // refused.
 TEST_CASE("a run waiting for a slot when close() begins is refused - it never begins under a closing Worker") {
-  for (int round = 0; round < 12; ++round) {
+  for (int round = 0; round < 10; ++round) {
     Fixture f(1);
-    RunHandle holder = f.call(100, nullptr);  // the only slot, for ~100 ms
+    RunHandle holder = f.call(500, nullptr);  // the only slot, for ~500 ms (room for a slow start)
     std::promise<RunResult> waited;
     std::future<RunResult> result = waited.get_future();
     std::thread waiter([&] { waited.set_value(f.w.run(f.one_task(0))); });
@@ -73,14 +73,14 @@ TEST_CASE("a run waiting for a slot when close() begins is refused - it never be
 // on_done still ran.
 TEST_CASE("close() waits for a cancel that is finishing a queued run's handle") {
   Fixture f(1);
-  RunHandle first = f.call(100, nullptr);  // holds the only slot
+  RunHandle first = f.call(1000, nullptr);  // holds the only slot: the cancel comes well within it
   // Read on this thread after the others joined (Catch's checks are not
   // thread-safe).
   std::atomic<bool> entered{false}, left{false}, cancelled_status{false}, cancel_said{false};
   RunHandle queued = f.call(0, [&](const RunResult& r) {
     cancelled_status = r.status.code == kWorkerCancelled;
     entered = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // longer than `first` lasts
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // longer than `first` lasts
     left = true;
   });
   std::thread canceller([&] { cancel_said = queued.cancel("the test cancels it"); });
