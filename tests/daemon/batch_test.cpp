@@ -209,7 +209,7 @@ TEST_CASE("a waited batch's ended jobs are seen by others while its last job sti
   v1::SubmitBatchRequest batch;
   constexpr int kQuick = 20;
   for (int i = 0; i < kQuick; ++i) *batch.add_jobs() = job("noop");
-  *batch.add_jobs() = sleep_job(2000);
+  *batch.add_jobs() = sleep_job(4000);
   batch.set_wait_ms(60000);
   std::atomic<bool> returned{false};
   pto::client::Result<v1::SubmitBatchReply> r;
@@ -224,7 +224,7 @@ TEST_CASE("a waited batch's ended jobs are seen by others while its last job sti
     for (const auto& j : l.value.jobs()) n += j.state() == v1::SUCCEEDED;
     return n;
   };
-  const bool seen = eventually([&] { return succeeded() == kQuick; }, 1500);
+  const bool seen = eventually([&] { return succeeded() == kQuick; }, 3000);
   const bool early = !returned;
   t.join();
   INFO(r.status.message);

@@ -145,7 +145,7 @@ TEST_CASE("SIGTERM drains - the running job completes - new jobs are refused - e
   REQUIRE(d.up());
   auto c = connect(d);
   REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
-  auto sub = c->submit(sleep_job("sleep", 800));
+  auto sub = c->submit(sleep_job("sleep", 3000));  // room for the watch, the signal and the refused submit
   REQUIRE(sub.ok());
   REQUIRE(eventually([&] { return c->result(sub.value.job_id()).value.state() == v1::RUNNING; }, 10000));
   v1::JobResult watched;
@@ -162,7 +162,7 @@ TEST_CASE("SIGTERM drains - the running job completes - new jobs are refused - e
   });
   auto attached_f = attached.get_future();
   const bool watching = attached_f.wait_for(std::chrono::seconds(10)) == std::future_status::ready && attached_f.get();
-  if (!watching) watcher.join();  // it ended, or ends with the 800 ms job
+  if (!watching) watcher.join();  // it ended, or ends with the 3 s job
   REQUIRE(watching);
   kill(d.pid(), SIGTERM);
   // While draining: refused, and health says NOT_SERVING.
@@ -662,6 +662,7 @@ TEST_CASE("systemd notification - READY after start - WATCHDOG when asked - STOP
     drain(300);
     CHECK(d.stop(0) == 0);
   }
+  drain(100);  // what came after those 300 ms waits in the socket
   CHECK_THAT(seen, Catch::Contains("STOPPING=1"));
   close(fd);
   std::filesystem::remove_all(dir);

@@ -54,7 +54,7 @@ TEST_CASE("health: Check and Watch per service - a watcher is told NOT_SERVING a
   // A running job keeps the drain going while the watcher reads.
   v1::SubmitRequest job;
   job.mutable_callable()->set_name("sleep");
-  job.mutable_args()->add_scalars(800);  // ms
+  job.mutable_args()->add_scalars(2000);  // ms: room for the watch and the signal
   auto sub = c->submit(job);
   REQUIRE(sub.ok());
   REQUIRE(eventually([&] { return c->result(sub.value.job_id()).value.state() == v1::RUNNING; }, 10000));

@@ -102,7 +102,7 @@ TEST_CASE("an orchestration that crashes, exits or aborts fails its job naming i
 
 TEST_CASE("a library whose constructor crashes or never returns is refused at Register - ptod goes on and stops") {
   const std::string dir = make_temp_dir("ptod-iso");
-  std::ofstream(dir + "/ptod.toml") << "[worker]\nrunner_load_timeout_ms = 500\n";
+  std::ofstream(dir + "/ptod.toml") << "[worker]\nrunner_load_timeout_ms = 2000\n";  // register_fixtures loads six
   DaemonProcess d({"--config", dir + "/ptod.toml"});
   REQUIRE(d.up());
   auto c = connect(d);
@@ -114,8 +114,8 @@ TEST_CASE("a library whose constructor crashes or never returns is refused at Re
   auto hang = c->register_import(HANG_CTOR, "pto_test_never_reached", "bad2", true);
   INFO(hang.status.message);
   CHECK_FALSE(hang.ok());
-  CHECK(hang.status.message.find("did not finish loading within 500 ms") != std::string::npos);
-  CHECK(ms_since(t0) < 3000);
+  CHECK(hang.status.message.find("did not finish loading within 2000 ms") != std::string::npos);
+  CHECK(ms_since(t0) < 8000);
   // Later orchestration registrations work.
   register_fixtures(*c);
   const auto s0 = std::chrono::steady_clock::now();
@@ -288,7 +288,7 @@ TEST_CASE("a one-task job is served while a 2,000-task job runs (round robin bet
   register_fixtures(*c);
   auto idle = c->run(job("noop"));
   REQUIRE(idle.ok());
-  auto big = c->submit(job("pto_test_orch_sleeps", {2000, 1}));  // ~1 s of work on two sub workers
+  auto big = c->submit(job("pto_test_orch_sleeps", {4000, 1}));  // ~2 s of work on two sub workers
   REQUIRE(big.ok());
   std::string last;
   const bool going = eventually([&] {
@@ -307,6 +307,6 @@ TEST_CASE("a one-task job is served while a 2,000-task job runs (round robin bet
   REQUIRE(still.ok());
   INFO("one-task job " << ms << " ms while the big job had " << still.value.tasks_succeeded() << " tasks done");
   CHECK(still.value.state() == v1::RUNNING);
-  CHECK(ms < 100);  // FIFO would have waited for the rest of the big job
+  CHECK(ms < 500);  // FIFO would have waited for the rest of the big job (1.8 s)
   REQUIRE(c->cancel(big.value.job_id()).ok());
 }

@@ -131,7 +131,7 @@ TEST_CASE("Ctrl-C on ptoctl submit: the job goes on and ptoctl says how to follo
           return running(*c, id);
         },
         20000));
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // ptoctl follows it by now
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));  // ptoctl follows it by now (the job takes 2 s)
     kill(p.pid, SIGINT);
     std::string text;
     const int rc = p.finish(&text);

@@ -94,7 +94,7 @@ TEST_CASE("an orchestration in a runner submits, allocates and scopes as in-proc
 
 TEST_CASE("warm runners: one per library, symbol and principal, gone after idle_ms, never after a failure") {
   RunnerConfig rc;
-  rc.idle_ms = 500;
+  rc.idle_ms = 2000;  // alice's first runner stays warm through the forks and runs below
   Fixture f(rc);
   REQUIRE(f.run("pto_test_orch_subs", {}, "alice").ok());
   REQUIRE(f.run("pto_test_orch_subs", {}, "alice").ok());
@@ -111,8 +111,8 @@ TEST_CASE("warm runners: one per library, symbol and principal, gone after idle_
   CHECK(runner_pids(f.w).size() == 3);
   // Idle for idle_ms: killed and reaped (no zombie left).
   std::set<int> warm = runner_pids(f.w);
-  CHECK(eventually([&] { return f.pool.stats().idle == 0; }, 3000));
-  for (int pid : warm) CHECK(eventually([&] { return process_gone(pid); }, 3000));
+  CHECK(eventually([&] { return f.pool.stats().idle == 0; }, 10000));
+  for (int pid : warm) CHECK(eventually([&] { return process_gone(pid); }, 10000));
   REQUIRE(f.run("pto_test_orch_subs", {}, "alice").ok());
   CHECK(f.pool.stats().started == 5);  // 3 kept, the crashed one, and this one
 }
@@ -313,7 +313,7 @@ TEST_CASE("a hung orchestration ends with its run: cancel and deadline kill the 
     REQUIRE(h.cancel("stop it"));
     const RunResult& r = h.result();
     CHECK(r.status.code == kWorkerCancelled);
-    CHECK(double(now_ns() - t0) / 1e6 < 100);
+    CHECK(double(now_ns() - t0) / 1e6 < 1000);  // it would hang for ever
   }
   SECTION("deadline") {
     const uint64_t t0 = now_ns();
@@ -363,7 +363,7 @@ TEST_CASE("a runner stopped while its library loads is noticed by its heartbeat,
 
 TEST_CASE("checking a library in a runner: constructors that crash or hang cost a runner, not this process") {
   RunnerConfig rc;
-  rc.load_timeout_ms = 300;
+  rc.load_timeout_ms = 1500;  // the sound library's fork and load too, on a loaded host
   RunnerPool pool(rc);
   CHECK(pool.check_library(RUNNER_ORCHS, "pto_test_orch_subs").ok());
   Status missing = pool.check_library(RUNNER_ORCHS, "no_such_symbol");
@@ -375,8 +375,8 @@ TEST_CASE("checking a library in a runner: constructors that crash or hang cost 
   const uint64_t t0 = now_ns();
   Status hang = pool.check_library(HANG_CTOR, "pto_test_never_reached");
   INFO(hang.message);
-  CHECK(hang.message.find("did not finish loading within 300 ms") != std::string::npos);
-  CHECK(double(now_ns() - t0) / 1e6 < 1500);
+  CHECK(hang.message.find("did not finish loading within 1500 ms") != std::string::npos);
+  CHECK(double(now_ns() - t0) / 1e6 < 6000);
   Status nofile = pool.check_library("/nonexistent/lib.so", "x");
   CHECK(nofile.message.find("cannot load '/nonexistent/lib.so'") != std::string::npos);
   CHECK(pool.stats().failed == 2);

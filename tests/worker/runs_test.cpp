@@ -86,10 +86,9 @@ TEST_CASE("two runs on disjoint tensors overlap in time") {
   REQUIRE(a.result().ok());
   REQUIRE(b.result().ok());
   const double wall_ms = double(now_ns() - t0) / 1e6;
-  INFO("wall " << wall_ms << " ms");
+  INFO("wall " << wall_ms << " ms");  // 300+ run together, 600+ one after the other
   CHECK(f.start(1) < f.end(0));  // both were running at once
   CHECK(f.start(0) < f.end(1));
-  CHECK(wall_ms < 550);  // not 600+: they overlapped
 }
 
 TEST_CASE("runs that write one tensor run in submission order - runs that read it run together") {
@@ -227,7 +226,7 @@ TEST_CASE("priorities: a HIGH run's task goes before the queued tasks of a LOW r
   RunHandle low = f.w.submit_function(
       [&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
         for (int i = 0; i < 100; ++i)
-          if (!o.submit_sub(f.stamp_h, TaskArgs().add_tensor(f.times, NO_DEP).add_tensor(x, NO_DEP).add_scalar(5))
+          if (!o.submit_sub(f.stamp_h, TaskArgs().add_tensor(f.times, NO_DEP).add_tensor(x, NO_DEP).add_scalar(10))
                    .ok())
             return 1;
         return 0;
@@ -239,7 +238,10 @@ TEST_CASE("priorities: a HIGH run's task goes before the queued tasks of a LOW r
   REQUIRE(high.result().ok());
   const double ms = double(now_ns() - t0) / 1e6;
   INFO("HIGH task latency " << ms << " ms, " << low.progress().finished << " LOW tasks done");
-  CHECK(ms < 50);  // at most the LOW task in progress (5 ms) ahead of it
+  // At most the LOW task in progress (10 ms) ahead of it, ~12 ms alone on
+  // the machine; FIFO would take ~1 s (the LOW tasks left). Wide for a
+  // loaded host under TSan.
+  CHECK(ms < 300);
   CHECK(low.progress().finished < 90);
   REQUIRE(low.result().ok());
 }
@@ -350,7 +352,7 @@ TEST_CASE("cancelling a running run stops its running task at once - the child i
   const RunResult& r = slow.result();
   const double ms = double(now_ns() - t0) / 1e6;
   INFO(r.status.message << " after " << ms << " ms");
-  CHECK(ms < 100);
+  CHECK(ms < 1000);  // the task would run 10 s
   CHECK(r.status.code == kWorkerCancelled);
   CHECK(r.tasks_stopped == 1);
   REQUIRE(r.failures.size() == 1);
