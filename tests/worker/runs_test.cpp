@@ -383,6 +383,46 @@ TEST_CASE("a queued run that is cancelled never starts") {
   CHECK(f.start(1) == 0);
 }
 
+// A queue thread takes the next run and waits with it for a slot, out of
+// the queue: a cancel then found nothing queued and marked the handle, and
+// the run began cancelled when the slot came - its function called (its
+// submits refused). A queued run never starts: not its function either.
+TEST_CASE("a run cancelled while a queue thread waits with it for a slot never calls its function") {
+  Fixture f(1, /*max_runs=*/1);
+  ContinuousTensor x = buffer(f.w);
+  // The one slot, held 2 s by a detached run that starts on this thread
+  // (nothing is queued): the one queue thread stays free.
+  RunHandle first = f.stamp_run(x, INOUT, 2000, 0, RunOptions{.detached = true});
+  REQUIRE(eventually([&] { return f.start(0) != 0; }));
+  std::atomic<bool> called{false};
+  RunHandle waiting = f.w.submit_function(
+      [&](Orchestrator&, const TaskArgsView&, const CallConfig&) {
+        called = true;
+        return 0;
+      },
+      {}, {}, nullptr, {});
+  // The queue thread takes it at once and waits in its start for the slot.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const uint64_t t0 = now_ns();
+  REQUIRE(waiting.cancel("not wanted"));
+  REQUIRE(waiting.wait(std::chrono::seconds(30)));
+  const double ms = double(now_ns() - t0) / 1e6;
+  const RunResult& r = waiting.result();
+  INFO(r.status.message << ", ended " << ms << " ms after the cancel");
+  CHECK_FALSE(called.load());
+  CHECK(r.status.code == kWorkerCancelled);
+  CHECK(r.status.message == "cancelled before it started: not wanted");
+  CHECK(r.outcome == Outcome::STOPPED);
+  CHECK(r.start_ns == 0);  // it never began
+  CHECK(r.tasks_submitted == 0);
+  CHECK(ms < 1000);  // the cancel woke its wait: not ended when the slot freed (~1.7 s on)
+  CHECK(first.progress().running);
+  REQUIRE(first.wait(std::chrono::seconds(30)));
+  REQUIRE(first.result().ok());
+  // The slot serves on.
+  CHECK(f.w.run_function([](Orchestrator&, const TaskArgsView&, const CallConfig&) { return 0; }, {}, {}, {}).ok());
+}
+
 TEST_CASE("timeout_ms holds for sub tasks") {
   Fixture f(1);
   ContinuousTensor x = buffer(f.w);

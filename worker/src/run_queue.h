@@ -98,6 +98,9 @@ class RunQueue {
   // thread: WorkerImpl::close() refuses there (it waits for every run to be
   // finished, that one among them).
   static bool in_on_done_of(const WorkerImpl* w);
+  // The result of a run cancelled before it began (kWorkerCancelled,
+  // STOPPED), here and in WorkerImpl::begin.
+  static RunResult cancelled_before_start(const std::string& reason);
 
  private:
   void main();
@@ -110,7 +113,6 @@ class RunQueue {
   // handle's lock (a second cancel may write it meanwhile); none if none was.
   static std::optional<std::string> cancel_requested(const std::shared_ptr<RunHandle::State>& st);
   void settle_locked(RunHandle::State& st);
-  static RunResult cancelled_before_start(const std::string& reason);
 
   // The front run belongs to a batch with batch_width runs in flight: it
   // waits, and so does what is queued behind it.

@@ -152,46 +152,61 @@ bool WorkerImpl::begin(const RunOptions& options, const std::shared_ptr<RunHandl
   if (inside_own_run()) return fail(kWorkerInvalidArgument, "run() from inside an orchestration of the same Worker");
   if (life_.closed || closing_) return fail(kWorkerClosed, "run after close()");
   if (!life_.initialized) return fail(kWorkerInvalidArgument, "run before init()");
+  // A handle's lock is held with the engine's while the run takes its slot
+  // and the handle learns its run: a cancel (under the handle's lock) finds
+  // the run begun and cancels it, or came before and the run never begins.
+  // The handle used to learn its run after the slot was taken, and a cancel
+  // between - or while a queue thread waited here with the run, out of the
+  // queue - made it begin cancelled: its function ran, its submits refused
+  // (runs_test). The handle's lock comes first (lock order).
+  std::unique_lock<std::mutex> hl;
+  if (handle) hl = std::unique_lock<std::mutex>(handle->mu);
+  // A slot frees when a run in flight ends; each ends (task timeouts,
+  // child liveness), so the wait is bounded by theirs.
+  std::unique_lock<std::mutex> lk(lock_.mu);
+  // A run that does not wait never overtakes one that does.
+  if (!wait_for_slot && slot_waiters_ > 0) return false;
   RunState* run = nullptr;
-  {
-    // A slot frees when a run in flight ends; each ends (task timeouts,
-    // child liveness), so the wait is bounded by theirs.
-    std::unique_lock<std::mutex> lk(lock_.mu);
-    // A run that does not wait never overtakes one that does.
-    if (!wait_for_slot && slot_waiters_ > 0) return false;
-    for (;;) {
-      // Read under the lock before every try: close() sets it under this
-      // lock, then waits for the graph to empty. It used to be read only
-      // after a failed try: a run woken here by the end that freed a slot
-      // (or one that read it false above, just before close() set it) took
-      // the slot even when close(), woken by the same end, had already seen
-      // no run and gone on to stop the children (close_race_test).
-      if (closing_) {
-        if (handle) runs_.settle(handle);
-        return fail(kWorkerClosed, "run after close()");
-      }
-      run = graph_.begin_run(options);
-      if (run) break;
-      if (!wait_for_slot) return false;
-      ++slot_waiters_;
-      // Its turn among the waiters is its place: a run taken from the queue
-      // after it may start now (nothing that does not wait overtakes it).
+  for (;;) {
+    // Read under the lock before every try: close() sets it under this
+    // lock, then waits for the graph to empty. It used to be read only
+    // after a failed try: a run woken here by the end that freed a slot
+    // (or one that read it false above, just before close() set it) took
+    // the slot even when close(), woken by the same end, had already seen
+    // no run and gone on to stop the children (close_race_test).
+    if (closing_) {
       if (handle) runs_.settle(handle);
-      lock_.slot.wait_for(lk, std::chrono::milliseconds(100));
-      --slot_waiters_;
+      return fail(kWorkerClosed, "run after close()");
     }
+    if (handle && handle->cancel_requested) {  // as a queued run cancelled: it never starts
+      runs_.settle(handle);
+      *failed = RunQueue::cancelled_before_start(handle->cancel_reason);
+      return false;
+    }
+    run = graph_.begin_run(options);
+    if (run) break;
+    if (!wait_for_slot) return false;
+    ++slot_waiters_;
+    // Its turn among the waiters is its place: a run taken from the queue
+    // after it may start now (nothing that does not wait overtakes it).
     if (handle) runs_.settle(handle);
-    run->thread = std::this_thread::get_id();
-    bind_slot(run->slot, run);
-    if (handle && handle->detached) detached_[run->id] = handle;
-  }
-  if (handle) {
-    std::lock_guard<std::mutex> g(handle->mu);
-    handle->run_id = run->id;
-    if (handle->cancel_requested) {
-      std::lock_guard<std::mutex> g2(lock_.mu);
-      graph_.cancel(run, handle->cancel_reason);
+    // Not holding the handle's lock while it waits: a cancel takes it, then
+    // the engine's, and wakes this wait.
+    if (hl.owns_lock()) hl.unlock();
+    lock_.slot.wait_for(lk, std::chrono::milliseconds(100));
+    if (handle) {  // the handle's lock again, before the engine's; still counted as waiting
+      lk.unlock();
+      hl.lock();
+      lk.lock();
     }
+    --slot_waiters_;
+  }
+  if (handle) runs_.settle(handle);
+  run->thread = std::this_thread::get_id();
+  bind_slot(run->slot, run);
+  if (handle) {
+    if (handle->detached) detached_[run->id] = handle;
+    handle->run_id = run->id;
   }
   *out = run;
   return true;
@@ -524,12 +539,17 @@ bool WorkerImpl::cancel(const std::shared_ptr<RunHandle::State>& h, const std::s
       return true;
     }
   }
-  // Between the queue and the start of the run: it starts cancelled.
+  // Between the queue and the start of the run: it never begins (begin()
+  // reads this under the handle's lock before every try for a slot). A
+  // thread waiting there with it is woken: it holds the engine's lock from
+  // its read until it waits, so once that lock is taken here it waits.
   std::lock_guard<std::mutex> g(h->mu);
   if (h->done) return false;
   if (h->run_id) return cancel_started();
   h->cancel_requested = true;
   h->cancel_reason = reason;
+  { std::lock_guard<std::mutex> g2(lock_.mu); }
+  lock_.slot.notify_all();
   return true;
 }
 

@@ -108,7 +108,8 @@ class WorkerImpl {
   void bind_slot(int slot, RunState* run);
   // A run's start: the checks, then a slot (waiting for one, bounded by the
   // runs in flight, unless !wait_for_slot); the handle learns its run. False
-  // with *failed set, or false with *failed untouched when no slot was free.
+  // with *failed set (a handle cancelled before its run began among the
+  // reasons), or false with *failed untouched when no slot was free.
   bool begin(const RunOptions& options, const std::shared_ptr<RunHandle::State>& handle, bool wait_for_slot,
              RunState** out, RunResult* failed);
   // The orchestration function on this thread; its failure fails the run.
