@@ -40,7 +40,8 @@ struct RunHandle::State {
   RunOptions options;
   std::function<void(const RunResult&)> on_done;
   // Cancellation reaches the run through its owner once it has begun
-  // (run_id), or is remembered until it begins.
+  // (run_id); before, it is remembered and the run never begins
+  // (WorkerImpl::begin reads it under mu before every try for a slot).
   WorkerImpl* owner = nullptr;
   uint64_t run_id = 0;
   bool cancel_requested = false;
