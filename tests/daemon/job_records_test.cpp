@@ -219,7 +219,7 @@ TEST_CASE("job records: a failed commit - flush answers for its own, records giv
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   CHECK(written == 1);
   // From the fifth give-back: the pause would end 1,600 ms on; the test's
-  // own steps to the commit and the two commits take ~10-50 ms.
+  // own steps to the commit and the two commits take 1-5 ms here.
   const double since_fifth_ms = double(written_ns - fifth_ns) / 1e6;
   const double since_commit_ms =
       double(written_ns -
