@@ -355,6 +355,20 @@ long loop_jobs(const DaemonProcess& d) { return d.metric("ptod_fd_socket_loop_jo
 long handoffs(const DaemonProcess& d) { return d.metric("ptod_fd_socket_handoffs_total"); }
 long record_commits(const DaemonProcess& d) { return d.metric("ptod_job_record_commits_total"); }
 
+// Connections' jobs from threads: each connection had no problem and its
+// `each` replies, and every job id is its own.
+template <class Ids>
+void check_replies(const std::vector<std::string>& problems, const std::vector<Ids>& ids, int each) {
+  std::set<uint64_t> all;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    INFO("connection " << i << ": " << problems[i]);
+    CHECK(problems[i].empty());
+    CHECK(ids[i].size() == size_t(each));
+    all.insert(ids[i].begin(), ids[i].end());
+  }
+  CHECK(all.size() == ids.size() * size_t(each));
+}
+
 // Submits no-op jobs on `raw` until one is answered by the job loop (a job
 // not ended within the loop's round goes to a thread, and so does the next
 // one): then the connection waits in the loop. False after 300 jobs (a
@@ -638,14 +652,7 @@ TEST_CASE("the fd socket's job loop: many connections' jobs, a transfer between 
         });
       for (auto& t : ts) t.join();
     }
-    std::set<uint64_t> all;
-    for (int i = 0; i < kConns; ++i) {
-      INFO("connection " << i << ": " << problems[size_t(i)]);
-      CHECK(problems[size_t(i)].empty());
-      CHECK(ids[size_t(i)].size() == size_t(kJobs));
-      all.insert(ids[size_t(i)].begin(), ids[size_t(i)].end());
-    }
-    CHECK(all.size() == size_t(kConns * kJobs));
+    check_replies(problems, ids, kJobs);
     CHECK(fd_submits(d) - submits_before == kConns * kJobs);
     return Round{loop_jobs(d) - loop_before, record_commits(d) - commits_before};
   };
@@ -779,14 +786,7 @@ TEST_CASE("the fd socket's job loop with one job at a time: jobs beyond a round'
   for (auto& t : ts) t.join();
   // One at a time: the twelve 5 ms naps took 60 ms at least.
   CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(kConns * kRounds * 5));
-  std::set<uint64_t> all;
-  for (int i = 0; i < kConns; ++i) {
-    INFO("connection " << i << ": " << problems[size_t(i)]);
-    CHECK(problems[size_t(i)].empty());
-    CHECK(ids[size_t(i)].size() == size_t(kRounds));
-    all.insert(ids[size_t(i)].begin(), ids[size_t(i)].end());
-  }
-  CHECK(all.size() == size_t(kConns * kRounds));
+  check_replies(problems, ids, kRounds);
   for (auto& c : conns) CHECK(in_loop(d, *c));  // back in the loop, each
 }
 

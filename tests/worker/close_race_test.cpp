@@ -14,11 +14,6 @@ using namespace pto_test;
 
 namespace {
 
-int sleep_ms(const TaskArgsView& a, std::string&) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(a.scalars[0]));
-  return 0;
-}
-
 struct Fixture {
   explicit Fixture(int max_runs = 4) : w({.level = 3, .num_sub_workers = 1, .max_concurrent_runs = max_runs}) {
     sleep_h = w.register_callable(NativeCallable::function("sleep_ms", sleep_ms));

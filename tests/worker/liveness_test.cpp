@@ -15,11 +15,6 @@ using namespace pto_test;
 
 namespace {
 
-int sleep_ms(const TaskArgsView& a, std::string&) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(a.scalars[0]));
-  return 0;
-}
-
 // Burns CPU for scalars[0] ms without sleeping: a long kernel.
 int spin_ms(const TaskArgsView& a, std::string&) {
   const uint64_t end = now_ns() + a.scalars[0] * 1'000'000;

@@ -38,6 +38,12 @@ inline const pto::ChildInfo* child(const std::vector<pto::ChildInfo>& cs, pto::C
 }
 
 // Gone and reaped: kill() no longer finds it (a zombie would still be found).
+// A sub callable that sleeps scalars[0] ms: a task that holds its worker.
+inline int sleep_ms(const pto::TaskArgsView& a, std::string&) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(a.scalars[0]));
+  return 0;
+}
+
 inline bool process_gone(int pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
 
 // Gone, or a zombie waiting for a reaper we do not control (an orphan's).
