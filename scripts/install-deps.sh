@@ -22,7 +22,7 @@ PACKAGES=(
   lintian help2man prometheus
   libstarpu-dev
   clang libclang-rt-14-dev clang-tidy-22
-  clang-19 libclang-rt-19-dev llvm-19
+  clang-19 libclang-rt-19-dev llvm-19 lld-14 lld-19
 )
 
 missing=()
