@@ -192,19 +192,31 @@ void FdTransfers::close_conn(Conn k) {
   --open_;
 }
 
+// Why a frame cannot be read as a request (empty: *req holds it), naming the
+// case and its figures: a client author reads this, not the daemon's code.
+std::string FdTransfers::unreadable_frame(const FdInbound& in, FdInbound::Step step, pto::v1::FdRequest* req) {
+  if (in.too_long()) return fmt::format("a request of {} bytes: at most {}", in.announced(), kMaxFdFrame);
+  if (in.truncated() && in.descriptors() > FdInbound::kMaxFdsPerRequest)
+    return fmt::format("a request with {} descriptors: at most {}", in.descriptors(), FdInbound::kMaxFdsPerRequest);
+  if (in.truncated()) return "a request whose control data was cut short: more than one message may carry";
+  if (step == FdInbound::Step::kWhole) {
+    if (req->ParseFromArray(in.body(), static_cast<int>(in.size()))) return {};
+    return fmt::format("a request of {} bytes that is not an FdRequest", in.size());
+  }
+  const std::string until = step == FdInbound::Step::kLate
+                                ? fmt::format("in the {} s a request has from its first byte", kFrameTimeout.count())
+                                : std::string("before the connection closed");
+  if (!in.length_known())
+    return fmt::format("a request cut short: {} of its 4 length bytes came {}", in.head_received(), until);
+  return fmt::format("a request cut short: {} of its {} bytes came {}", in.body_received(), in.announced(), until);
+}
+
 bool FdTransfers::parse(FdInbound& in, FdInbound::Step step, pto::v1::FdRequest* req, pto::v1::FdReply* refusal,
                         bool* keep) {
   *keep = true;
-  if (!in.length_known() || in.too_long() || in.truncated()) {
-    *refusal = reply_error(grpc::StatusCode::INVALID_ARGUMENT,
-                           in.too_long() ? fmt::format("a request of {} bytes: at most {}", in.announced(), kMaxFdFrame)
-                                         : "a request frame that is cut short or carries too many descriptors");
+  if (std::string bad = unreadable_frame(in, step, req); !bad.empty()) {
+    *refusal = reply_error(grpc::StatusCode::INVALID_ARGUMENT, bad);
     *keep = false;  // the framing is lost
-    return false;
-  }
-  if (step != FdInbound::Step::kWhole || !req->ParseFromArray(in.body(), static_cast<int>(in.size()))) {
-    *refusal = reply_error(grpc::StatusCode::INVALID_ARGUMENT, "a request that is cut short or is not an FdRequest");
-    *keep = false;
     return false;
   }
   if (std::string bad = check_fd_request(*req); !bad.empty()) {

@@ -159,6 +159,7 @@ class FdTransfers {
   // framing is lost and the connection must close).
   static bool parse(FdInbound& in, FdInbound::Step step, pto::v1::FdRequest* req, pto::v1::FdReply* refusal,
                     bool* keep);
+  static std::string unreadable_frame(const FdInbound& in, FdInbound::Step step, pto::v1::FdRequest* req);
   pto::v1::FdReply upload(const pto::v1::FdRequest& req, int fd, const struct stat& st, const Principal& who,
                           Mappings& mappings);
   pto::v1::FdReply download(const pto::v1::FdRequest& req, int fd, const struct stat& st, const Principal& who,

@@ -48,6 +48,10 @@ class FdInbound {
   // more control data than a message may.
   bool truncated() const { return truncated_; }
   static constexpr int kMaxFdsPerRequest = 4;
+  int descriptors() const { return fds_; }  // that came with it so far (a refusal names the count)
+  // Bytes of its length and of its body that came so far (a frame cut short is refused naming them).
+  size_t head_received() const { return head_got_; }
+  size_t body_received() const { return body_got_; }
   const uint8_t* body() const { return body_.data(); }
   size_t size() const { return body_.size(); }
   // The descriptor that came with the frame (-1: none), now the caller's.

@@ -72,10 +72,13 @@ struct Raw {
     std::memcpy(a.sun_path, path.data(), path.size());
     connected = ::connect(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
     if (must) REQUIRE(connected);
-    const timeval bound{10, 0};
-    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+    reply_within(10);
   }
   ~Raw() { ::close(s); }
+  void reply_within(int seconds) {
+    const timeval bound{seconds, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+  }
   // Sends `bytes` as one frame's content (a length prefix unless raw) with `fd` attached.
   void send(const std::string& bytes, int fd, bool prefix = true) {
     std::string frame = bytes;
@@ -290,6 +293,7 @@ TEST_CASE("the fd socket refuses what is not a sealed memfd, short buffers, bad 
     v1::FdReply r;
     REQUIRE(raw.reply(&r));
     CHECK(static_cast<SC>(r.code()) == SC::INVALID_ARGUMENT);
+    CHECK_THAT(r.message(), Catch::Contains("a request of 40 bytes that is not an FdRequest"));
     CHECK_FALSE(raw.reply(&r));
   }
   // The daemon goes on serving, through either way.
@@ -888,7 +892,33 @@ TEST_CASE("a client's descriptor whose close() would wait holds up neither the j
     for (int fd : fds) ::close(fd);
     REQUIRE(raw.reply(&r));
     CHECK(static_cast<SC>(r.code()) == SC::INVALID_ARGUMENT);
-    CHECK_THAT(r.message(), Catch::Contains("too many descriptors"));
+    CHECK_THAT(r.message(), Catch::Contains("a request with 5 descriptors: at most 4"));
     CHECK_FALSE(raw.reply(&r));
   }
+}
+
+// A frame not whole 10 s after its first byte (FdTransfers::kFrameTimeout):
+// refused, its reply naming what came, the connection closed - one whose
+// length's bytes are cut short and one whose body is.
+TEST_CASE("the fd socket refuses a request cut short in its 10 s, naming the bytes that came") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  const std::string path = d.address().substr(5) + ".fd";
+  Raw head(path);
+  Raw body(path);
+  head.reply_within(20);
+  body.reply_within(20);
+  const auto t0 = std::chrono::steady_clock::now();
+  head.send(std::string("\x64\x00", 2), -1, false);
+  body.send(std::string("\x64\x00\x00\x00", 4) + std::string(10, '\x01'), -1, false);
+  v1::FdReply r;
+  REQUIRE(head.reply(&r));
+  CHECK(static_cast<SC>(r.code()) == SC::INVALID_ARGUMENT);
+  CHECK_THAT(r.message(),
+             Catch::Contains("a request cut short: 2 of its 4 length bytes came in the 10 s a request has"));
+  CHECK_FALSE(head.reply(&r));
+  REQUIRE(body.reply(&r));
+  CHECK_THAT(r.message(), Catch::Contains("a request cut short: 10 of its 100 bytes came in the 10 s a request has"));
+  CHECK_FALSE(body.reply(&r));
+  CHECK(seconds_since(t0) >= 9.5);
 }
