@@ -383,6 +383,37 @@ TEST_CASE("a queued run that is cancelled never starts") {
   CHECK(f.start(1) == 0);
 }
 
+// A run's handle learns its result only after its on_done, which for a
+// detached run waits for the finisher: cancel() in between found the run
+// id cleared and the handle not done, took the run for one not yet started,
+// marked it and returned true - for a run that had ended, and said so.
+TEST_CASE("cancel() of a run that has ended is false - also while its on_done still runs") {
+  Fixture f(1);
+  for (const bool detached : {false, true}) {
+    INFO((detached ? "a detached run" : "a queued run with a thread of its own"));
+    std::atomic<bool> entered{false}, release{false};
+    RunHandle h = f.w.submit_function(
+        [&](Orchestrator& orch, const TaskArgsView&, const CallConfig&) {
+          TaskArgs a;
+          a.add_scalar(1000);  // pause_us: 1 ms
+          return orch.submit_sub(f.pause_h, a).ok() ? 0 : 1;
+        },
+        {}, {},
+        [&](const RunResult&) {
+          entered = true;
+          const uint64_t until = now_ns() + 10'000'000'000ull;  // bounded: the test fails, it does not hang
+          while (!release.load() && now_ns() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        },
+        RunOptions{.detached = detached});
+    REQUIRE(eventually([&] { return entered.load(); }));
+    CHECK_FALSE(h.cancel("too late"));
+    release = true;
+    REQUIRE(h.wait(std::chrono::seconds(30)));
+    CHECK(h.result().ok());
+    CHECK_FALSE(h.cancel("later still"));
+  }
+}
+
 // A queue thread takes the next run and waits with it for a slot, out of
 // the queue: a cancel then found nothing queued and marked the handle, and
 // the run began cancelled when the slot came - its function called (its

@@ -17,6 +17,10 @@ bool RunQueue::in_on_done_of(const WorkerImpl* w) {
 }
 
 void RunQueue::finish(const std::shared_ptr<RunHandle::State>& st, RunResult r) {
+  {
+    std::lock_guard<std::mutex> g(st->mu);
+    st->over = true;
+  }
   if (st->on_done) {
     struct Inside {
       explicit Inside(const WorkerImpl* w) { tl_on_done_of.push_back(w); }

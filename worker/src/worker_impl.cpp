@@ -270,6 +270,7 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
   if (handle) {  // a cancel from here on finds the run ended
     std::lock_guard<std::mutex> g(handle->mu);
     handle->run_id = 0;
+    handle->over = true;
   }
   r.wall_ns = now_ns() - t0;
   return r;
@@ -307,6 +308,7 @@ void WorkerImpl::hand_over(std::shared_ptr<RunHandle::State> h, RunResult r) {
   {
     std::lock_guard<std::mutex> g(h->mu);
     h->run_id = 0;  // a cancel from here on finds the run ended
+    h->over = true;
   }
   // Its result is known: a waiter that drives stops (and finishes it, if it
   // kept it below). Also for one that never began - refused at its start, or
@@ -522,7 +524,7 @@ bool WorkerImpl::cancel(const std::shared_ptr<RunHandle::State>& h, const std::s
   };
   {
     std::lock_guard<std::mutex> g(h->mu);
-    if (h->done) return false;
+    if (h->done || h->over) return false;
     if (h->run_id) return cancel_started();
   }
   {
@@ -544,7 +546,7 @@ bool WorkerImpl::cancel(const std::shared_ptr<RunHandle::State>& h, const std::s
   // thread waiting there with it is woken: it holds the engine's lock from
   // its read until it waits, so once that lock is taken here it waits.
   std::lock_guard<std::mutex> g(h->mu);
-  if (h->done) return false;
+  if (h->done || h->over) return false;
   if (h->run_id) return cancel_started();
   h->cancel_requested = true;
   h->cancel_reason = reason;
