@@ -17,10 +17,9 @@ bool RunQueue::in_on_done_of(const WorkerImpl* w) {
 }
 
 void RunQueue::finish(const std::shared_ptr<RunHandle::State>& st, RunResult r) {
-  {
-    std::lock_guard<std::mutex> g(st->mu);
-    st->over = true;
-  }
+  // Most ends said so already (hand_over, the end of run()); not a run
+  // refused at its start, whose result comes here directly.
+  st->ended.store(true, std::memory_order_release);
   if (st->on_done) {
     struct Inside {
       explicit Inside(const WorkerImpl* w) { tl_on_done_of.push_back(w); }

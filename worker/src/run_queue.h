@@ -46,14 +46,13 @@ struct RunHandle::State {
   uint64_t run_id = 0;
   bool cancel_requested = false;
   std::string cancel_reason;
-  // Its result is known (the run ended, or will never begin): a cancel does
-  // nothing and says so. Set under mu before on_done runs - which, for a run
-  // whose end waits for the finisher, may be long after - since neither
-  // run_id (cleared) nor done (not yet) can tell that window from a run that
-  // has not started.
-  bool over = false;
-  bool detached = false;              // options.detached: ended by whoever drives its last task
-  std::atomic<bool> ended{false};     // its run ended (the result is known; on_done may still be to run)
+  bool detached = false;  // options.detached: ended by whoever drives its last task
+  // Its run ended, or will never begin: the result is known, on_done may
+  // still be to run - for a run whose end waits for the finisher, long
+  // after. A cancel then does nothing and says so: neither run_id (cleared,
+  // with this set in the same hold of mu) nor done (not yet) can tell that
+  // window from a run that has not started.
+  std::atomic<bool> ended{false};
   std::atomic<bool> finished{false};  // done, for a waiter that drives instead of sleeping
   bool starting = false;              // taken from the queue, its start not settled yet (RunQueue's mu)
 };

@@ -270,7 +270,7 @@ RunResult WorkerImpl::run(const OrchestrationFunction& fn, const TaskArgs& args,
   if (handle) {  // a cancel from here on finds the run ended
     std::lock_guard<std::mutex> g(handle->mu);
     handle->run_id = 0;
-    handle->over = true;
+    handle->ended.store(true, std::memory_order_release);
   }
   r.wall_ns = now_ns() - t0;
   return r;
@@ -305,16 +305,16 @@ WorkerImpl::Start WorkerImpl::start_detached(const std::shared_ptr<RunHandle::St
 thread_local std::vector<std::pair<std::shared_ptr<RunHandle::State>, RunResult>> WorkerImpl::unfinished_;
 
 void WorkerImpl::hand_over(std::shared_ptr<RunHandle::State> h, RunResult r) {
-  {
-    std::lock_guard<std::mutex> g(h->mu);
-    h->run_id = 0;  // a cancel from here on finds the run ended
-    h->over = true;
-  }
   // Its result is known: a waiter that drives stops (and finishes it, if it
   // kept it below). Also for one that never began - refused at its start, or
   // cancelled while taken from the queue: its waiter used to drive on to its
-  // deadline with it kept (detached_runs_test).
-  h->ended.store(true, std::memory_order_release);
+  // deadline with it kept (detached_runs_test). With the run id cleared in
+  // the same hold of the lock: a cancel from here on finds the run ended.
+  {
+    std::lock_guard<std::mutex> g(h->mu);
+    h->run_id = 0;
+    h->ended.store(true, std::memory_order_release);
+  }
   // on_done may commit, or register a callable: never on a thread while it
   // drives the Worker (it would stall every run, or wait for itself). A
   // run's thread draining it drives for as long as the run lasts: what it
@@ -524,7 +524,7 @@ bool WorkerImpl::cancel(const std::shared_ptr<RunHandle::State>& h, const std::s
   };
   {
     std::lock_guard<std::mutex> g(h->mu);
-    if (h->done || h->over) return false;
+    if (h->done || h->ended.load(std::memory_order_acquire)) return false;
     if (h->run_id) return cancel_started();
   }
   {
@@ -546,7 +546,7 @@ bool WorkerImpl::cancel(const std::shared_ptr<RunHandle::State>& h, const std::s
   // thread waiting there with it is woken: it holds the engine's lock from
   // its read until it waits, so once that lock is taken here it waits.
   std::lock_guard<std::mutex> g(h->mu);
-  if (h->done || h->over) return false;
+  if (h->done || h->ended.load(std::memory_order_acquire)) return false;
   if (h->run_id) return cancel_started();
   h->cancel_requested = true;
   h->cancel_reason = reason;
