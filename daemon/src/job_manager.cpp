@@ -77,12 +77,15 @@ uint64_t wall_ms() {
 }
 
 Status JobManager::restore() {
+  // Every record: the finished jobs the daemon kept, every job it
+  // acknowledged that had not ended (those may be more than
+  // retain_finished: they are bounded by max_queued and max_running), and
+  // trimmed ones whose delete had not been committed yet.
   std::vector<JobRow> rows;
-  if (Status s = db_.jobs(cfg_.retain_finished, &rows); !s.ok()) return s;
+  if (Status s = db_.jobs(&rows); !s.ok()) return s;
   size_t interrupted = 0;
-  // Records beyond retain_finished (it was lowered) go: never shown again.
-  if (!rows.empty())
-    if (Status s = db_.delete_jobs_before(rows.front().id); !s.ok()) return s;
+  std::vector<std::pair<uint64_t, uint64_t>> finished;  // (end time, id): the order they ended in
+  std::vector<uint64_t> ended_now;                      // interrupted: ended by this restart
   std::lock_guard<std::mutex> g(mu_);
   for (const JobRow& row : rows) {
     Job j;
@@ -99,18 +102,30 @@ Status JobManager::restore() {
       j.result.set_message("interrupted: the daemon stopped");
       j.result.set_end_time_ms(wall_ms());
       ++interrupted;
+      ended_now.push_back(j.id);
+      if (Status s = db_.put_job(row_locked(j)); !s.ok()) return s;
+    } else {
+      finished.emplace_back(j.result.end_time_ms(), j.id);
     }
     j.state = j.result.state();
-    if (Status s = db_.put_job(row_locked(j)); !s.ok()) return s;
-    finished_order_.push_back(j.id);
     jobs_.emplace(j.id, std::move(j));
   }
+  // Retention goes by the order jobs ended, as while the daemon ran (a long
+  // job with a low id that ended last was kept, one that ended before it
+  // trimmed): not by id.
+  std::sort(finished.begin(), finished.end());
+  for (const auto& f : finished) finished_order_.push_back(f.second);
+  for (uint64_t id : ended_now) finished_order_.push_back(id);
+  // None that was queued or running vanishes at the restart, even beyond
+  // retain_finished: they go as the jobs that end after them push them out.
   std::vector<std::string> trimmed;
-  trim_locked(&trimmed);
+  trim_locked(&trimmed, std::max<size_t>(cfg_.retain_finished, ended_now.size()));
   remove_files(trimmed);  // at start-up: nobody waits for mu_ yet
   if (!rows.empty())
-    log("jobs")->info("restored {} job record(s); {} were queued or running when the daemon stopped: FAILED",
-                      rows.size(), interrupted);
+    log("jobs")->info(
+        "restored {} job record(s) ({} beyond retain_finished dropped); {} were queued or running when "
+        "the daemon stopped: FAILED",
+        jobs_.size(), gone_.size(), interrupted);
   return Status::Ok();
 }
 
@@ -304,7 +319,7 @@ void JobManager::apply_ending_locked(uint64_t id, Ending e, std::vector<std::str
     ++counts_.cancelled_total;
   changed_locked(done);
   finished_order_.push_back(id);
-  trim_locked(trimmed);
+  trim_locked(trimmed, cfg_.retain_finished);
   if (live_locked() == 0) cv_.notify_all();  // wait_idle
 }
 
@@ -317,8 +332,8 @@ void JobManager::changed_locked(Job& j) {
   j.changed->notify_all();
 }
 
-void JobManager::trim_locked(std::vector<std::string>* files) {
-  while (finished_order_.size() > cfg_.retain_finished) {
+void JobManager::trim_locked(std::vector<std::string>* files, size_t keep) {
+  while (finished_order_.size() > keep) {
     auto it = jobs_.find(finished_order_.front());
     if (it != jobs_.end()) {
       // A job's trace lives as long as the job is retained.

@@ -64,8 +64,9 @@ class JobManager {
              StateDb& db);
   ~JobManager();
 
-  // The records of the state database (the newest retain_finished); a job
-  // that had not ended becomes FAILED "interrupted: the daemon stopped".
+  // The records of the state database: the last retain_finished jobs to
+  // end, and every job that had not ended, which becomes FAILED
+  // "interrupted: the daemon stopped" (all kept, also beyond retain_finished).
   Status restore();
   // spec.pinned: tensors the caller pinned; the job unpins them when it ends
   // (on error they stay the caller's to unpin). spec.options.principal owns it.
@@ -227,11 +228,11 @@ class JobManager {
   void changed_locked(Job& j);
   // Queued jobs that start before j (higher priority, or as high and older).
   uint32_t queue_position_locked(const Job& j) const;
-  // Drops the oldest finished jobs beyond retain_finished; their records go
-  // with the next commit (gone_), their trace and log files into *files for
-  // the caller to remove once mu_ is released (a syscall each, kept out of
-  // the lock every job's start and end take).
-  void trim_locked(std::vector<std::string>* files);
+  // Drops the oldest finished jobs beyond `keep` (retain_finished; more at a
+  // restart); their records go with the next commit (gone_), their trace and
+  // log files into *files for the caller to remove once mu_ is released (a
+  // syscall each, kept out of the lock every job's start and end take).
+  void trim_locked(std::vector<std::string>* files, size_t keep);
   static void remove_files(const std::vector<std::string>& files);
   std::vector<uint64_t> take_gone();
   // The job, if `who` may see it.

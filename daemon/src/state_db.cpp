@@ -363,17 +363,11 @@ Status StateDb::delete_job(uint64_t id) {
   return delete_row("DELETE FROM jobs WHERE id = ?1", id, "deleting a job record");
 }
 
-Status StateDb::delete_jobs_before(uint64_t id) {
-  return delete_row("DELETE FROM jobs WHERE id < ?1", id, "deleting old job records");
-}
-
-Status StateDb::jobs(uint32_t limit, std::vector<JobRow>* out) {
+Status StateDb::jobs(std::vector<JobRow>* out) {
   std::lock_guard<std::mutex> g(mu_);
   Status st;
-  sqlite3_stmt* q =
-      stmt("SELECT id, owner, state, record FROM (SELECT * FROM jobs ORDER BY id DESC LIMIT ?1) ORDER BY id", &st);
+  sqlite3_stmt* q = stmt("SELECT id, owner, state, record FROM jobs ORDER BY id", &st);
   if (!q) return st;
-  sqlite3_bind_int64(q, 1, limit);
   out->clear();
   int rc;
   while ((rc = sqlite3_step(q)) == SQLITE_ROW) {

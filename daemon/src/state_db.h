@@ -82,10 +82,8 @@ class StateDb {
   // commit for many jobs (JobRecords' group commit).
   Status put_jobs(const std::vector<JobRow>& rows, const std::vector<uint64_t>& gone);
   Status delete_job(uint64_t id);
-  // Every record older than `id` (beyond the retention a restart keeps).
-  Status delete_jobs_before(uint64_t id);
-  // The newest `limit` records, oldest first.
-  Status jobs(uint32_t limit, std::vector<JobRow>* out);
+  // Every record, oldest first.
+  Status jobs(std::vector<JobRow>* out);
 
  private:
   Status exec(const char* sql);

@@ -66,7 +66,7 @@ TEST_CASE("job records from many threads: each committed once, each continuation
   CHECK(bad_status == 0);
   for (auto& r : ran) REQUIRE(r.load() == 1);
   std::vector<JobRow> rows;
-  REQUIRE(db.jobs(100000, &rows).ok());
+  REQUIRE(db.jobs(&rows).ok());
   REQUIRE(rows.size() == size_t(kThreads * kEach));
   for (size_t i = 0; i < rows.size(); ++i) REQUIRE(rows[i].id == i + 1);
 }
@@ -95,7 +95,7 @@ TEST_CASE("job records: deletes go with a commit - a deferred record alone is co
   for (int i = 0; i < 500 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   REQUIRE(done);
   std::vector<JobRow> left;
-  REQUIRE(db.jobs(100, &left).ok());
+  REQUIRE(db.jobs(&left).ok());
   REQUIRE(left.size() == 3);
   CHECK(left[0].id == 4);
   CHECK(left[2].id == 6);
@@ -127,7 +127,7 @@ TEST_CASE("job records: a job's first record and its end in one commit - the end
   CHECK(records.commits() == before + 1);
   CHECK(ran == 3);
   std::vector<JobRow> rows;
-  REQUIRE(db.jobs(100, &rows).ok());
+  REQUIRE(db.jobs(&rows).ok());
   REQUIRE(rows.size() == 3);
   CHECK(rows[0].id == 7);
   CHECK(rows[0].state == 3);
@@ -230,7 +230,7 @@ TEST_CASE("job records: a failed commit - flush answers for its own, records giv
   CHECK(since_fifth_ms < 1000);
   CHECK(given_back == 5);
   std::vector<JobRow> rows;
-  REQUIRE(db.jobs(100, &rows).ok());
+  REQUIRE(db.jobs(&rows).ok());
   REQUIRE(rows.size() == 3);  // the second was never written
   CHECK(rows[0].id == 1);
   CHECK(rows[1].id == 3);
@@ -270,7 +270,7 @@ TEST_CASE("put_jobs: rows beyond one statement's worth, a row given twice, delet
   // was never written (40), out of order.
   REQUIRE(db.put_jobs({}, {32, 3, 9, 4, 5, 6, 17, 30, 31, 40, 9, 37}).ok());
   std::vector<JobRow> left;
-  REQUIRE(db.jobs(100, &left).ok());
+  REQUIRE(db.jobs(&left).ok());
   std::vector<uint64_t> ids;
   for (const JobRow& r : left) ids.push_back(r.id);
   CHECK(ids == std::vector<uint64_t>{1,  2,  7,  8,  10, 11, 12, 13, 14, 15, 16, 18, 19, 20,
@@ -291,7 +291,7 @@ TEST_CASE("put_jobs: rows beyond one statement's worth, a row given twice, delet
   fifty.id = 50;
   fifty.owner = "x";
   REQUIRE(db.put_jobs({fifty}, {50, 1, 2}).ok());
-  REQUIRE(db.jobs(100, &left).ok());
+  REQUIRE(db.jobs(&left).ok());
   REQUIRE(left.size() == 25);
   CHECK(left.front().id == 7);
   CHECK(left.back().id == 36);

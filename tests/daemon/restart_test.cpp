@@ -506,3 +506,62 @@ TEST_CASE("a daemon stopped while a job's end cannot be written drains within it
   CHECK(after.value.message() == "interrupted: the daemon stopped");
   std::filesystem::remove_all(std::filesystem::path(conf).parent_path());
 }
+
+TEST_CASE(
+    "a restart keeps the finished jobs retained as they ended and every job acknowledged - beyond retain_finished") {
+  const std::string conf = make_temp_dir("ptod-conf") + "/ptod.toml";
+  std::ofstream(conf) << "[jobs]\nmax_running = 2\nretain_finished = 2\n";
+  DaemonProcess d({"--config", conf}, 2);
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  auto state_of = [&](uint64_t id) {
+    auto r = c->result(id);
+    return r.ok() ? r.value.state() : v1::JobState(-1);
+  };
+  // A (the lowest id) ends after B and C: retained are C and A, B trimmed.
+  auto a = c->submit(sleep_job(1500));
+  REQUIRE(a.ok());
+  REQUIRE(eventually([&] { return state_of(a.value.job_id()) == v1::RUNNING; }));
+  auto b = c->run(sleep_job(1));
+  auto cc = c->run(sleep_job(1));
+  REQUIRE((b.ok() && cc.ok()));
+  REQUIRE(eventually([&] { return state_of(a.value.job_id()) == v1::SUCCEEDED; }, 30000));
+  auto ra = c->result(a.value.job_id());
+  REQUIRE(ra.ok());
+  REQUIRE(b.value.end_time_ms() <= ra.value.end_time_ms());  // B and C ran beside A, on the other chip
+  CHECK_FALSE(c->result(b.value.job_id()).ok());
+  // The restart keeps what the daemon kept (it used to keep the newest ids:
+  // B back, A gone).
+  c = restart(d);
+  CHECK(state_of(a.value.job_id()) == v1::SUCCEEDED);
+  CHECK(state_of(cc.value.job_id()) == v1::SUCCEEDED);
+  CHECK_FALSE(c->result(b.value.job_id()).ok());
+
+  // Two running and three queued: five jobs acknowledged, more than
+  // retain_finished. Each is there after a crash, interrupted (it used to
+  // keep the newest two).
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  std::vector<uint64_t> live;
+  for (uint64_t ms : {60000, 60000, 1, 1, 1}) {
+    auto s = c->submit(sleep_job(ms));
+    REQUIRE(s.ok());
+    live.push_back(s.value.job_id());
+  }
+  REQUIRE(eventually([&] { return state_of(live[0]) == v1::RUNNING && state_of(live[1]) == v1::RUNNING; }));
+  CHECK(state_of(live[4]) == v1::QUEUED);
+  c = restart(d);
+  for (uint64_t id : live) {
+    INFO("job " << id);
+    auto r = c->result(id);
+    INFO(r.status.message);
+    REQUIRE(r.ok());
+    CHECK(r.value.state() == v1::FAILED);
+    CHECK(r.value.message() == "interrupted: the daemon stopped");
+  }
+  // They go as later jobs end, as any finished job does.
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  for (int i = 0; i < 2; ++i) REQUIRE(c->run(sleep_job(1)).ok());
+  CHECK_FALSE(c->result(live[0]).ok());
+  CHECK_FALSE(c->result(live[4]).ok());
+}
