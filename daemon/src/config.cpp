@@ -242,7 +242,7 @@ Status read_server(const toml::table* t, DaemonConfig& c) {
   Status s;
   if (s = only_keys(*t, "[server]",
                     {"socket", "listen", "tls_cert", "tls_key", "tls_client_ca", "token_file", "tokens_file", "admins",
-                     "max_message_bytes", "upload_idle_timeout_s"});
+                     "max_message_bytes", "upload_idle_timeout_s", "write_stall_timeout_s"});
       !s.ok())
     return s;
   if (s = read_str(*t, "server", "socket", &c.socket); !s.ok()) return s;
@@ -267,6 +267,7 @@ Status read_server(const toml::table* t, DaemonConfig& c) {
   if (s = read_int(*t, "server", "max_message_bytes", &c.max_message_bytes, 65536, (int64_t(1) << 31) - 1); !s.ok())
     return s;
   if (s = read_int(*t, "server", "upload_idle_timeout_s", &c.upload_idle_timeout_s, 1, 3600); !s.ok()) return s;
+  if (s = read_int(*t, "server", "write_stall_timeout_s", &c.write_stall_timeout_s, 1, 3600); !s.ok()) return s;
   return Status::Ok();
 }
 
@@ -541,7 +542,8 @@ std::string DaemonConfig::effective_toml() const {
       0,
       fmt::format(
           "[server]\nsocket = {}\nlisten = [{}]\ntls_cert = {}\ntls_key = {}\ntls_client_ca = {}\ntoken_file = {}\n"
-          "tokens_file = {}\nadmins = [{}]\nmax_message_bytes = {}\nupload_idle_timeout_s = {}\n\n[worker]\nlevel = "
+          "tokens_file = {}\nadmins = [{}]\nmax_message_bytes = {}\nupload_idle_timeout_s = {}\nwrite_stall_timeout_s "
+          "= {}\n\n[worker]\nlevel = "
           "{}\nl3_children = {}\nchips = {}\nplatform = {}\nsub_workers = "
           "{}\nheap_ring_bytes = {}\narena_bytes = {}\narena_warm_bytes = {}\n"
           "task_timeout_ms = {}\nspin_us = {}\nliveness_timeout_ms = {}\nrunner_load_timeout_ms = {}\n"
@@ -555,12 +557,13 @@ std::string DaemonConfig::effective_toml() const {
           "{}\n\n"
           "[security]\nallow_native_blob = {}\nallow_native_import = {}\nallow_chip_bundles = {}\n",
           q(socket), l, q(tls_cert), q(tls_key), q(tls_client_ca), q(token_file.empty() ? "" : "(set)"), q(tokens_file),
-          admin_list, max_message_bytes, upload_idle_timeout_s, level, l3_children, chips, q(platform), sub_workers,
-          heap_ring_bytes, arena_bytes, arena_warm_bytes, task_timeout_ms, spin_us, liveness_timeout_ms,
-          runner_load_timeout_ms, runner_idle_ms, runner_max_idle, q(pto::format_cpu_list(child_cpus)), max_queued,
-          retain_finished, max_running, default_deadline_s, capture_output, q(state_dir), durable, drain_timeout_s,
-          q(pto::format_cpu_list(cpus)), malloc_keep_bytes, malloc_idle_trim_s, q(log_level), q(log_file),
-          q(log_target), q(metrics_listen), allow_native_blob, allow_native_import, allow_chip_bundles));
+          admin_list, max_message_bytes, upload_idle_timeout_s, write_stall_timeout_s, level, l3_children, chips,
+          q(platform), sub_workers, heap_ring_bytes, arena_bytes, arena_warm_bytes, task_timeout_ms, spin_us,
+          liveness_timeout_ms, runner_load_timeout_ms, runner_idle_ms, runner_max_idle,
+          q(pto::format_cpu_list(child_cpus)), max_queued, retain_finished, max_running, default_deadline_s,
+          capture_output, q(state_dir), durable, drain_timeout_s, q(pto::format_cpu_list(cpus)), malloc_keep_bytes,
+          malloc_idle_trim_s, q(log_level), q(log_file), q(log_target), q(metrics_listen), allow_native_blob,
+          allow_native_import, allow_chip_bundles));
 }
 
 }  // namespace ptod

@@ -27,6 +27,7 @@ struct DaemonConfig {
   std::vector<std::string> admins;               // principals with the admin role (besides root and admin tokens)
   uint64_t max_message_bytes = 64ull << 20;
   uint32_t upload_idle_timeout_s = 30;  // an upload that sends nothing this long is dropped
+  uint32_t write_stall_timeout_s = 60;  // a stream whose client reads nothing this long is cancelled
   // [worker]
   int level = 3;        // 3: chips and sub workers here; 4: L3 workers (local children and [[peers]])
   int l3_children = 0;  // level 4: local L3 children, each with `chips` chips and `sub_workers` sub workers

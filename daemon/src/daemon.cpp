@@ -456,7 +456,8 @@ int run_daemon(DaemonConfig cfg, const RunOptions& opts) {
   std::atomic<bool> draining{false};
   UnixPeers unix_peers;
   Principals principals(cfg, unix_peers);
-  DaemonParts parts{cfg, worker, tensors, registry, jobs, draining, runners, principals};
+  StallWatch stalls;
+  DaemonParts parts{cfg, worker, tensors, registry, jobs, draining, runners, principals, stalls};
   Services services(parts);
   UnixListener unix;
   FdTransfers fd_transfers(tensors, principals);

@@ -57,6 +57,19 @@ grpc::Status identify(const DaemonParts& p, const grpc::ServerContextBase* ctx, 
   return grpc::Status::OK;
 }
 
+StallWatch::Call watch_writes(const DaemonParts& p, grpc::ServerContext* ctx) {
+  return StallWatch::Call(p.stalls, ctx, std::chrono::seconds(p.cfg.write_stall_timeout_s),
+                          StallWatch::Call::Counts::kWriting);
+}
+
+grpc::Status write_failed(const StallWatch::Call& call, const std::string& what) {
+  if (!call.timed_out()) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+  const std::string m = fmt::format("{}: the client read nothing for {} s ([server] write_stall_timeout_s); cancelled",
+                                    what, call.limit().count());
+  log("main")->warn("{}", m);
+  return grpc::Status(grpc::StatusCode::CANCELLED, m);
+}
+
 // ---------------------------------------------------------------- Registry
 
 grpc::Status RegistryService::Register(grpc::ServerContext* ctx, const pto::v1::RegisterRequest* req,
@@ -109,7 +122,7 @@ grpc::Status RegistryService::List(grpc::ServerContext* ctx, const pto::v1::List
 
 // ----------------------------------------------------------------- Tensors
 
-TensorsService::TensorsService(DaemonParts p) : p_(p), uploads_(std::chrono::seconds(p.cfg.upload_idle_timeout_s)) {
+TensorsService::TensorsService(DaemonParts p) : p_(p) {
   // The method's index in the service, as the generated code numbers them:
   // the .proto's order.
   const int download = pto::v1::DownloadRequest::descriptor()
@@ -127,7 +140,8 @@ grpc::Status TensorsService::Upload(grpc::ServerContext* ctx, grpc::ServerReader
                                     pto::v1::TensorInfo* reply) {
   Principal who;
   if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
-  UploadWatch::Upload watched(uploads_, ctx);
+  StallWatch::Call watched(p_.stalls, ctx, std::chrono::seconds(p_.cfg.upload_idle_timeout_s),
+                           StallWatch::Call::Counts::kIdle);
   pto::v1::UploadChunk chunk;
   if (!reader->Read(&chunk) || !chunk.has_header())
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload: the first message must be the header");
@@ -172,10 +186,21 @@ grpc::Status TensorsService::Upload(grpc::ServerContext* ctx, grpc::ServerReader
   }
   if (watched.timed_out()) {
     log("tensors")->warn("upload of tensor {} dropped: nothing received for {} s ({} of {} bytes)", e.id,
-                         uploads_.idle().count(), got, e.bytes);
+                         watched.limit().count(), got, e.bytes);
     return fail(grpc::StatusCode::CANCELLED,
                 fmt::format("upload: nothing received for {} s ([server] upload_idle_timeout_s); dropped",
-                            uploads_.idle().count()));
+                            watched.limit().count()));
+  }
+  // Read() also ends when the call does (cancelled by its client, its
+  // deadline passed, its connection lost): the client was told the upload
+  // failed, so nothing of it stays - the trailer may have come all the
+  // same. Only a client that half-closed after its trailer is answered
+  // with the tensor.
+  if (ctx->IsCancelled()) {
+    log("tensors")->info("upload of tensor {} dropped: its call ended before the client half-closed ({} of {} bytes)",
+                         e.id, got, e.bytes);
+    return fail(grpc::StatusCode::CANCELLED,
+                "upload: the call was cancelled, or its deadline passed, before the client half-closed; dropped");
   }
   if (!trailer)
     return fail(grpc::StatusCode::INVALID_ARGUMENT,
@@ -461,13 +486,15 @@ grpc::Status JobsService::Watch(grpc::ServerContext* ctx, const pto::v1::WatchRe
                            e.queue_position());
   };
   std::optional<decltype(progress_of(pto::v1::JobEvent()))> last;
+  StallWatch::Call watched = watch_writes(p_, ctx);
   for (;;) {
+    if (watched.timed_out()) return write_failed(watched, fmt::format("watch of job {}", req->job_id()));
     if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
     pto::v1::JobEvent ev;
     if (Status s = p_.jobs.wait_event(who, req->job_id(), &version, std::chrono::milliseconds(20), &ev); !s.ok())
       return to_grpc(s);
     if (!last || *last != progress_of(ev)) {
-      if (!writer->Write(ev)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      if (!watched.write(writer, ev)) return write_failed(watched, fmt::format("watch of job {}", req->job_id()));
       last = progress_of(ev);
     }
     if (final_state(ev.state())) return grpc::Status::OK;
@@ -503,8 +530,10 @@ grpc::Status JobsService::List(grpc::ServerContext* ctx, const pto::v1::ListJobs
 namespace {
 
 // Sends `path` from `*offset` on in chunks of at most 1 MiB; a file not
-// there yet reads as empty. False when the client went away.
-bool send_file_from(const std::string& path, uint64_t* offset, grpc::ServerWriter<pto::v1::FileChunk>* writer) {
+// there yet reads as empty. False when the client went away, or read
+// nothing for the watch's limit.
+bool send_file_from(const std::string& path, uint64_t* offset, grpc::ServerWriter<pto::v1::FileChunk>* writer,
+                    StallWatch::Call& watched) {
   std::error_code ec;
   const uint64_t size = std::filesystem::file_size(path, ec);
   if (ec || size <= *offset) return true;  // nothing (new) to send: a follower's poll costs a stat
@@ -518,7 +547,7 @@ bool send_file_from(const std::string& path, uint64_t* offset, grpc::ServerWrite
     if (n <= 0) return true;
     pto::v1::FileChunk chunk;
     chunk.set_data(buf.data(), static_cast<size_t>(n));
-    if (!writer->Write(chunk)) return false;
+    if (!watched.write(writer, chunk)) return false;
     *offset += static_cast<uint64_t>(n);
   }
 }
@@ -540,13 +569,14 @@ grpc::Status JobsService::Logs(grpc::ServerContext* ctx, const pto::v1::JobFileR
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this daemon does not capture jobs' output ([jobs] capture_output = false)");
   uint64_t offset = 0;
+  StallWatch::Call watched = watch_writes(p_, ctx);
   // Following: what is written now, then every 100 ms what was added, until
   // the job ended (the last read after it ended takes the rest) or the
   // client went away.
   for (;;) {
     const bool ended = final_state(r.state());
-    if (!send_file_from(path, &offset, writer))
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    if (!send_file_from(path, &offset, writer, watched))
+      return write_failed(watched, fmt::format("log of job {}", req->job_id()));
     if (!req->follow() || ended) return grpc::Status::OK;
     if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "logs cancelled");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -572,8 +602,9 @@ grpc::Status JobsService::Trace(grpc::ServerContext* ctx, const pto::v1::JobFile
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         fmt::format("job {} wrote no trace (its chip task did not run to the end)", req->job_id()));
   uint64_t offset = 0;
-  if (!send_file_from(r.trace_path(), &offset, writer))
-    return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+  StallWatch::Call watched = watch_writes(p_, ctx);
+  if (!send_file_from(r.trace_path(), &offset, writer, watched))
+    return write_failed(watched, fmt::format("trace of job {}", req->job_id()));
   return grpc::Status::OK;
 }
 

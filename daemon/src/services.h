@@ -13,8 +13,8 @@
 #include "job_manager.h"
 #include "principal.h"
 #include "pto/v1/ptod.grpc.pb.h"
+#include "stall_watch.h"
 #include "tensor_store.h"
-#include "upload_watch.h"
 
 namespace ptod {
 
@@ -39,10 +39,18 @@ struct DaemonParts {
   std::atomic<bool>& draining;
   const pto::RunnerPool& runners;
   const Principals& principals;
+  StallWatch& stalls;  // calls whose client holds them up
 };
 
 // The request's principal; a refused token is the call's status.
 grpc::Status identify(const DaemonParts& p, const grpc::ServerContextBase* ctx, Principal* who);
+
+// A stream's writes under the watch: cancelled when its client reads
+// nothing for [server] write_stall_timeout_s.
+StallWatch::Call watch_writes(const DaemonParts& p, grpc::ServerContext* ctx);
+// The status of a stream whose write failed: the watch cancelled it (logged,
+// naming `what` and the limit), or the client went away.
+grpc::Status write_failed(const StallWatch::Call& call, const std::string& what);
 
 class RegistryService final : public pto::v1::Registry::Service {
  public:
@@ -73,7 +81,6 @@ class TensorsService final : public pto::v1::Tensors::Service {
 
  private:
   DaemonParts p_;
-  UploadWatch uploads_;
 };
 
 // Also the fd socket's SUBMIT (FdJobHost): one Submit, two ways in.

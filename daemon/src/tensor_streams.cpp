@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "job_manager.h"
 #include "pto/base/crc32c.h"
 #include "pto/v1/raw_fields.h"
@@ -71,11 +73,14 @@ grpc::Status serve_download(const DaemonParts& p, grpc::ServerContext* ctx, Down
   chunk = std::max<uint64_t>(4096, std::min<uint64_t>(chunk, p.cfg.max_message_bytes - 4096));
   uint64_t off = 0;
   uint32_t crc = 0;
+  // A client that reads nothing would hold the pin, and this thread, until
+  // the daemon stops.
+  StallWatch::Call watched = watch_writes(p, ctx);
   do {
     // No buffer_hint: a write with it waits for a later flush (a Python
     // client's download once ran at half speed so).
-    if (!stream->Write(next_chunk(e, p.tensors, chunk, &off, &crc), grpc::WriteOptions()))
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    if (!watched.write(stream, next_chunk(e, p.tensors, chunk, &off, &crc)))
+      return write_failed(watched, fmt::format("download of tensor {}", e.id));
   } while (off < e.bytes);
   return grpc::Status::OK;
 }

@@ -31,9 +31,9 @@ struct RawUpload {
   grpc::ClientContext ctx;
   v1::TensorInfo reply;
   std::unique_ptr<grpc::ClientWriter<v1::UploadChunk>> w;
-  RawUpload(const DaemonProcess& d, const std::string& name, uint32_t elements) {
+  RawUpload(const DaemonProcess& d, const std::string& name, uint32_t elements, int deadline_s = 60) {
     stub = v1::Tensors::NewStub(grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(deadline_s));
     w = stub->Upload(&ctx, &reply);
     v1::UploadChunk h;
     h.mutable_header()->set_name(name);
@@ -64,6 +64,21 @@ v1::TensorHandle named(const std::string& n) {
   h.set_name(n);
   return h;
 }
+
+// A download in 1 MiB chunks, read (or not) as the test says.
+struct RawDownload {
+  std::unique_ptr<v1::Tensors::Stub> stub;
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReader<v1::DownloadChunk>> r;
+  RawDownload(const DaemonProcess& d, const std::string& name) {
+    stub = v1::Tensors::NewStub(grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::DownloadRequest req;
+    *req.mutable_tensor() = named(name);
+    req.set_chunk_bytes(1u << 20);
+    r = stub->Download(&ctx, req);
+  }
+};
 
 // A client of d; fd: through the fd socket where it can, else over gRPC alone.
 pto::client::ClientOptions client_options(const DaemonProcess& d, bool fd) {
@@ -194,6 +209,31 @@ TEST_CASE("an upload that stalls is dropped after upload_idle_timeout_s and its 
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("an upload whose call ends before its client half-closed leaves no tensor - also when its trailer came") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  std::vector<float> x(1024, 0.5f);
+  // Every byte and the trailer, then neither WritesDone nor more: the
+  // call's deadline ends it and its client hears DEADLINE_EXCEEDED. The
+  // daemon used to commit the tensor all the same (the trailer had come).
+  RawUpload up(d, "late", 1024, 3);
+  REQUIRE(up.data(x.data(), 4096));
+  REQUIRE(up.trailer(pto::crc32c(0, x.data(), 4096)));
+  grpc::Status s = up.wait();
+  CHECK(s.error_code() == SC::DEADLINE_EXCEEDED);
+  // Its space comes back once the handler sees the call ended; nothing stays.
+  CHECK(eventually([&] {
+    auto l = c->tensors();
+    return l.ok() && l.value.tensors_size() == 0 && l.value.arena_in_use() == 0;
+  }));
+  CHECK_FALSE(listed(*c, "late"));
+  CHECK(eventually([&] { return d.log().find("its call ended before the client half-closed") != std::string::npos; }));
+  // The name is free: an upload that half-closes gets it.
+  REQUIRE(c->upload("late", {1024}, PTO_FLOAT32, x.data(), 4096).ok());
+  CHECK(listed(*c, "late"));
+}
+
 TEST_CASE("a freed tensor's pages are kept warm for the next upload - an Alloc there never shows its bytes") {
   DaemonProcess d;
   REQUIRE(d.up());
@@ -265,21 +305,16 @@ TEST_CASE("a download its client abandons mid-stream unpins the tensor - a Free 
   std::vector<float> x(n, 2.5f);
   auto t = k.upload("big", {n}, PTO_FLOAT32, x.data(), uint64_t(n) * 4);
   REQUIRE(t.ok());
-  auto stub = v1::Tensors::NewStub(grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
   {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::DownloadRequest req;
-    *req.mutable_tensor() = named("big");
-    req.set_chunk_bytes(1u << 20);
-    auto r = stub->Download(&ctx, req);
+    RawDownload dl(d, "big");
+    auto& r = dl.r;
     v1::DownloadChunk chunk;
     REQUIRE(r->Read(&chunk));
     CHECK(chunk.has_info());
     // While it is under way the tensor is pinned.
     auto busy = k.free(named("big"));
     CHECK(busy.code == static_cast<int>(SC::FAILED_PRECONDITION));
-    ctx.TryCancel();
+    dl.ctx.TryCancel();
     while (r->Read(&chunk)) {}
     CHECK(r->Finish().error_code() == SC::CANCELLED);
   }
@@ -294,6 +329,38 @@ TEST_CASE("a download its client abandons mid-stream unpins the tensor - a Free 
   std::vector<uint8_t> got;
   REQUIRE(k.download(again.value.handle(), &got).ok());
   CHECK(std::memcmp(got.data(), x.data(), 16) == 0);
+}
+
+TEST_CASE("a download whose client reads nothing is cancelled after write_stall_timeout_s - its tensor unpinned") {
+  const std::string dir = make_temp_dir("ptod-stall");
+  std::ofstream(dir + "/ptod.toml") << "[server]\nwrite_stall_timeout_s = 1\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
+  REQUIRE(d.up());
+  pto::client::Client k(client_options(d, false));
+  const uint32_t n = 16u << 20;  // 64 MiB in 1 MiB chunks: far more than the connection's windows hold
+  std::vector<float> x(n, 1.25f);
+  REQUIRE(k.upload("big", {n}, PTO_FLOAT32, x.data(), uint64_t(n) * 4).ok());
+  RawDownload dl(d, "big");
+  auto& r = dl.r;
+  v1::DownloadChunk chunk;
+  REQUIRE(r->Read(&chunk));
+  CHECK(chunk.has_info());
+  // Read no further: the daemon's write waits for the client, the tensor
+  // pinned. It used to wait so until the daemon stopped.
+  CHECK(k.free(named("big")).code == static_cast<int>(SC::FAILED_PRECONDITION));
+  REQUIRE(eventually([&] { return k.free(named("big")).ok(); }, 15000));
+  CHECK_THAT(d.log(), Catch::Contains("the client read nothing for 1 s ([server] write_stall_timeout_s)"));
+  // The client reads what had come, then the end of the call.
+  while (r->Read(&chunk)) {}
+  CHECK(r->Finish().error_code() == SC::CANCELLED);
+  // A client that reads is served in full under the same limit.
+  auto t = k.upload("", {n}, PTO_FLOAT32, x.data(), uint64_t(n) * 4);
+  REQUIRE(t.ok());
+  std::vector<uint8_t> got;
+  REQUIRE(k.download(t.value.handle(), &got).ok());
+  REQUIRE(got.size() == uint64_t(n) * 4);
+  CHECK(std::memcmp(got.data(), x.data(), got.size()) == 0);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a gRPC upload the daemon refuses after its header returns at once - the caller's bytes let go") {
