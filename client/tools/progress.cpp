@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
@@ -89,6 +90,7 @@ namespace {
 std::atomic<uint64_t> g_job{0};
 std::atomic<pto::client::Client*> g_client{nullptr};
 std::atomic<bool> g_cancel{false};
+std::atomic<bool> g_interrupted{false};  // the waiter below handles a Ctrl-C: it ends the process
 }  // namespace
 
 void follow_job(uint64_t job_id, pto::client::Client* client, bool cancel) {
@@ -100,6 +102,11 @@ void follow_job(uint64_t job_id, pto::client::Client* client, bool cancel) {
 }
 
 Following::~Following() {
+  // The job may end while a Ctrl-C is handled (a cancel's reply waits for
+  // its end, and the watch sees it first): the handler says so and exits
+  // 130, not this thread with the job's result. Bounded (65 s): the
+  // handler's cancel is bounded by the client's timeout (60 s by default).
+  for (int i = 0; g_interrupted.load() && i < 6500; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   g_job.store(0);
   g_client.store(nullptr);
   g_cancel.store(false);
@@ -115,6 +122,7 @@ void take_interrupts() {
   std::thread([set] {
     int sig = 0;
     while (sigwait(&set, &sig) != 0) {}
+    g_interrupted.store(true);
     const uint64_t job = g_job.load();
     pto::client::Client* c = g_client.load();
     if (job != 0) {
