@@ -428,22 +428,23 @@ Status JobManager::cancel(const Principal& who, uint64_t id, pto::v1::JobState* 
     if (!h.valid()) it->second.cancel_pending = "cancelled by a client";  // submit() passes it on
   }
   // Queued: it leaves the queue (CANCELLED at once). Running: its tasks are
-  // stopped and its runner killed; it ends CANCELLED within moments.
+  // stopped and its runner killed; it ends CANCELLED within moments. Not
+  // yet handed to the Worker: submit() cancels it as it does.
   if (h.valid()) (void)h.cancel("cancelled by a client");
   std::unique_lock<std::mutex> lk(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Status::Ok();
-  if (it->second.state == pto::v1::QUEUED && h.valid()) {
-    // It left the queue; its end shows once its record is committed (another
-    // thread's commit may carry it): moments, bounded here.
-    const std::shared_ptr<std::condition_variable> changed = it->second.changed;
-    changed->wait_for(lk, std::chrono::seconds(5), [&] {
-      auto j = jobs_.find(id);
-      return j == jobs_.end() || j->second.state != pto::v1::QUEUED;
-    });
-    it = jobs_.find(id);
-    if (it == jobs_.end()) return Status::Ok();
-  }
+  // The reply says how it ended (CancelReply): its end shows once its record
+  // is committed (another thread's commit may carry it) - moments, bounded
+  // here; past the bound the state it is still in. (A running job's reply
+  // used to say RUNNING, one not yet handed over QUEUED.)
+  const std::shared_ptr<std::condition_variable> changed = it->second.changed;
+  changed->wait_for(lk, kCancelReplyWait, [&] {
+    auto j = jobs_.find(id);
+    return j == jobs_.end() || final_state(j->second.state);
+  });
+  it = jobs_.find(id);
+  if (it == jobs_.end()) return Status::Ok();
   *state = it->second.state;
   return Status::Ok();
 }

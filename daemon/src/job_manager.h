@@ -119,7 +119,11 @@ class JobManager {
   // caller must call before it answers: an error names the jobs whose
   // records could not be written, which are cancelled unless they ended.
   Status flush_batch(const std::vector<Queued>& jobs);
+  // *state: how it ended (CANCELLED, or the final state it had reached), once
+  // its end is committed; the state it is still in if that takes longer
+  // than kCancelReplyWait (a task that does not stop at once).
   Status cancel(const Principal& who, uint64_t id, pto::v1::JobState* state);
+  static constexpr std::chrono::seconds kCancelReplyWait{5};
   Status result(const Principal& who, uint64_t id, pto::v1::JobResult* out) const;
   // The results of those of `jobs` that have ended, under one lock (a
   // batch's reply: one wait_event per job cost ~1 us each, with the batch's

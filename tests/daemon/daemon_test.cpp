@@ -362,7 +362,9 @@ TEST_CASE("cancel - a queued job never starts - a running one stops its running 
   REQUIRE(eventually([&] { return c->result(running.value.job_id()).value.tasks_submitted() == 1; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its task is on the chip
   const auto t0 = std::chrono::steady_clock::now();
-  REQUIRE(c->cancel(running.value.job_id()).ok());
+  auto cr = c->cancel(running.value.job_id());
+  REQUIRE(cr.ok());
+  CHECK(cr.value == v1::CANCELLED);  // how it ended, not RUNNING
   auto r = c->result(running.value.job_id(), 10000);
   const auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   INFO("the running job ended " << ms << " ms after Cancel: " << r.value.ShortDebugString());
