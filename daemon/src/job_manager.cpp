@@ -173,9 +173,7 @@ int JobManager::execute(uint64_t id, pto::Orchestrator& o, const pto::TaskArgsVi
     j.state = pto::v1::RUNNING;
     j.start_ns = now_ns();
     j.start_ms = wall_ms();
-    --counts_.queued;
-    ++queue_gen_;
-    --queued_by_owner_[j.spec.options.principal];
+    count_queued_locked(j.spec, -1);
     ++counts_.running;
     changed_locked(j);
     spec = &j.spec;
@@ -300,9 +298,7 @@ void JobManager::apply_ending_locked(uint64_t id, Ending e, std::vector<std::str
   if (done.start_ns) {
     --counts_.running;
   } else {
-    --counts_.queued;
-    ++queue_gen_;
-    --queued_by_owner_[done.spec.options.principal];
+    count_queued_locked(done.spec, -1);
   }
   done.state = e.state;
   done.log_written = e.log_written;

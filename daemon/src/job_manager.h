@@ -16,6 +16,7 @@
 // daemon died is FAILED "interrupted: the daemon stopped".
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -257,6 +258,10 @@ class JobManager {
   std::vector<uint64_t> gone_;  // trimmed jobs whose records are still to delete
   IdSequence ids_;
   std::map<std::string, uint64_t> queued_by_owner_;  // the queued_jobs quota's measure
+  // Queued jobs by RunPriority: a Submit's place in the queue (those that
+  // start before it: higher priority, or as high and older) without a walk.
+  std::array<uint32_t, 3> queued_by_priority_{};
+  void count_queued_locked(const JobSpec& spec, int delta);  // delta: +1 queued, -1 no longer
   JobCounts counts_;                                 // queued and running are live counts
   uint64_t queue_gen_ = 0;                           // bumped whenever a job enters or leaves the queue
   uint64_t ends_unwritten_ = 0;  // ended, their final record given to JobRecords::retry (still counted above)

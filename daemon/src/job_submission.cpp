@@ -73,10 +73,14 @@ Status JobManager::reserve_locked(const std::vector<JobSpec>& specs, std::vector
   for (uint64_t& id : *ids)
     if (Status s = ids_.next(&id); !s.ok()) return Status::Error(s.code, "cannot give the job an id: " + s.message);
   for (size_t i = 0; i < specs.size(); ++i) {
-    queued->push_back({(*ids)[i], static_cast<uint32_t>(counts_.queued)});
-    ++counts_.queued;
-    ++queue_gen_;
-    ++queued_by_owner_[specs[i].options.principal];
+    // Ahead of it: the queued jobs of a higher priority, and all of its own
+    // (older: ids grow), as they start (queue_position_locked; it used to
+    // count every queued job, a LOW one ahead of a HIGH job too).
+    const auto p = static_cast<size_t>(specs[i].options.priority);
+    uint32_t ahead = 0;
+    for (size_t q = p; q < queued_by_priority_.size(); ++q) ahead += queued_by_priority_[q];
+    queued->push_back({(*ids)[i], ahead});
+    count_queued_locked(specs[i], +1);
     ++counts_.submitted_total;
   }
   return Status::Ok();
@@ -359,10 +363,23 @@ void JobManager::release_waiters(const std::vector<Queued>& jobs) {
   commit_queued();
 }
 
-void JobManager::uncount_queued_locked(const Job& j) {
-  --counts_.queued;
+void JobManager::count_queued_locked(const JobSpec& spec, int delta) {
+  uint32_t& by_priority = queued_by_priority_[static_cast<size_t>(spec.options.priority)];
+  uint64_t& by_owner = queued_by_owner_[spec.options.principal];
+  if (delta > 0) {
+    ++counts_.queued;
+    ++by_owner;
+    ++by_priority;
+  } else {
+    --counts_.queued;
+    --by_owner;
+    --by_priority;
+  }
   ++queue_gen_;
-  --queued_by_owner_[j.spec.options.principal];
+}
+
+void JobManager::uncount_queued_locked(const Job& j) {
+  count_queued_locked(j.spec, -1);
   --counts_.submitted_total;
 }
 

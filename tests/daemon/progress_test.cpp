@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <grpcpp/grpcpp.h>
+
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <string>
@@ -17,6 +19,7 @@
 #include "daemon_process.h"
 #include "eventually.h"
 #include "pto/client.h"
+#include "pto/v1/ptod.grpc.pb.h"
 
 using namespace pto_test;
 namespace v1 = pto::v1;
@@ -108,6 +111,49 @@ TEST_CASE("a queued job's events say how many jobs start before it") {
   });
   REQUIRE(w.ok());
   CHECK(first_position == 1);  // job 2 was queued behind job 1 (job 0 running)
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a Submit's queue position counts the jobs that start before it - a HIGH job goes ahead of LOW ones") {
+  const std::string dir = make_temp_dir("ptod-queue");
+  std::ofstream(dir + "/ptod.toml") << "[jobs]\nmax_running = 1\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_MANY_CONFIG, "many").ok());
+  auto first = c->submit(many(50, 100));  // 5 s: the others stay queued behind it
+  REQUIRE(first.ok());
+  REQUIRE(eventually([&] { return running(*c, first.value.job_id()); }));
+  auto submit = [&](v1::Priority p) {
+    v1::SubmitRequest r = many(1, 1);
+    r.set_priority(p);
+    auto s = c->submit(r);
+    REQUIRE(s.ok());
+    return s.value;
+  };
+  // What the reply says is what Watch says at once (its first event).
+  auto stub = v1::Jobs::NewStub(grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+  auto watched_position = [&](uint64_t id) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::WatchRequest wr;
+    wr.set_job_id(id);
+    auto r = stub->Watch(&ctx, wr);
+    v1::JobEvent e;
+    const bool got = r->Read(&e);
+    ctx.TryCancel();
+    (void)r->Finish();
+    return got && e.state() == v1::QUEUED ? e.queue_position() : 99u;
+  };
+  std::vector<std::pair<v1::Priority, uint32_t>> order = {{v1::PRIORITY_LOW, 0},    {v1::PRIORITY_LOW, 1},
+                                                          {v1::PRIORITY_LOW, 2},    {v1::PRIORITY_HIGH, 0},
+                                                          {v1::PRIORITY_NORMAL, 1}, {v1::PRIORITY_LOW, 5}};
+  for (size_t i = 0; i < order.size(); ++i) {
+    INFO("job " << i << ", " << v1::Priority_Name(order[i].first));
+    auto s = submit(order[i].first);
+    CHECK(s.queue_position() == order[i].second);  // the HIGH job's reply said 3
+    if (i == 3) CHECK(watched_position(s.job_id()) == 0);
+  }
   std::filesystem::remove_all(dir);
 }
 
