@@ -133,6 +133,15 @@ void JobManager::start_runs(std::vector<Start> starts) {
 Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>* queued, bool acknowledge_later,
                                 bool waiter_commits) {
   const size_t n = specs.size();
+  // Tensors a clean stop wrote to disk stop saying so before a job may
+  // change them (TensorStore::unsync; nothing to do when none does).
+  if (tensors_.unsync_may_be_needed()) {
+    std::vector<uint64_t> outputs;
+    for (const JobSpec& spec : specs)
+      for (const TensorEntry& e : spec.outputs) outputs.push_back(e.id);
+    if (Status s = tensors_.unsync(outputs); !s.ok())
+      return Status::Error(s.code, "the job is not queued: " + s.message);
+  }
   // Acknowledged later (the caller flushes their records before it answers),
   // a batch's jobs are made and queued kStartEvery at a time: the first ones
   // run while the rest are made. Otherwise their records are committed

@@ -116,37 +116,43 @@ Status StateDb::open(const std::string& dir, bool durable) {
   return exec(kSchema);
 }
 
-Status StateDb::reserve(const std::string& name, uint64_t count, uint64_t* first) {
-  std::lock_guard<std::mutex> g(mu_);
+// One transaction, always fsynced (synchronous = FULL for it alone when the
+// daemon is not durable); rolled back when `body` or the commit fails. mu_ held.
+Status StateDb::fsynced_transaction(const std::function<Status()>& body) {
   if (!db_) return Status::Error(pto::kStorageError, "state database: not open");
-  // Always fsynced, whatever [daemon] durable says: the one write that must
-  // survive a power loss for ids never to go back.
   if (!durable_)
     if (Status s = exec("PRAGMA synchronous=FULL"); !s.ok()) return s;
-  auto done = [&](Status s) {
-    if (!s.ok()) (void)exec("ROLLBACK");
-    if (!durable_) (void)exec("PRAGMA synchronous=NORMAL");
-    return s;
-  };
-  if (Status s = exec("BEGIN IMMEDIATE"); !s.ok()) return done(s);
-  Status st;
-  sqlite3_stmt* q = stmt("SELECT next FROM sequences WHERE name = ?1", &st);
-  if (!q) return done(st);
-  sqlite3_bind_text(q, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+  Status s = exec("BEGIN IMMEDIATE");
+  if (s.ok()) s = body();
+  if (s.ok()) s = exec("COMMIT");
+  if (!s.ok()) (void)exec("ROLLBACK");
+  if (!durable_) (void)exec("PRAGMA synchronous=NORMAL");
+  return s;
+}
+
+Status StateDb::reserve(const std::string& name, uint64_t count, uint64_t* first) {
+  std::lock_guard<std::mutex> g(mu_);
+  // Always fsynced, whatever [daemon] durable says: the one write that must
+  // survive a power loss for ids never to go back.
   uint64_t next = 1;
-  const int rc = sqlite3_step(q);
-  if (rc == SQLITE_ROW) next = static_cast<uint64_t>(sqlite3_column_int64(q, 0));
-  sqlite3_reset(q);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return done(error("reading a sequence"));
-  sqlite3_stmt* w =
-      stmt("INSERT INTO sequences (name, next) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET next = ?2", &st);
-  if (!w) return done(st);
-  sqlite3_bind_text(w, 1, name.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(w, 2, i64(next + count));
-  if (Status s = step_done(w, "writing a sequence"); !s.ok()) return done(s);
-  if (Status s = exec("COMMIT"); !s.ok()) return done(s);
-  *first = next;
-  return done(Status::Ok());
+  Status s = fsynced_transaction([&] {
+    Status st;
+    sqlite3_stmt* q = stmt("SELECT next FROM sequences WHERE name = ?1", &st);
+    if (!q) return st;
+    sqlite3_bind_text(q, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+    const int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) next = static_cast<uint64_t>(sqlite3_column_int64(q, 0));
+    sqlite3_reset(q);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error("reading a sequence");
+    sqlite3_stmt* w =
+        stmt("INSERT INTO sequences (name, next) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET next = ?2", &st);
+    if (!w) return st;
+    sqlite3_bind_text(w, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(w, 2, i64(next + count));
+    return step_done(w, "writing a sequence");
+  });
+  if (s.ok()) *first = next;
+  return s;
 }
 
 Status StateDb::get_meta(const std::string& key, std::string* value) {
@@ -210,6 +216,21 @@ Status StateDb::delete_row_locked(const char* sql, uint64_t id, const char* what
 
 Status StateDb::delete_tensor(uint64_t id) {
   return delete_row("DELETE FROM tensors WHERE id = ?1", id, "deleting a tensor");
+}
+
+Status StateDb::set_tensors_synced(const std::vector<uint64_t>& ids, bool synced) {
+  std::lock_guard<std::mutex> g(mu_);
+  return fsynced_transaction([&] {
+    Status st;
+    sqlite3_stmt* q = stmt("UPDATE tensors SET synced = ?1 WHERE id = ?2", &st);
+    if (!q) return st;
+    for (uint64_t id : ids) {
+      sqlite3_bind_int(q, 1, synced ? 1 : 0);
+      sqlite3_bind_int64(q, 2, i64(id));
+      if (Status s = step_done(q, "marking whether a tensor's bytes are on disk"); !s.ok()) return s;
+    }
+    return Status::Ok();
+  });
 }
 
 Status StateDb::tensors(std::vector<TensorRow>* out) {

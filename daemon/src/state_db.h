@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -71,6 +72,10 @@ class StateDb {
 
   Status put_tensor(const TensorRow& r);
   Status delete_tensor(uint64_t id);
+  // Sets the tensors' `synced` in one commit, fsynced whatever [daemon]
+  // durable says: cleared before a job may change bytes that are on disk,
+  // it must be there before they change.
+  Status set_tensors_synced(const std::vector<uint64_t>& ids, bool synced);
   Status tensors(std::vector<TensorRow>* out);
 
   Status put_callable(const CallableRow& r);
@@ -89,6 +94,7 @@ class StateDb {
   Status exec(const char* sql);
   // A cached prepared statement (reset, bindings cleared); mu_ held.
   sqlite3_stmt* stmt(const char* sql, Status* st);
+  Status fsynced_transaction(const std::function<Status()>& body);
   Status step_done(sqlite3_stmt* s, const char* what);
   Status delete_row(const char* sql, uint64_t id, const char* what);
   // Rows per INSERT in put_jobs.

@@ -1,5 +1,7 @@
 #include "tensor_store.h"
 
+#include <algorithm>
+
 #include "log.h"
 #include "names.h"
 
@@ -44,6 +46,8 @@ Status TensorStore::restore(bool drop_unsynced) {
     e.name = r.name;
     e.tensor = t.value;
     e.bytes = r.bytes;
+    e.synced = r.synced;
+    if (e.synced) synced_count_.fetch_add(1, std::memory_order_relaxed);
     by_id_[e.id] = e;
     if (!e.name.empty()) by_name_[name_key(e.owner, e.name)] = e.id;
     bytes_by_owner_[e.owner] += e.bytes;
@@ -149,7 +153,11 @@ Status TensorStore::commit(uint64_t id) {
   }
   if (Status s = db_.put_tensor(row); !s.ok()) return s;
   std::lock_guard<std::mutex> g(mu_);
-  if (auto it = by_id_.find(id); it != by_id_.end()) it->second.committed = true;
+  if (auto it = by_id_.find(id); it != by_id_.end()) {
+    it->second.committed = true;
+    it->second.synced = row.synced;
+    if (row.synced) synced_count_.fetch_add(1, std::memory_order_relaxed);
+  }
   return Status::Ok();
 }
 
@@ -160,6 +168,7 @@ void TensorStore::erase_locked(std::map<uint64_t, TensorEntry>::iterator it) {
     (void)w_.free(it->second.tensor);
   if (!it->second.name.empty()) by_name_.erase(name_key(it->second.owner, it->second.name));
   bytes_by_owner_[it->second.owner] -= it->second.bytes;
+  if (it->second.synced) synced_count_.fetch_sub(1, std::memory_order_relaxed);
   by_id_.erase(it);
 }
 
@@ -294,12 +303,54 @@ bool TensorStore::sync_all() {
       if (e.committed) all.push_back(e);
   }
   bool ok = true;
-  for (const TensorEntry& e : all)
+  std::vector<uint64_t> on_disk;
+  for (const TensorEntry& e : all) {
     if (Status s = w_.sync(e.tensor); !s.ok()) {
       log("tensors")->warn("tensor {}: {}", e.id, s.message);
       ok = false;
+      continue;
     }
+    if (!e.synced) on_disk.push_back(e.id);
+  }
+  // Their records say so: a power loss before a job changes them keeps them
+  // (they used to be dropped by the restart after it, as never fsynced).
+  // Not written, they are dropped then: the stop is clean all the same.
+  if (!on_disk.empty()) {
+    if (Status s = db_.set_tensors_synced(on_disk, true); !s.ok()) {
+      log("tensors")->warn("the records of {} tensors written to disk do not say so: {}", on_disk.size(), s.message);
+    } else {
+      std::lock_guard<std::mutex> g(mu_);
+      for (uint64_t id : on_disk)
+        if (auto it = by_id_.find(id); it != by_id_.end() && !it->second.synced) {
+          it->second.synced = true;
+          synced_count_.fetch_add(1, std::memory_order_relaxed);
+        }
+    }
+  }
   return ok;
+}
+
+Status TensorStore::unsync(const std::vector<uint64_t>& outputs) {
+  if (!unsync_may_be_needed()) return Status::Ok();
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (uint64_t id : outputs)
+      if (auto it = by_id_.find(id); it != by_id_.end() && it->second.synced) ids.push_back(id);
+  }
+  if (ids.empty()) return Status::Ok();
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  if (Status s = db_.set_tensors_synced(ids, false); !s.ok())
+    return Status::Error(s.code, fmt::format("the record of tensor {} cannot say that a job may change its bytes: {}",
+                                             ids.front(), s.message));
+  std::lock_guard<std::mutex> g(mu_);
+  for (uint64_t id : ids)
+    if (auto it = by_id_.find(id); it != by_id_.end() && it->second.synced) {
+      it->second.synced = false;
+      synced_count_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  return Status::Ok();
 }
 
 void TensorStore::sync(const std::vector<TensorEntry>& written) {

@@ -9,6 +9,7 @@
 // place in the arena file), so a restarted daemon takes them back.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -35,6 +36,9 @@ struct TensorEntry {
   uint64_t bytes = 0;
   int64_t pins = 0;       // jobs and transfers using it
   bool committed = true;  // false while its upload is in progress
+  // Its bytes on disk are its bytes (its record says so): fsynced since a
+  // job last could change them (TensorStore::unsync).
+  bool synced = false;
 };
 
 class TensorStore {
@@ -92,7 +96,17 @@ class TensorStore {
   }
   // [daemon] durable: a job wrote these tensors; their bytes go to disk.
   void sync(const std::vector<TensorEntry>& written);
-  // A clean stop: every tensor's bytes to disk; false if one failed.
+  // [daemon] durable = false: a job may change these tensors. Those whose
+  // records say their bytes are on disk (a clean stop wrote them) say so no
+  // longer, fsynced before it returns: a power loss before the next clean
+  // stop drops them rather than serve bytes older than the job's. Nothing to
+  // do when no tensor is so marked (unsync_may_be_needed: a caller need not
+  // even gather the outputs).
+  Status unsync(const std::vector<uint64_t>& outputs);
+  bool unsync_may_be_needed() const { return !cfg_.durable && synced_count_.load(std::memory_order_relaxed) != 0; }
+  // A clean stop: every tensor's bytes to disk, and their records say so
+  // (they survive a power loss before a job changes them); false if one
+  // failed.
   bool sync_all();
   // The bytes `owner` holds (its arena quota's measure).
   uint64_t bytes_of(const std::string& owner) const;
@@ -111,6 +125,7 @@ class TensorStore {
   std::map<uint64_t, TensorEntry> by_id_;
   std::map<std::string, uint64_t> by_name_;  // name_key(owner, name) -> id
   std::map<std::string, uint64_t> bytes_by_owner_;
+  std::atomic<uint64_t> synced_count_{0};  // entries with synced set (mu_ for writes)
   IdSequence ids_;
   void give_back_locked(uint64_t id);
   struct Lent {
