@@ -1,5 +1,7 @@
 #include "job_manager.h"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -224,8 +226,12 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
     e.log_written = r.log_written || (c.abi == pto::EntryAbi::ORCHESTRATION && c.runs_here);
     // A job that never started ends on its canceller's thread: commit there.
     more_queued = it->second.start_ns != 0 && counts_.queued > 0;
+    // A job that did not succeed may have written its trace all the same
+    // (an orchestration whose chip task ran before another task failed): its
+    // path stays with the record, so the file goes when the record does
+    // (trim_locked). It used to be left out, and the file stayed forever.
     const std::string& trace = it->second.result.trace_path();
-    if (!trace.empty() && r.ok()) e.result.set_trace_path(trace);
+    if (!trace.empty() && (r.ok() || access(trace.c_str(), F_OK) == 0)) e.result.set_trace_path(trace);
     row = row_locked(it->second, &e);
     // Applied once the record is committed, here or on the thread
     // committing it (this run's thread goes on to the next run meanwhile).

@@ -109,6 +109,51 @@ TEST_CASE("a job's log goes with its record, and a daemon that does not capture 
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("the trace of a job that failed after its chip task ran goes with its record - and is served meanwhile") {
+  const std::string dir = make_temp_dir("ptod-trace");
+  std::ofstream(dir + "/ptod.toml") << "[jobs]\nretain_finished = 1\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
+  REQUIRE(d.up());
+  auto c = connect(d);
+  // The orchestration runs vector on the chip, then "add_one" - here a sub
+  // callable that fails.
+  REQUIRE(c->register_chip(VECTOR_CONFIG, "vector").ok());
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_fail", "add_one").ok());
+  REQUIRE(c->register_import(L3_ORCHESTRATION, "pto_test_l3_vector_plus_one", "l3", true).ok());
+  const uint32_t n = 16384;  // the vector kernel's size
+  std::vector<float> x(n, 0.5f);
+  REQUIRE(c->upload("a", {n}, PTO_FLOAT32, x.data(), n * 4).ok());
+  REQUIRE(c->upload("b", {n}, PTO_FLOAT32, x.data(), n * 4).ok());
+  REQUIRE(c->alloc("f", {n}, PTO_FLOAT32).ok());
+  v1::SubmitRequest req;
+  req.mutable_callable()->set_name("l3");
+  for (const char* t : {"a", "b", "f"}) req.mutable_args()->add_tensors()->mutable_tensor()->set_name(t);
+  req.mutable_args()->add_tags(v1::INPUT);
+  req.mutable_args()->add_tags(v1::INPUT);
+  req.mutable_args()->add_tags(v1::OUTPUT);
+  req.mutable_args()->add_scalars(n);
+  req.mutable_config()->set_enable_profiling(true);
+  auto failed = c->run(req);
+  REQUIRE(failed.ok());
+  INFO(failed.value.ShortDebugString());
+  REQUIRE(failed.value.state() == v1::FAILED);
+  // The chip task ran and wrote the trace; the record names it (it did not).
+  const std::string trace = d.dir() + "/state/traces/job-" + std::to_string(failed.value.job_id()) + ".json";
+  REQUIRE(std::filesystem::exists(trace));
+  CHECK(failed.value.trace_path() == trace);
+  std::string json;
+  REQUIRE(c->trace(failed.value.job_id(), [&](const std::string& chunk) { json += chunk; }).ok());
+  CHECK_THAT(json, Catch::Contains("traceEvents"));
+  // The next job's end trims the record (retain_finished = 1): the file goes too.
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  v1::SubmitRequest noop;
+  noop.mutable_callable()->set_name("noop");
+  REQUIRE(c->run(noop).ok());
+  CHECK_FALSE(c->result(failed.value.job_id()).ok());
+  CHECK_FALSE(std::filesystem::exists(trace));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("a job's trace is fetched over gRPC and with ptoctl trace - a job without one is NOT_FOUND") {
   DaemonProcess d;
   REQUIRE(d.up());
