@@ -119,9 +119,11 @@ Status JobManager::restore() {
   for (const auto& f : finished) finished_order_.push_back(f.second);
   for (uint64_t id : ended_now) finished_order_.push_back(id);
   // None that was queued or running vanishes at the restart, even beyond
-  // retain_finished: they go as the jobs that end after them push them out.
+  // retain_finished: each job that ends after it lets go of two of the
+  // oldest records until retain_finished are left (keep_).
+  keep_ = std::max<size_t>(cfg_.retain_finished, ended_now.size());
   std::vector<std::string> trimmed;
-  trim_locked(&trimmed, std::max<size_t>(cfg_.retain_finished, ended_now.size()));
+  trim_locked(&trimmed, keep_);
   remove_files(trimmed);  // at start-up: nobody waits for mu_ yet
   if (!rows.empty())
     log("jobs")->info(
@@ -213,6 +215,11 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
     jobs_log->log(level, "job {} {}: {} tasks ({} ok, {} failed, {} skipped, {} stopped) in {:.3f} ms{}", id,
                   pto::v1::JobState_Name(st), r.tasks_submitted, r.tasks_succeeded, r.tasks_failed, r.tasks_skipped,
                   r.tasks_stopped, double(r.wall_ns) / 1e6, r.ok() ? "" : ": " + r.status.message);
+  // A job that did not succeed may have written its trace all the same (an
+  // orchestration whose chip task ran before another task failed): the
+  // record names it, so the file goes when the record does (trim_locked).
+  // It used to be left out, and the file stayed forever. (A stat, out of mu_.)
+  const bool trace_written = !r.ok() && access(trace_path(id).c_str(), F_OK) == 0;
   JobRow row;
   std::vector<uint64_t> gone;  // trimmed jobs' records, deleted with this one
   JobRecords::Then then;
@@ -226,12 +233,8 @@ void JobManager::run_ended(uint64_t id, const pto::RunResult& r) {
     e.log_written = r.log_written || (c.abi == pto::EntryAbi::ORCHESTRATION && c.runs_here);
     // A job that never started ends on its canceller's thread: commit there.
     more_queued = it->second.start_ns != 0 && counts_.queued > 0;
-    // A job that did not succeed may have written its trace all the same
-    // (an orchestration whose chip task ran before another task failed): its
-    // path stays with the record, so the file goes when the record does
-    // (trim_locked). It used to be left out, and the file stayed forever.
     const std::string& trace = it->second.result.trace_path();
-    if (!trace.empty() && (r.ok() || access(trace.c_str(), F_OK) == 0)) e.result.set_trace_path(trace);
+    if (!trace.empty() && (r.ok() || trace_written)) e.result.set_trace_path(trace);
     row = row_locked(it->second, &e);
     // Applied once the record is committed, here or on the thread
     // committing it (this run's thread goes on to the next run meanwhile).
@@ -321,8 +324,13 @@ void JobManager::apply_ending_locked(uint64_t id, Ending e, std::vector<std::str
     ++counts_.cancelled_total;
   changed_locked(done);
   finished_order_.push_back(id);
-  trim_locked(trimmed, cfg_.retain_finished);
+  keep_ = std::max<size_t>(cfg_.retain_finished, keep_ == 0 ? 0 : keep_ - 1);
+  trim_locked(trimmed, keep_);
   if (live_locked() == 0) cv_.notify_all();  // wait_idle
+}
+
+std::string JobManager::trace_path(uint64_t id) const {
+  return fmt::format("{}/traces/job-{}.json", cfg_.state_dir, id);
 }
 
 std::string JobManager::log_path(uint64_t id) const {
@@ -443,7 +451,7 @@ Status JobManager::cancel(const Principal& who, uint64_t id, pto::v1::JobState* 
   const std::shared_ptr<std::condition_variable> changed = it->second.changed;
   changed->wait_for(lk, kCancelReplyWait, [&] {
     auto j = jobs_.find(id);
-    return j == jobs_.end() || final_state(j->second.state);
+    return j == jobs_.end() || final_state(j->second.state) || stop_;  // a stopping daemon answers at once
   });
   it = jobs_.find(id);
   if (it == jobs_.end()) return Status::Ok();

@@ -135,6 +135,8 @@ class JobManager {
                                     const std::function<pto::v1::JobResult*(size_t)>& out) const;
   // Where job `id`'s captured output goes; "" when [jobs] capture_output is off.
   std::string log_path(uint64_t id) const;
+  // Where a job submitted with profiling has its chip runs' trace written.
+  std::string trace_path(uint64_t id) const;
   // Waits until the job changed after *version (or timeout), then fills ev
   // (with live task progress while it runs) and updates *version.
   Status wait_event(const Principal& who, uint64_t id, uint64_t* version, std::chrono::milliseconds timeout,
@@ -233,11 +235,15 @@ class JobManager {
   void changed_locked(Job& j);
   // Queued jobs that start before j (higher priority, or as high and older).
   uint32_t queue_position_locked(const Job& j) const;
-  // Drops the oldest finished jobs beyond `keep` (retain_finished; more at a
-  // restart); their records go with the next commit (gone_), their trace and
+  // Drops the oldest finished jobs beyond `keep` (retain_finished; more
+  // after a restart: keep_); their records go with the next commit (gone_), their trace and
   // log files into *files for the caller to remove once mu_ is released (a
   // syscall each, kept out of the lock every job's start and end take).
   void trim_locked(std::vector<std::string>* files, size_t keep);
+  // Records kept (above retain_finished after a restart that brought back
+  // more unfinished jobs than that): each end lowers it by one until it is
+  // retain_finished again, so each end lets go of two of the oldest.
+  size_t keep_ = 0;
   static void remove_files(const std::vector<std::string>& files);
   std::vector<uint64_t> take_gone();
   // The job, if `who` may see it.

@@ -97,9 +97,10 @@ JobManager::Job JobManager::make_job(uint64_t id, JobSpec spec) const {
   // A trace goes under the state directory, never where a client says.
   std::memset(j.spec.config.output_prefix, 0, sizeof j.spec.config.output_prefix);
   if (j.spec.config.enable_profiling) {
-    const std::string prefix = fmt::format("{}/traces/job-{}", cfg_.state_dir, j.id);
+    std::string path = trace_path(j.id);
+    const std::string prefix = path.substr(0, path.size() - 5);  // the chip writes <prefix>.json
     std::snprintf(j.spec.config.output_prefix, sizeof j.spec.config.output_prefix, "%s", prefix.c_str());
-    j.result.set_trace_path(prefix + ".json");
+    j.result.set_trace_path(std::move(path));
   }
   j.spec.options.log_file = log_path(j.id);
   return j;

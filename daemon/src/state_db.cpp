@@ -214,8 +214,11 @@ Status StateDb::delete_row_locked(const char* sql, uint64_t id, const char* what
   return step_done(q, what);
 }
 
-Status StateDb::delete_tensor(uint64_t id) {
-  return delete_row("DELETE FROM tensors WHERE id = ?1", id, "deleting a tensor");
+Status StateDb::delete_tensor(uint64_t id, bool fsynced) {
+  if (!fsynced) return delete_row("DELETE FROM tensors WHERE id = ?1", id, "deleting a tensor");
+  std::lock_guard<std::mutex> g(mu_);
+  return fsynced_transaction(
+      [&] { return delete_row_locked("DELETE FROM tensors WHERE id = ?1", id, "deleting a tensor"); });
 }
 
 Status StateDb::set_tensors_synced(const std::vector<uint64_t>& ids, bool synced) {

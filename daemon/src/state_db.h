@@ -71,7 +71,8 @@ class StateDb {
   Status set_meta(const std::string& key, const std::string& value);
 
   Status put_tensor(const TensorRow& r);
-  Status delete_tensor(uint64_t id);
+  // `fsynced`: in an fsynced commit whatever [daemon] durable says.
+  Status delete_tensor(uint64_t id, bool fsynced = false);
   // Sets the tensors' `synced` in one commit, fsynced whatever [daemon]
   // durable says: cleared before a job may change bytes that are on disk,
   // it must be there before they change.

@@ -216,7 +216,10 @@ Status TensorStore::free(const Principal& who, uint64_t id, const std::string& n
         pto::kInUse, fmt::format("tensor {} is used by {} queued or running job(s) or transfer(s)", e->id, e->pins));
   // The record goes first: a crash between the two leaves space unused
   // until the restart, never a record of a tensor whose space was reused.
-  if (Status s = db_.delete_tensor(e->id); !s.ok()) return s;
+  // One whose record says its bytes are on disk goes in an fsynced commit:
+  // a power loss could otherwise bring it back, "synced", over the bytes of
+  // the tensor placed in its space since.
+  if (Status s = db_.delete_tensor(e->id, e->synced && !cfg_.durable); !s.ok()) return s;
   erase_locked(by_id_.find(e->id));
   return Status::Ok();
 }
