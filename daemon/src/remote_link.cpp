@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "log.h"
@@ -139,11 +140,12 @@ void GrpcRemoteLink::deliver(pto::RemoteCompletion&& done) {
 }
 
 void GrpcRemoteLink::abandon(uint64_t seq) {
+  std::lock_guard<std::mutex> o(outputs_mu_);  // waits for a copy into its tensors that is under way
   std::lock_guard<std::mutex> g(mu_);
   if (auto it = pending_.find(seq); it != pending_.end())
     it->second.abandoned = true;
   else
-    abandoned_.insert(seq);  // still queued or being staged: marked when it is sent
+    abandoned_.insert(seq);  // queued or being staged: marked when it is sent; or its outputs are coming back
 }
 
 void GrpcRemoteLink::poll(std::vector<pto::RemoteCompletion>* out) {
@@ -439,7 +441,10 @@ void GrpcRemoteLink::writer_loop() {
         if (ok) ok = stream_->Write(encode_frame(fr.f, &fr.data));
       }
       frames.clear();
-      if (!tasks.empty() && ok) ok = write_tasks(tasks);
+      if (!tasks.empty() && ok) {
+        ok = write_tasks(tasks);
+        tasks.clear();  // each is in flight or reported now: not queued again below
+      }
       if (ok && now - last_health >= hb_ns) {
         pto::v1::Frame hb;
         hb.mutable_health()->set_sent_ns(now);
@@ -449,7 +454,25 @@ void GrpcRemoteLink::writer_loop() {
       }
     }
     if (!ok) {
+      // Tasks taken this round but never written (a frame before them
+      // failed) are in neither pending_ nor tasks_out_: they go back to the
+      // queue, which the session's end reports, or are reported here when the
+      // session ended already (the watchdog's TryCancel failed the write).
+      if (!tasks.empty()) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (session_over_) {
+          for (auto& t : tasks)
+            done_.push_back({t.seq, static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE), "",
+                             fmt::format("{}: session lost: {}", label(), end_reason_)});
+          has_done_.store(true, std::memory_order_release);
+        } else {
+          tasks_out_.insert(tasks_out_.begin(), std::make_move_iterator(tasks.begin()),
+                            std::make_move_iterator(tasks.end()));
+        }
+        tasks.clear();
+      }
       end_session("the connection broke while sending");
+      if (wake_) wake_();
       return;
     }
     const uint64_t last = last_recv_ns_.load();
@@ -480,6 +503,14 @@ void GrpcRemoteLink::reader_loop() {
     if (f.has_completion()) {
       std::vector<pto::RemoteCompletion> out;
       for (const auto& c : f.completion().completions()) {
+        // proto3 enums are open: a value past the last Outcome would read as
+        // anything the cast makes of it (256 as SUCCESS, its outputs never
+        // copied back).
+        if (c.outcome() < pto::v1::SUCCESS || c.outcome() > pto::v1::STOPPED) {
+          why = fmt::format("protocol error: COMPLETION for task {} has outcome {}, not an Outcome (0..4)", c.id(),
+                            int(c.outcome()));
+          break;
+        }
         Pending p;
         {
           std::lock_guard<std::mutex> g(mu_);
@@ -494,7 +525,14 @@ void GrpcRemoteLink::reader_loop() {
         pto::RemoteCompletion rc{c.id(), static_cast<uint8_t>(c.outcome()), c.failure().worker(),
                                  c.failure().message()};
         if (c.outcome() == pto::v1::SUCCESS && !p.abandoned) {
-          copy_outputs_back(c, p.task, &rc);
+          // Abandoned since it left pending_? Then abandon() marked it in
+          // abandoned_; from here until the copy is done it waits.
+          std::lock_guard<std::mutex> o(outputs_mu_);
+          {
+            std::lock_guard<std::mutex> g(mu_);
+            p.abandoned = abandoned_.erase(c.id()) > 0;
+          }
+          if (!p.abandoned) copy_outputs_back(c, p.task, &rc);
         } else if (!c.failure().callable().empty() || c.failure().task_id()) {
           rc.message = fmt::format("{} (peer task {}, callable {})", c.failure().message(), c.failure().task_id(),
                                    c.failure().callable().substr(0, 16));
@@ -625,7 +663,10 @@ void GrpcRemoteLink::run() {
       stream_.reset();
       ctx_.reset();
       session_up_ = false;
-      abandoned_.clear();
+      // The marks go with the session, but for tasks whose outputs the stager
+      // still reads back (through the peer's fd socket that can outlive the
+      // session): it looks at them, and forgets each as it delivers its end.
+      std::erase_if(abandoned_, [&](uint64_t seq) { return !stager_.unstaging(seq); });
     }
     if (!failed.empty()) {  // a peer that refuses a re-install is retried at the backoff's pace
       std::unique_lock<std::mutex> lk(mu_);

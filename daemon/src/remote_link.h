@@ -86,6 +86,8 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
   bool session_live() const override { return session_up_ && !session_over_; }
   void send_staged(pto::RemoteTask&& task) override;
   void deliver(pto::RemoteCompletion&& done) override;
+  bool abandoned(uint64_t seq) const override { return abandoned_.count(seq) > 0; }
+  void forget_abandoned(uint64_t seq) override { abandoned_.erase(seq); }
 
   void run();
   bool open_session(std::string* why);
@@ -131,8 +133,14 @@ class GrpcRemoteLink final : public pto::RemoteLink, private RemoteStager::Sessi
   std::condition_variable out_cv_;  // the writer's queue
   std::condition_variable ctl_cv_;  // control replies
   std::thread conn_;
-  RemoteStager stager_{*this, *this, mu_, cfg_};  // its queues are under mu_
-  std::set<uint64_t> abandoned_;                  // timed out by the engine before they were sent
+  // Held while a task's outputs are written into the engine's tensors
+  // (taken before mu_): abandon() takes it, so once it returns no byte of
+  // the task lands there.
+  std::mutex outputs_mu_;
+  RemoteStager stager_{*this, *this, mu_, outputs_mu_, cfg_};  // its queues are under mu_
+  // Given up on by the engine before they were sent, or after their
+  // completion came and before their outputs were written.
+  std::set<uint64_t> abandoned_;
   bool stop_ = false;
   std::atomic<bool> ready_{false};
   std::string state_ = "not started";

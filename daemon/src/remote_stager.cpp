@@ -2,12 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "pto/worker.h"
 
 namespace ptod {
 
-RemoteStager::RemoteStager(pto::RemoteLink& link, Session& session, std::mutex& mu, const DaemonConfig& cfg)
-    : link_(link), session_(session), mu_(mu), cfg_(cfg) {}
+RemoteStager::RemoteStager(pto::RemoteLink& link, Session& session, std::mutex& mu, std::mutex& outputs_mu,
+                           const DaemonConfig& cfg)
+    : link_(link), session_(session), mu_(mu), outputs_mu_(outputs_mu), cfg_(cfg) {}
 
 bool RemoteStager::needs_staging(const pto::RemoteTask& t) const {
   if (!t.refuse.empty()) return false;
@@ -38,6 +42,7 @@ void RemoteStager::stage(pto::RemoteTask&& task) {
 bool RemoteStager::unstage(pto::RemoteCompletion& done, pto::RemoteTask& task, bool abandoned) {
   auto st = staged_.find(done.seq);
   if (st == staged_.end()) return false;
+  unstaging_.insert(done.seq);
   unstage_q_.push_back(Unstage{std::move(done), std::move(task), std::move(st->second), abandoned});
   staged_.erase(st);
   cv_.notify_one();
@@ -102,12 +107,12 @@ bool RemoteStager::stage_one(pto::RemoteTask& task) {
 
 void RemoteStager::unstage_one(Unstage& un) {
   const uint32_t tmo = cfg_.peer_ready_timeout_ms;
+  const uint64_t seq = un.done.seq;
   pto::Status st;
   for (size_t i : un.staged) {
-    const pto::ContinuousTensor& t = un.task.tensors[i];
     if (st.ok() && !un.abandoned && un.done.outcome == static_cast<uint8_t>(pto::Outcome::SUCCESS) &&
         copies_out(un.task.directions[i]))
-      st = link_.buffer_read(un.task.buffers[i], reinterpret_cast<void*>(t.data), pto::tensor_bytes(t), tmo);
+      st = read_back(un.task.buffers[i], un.task.tensors[i], seq, &un.abandoned);
     (void)link_.buffer_free(un.task.buffers[i], tmo);
   }
   if (!st.ok()) {
@@ -116,7 +121,37 @@ void RemoteStager::unstage_one(Unstage& un) {
         fmt::format("{}: reading outputs back from a remote buffer failed: {}", link_.label(), st.message);
   }
   std::lock_guard<std::mutex> g(mu_);
+  unstaging_.erase(seq);
+  session_.forget_abandoned(seq);
   session_.deliver(std::move(un.done));
+}
+
+// The engine may give up on the task while its outputs come back (its run
+// cancelled, its time up) and then free or reuse its tensors: no byte may
+// land there after abandon() returned. A read straight into the tensor
+// could be anywhere in a chunk's wait then; a piece read into scratch_ is
+// copied in under outputs_mu_, which abandon() takes, after a look at the
+// mark. One copy more per byte of a staged output.
+pto::Status RemoteStager::read_back(const pto::RemoteBufferRef& ref, const pto::ContinuousTensor& t, uint64_t seq,
+                                    bool* abandoned) {
+  const uint64_t bytes = pto::tensor_bytes(t);
+  if (scratch_.size() < std::min(bytes, kReadBackPiece)) scratch_.resize(std::min(bytes, kReadBackPiece));
+  for (uint64_t at = 0; at < bytes; at += kReadBackPiece) {
+    const uint64_t n = std::min(kReadBackPiece, bytes - at);
+    pto::RemoteBufferRef piece = ref;
+    piece.offset += at;
+    if (pto::Status s = link_.buffer_read(piece, scratch_.data(), n, cfg_.peer_ready_timeout_ms); !s.ok()) return s;
+    std::lock_guard<std::mutex> o(outputs_mu_);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (session_.abandoned(seq)) {
+        *abandoned = true;
+        return pto::Status::Ok();
+      }
+    }
+    std::memcpy(reinterpret_cast<uint8_t*>(t.data) + at, scratch_.data(), n);
+  }
+  return pto::Status::Ok();
 }
 
 }  // namespace ptod

@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -44,14 +45,22 @@ class RemoteStager {
     virtual void send_staged(pto::RemoteTask&& task) = 0;
     // A task's end, for the engine.
     virtual void deliver(pto::RemoteCompletion&& done) = 0;
+    // The engine gave up on the task (RemoteLink::abandon) since it was
+    // handed to the stager: none of its outputs may be written any more.
+    virtual bool abandoned(uint64_t seq) const = 0;
+    // Its end is delivered: the mark is not needed any more.
+    virtual void forget_abandoned(uint64_t seq) = 0;
 
    protected:
     ~Session() = default;
   };
 
   // link: the remote buffers (and the label for messages); mu: the link's
-  // mutex; cfg: inline_limit_bytes, and peer_ready_timeout_ms for each CONTROL.
-  RemoteStager(pto::RemoteLink& link, Session& session, std::mutex& mu, const DaemonConfig& cfg);
+  // mutex; outputs_mu: held while outputs are written into the engine's
+  // tensors (abandon() takes it, before mu); cfg: inline_limit_bytes, and
+  // peer_ready_timeout_ms for each CONTROL.
+  RemoteStager(pto::RemoteLink& link, Session& session, std::mutex& mu, std::mutex& outputs_mu,
+               const DaemonConfig& cfg);
   RemoteStager(const RemoteStager&) = delete;
   RemoteStager& operator=(const RemoteStager&) = delete;
 
@@ -67,6 +76,8 @@ class RemoteStager {
   bool unstage(pto::RemoteCompletion& done, pto::RemoteTask& task, bool abandoned);
   // The session ended: its buffers went with it, nothing to free.
   void session_lost() { staged_.clear(); }
+  // Its completion came and its outputs are being read back (or wait to be).
+  bool unstaging(uint64_t seq) const { return unstaging_.count(seq) > 0; }
 
   // Without the mutex, after request_stop().
   void join();
@@ -82,19 +93,30 @@ class RemoteStager {
   void loop();
   bool stage_one(pto::RemoteTask& task);  // true when the task went on to the writer
   void unstage_one(Unstage& un);
+  // A staged output's bytes into its tensor, a piece at a time through
+  // scratch_, each piece copied in only if the task is not abandoned (then
+  // *abandoned is set and the rest is left).
+  pto::Status read_back(const pto::RemoteBufferRef& ref, const pto::ContinuousTensor& t, uint64_t seq, bool* abandoned);
+
+  // What a piece of read_back holds: as much as the link keeps in flight
+  // (4 chunks of 4 MiB), so the stream does not drain between pieces.
+  static constexpr uint64_t kReadBackPiece = 16 << 20;
 
   pto::RemoteLink& link_;
   Session& session_;
   std::mutex& mu_;
+  std::mutex& outputs_mu_;
   const DaemonConfig& cfg_;
   std::function<void()> wake_;
   std::thread thread_;
+  std::vector<uint8_t> scratch_;  // the stager's thread only
 
   // Under mu_.
   std::condition_variable cv_;
   bool stop_ = false;
   std::deque<pto::RemoteTask> stage_q_;             // to stage before sending
   std::deque<Unstage> unstage_q_;                   // completed: outputs to read back, buffers to free
+  std::set<uint64_t> unstaging_;                    // their seqs, and the one being read back, until delivered
   std::map<uint64_t, std::vector<size_t>> staged_;  // task seq -> its staged tensors
 };
 

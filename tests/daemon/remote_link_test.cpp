@@ -20,6 +20,7 @@
 #include "daemon_process.h"
 #include "eventually.h"
 #include "fd_channel.h"
+#include "pto/worker.h"
 #include "remote_fd_path.h"
 #include "remote_link.h"
 
@@ -35,6 +36,17 @@ class ScriptedPeer final : public v1::Session::Service {
  public:
   int not_ready_ms = 0;
   uint32_t version = 1;
+  int answer_outcome = -1;  // >= 0: every TASK is answered at once with this outcome (on the wire, unchecked)
+  // After READY: no HEALTH, and frames are read only while reads_allowed is
+  // set, up to and including the next CONTROL (so a large one's write
+  // blocks on flow control until the test lets it through).
+  bool silent = false;
+  std::atomic<bool> gated{false}, reads_allowed{false};
+  // Remote buffers: BUFFER_ALLOC, _WRITE and _FREE are answered at once; a
+  // BUFFER_READ sets read_seen and is answered with 0xAA bytes once
+  // release_read is set.
+  bool buffers = false;
+  std::atomic<bool> read_seen{false}, release_read{false};
   std::atomic<int> sessions{0};
 
   grpc::Status Open(grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::Frame, v1::Frame>* s) override {
@@ -42,7 +54,8 @@ class ScriptedPeer final : public v1::Session::Service {
     v1::Frame in;
     if (!s->Read(&in) || !in.has_hello()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no HELLO");
     std::mutex write_mu;
-    uint64_t seq = 0;
+    uint64_t seq = 0, buffer_ids = 0;
+    std::vector<std::thread> replies;
     auto send = [&](v1::Frame f, uint32_t v) {
       std::lock_guard<std::mutex> g(write_mu);
       f.set_version(v);
@@ -65,16 +78,54 @@ class ScriptedPeer final : public v1::Session::Service {
     if (!send(r, version)) return grpc::Status::OK;
     std::atomic<bool> done{false};
     std::thread beats([&] {
-      while (!done && !ctx->IsCancelled()) {
+      while (!silent && !done && !ctx->IsCancelled()) {
         v1::Frame h;
         h.mutable_health();
         if (!send(h, version)) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     });
-    while (s->Read(&in)) {}
+    for (;;) {
+      if (gated && !reads_allowed) {
+        if (ctx->IsCancelled()) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
+      if (!s->Read(&in)) break;
+      if (gated && in.has_control()) reads_allowed = false;
+      if (buffers && in.has_control()) {
+        const v1::Control c = in.control();
+        v1::Frame r;
+        r.mutable_control_reply()->set_id(c.id());
+        r.mutable_control_reply()->set_ok(true);
+        if (c.op() == v1::Control::BUFFER_ALLOC) {
+          r.mutable_control_reply()->set_buffer_id(++buffer_ids);
+          r.mutable_control_reply()->set_generation(1);
+        } else if (c.op() == v1::Control::BUFFER_READ) {
+          read_seen = true;
+          replies.emplace_back([&, r, bytes = c.bytes()]() mutable {
+            while (!release_read && !ctx->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            r.mutable_control_reply()->set_data(std::string(bytes, '\xaa'));
+            send(r, version);
+          });
+          continue;
+        }
+        send(r, version);
+        continue;
+      }
+      if (answer_outcome < 0 || !in.has_task()) continue;
+      v1::Frame c;
+      for (const auto& t : in.task().tasks()) {
+        auto* x = c.mutable_completion()->add_completions();
+        x->set_id(t.id());
+        x->set_outcome(static_cast<v1::Outcome>(answer_outcome));
+      }
+      c.mutable_completion()->set_credits(static_cast<uint32_t>(in.task().tasks_size()));
+      send(c, version);
+    }
     done = true;
     beats.join();
+    for (auto& t : replies) t.join();
     return grpc::Status::OK;
   }
 };
@@ -87,6 +138,10 @@ struct Fixture {
   std::shared_ptr<ptod::GrpcRemoteLink> link;
   Fixture() {
     grpc::ServerBuilder b;
+    // The window the coordinator writes into stays gRPC's first one (64 KiB):
+    // a 4 MiB frame waits until the peer reads it.
+    b.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    b.SetMaxReceiveMessageSize(64 << 20);  // a remote-buffer chunk's frame is 4 MiB and more
     b.AddListeningPort("unix:" + dir + "/peer.sock", grpc::InsecureServerCredentials());
     b.RegisterService(&peer);
     server = b.BuildAndStart();
@@ -94,8 +149,18 @@ struct Fixture {
   void start() {
     ptod::DaemonConfig::Peer p;
     p.address = p.name = "unix:" + dir + "/peer.sock";
+    p.fd_transfers = false;  // no fd socket here: remote-buffer chunks go over the stream
     link = std::make_shared<ptod::GrpcRemoteLink>(p, 0, cfg);
     REQUIRE(link->start([] {}).ok());
+  }
+  // Waits up to ms for the link to hand back completions; false when none came.
+  bool completions(std::vector<pto::RemoteCompletion>* got, int ms) {
+    return eventually(
+        [&] {
+          link->poll(got);
+          return !got->empty();
+        },
+        ms);
   }
   ~Fixture() {
     if (link) link->stop();
@@ -128,6 +193,98 @@ TEST_CASE("a peer that answers in another protocol version is refused by the coo
   REQUIRE(eventually([&] { return (state = f.link->state_text()).find("version") != std::string::npos; }, 5000));
   CHECK_THAT(state, Catch::Contains("version 2") && Catch::Contains("speaks 1"));
   CHECK_FALSE(f.link->ready());
+}
+
+TEST_CASE(
+    "a COMPLETION whose outcome is not an Outcome ends the session - its task comes back as an endpoint failure") {
+  Fixture f;
+  REQUIRE(f.server);
+  f.peer.answer_outcome = 256;  // read as SUCCESS (256 & 0xff) before the link checked it
+  f.start();
+  REQUIRE(eventually([&] { return f.link->ready(); }, 5000));
+  pto::RemoteTask t;
+  t.seq = 1;
+  t.task_id = 7;
+  f.link->send(std::move(t));
+  std::vector<pto::RemoteCompletion> got;
+  REQUIRE(f.completions(&got, 5000));
+  CHECK(got[0].seq == 1);
+  CHECK(got[0].outcome == static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE));
+  CHECK_THAT(got[0].message, Catch::Contains("protocol error") && Catch::Contains("outcome 256"));
+}
+
+// The writer takes queued frames and tasks together; when a frame before the
+// tasks failed to go, the tasks were dropped: in neither the in-flight map nor
+// the queue, so the session's end did not report them and the engine waited
+// for them (task_timeout_ms, and their credit was never given back). Here the
+// writer's round holds a 4 MiB chunk the silent peer never reads and a task;
+// the watchdog ends the session and the task must come back.
+TEST_CASE("a task queued behind a frame whose write fails comes back when the session ends") {
+  Fixture f;
+  REQUIRE(f.server);
+  f.peer.silent = true;
+  f.peer.gated = true;
+  f.cfg.heartbeat_ms = 100;
+  f.cfg.dead_after_ms = 5000;  // room for the steps below on a loaded machine
+  f.start();
+  REQUIRE(eventually([&] { return f.link->ready(); }, 5000));
+  const uint64_t chunk = ptod::GrpcRemoteLink::kChunkBytes;
+  std::vector<uint8_t> one(chunk, 1), two(chunk, 2);
+  pto::RemoteBufferRef ref;
+  ref.id = 1;
+  ref.generation = 1;
+  // The first chunk's write blocks (the peer reads nothing) with the writer's
+  // lock held, so the second chunk and the task queue up behind it.
+  std::thread a([&] { (void)f.link->buffer_write(ref, one.data(), chunk, 10000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::thread b([&] { (void)f.link->buffer_write(ref, two.data(), chunk, 10000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(f.link->ready());  // a slow run fails here plainly, not on the message below
+  pto::RemoteTask t;
+  t.seq = 5;
+  f.link->send(std::move(t));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The peer reads the first chunk: the writer's next round takes the second
+  // and the task together, and blocks on the second until the session ends.
+  f.peer.reads_allowed = true;
+  std::vector<pto::RemoteCompletion> got;
+  const bool back = f.completions(&got, 15000);
+  a.join();
+  b.join();
+  REQUIRE(back);
+  CHECK(got[0].seq == 5);
+  CHECK(got[0].outcome == static_cast<uint8_t>(pto::Outcome::ENDPOINT_FAILURE));
+  CHECK_THAT(got[0].message, Catch::Contains("session lost"));
+}
+
+// A task whose output is staged in a remote buffer completes, its bytes are
+// on their way back, and meanwhile the engine gives up on it (its run was
+// cancelled, its time ran out) and frees its tensors: nothing may land in
+// them after abandon() returned (the bytes were read straight into the
+// tensor, whenever they came).
+TEST_CASE("a staged output whose task is abandoned while it is read back is not written into its tensor") {
+  Fixture f;
+  REQUIRE(f.server);
+  f.peer.buffers = true;
+  f.peer.answer_outcome = 0;  // SUCCESS
+  f.cfg.inline_limit_bytes = 1024;
+  f.start();
+  REQUIRE(eventually([&] { return f.link->ready(); }, 5000));
+  std::vector<float> out(2048, 0.f);  // 8 KiB: above the inline limit, so staged
+  pto::RemoteTask t;
+  t.seq = 3;
+  t.tensors.push_back(pto::make_tensor(out.data(), {2048}, PTO_FLOAT32));
+  t.directions.push_back(pto::TensorDirection::OUT);
+  t.buffers.emplace_back();
+  f.link->send(std::move(t));
+  REQUIRE(eventually([&] { return f.peer.read_seen.load(); }, 5000));
+  f.link->abandon(3);
+  f.peer.release_read = true;
+  std::vector<pto::RemoteCompletion> got;
+  REQUIRE(f.completions(&got, 5000));
+  CHECK(got[0].seq == 3);
+  CHECK(std::all_of(out.begin(), out.end(), [](float v) { return v == 0.f; }));
+  CHECK(f.link->ready());
 }
 
 // Remote-buffer chunks travel as raw bytes both ways (session_wire.h): a
