@@ -49,9 +49,8 @@ struct SessionConn : std::enable_shared_from_this<SessionConn> {
   bool cancel_after_flush = false;  // drain: the reader is still in Read; cancel once the SHUTDOWN is out
   uint32_t outstanding = 0;         // tasks taken and not completed (<= credits)
   std::atomic<uint64_t> last_recv_ns{0};
-  std::atomic<bool> in_control{false};
-  std::atomic<bool> tree_dirty{false};  // a task ended: the next HEALTH carries the worker tree  // a CONTROL is being
-                                        // served: the coordinator's frames wait meanwhile
+  std::atomic<bool> in_control{false};  // a CONTROL is being served: the coordinator's frames wait meanwhile
+  std::atomic<bool> tree_dirty{false};  // a task ended: the next HEALTH carries the worker tree
   std::set<pto::Digest> prepared;       // prepared here and not committed: aborted at the end
   std::string peer;
   Principal who;  // who opened the session (the coordinator's token, certificate or user)

@@ -208,7 +208,19 @@ grpc::Status SessionService::handshake(SessionConn& c, Stream* stream, const Fra
   grpc::ByteBuffer bb;
   Payload no_chunk;
   std::string bad;
-  if (!stream->Read(&bb)) return grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before HELLO");
+  {
+    // A coordinator says HELLO as soon as it opened the stream; one that
+    // says nothing would hold a server thread for as long as it liked (the
+    // watchdog starts after the handshake). Bounded by dead_after_ms.
+    const auto limit = std::chrono::seconds((uint64_t(cfg.dead_after_ms) + 999) / 1000);
+    StallWatch::Call hello_wait(p_.stalls, c.ctx, limit, StallWatch::Call::Counts::kIdle);
+    if (!stream->Read(&bb)) {
+      if (!hello_wait.timed_out()) return grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before HELLO");
+      lg->warn("session from {} ended: no HELLO within {} s ([session] dead_after_ms)", c.peer, limit.count());
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          fmt::format("no HELLO within {} s ([session] dead_after_ms)", limit.count()));
+    }
+  }
   if (!decode_frame(bb, &f, &no_chunk, &bad)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, bad);
   c.worker = f.worker();
   auto refuse = [&](grpc::StatusCode code, const std::string& why) {
@@ -597,6 +609,10 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, const 
     }
     case pto::v1::Control::COMMIT:
       if (!has_digest) return no("COMMIT needs a 32-byte digest");
+      // Only what this session prepared (or the one it holds already): another
+      // session's prepared registration is that session's to commit or abort.
+      if (!c.prepared.count(d) && !p_.registry.visible(c.who, d))
+        return no(fmt::format("COMMIT of callable {}: this session did not prepare it", pto::to_hex(d)));
       if (Status s = p_.registry.commit(d); !s.ok()) return no(s.message);
       c.prepared.erase(d);
       lg->info("session {:016x}: committed {}", c.session, pto::to_hex(d).substr(0, 16));

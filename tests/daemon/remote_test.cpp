@@ -607,3 +607,87 @@ TEST_CASE("a session is held to its principal: another principal's callables are
   (void)s.finish();
   std::filesystem::remove_all(dir);
 }
+
+// A two-phase registration is its session's: a COMMIT from another session
+// (a coordinator's stale one, or any client with a session) would make it
+// visible behind its coordinator's back, and that coordinator's ABORT - one
+// of its other peers refused - would then leave it registered here alone.
+TEST_CASE("a session commits only what it prepared - another session's prepared registration stays its own") {
+  DaemonProcess p({}, 1, 1);
+  REQUIRE(p.up());
+  auto cl = connect(p);
+  v1::RegisterRequest req;
+  req.set_name("add_one");
+  req.set_abi(v1::ABI_SUB);
+  req.mutable_native_import()->set_library_path(NATIVE_SUBS);
+  req.mutable_native_import()->set_symbol("pto_test_add_one");
+  RawSession a(p.address()), b(p.address());
+  REQUIRE(a.hello());
+  REQUIRE(b.hello());
+  v1::Frame f, prep;
+  prep.mutable_control()->set_op(v1::Control::PREPARE);
+  *prep.mutable_control()->mutable_request() = req;
+  // The peer names the digest it computes: the first PREPARE, with a digest
+  // that is not it, is refused and undone; the second uses it.
+  prep.mutable_control()->set_id(1);
+  prep.mutable_control()->set_digest(std::string(32, '\0'));
+  REQUIRE(a.send(prep));
+  REQUIRE(a.next(&f));
+  CHECK_FALSE(f.control_reply().ok());
+  INFO(f.control_reply().message());
+  const std::string digest = f.control_reply().digest();
+  REQUIRE(digest.size() == 32);
+  prep.mutable_control()->set_id(2);
+  prep.mutable_control()->set_digest(digest);
+  REQUIRE(a.send(prep));
+  REQUIRE(a.next(&f));
+  REQUIRE(f.control_reply().ok());
+  v1::Frame commit;
+  commit.mutable_control()->set_id(1);
+  commit.mutable_control()->set_op(v1::Control::COMMIT);
+  commit.mutable_control()->set_digest(digest);
+  REQUIRE(b.send(commit));
+  REQUIRE(b.next(&f));
+  CHECK_FALSE(f.control_reply().ok());
+  CHECK_THAT(f.control_reply().message(), Catch::Contains("did not prepare it"));
+  CHECK(cl->callables().value.callables_size() == 0);
+  v1::Frame abort;
+  abort.mutable_control()->set_id(3);
+  abort.mutable_control()->set_op(v1::Control::ABORT);
+  abort.mutable_control()->set_digest(digest);
+  REQUIRE(a.send(abort));
+  REQUIRE(a.next(&f));
+  CHECK(f.control_reply().ok());
+  CHECK(cl->callables().value.callables_size() == 0);  // all or nothing: nothing stays
+  // Its own session commits it.
+  prep.mutable_control()->set_id(4);
+  REQUIRE(a.send(prep));
+  REQUIRE(a.next(&f));
+  REQUIRE(f.control_reply().ok());
+  commit.mutable_control()->set_id(5);
+  REQUIRE(a.send(commit));
+  REQUIRE(a.next(&f));
+  CHECK(f.control_reply().ok());
+  CHECK(cl->callables().value.callables_size() == 1);
+  (void)a.finish();
+  (void)b.finish();
+}
+
+// The peer waits for a coordinator's HELLO before its watchdog runs: a
+// coordinator (with the token) that opened the stream and said nothing held a
+// server thread for as long as it liked - 128 such streams stop every RPC.
+TEST_CASE("a session whose coordinator says no HELLO is ended by the peer after dead_after_ms") {
+  DaemonProcess p({}, 1, 1);
+  REQUIRE(p.up());
+  RawSession silent(p.address());
+  const auto t0 = std::chrono::steady_clock::now();
+  v1::Frame f;
+  CHECK_FALSE(silent.s->Read(&f));  // ended by the peer, not by the stream's 30 s deadline
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+  CHECK(silent.s->Finish().error_code() == grpc::StatusCode::CANCELLED);
+  // Logged as the handler returns, which may be just after the client heard.
+  CHECK(eventually([&] { return p.log().find("no HELLO within 1 s") != std::string::npos; }, 5000));
+  RawSession good(p.address());  // one that says it is served
+  CHECK(good.hello());
+  (void)good.finish();
+}
