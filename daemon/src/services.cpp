@@ -464,8 +464,11 @@ Status JobsService::wait_final(const std::function<bool()>& gone, const Principa
     pto::v1::JobEvent ev;
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (Status s = p_.jobs.wait_event(who, id, &version, std::max(left, std::chrono::milliseconds(0)), &ev); !s.ok())
-      return s;
+    // A job changes state twice at most while it is waited for: between the
+    // changes, a client that hung up is looked for every kGoneCheck, so its
+    // thread (and its fd socket connection) is not held until the job ends.
+    const auto slice = std::clamp(left, std::chrono::milliseconds(0), kGoneCheck);
+    if (Status s = p_.jobs.wait_event(who, id, &version, slice, &ev); !s.ok()) return s;
     if (final_state(ev.state())) {
       out->Swap(ev.mutable_result());
       return Status::Ok();

@@ -27,6 +27,9 @@ constexpr std::chrono::milliseconds kHelpFor{50};
 // meanwhile (JobManager's waiter_commits): the most their end can stay
 // unseen by others after their runs ended.
 constexpr std::chrono::milliseconds kBatchCommitEvery{10};
+// How often a Submit that waits for its job's end looks whether its client
+// hung up (a cancelled gRPC call, a closed fd socket connection).
+constexpr std::chrono::milliseconds kGoneCheck{200};
 
 grpc::Status to_grpc(const Status& s);
 

@@ -607,6 +607,47 @@ TEST_CASE("a connection past the fd socket's bound per user is told it was refus
   }));
 }
 
+// A waiting SUBMIT's thread looks for its client between the job's changes:
+// clients that hang up while their jobs run give their connections back (they
+// were held until the jobs ended, so 16 of them locked their user out).
+TEST_CASE("clients that hang up while their jobs are waited for free their fd socket connections - the jobs go on") {
+  DaemonProcess d({}, 1, 2);
+  REQUIRE(d.up());
+  const std::string path = d.address().substr(5) + ".fd";
+  auto g = client(d.address(), false);
+  REQUIRE(g->register_import(NATIVE_SUBS, "pto_test_sleep", "sleep").ok());
+  REQUIRE(g->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  v1::FdRequest nap = submit_of("sleep", 60000);
+  nap.mutable_submit()->mutable_args()->add_scalars(60000);  // cancelled at the end
+  {
+    std::vector<std::unique_ptr<Raw>> gone;
+    for (int i = 0; i < 16; ++i) {
+      gone.push_back(std::make_unique<Raw>(path));
+      gone.back()->send(nap.SerializeAsString(), -1);
+    }
+    REQUIRE(eventually([&] { return fd_submits(d) == 16; }, 10000));
+    // Past the first look (a client gone by then is noticed at once): the
+    // threads are in their long wait for the jobs' ends.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }  // all 16 hang up, their jobs queued or running
+  REQUIRE(eventually(
+      [&] {
+        Raw again(path);
+        v1::FdReply a;
+        return again.try_call(submit_of("noop", 0), -1, &a) && !a.refused() && a.code() == 0;
+      },
+      5000));  // held until the jobs ended before
+  auto listed = g->jobs();
+  REQUIRE(listed.ok());
+  int going = 0;
+  for (const auto& j : listed.value.jobs())
+    if (j.state() == v1::QUEUED || j.state() == v1::RUNNING) {
+      ++going;
+      CHECK(g->cancel(j.job_id()).ok());
+    }
+  CHECK(going >= 16);  // the sleeps were not cancelled by the hang-ups (and the noop may wait behind them)
+}
+
 // After its first job a connection waits in the job loop (fd_job_loop.cpp)
 // with the others: many clients' jobs answered together, each its own; what
 // is not a job, a frame that comes in parts and a job that runs long go to
