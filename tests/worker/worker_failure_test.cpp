@@ -556,6 +556,19 @@ TEST_CASE("a child that never answers a registration is killed at the deadline a
   CHECK(child(w.children(), ChildKind::SUB, 0)->restarts == 1);
 }
 
+// The children start side by side: three stuck in a library's constructor
+// cost init() one init_timeout_ms, not one each in turn (3 s here before).
+TEST_CASE("init() with every child stuck in start-up fails after init_timeout_ms once - not once per child") {
+  Worker w({.level = 3, .num_sub_workers = 3, .init_timeout_ms = 1000});
+  (void)w.register_callable(NativeCallable::import(HANG_CTOR, "pto_test_never_reached"));
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = w.init();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message, Catch::Contains("within 1000 ms (init_timeout_ms)"));
+  CHECK(ms < 2500);
+}
+
 TEST_CASE("children forked from a thread that ends keep running") {
 #if defined(PTO_UNDER_TSAN)
   // Forking from a second thread makes the process multi-threaded at fork,

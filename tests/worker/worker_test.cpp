@@ -442,6 +442,28 @@ TEST_CASE("a file-backed arena keeps its bytes for the next Worker - alloc_at re
   std::filesystem::remove_all(tmpl);
 }
 
+// 65536^4 floats is 2^66 bytes: a size that wraps to 0 in 64 bits, and was
+// handed out as a one-byte buffer with that shape.
+TEST_CASE("alloc refuses a shape past 2^48 bytes - also one whose size wraps 64 bits - naming the shape") {
+  Worker w(WorkerConfig{.level = 3, .num_chips = 0, .num_sub_workers = 0, .buffer_arena_bytes = 4 << 20});
+  REQUIRE(w.init().ok());
+  for (const std::vector<uint32_t>& shape :
+       {std::vector<uint32_t>{65536, 65536, 65536, 65536}, std::vector<uint32_t>{1u << 20, 1u << 20, 1u << 20}}) {
+    auto a = w.alloc(shape, PTO_FLOAT32);
+    CHECK(a.status.code == kWorkerInvalidArgument);
+    CHECK_THAT(a.status.message, Catch::StartsWith("alloc: shape [") && Catch::Contains("more than 2^48 bytes"));
+  }
+  RunResult r = w.run([&](Orchestrator& o, const TaskArgsView&, const CallConfig&) {
+    auto a = o.alloc({65536, 65536, 65536, 65536}, PTO_FLOAT32);
+    CHECK(a.status.code == kWorkerInvalidArgument);
+    CHECK_THAT(a.status.message, Catch::StartsWith("alloc: shape [65536, 65536, 65536, 65536]"));
+    return 0;
+  });
+  CHECK(r.ok());
+  CHECK(w.alloc({1024, 1024}, PTO_FLOAT32).ok());  // still serving
+  REQUIRE(w.close().ok());
+}
+
 TEST_CASE("after init a sub function registered by reference is resolved by name in each child") {
   // The resolver is process-wide and inherited by the children (an embedding
   // interpreter's import, here a table of C++ functions).

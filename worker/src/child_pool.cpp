@@ -121,10 +121,9 @@ Status ChildPool::fork_child(Endpoint& ep, bool replacement, const ChildMain& ma
   return Status::Ok();
 }
 
-Status ChildPool::await_ready(Endpoint& ep) {
+Status ChildPool::await_ready(Endpoint& ep, uint64_t deadline) {
   Mailbox* mb = ep.mb;
   const pid_t pid = ep.pid;
-  const uint64_t deadline = now_ns() + uint64_t(cfg_.init_timeout_ms) * 1'000'000;
   for (;;) {
     const uint32_t s = mb->state.load(std::memory_order_acquire);
     int status = 0;
@@ -175,10 +174,13 @@ Status ChildPool::start_all(const ChildMain& main) {
           break;
         }
   }
+  // One deadline for all: they were forked together and start side by side,
+  // so init() takes init_timeout_ms at most, not that for each child in turn.
+  const uint64_t deadline = now_ns() + uint64_t(cfg_.init_timeout_ms) * 1'000'000;
   for (auto* list : {&chips_, &subs_, &l3s_})
     for (auto& ep : *list)
       if (ep->pid > 0 && !ep->reaped)
-        if (Status s = await_ready(*ep); !s.ok() && fork_error.ok()) fork_error = s;
+        if (Status s = await_ready(*ep, deadline); !s.ok() && fork_error.ok()) fork_error = s;
   return fork_error;
 }
 

@@ -78,7 +78,8 @@ class ChildPool {
 
  private:
   Status fork_child(Endpoint& ep, bool replacement, const ChildMain& main);
-  Status await_ready(Endpoint& ep);
+  // Until the child reports INIT_READY, fails, dies or the deadline (now_ns) passes.
+  Status await_ready(Endpoint& ep, uint64_t deadline);
   Status make_mailboxes(ChildKind kind, int n, uint32_t serial, Scheduler& scheduler,
                         std::vector<std::unique_ptr<Endpoint>>& list);
 

@@ -114,13 +114,11 @@ void WorkerImpl::fail_run(RunState* run, const std::string& message) {
 Result<ContinuousTensor> WorkerImpl::alloc_in_scope(RunState* run, const std::vector<uint32_t>& shape,
                                                     int32_t dtype) {
   Result<ContinuousTensor> r;
-  std::unique_lock<std::mutex> lk(lock_.mu);
-  if (shape.size() > PTO_TENSOR_MAX_DIMS || pto_dtype_size(dtype) == 0) {
-    r.status = Status::Error(kWorkerInvalidArgument,
-                             fmt::format("alloc: {} dims (at most {}) and dtype {} (must be a pto/dtype.h dtype)",
-                                         shape.size(), PTO_TENSOR_MAX_DIMS, dtype));
+  if (Status s = check_alloc_shape(shape, dtype); !s.ok()) {
+    r.status = Status::Error(s.code, "alloc: " + s.message);
     return r;
   }
+  std::unique_lock<std::mutex> lk(lock_.mu);
   return graph_.alloc_in_scope(run, shape, dtype, lk);
 }
 

@@ -75,9 +75,7 @@ Result<ContinuousTensor> WorkerImpl::alloc_remote(int worker, const std::vector<
   const auto& l3s = pool_.l3s();
   if (worker < 0 || worker >= static_cast<int>(l3s.size()) || !l3s[worker]->is_remote())
     return bad(kWorkerInvalidArgument, fmt::format("worker {} is not a remote worker of this Worker", worker));
-  if (shape.size() > PTO_TENSOR_MAX_DIMS || pto_dtype_size(dtype) == 0)
-    return bad(kWorkerInvalidArgument,
-               fmt::format("{} dims (at most {}) and dtype {}", shape.size(), PTO_TENSOR_MAX_DIMS, dtype));
+  if (Status s = check_alloc_shape(shape, dtype); !s.ok()) return bad(s.code, s.message);
   ContinuousTensor t = make_tensor(nullptr, shape, dtype);
   const uint64_t bytes = tensor_bytes(t);
   if (bytes == 0 || bytes > (uint64_t(1) << 36))

@@ -624,6 +624,21 @@ Status WorkerImpl::close() {
   return Status::Ok();
 }
 
+// The byte count is checked as it is multiplied: tensor_bytes wraps, and a
+// wrapped size would hand out a buffer far smaller than its shape.
+Status WorkerImpl::check_alloc_shape(const std::vector<uint32_t>& shape, int32_t dtype) {
+  if (shape.size() > PTO_TENSOR_MAX_DIMS || pto_dtype_size(dtype) == 0)
+    return Status::Error(kWorkerInvalidArgument,
+                         fmt::format("{} dims (at most {}) and dtype {} (must be a pto/dtype.h dtype)", shape.size(),
+                                     PTO_TENSOR_MAX_DIMS, dtype));
+  uint64_t bytes = pto_dtype_size(dtype);
+  for (uint32_t d : shape)
+    if (__builtin_mul_overflow(bytes, uint64_t(d), &bytes) || bytes > (uint64_t(1) << 48))
+      return Status::Error(kWorkerInvalidArgument, fmt::format("shape [{}] of dtype {} describes more than 2^48 bytes",
+                                                               fmt::join(shape, ", "), dtype));
+  return Status::Ok();
+}
+
 Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype, const uint64_t* at,
                                                   bool overwrite) {
   Result<ContinuousTensor> r;
@@ -632,10 +647,8 @@ Result<ContinuousTensor> WorkerImpl::alloc_buffer(const std::vector<uint32_t>& s
                              "Worker::alloc needs an initialised, open Worker (the arena is mapped by init())");
     return r;
   }
-  if (shape.size() > PTO_TENSOR_MAX_DIMS || pto_dtype_size(dtype) == 0) {
-    r.status = Status::Error(kWorkerInvalidArgument,
-                             fmt::format("alloc: {} dims (at most {}) and dtype {} (must be a pto/dtype.h dtype)",
-                                         shape.size(), PTO_TENSOR_MAX_DIMS, dtype));
+  if (Status s = check_alloc_shape(shape, dtype); !s.ok()) {
+    r.status = Status::Error(s.code, "alloc: " + s.message);
     return r;
   }
   ContinuousTensor t = make_tensor(nullptr, shape, dtype);

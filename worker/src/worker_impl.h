@@ -70,6 +70,10 @@ class WorkerImpl {
   // warm pages are taken as they are instead of zeroed.
   Result<ContinuousTensor> alloc_buffer(const std::vector<uint32_t>& shape, int32_t dtype, const uint64_t* at = nullptr,
                                         bool overwrite = false);
+  // What every alloc accepts: at most PTO_TENSOR_MAX_DIMS dims, a pto/dtype.h
+  // dtype, at most 2^48 bytes (as a submit does); the error's message without
+  // its caller's name.
+  static Status check_alloc_shape(const std::vector<uint32_t>& shape, int32_t dtype);
   Status free_buffer(const ContinuousTensor& t);
   // Zeros in the arena file: punched out, or cleared where the file system cannot punch.
   void zero_range(uint64_t offset, uint64_t bytes);
