@@ -300,7 +300,8 @@ class Client:
 
     def _download_fd(self, tensor: Tensor, out: Optional[np.ndarray]) -> Optional[np.ndarray]:
         req = pb.FdRequest(op=pb.FdRequest.DOWNLOAD, tensor=_handle(tensor))
-        where = self._shared.find(out) if out is not None else None
+        # An empty out is not sent as one: 0 bytes of room reads "to the end of the memfd".
+        where = self._shared.find(out) if out is not None and out.nbytes else None
         if where is not None:  # straight into the caller's shared array, no further than its end
             req.fd_offset, req.bytes = where[1], out.nbytes
             reply = self._fd_call(req, where[0], out.nbytes)

@@ -165,6 +165,10 @@ def test_tensors_move_through_the_fd_socket_from_plain_and_shared_arrays(ptod):
         with pytest.raises(pto.client.RpcError):
             c.download("s", out=big[:x.size // 2])
         assert np.all(big[x.size // 2:] == 7)
+        # An empty view: 0 bytes of room on the wire reads "to the end of the memfd"; it never goes as that.
+        with pytest.raises(ValueError):
+            c.download("s", out=big[5:5])
+        assert np.all(big[x.size // 2:] == 7)
         with pytest.raises(ValueError):
             c.download("s", out=big)  # room enough, but not the tensor's size
 
