@@ -11,6 +11,7 @@
 #include <deque>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "fd_frames.h"
 #include "log.h"
@@ -637,13 +638,14 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, const 
         return no(fmt::format("BUFFER_ALLOC of {} bytes: must be 1..2^36", req.bytes()));
       // One dimension up to 4 GiB; beyond, whole 4 KiB rows (at least the bytes asked for).
       const uint64_t n = req.bytes();
-      // The session's buffers count against its principal's arena quota, with its tensors.
+      // The session's buffers count against its principal's arena quota, with
+      // its tensors and the buffers of all its sessions (one session each
+      // would otherwise get the whole quota). One check and allocation at a
+      // time, so that two sessions cannot both pass it.
+      std::unique_lock<std::mutex> quota_turn(quota_mu_, std::defer_lock);
       if (const uint64_t quota = p_.cfg.quota_for(c.who.name).arena_bytes) {
-        uint64_t held = p_.tensors.bytes_of(c.who.name);
-        {
-          std::lock_guard<std::mutex> g(c.mu);
-          for (const auto& [bid, b] : c.buffers) held += pto::tensor_bytes(b.t);
-        }
+        quota_turn.lock();
+        const uint64_t held = p_.tensors.bytes_of(c.who.name) + buffer_bytes_of(c.who.name);
         if (held + n > quota)
           return no(
               fmt::format("BUFFER_ALLOC: {} holds {} bytes; {} more would pass its quota of {} bytes ([quotas] "
@@ -667,6 +669,21 @@ void SessionService::control(SessionConn& c, const pto::v1::Control& req, const 
       return;
     default: return no(fmt::format("control op {} is not supported by this peer", int(req.op())));
   }
+}
+
+uint64_t SessionService::buffer_bytes_of(const std::string& principal) {
+  std::vector<std::shared_ptr<SessionConn>> mine;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const auto& s : live_)
+      if (s->who.name == principal) mine.push_back(s);
+  }
+  uint64_t bytes = 0;
+  for (const auto& s : mine) {
+    std::lock_guard<std::mutex> g(s->mu);
+    for (const auto& [id, b] : s->buffers) bytes += pto::tensor_bytes(b.t);
+  }
+  return bytes;
 }
 
 std::string SessionService::hold_buffer(const Principal& who, const pto::v1::FdRequest& req, Held* out) {

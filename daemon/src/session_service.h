@@ -69,10 +69,14 @@ class SessionService final : public grpc::Service, public FdBufferHost {
   std::string buffer_op(SessionConn& c, const pto::v1::Control& req, const Payload& chunk, pto::v1::ControlReply* reply,
                         grpc::Slice* data);
 
+  // The bytes of the remote buffers the live sessions of a principal hold.
+  uint64_t buffer_bytes_of(const std::string& principal);
+
   DaemonParts p_;
   std::shared_ptr<LentPages> lent_ = std::make_shared<LentPages>();
   std::mutex mu_;
   std::set<std::shared_ptr<SessionConn>> live_;
+  std::mutex quota_mu_;  // BUFFER_ALLOC's quota check and allocation, one at a time (taken before mu_)
 };
 
 // How a daemon names itself in HELLO: "ptod <host> pid <pid>".

@@ -608,6 +608,41 @@ TEST_CASE("a session is held to its principal: another principal's callables are
   std::filesystem::remove_all(dir);
 }
 
+// A principal's remote buffers on a peer count against its arena quota
+// together: each session counted only its own, so two sessions of one
+// coordinator had twice the quota.
+TEST_CASE("remote buffers of all of a principal's sessions count against its quota together") {
+  const std::string dir = make_temp_dir("ptod-session-quota");
+  write_secret(dir + "/tokens", "coord user coord-token-0123456789\n");
+  std::ofstream(dir + "/peer.toml") << "[server]\ntokens_file = \"" << dir
+                                    << "/tokens\"\n[quotas.coord]\narena_bytes = 8388608\n";
+  DaemonProcess p({"--config", dir + "/peer.toml"}, 1, 1);
+  REQUIRE(p.up());
+  RawSession a(p.address(), "coord-token-0123456789"), b(p.address(), "coord-token-0123456789");
+  REQUIRE(a.hello());
+  REQUIRE(b.hello());
+  v1::Frame alloc, f;
+  alloc.mutable_control()->set_id(1);
+  alloc.mutable_control()->set_op(v1::Control::BUFFER_ALLOC);
+  alloc.mutable_control()->set_bytes(6 << 20);
+  REQUIRE(a.send(alloc));
+  REQUIRE(a.next(&f));
+  CHECK(f.control_reply().ok());
+  REQUIRE(b.send(alloc));
+  REQUIRE(b.next(&f));
+  CHECK_FALSE(f.control_reply().ok());
+  CHECK_THAT(f.control_reply().message(),
+             Catch::Contains("holds 6291456 bytes") && Catch::Contains("quota of 8388608 bytes"));
+  alloc.mutable_control()->set_id(2);
+  alloc.mutable_control()->set_bytes(2 << 20);  // what is left fits
+  REQUIRE(b.send(alloc));
+  REQUIRE(b.next(&f));
+  CHECK(f.control_reply().ok());
+  (void)a.finish();
+  (void)b.finish();
+  std::filesystem::remove_all(dir);
+}
+
 // A two-phase registration is its session's: a COMMIT from another session
 // (a coordinator's stale one, or any client with a session) would make it
 // visible behind its coordinator's back, and that coordinator's ABORT - one
