@@ -260,8 +260,12 @@ bool FdTransfers::connection(Conn k, Handoff h) {
     }
     // Within kFrameTimeout of its first byte (which may have come to the job loop).
     const FdInbound::Step step =
-        in.read(c, (in.started() ? in.started_at() : std::chrono::steady_clock::now()) + kFrameTimeout);
+        in.read(c, (in.started() ? in.started_at() : std::chrono::steady_clock::now()) + kFrameTimeout, wake_);
     if (step == FdInbound::Step::kClosed && !in.started()) return false;  // the client closed
+    // The daemon stops: a request still coming in is not waited for, nor
+    // answered (its client may read no more than it writes) - the stop has a
+    // bound of its own (drain_timeout_s + 2 s) that a 10 s wait here overran.
+    if (step == FdInbound::Step::kLate && stop_requested()) return false;
     int fd = in.take_fd();
     pto::v1::FdRequest req;
     pto::v1::FdReply reply;
@@ -468,6 +472,11 @@ FdSocketCounts FdTransfers::counts() const {
   c.loop_jobs = loop_jobs_.load(std::memory_order_relaxed);
   c.handoffs = handoffs_.load(std::memory_order_relaxed);
   return c;
+}
+
+bool FdTransfers::stop_requested() const {
+  pollfd p{wake_, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
 }
 
 void FdTransfers::stop() {

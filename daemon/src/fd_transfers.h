@@ -154,6 +154,7 @@ class FdTransfers {
   // Serves connection k on this thread; true when it was handed to the job
   // loop (still open), false when it is done with (to close).
   bool connection(Conn k, Handoff h);
+  bool stop_requested() const;  // stop() was called (wake_ is readable)
   // A whole frame read into `in` parsed and checked into *req: true, or
   // false with the reply that refuses it in *refusal (*keep false when the
   // framing is lost and the connection must close).

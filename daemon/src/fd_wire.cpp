@@ -58,7 +58,7 @@ ssize_t FdInbound::receive(int c, void* into, size_t n, bool head) {
       &truncated_);
 }
 
-FdInbound::Step FdInbound::read(int c, std::optional<std::chrono::steady_clock::time_point> deadline) {
+FdInbound::Step FdInbound::read(int c, std::optional<std::chrono::steady_clock::time_point> deadline, int wake) {
   for (;;) {
     ssize_t got = 0;
     if (head_got_ < sizeof head_) {
@@ -93,8 +93,9 @@ FdInbound::Step FdInbound::read(int c, std::optional<std::chrono::steady_clock::
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Step::kLate;
-    pollfd p{c, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) < 0 && errno != EINTR) return Step::kClosed;
+    pollfd p[2] = {{c, POLLIN, 0}, {wake, POLLIN, 0}};
+    if (::poll(p, wake >= 0 ? 2 : 1, static_cast<int>(left.count())) < 0 && errno != EINTR) return Step::kClosed;
+    if (wake >= 0 && p[1].revents != 0) return Step::kLate;
   }
 }
 

@@ -35,8 +35,10 @@ class FdInbound {
   FdInbound& operator=(const FdInbound&) = delete;
 
   // Reads what the socket holds; with a deadline, waits for the rest until
-  // then. Call again after kMore to go on.
-  Step read(int c, std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+  // then, or until `wake` (an eventfd, -1: none) is readable - the daemon
+  // stops - which ends the wait as the deadline would (kLate). Call again
+  // after kMore to go on.
+  Step read(int c, std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt, int wake = -1);
   bool started() const { return head_got_ > 0; }
   std::chrono::steady_clock::time_point started_at() const { return started_at_; }  // its first byte's arrival
   bool length_known() const { return head_got_ == sizeof head_; }

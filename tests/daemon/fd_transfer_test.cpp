@@ -648,6 +648,25 @@ TEST_CASE("clients that hang up while their jobs are waited for free their fd so
   CHECK(going >= 16);  // the sleeps were not cancelled by the hang-ups (and the noop may wait behind them)
 }
 
+// A connection's thread waits up to 10 s for the rest of a request that
+// began; stop() joins it. With drain_timeout_s = 1 the whole stop may take
+// 3 s: the wait overran it and the backstop ended the daemon with exit 1,
+// before it synced its tensors and marked the stop clean.
+TEST_CASE("a stop is not held up by a request still coming in on the fd socket - the daemon stops cleanly in time") {
+  const std::string dir = make_temp_dir("ptod-fd-stop");
+  std::ofstream(dir + "/ptod.toml") << "[daemon]\ndrain_timeout_s = 1\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
+  REQUIRE(d.up());
+  Raw raw(d.address().substr(5) + ".fd");
+  raw.send(std::string("\x10\x00", 2), -1, false);              // 2 of a length's 4 bytes
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its thread waits for the rest
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(d.stop(SIGTERM) == 0);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK_THAT(d.log(), !Catch::Contains("overran") && Catch::Contains("stopped"));
+  std::filesystem::remove_all(dir);
+}
+
 // After its first job a connection waits in the job loop (fd_job_loop.cpp)
 // with the others: many clients' jobs answered together, each its own; what
 // is not a job, a frame that comes in parts and a job that runs long go to
