@@ -46,6 +46,7 @@ struct SessionConn : std::enable_shared_from_this<SessionConn> {
   std::vector<pto::v1::Completion> done;  // completions to batch into one frame
   uint32_t credits_back = 0;              // credits to hand back with them
   bool closed = false;
+  bool writer_done = false;         // the writer flushed what was queued and ended (stop_cv)
   bool cancel_after_flush = false;  // drain: the reader is still in Read; cancel once the SHUTDOWN is out
   uint32_t outstanding = 0;         // tasks taken and not completed (<= credits)
   std::atomic<uint64_t> last_recv_ns{0};

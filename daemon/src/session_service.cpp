@@ -176,6 +176,21 @@ grpc::Status SessionService::Open(grpc::ServerContext* ctx, Stream* stream) {
   std::string why;
   const grpc::Status result = read_loop(c, stream, &why);
   close_session(*c, result, &why);
+  {
+    // The writer flushes what is queued (completions, replies, a SHUTDOWN)
+    // and ends; a coordinator that stopped reading holds that Write on flow
+    // control, and the watchdog has stopped: after dead_after_ms the call is
+    // cancelled, which fails the Write (one whose bytes sit in a transport
+    // write the coordinator's kernel does not take ends with the connection).
+    std::unique_lock<std::mutex> lk(c->mu);
+    if (!c->stop_cv.wait_for(lk, std::chrono::milliseconds(p_.cfg.dead_after_ms), [&] { return c->writer_done; })) {
+      log("session")->warn(
+          "session {:016x}: the coordinator took no frames for {} ms after the session's end: "
+          "cancelled",
+          c->session, p_.cfg.dead_after_ms);
+      c->ctx->TryCancel();
+    }
+  }
   writer.join();
   watchdog.join();
   retire(c, why);
@@ -312,12 +327,15 @@ void SessionService::write_loop(const std::shared_ptr<SessionConn>& c, const Fra
     lk.lock();
     if (!ok) {
       c->closed = true;
+      c->writer_done = true;
       c->stop_cv.notify_all();
       c->ctx->TryCancel();
       return;
     }
     if (closing && c->out.empty() && c->done.empty()) {
       if (c->cancel_after_flush) c->ctx->TryCancel();  // the SHUTDOWN is out: end the reader's Read too
+      c->writer_done = true;
+      c->stop_cv.notify_all();
       return;
     }
   }

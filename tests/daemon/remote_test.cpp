@@ -726,3 +726,48 @@ TEST_CASE("a session whose coordinator says no HELLO is ended by the peer after 
   CHECK(good.hello());
   (void)good.finish();
 }
+
+// After the session's end the peer's writer flushes what is queued for the
+// coordinator; one that stopped reading held that Write, its thread and the
+// session's buffers, as long as its stream lived (the watchdog stops at the
+// end). Now cancelled dead_after_ms after the end. The test's thread keeps
+// making calls meanwhile, as a live coordinator process would: its
+// channel's socket is read, so what is stuck is the stream's flow control.
+TEST_CASE("a coordinator that stops reading after its session ended does not hold the peer's writer") {
+  DaemonProcess p({}, 1, 1);
+  REQUIRE(p.up());
+  auto cl = connect(p);
+  RawSession s(p.address());
+  REQUIRE(s.hello());
+  v1::Frame alloc, f;
+  alloc.mutable_control()->set_id(1);
+  alloc.mutable_control()->set_op(v1::Control::BUFFER_ALLOC);
+  alloc.mutable_control()->set_bytes(64 << 20);
+  REQUIRE(s.send(alloc));
+  REQUIRE(s.next(&f));
+  REQUIRE(f.control_reply().ok());
+  // 64 MiB of replies the coordinator never reads, then its end.
+  for (int i = 0; i < 16; ++i) {
+    v1::Frame r;
+    r.mutable_control()->set_id(2 + i);
+    r.mutable_control()->set_op(v1::Control::BUFFER_READ);
+    r.mutable_control()->set_buffer_id(f.control_reply().buffer_id());
+    r.mutable_control()->set_generation(f.control_reply().generation());
+    r.mutable_control()->set_offset(uint64_t(i) << 22);
+    r.mutable_control()->set_bytes(4 << 20);
+    REQUIRE(s.send(r));
+  }
+  REQUIRE(s.s->WritesDone());
+  char id[17];
+  std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(s.session));
+  const std::string ended = std::string("session ") + id + " ended";
+  CHECK(eventually(
+      [&] {
+        (void)cl->version();  // a live process: its gRPC sockets are read
+        return p.log().find(ended) != std::string::npos;
+      },
+      10000));
+  CHECK_THAT(p.log(), Catch::Contains("took no frames"));
+  s.ctx.TryCancel();  // what it did not read is of no interest
+  (void)s.s->Finish();
+}
