@@ -357,15 +357,17 @@ Status CallableTable::control(ControlOp op, const Digest& digest, std::vector<ui
   ++sched_.controls_in_flight;
   pool_.bell()->ring();
   // The driver kills a target that does not answer within control_timeout_ms,
-  // so the request finishes by then; the wait's own bound is a backstop.
+  // so the request finishes by then - unless every target stays busy with a
+  // task (a registration waits for one acknowledgement, a query for its
+  // child); the wait's own bound is a backstop.
   const auto backstop = std::chrono::milliseconds(2 * uint64_t(cfg_.control_timeout_ms) + 1000);
   const bool finished = c->cv.wait_for(lk, backstop, [&] { return c->finished; });
   --sched_.controls_in_flight;
   lock_.idle.notify_all();
   if (!finished) {
     c->abandoned = true;  // the scheduler rolls it back when it completes
-    return Status::Error(kWorkerTimeout,
-                         fmt::format("the control request did not finish within {} ms", backstop.count()));
+    return Status::Error(kWorkerTimeout, fmt::format("the control request did not finish within {} ms ({})",
+                                                     backstop.count(), sched_.pending_targets(*c)));
   }
   if (query_result) *query_result = c->query_result;
   if (!c->failure.empty()) {

@@ -6,11 +6,13 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "mailbox.h"
+#include "pto/callable.h"
 #include "pto/worker.h"
 #include "task_node.h"
 
@@ -84,6 +86,18 @@ struct Endpoint {
   uint64_t timeout_ns = 0;
   uint64_t seq = 0;
   bool in_control = false;
+  // Control requests this child owes: registrations (and unregistrations)
+  // that finished while it was busy. It takes no task before it has served
+  // them, in order (docs/worker.md, "Registration"). Dropped when it dies:
+  // its replacement starts with the registry as it is then.
+  struct OwedControl {
+    ControlOp op;
+    Digest digest;
+    std::vector<uint8_t> payload;
+  };
+  std::deque<OwedControl> owed;
+  bool owed_sent = false;  // owed.front() is in the mailbox
+  uint64_t owed_sent_ns = 0;
   // Remote endpoints only: the link, and the tasks it holds (up to its credits).
   std::shared_ptr<RemoteLink> link;
   struct InFlight {
@@ -97,6 +111,8 @@ struct Endpoint {
   bool is_remote() const { return link != nullptr; }
   bool has_room() const { return alive && transport->held(*this) < transport->capacity(*this); }
   std::string label() const;
+  // A dead child comes back unless its last start failed.
+  bool coming_back() const { return alive || starting || (!is_remote() && failed_starts == 0); }
 };
 
 const char* kind_label(ChildKind k);

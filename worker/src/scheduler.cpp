@@ -1,5 +1,5 @@
-// The Scheduler (scheduler.h): the driver's rounds, dispatch, completions,
-// liveness and control requests.
+// The Scheduler (scheduler.h): the driver's rounds, dispatch, completions and
+// liveness (control requests: scheduler_controls.cpp).
 #include "scheduler.h"
 
 #include <fmt/format.h>
@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <thread>
 
@@ -107,24 +106,9 @@ uint64_t Scheduler::queue_depth() const {
   return n;
 }
 
-void Scheduler::add_control(std::shared_ptr<ControlRequest> c) {
-  controls_.push_back(std::move(c));
-  controls_queued_.store(static_cast<uint32_t>(controls_.size()), std::memory_order_release);
-}
-
-void Scheduler::fail_controls(const std::string& why) {
-  for (auto& c : controls_) {
-    c->failure = why;
-    c->finished = true;
-    c->cv.notify_all();
-  }
-  controls_.clear();
-  controls_queued_.store(0, std::memory_order_release);
-}
-
 // --- driving --------------------------------------------------------------------
 
-bool Scheduler::has_work_in_flight() const { return running_ > 0 || !controls_.empty(); }
+bool Scheduler::has_work_in_flight() const { return running_ > 0 || !controls_.empty() || owed_ > 0; }
 
 // One round of driving: completions, control requests, dispatch, and (every
 // millisecond) child liveness and timeouts. Only the holder of the drive
@@ -301,8 +285,8 @@ bool Scheduler::help_until(const std::function<bool()>& finished, uint64_t deadl
 
 bool Scheduler::work_waiting() const {
   return running_.load(std::memory_order_seq_cst) > 0 || queued_.load(std::memory_order_seq_cst) > 0 ||
-         controls_queued_.load(std::memory_order_seq_cst) > 0 || graph_.ending_count() > 0 ||
-         stops_requested_.load(std::memory_order_seq_cst);
+         controls_queued_.load(std::memory_order_seq_cst) > 0 || owed_.load(std::memory_order_seq_cst) > 0 ||
+         graph_.ending_count() > 0 || stops_requested_.load(std::memory_order_seq_cst);
 }
 
 void Scheduler::kick(bool no_helper_coming) {
@@ -372,6 +356,7 @@ void Scheduler::mark_dead(Endpoint& ep, const std::string& why, bool reaped) {
   ep.reaped = reaped;
   ep.death = why;
   ep.in_control = false;  // progress_controls sees !alive and fails the target
+  drop_owed(ep);          // its replacement starts with the registry as it is now
   if (!ep.running) return;
   TaskNode* s = ep.running;
   ep.running = nullptr;
@@ -462,9 +447,6 @@ void Scheduler::replace_children(uint64_t now) {
   });
 }
 
-// A dead child comes back unless its last start failed.
-static bool coming_back(const Endpoint& ep) { return ep.alive || ep.starting || (!ep.is_remote() && ep.failed_starts == 0); }
-
 // --- dispatch (mu held unless noted) -------------------------------------------------
 
 void Scheduler::pop(FairQueue& q) {
@@ -473,9 +455,10 @@ void Scheduler::pop(FairQueue& q) {
 }
 
 // An endpoint takes a task when it is alive, has room, is not serving a
-// control request and is not awaited by the queued control request.
+// control request, owes none (a registration that finished while it was
+// busy installs first) and is not awaited by the queued control request.
 bool Scheduler::idle(const Endpoint* ep) const {
-  if (!ep->alive || !ep->has_room() || ep->in_control) return false;
+  if (!ep->alive || !ep->has_room() || ep->in_control || !ep->owed.empty()) return false;
   if (controls_.empty()) return true;
   const ControlRequest& c = *controls_.front();
   for (size_t i = 0; i < c.targets.size(); ++i)
@@ -510,7 +493,7 @@ bool Scheduler::fail_unlaunchable() {
   };
   auto& next_eps = pool_.next_level();
   for (size_t i = 0; i < next_eps.size(); ++i)
-    while (!next_pinned_[i].empty() && !coming_back(*next_eps[i])) {
+    while (!next_pinned_[i].empty() && !next_eps[i]->coming_back()) {
       never(next_pinned_[i].front(), fmt::format("not launched: its worker {} {}", next_eps[i]->label(),
                                                  next_eps[i]->transport->down_reason(*next_eps[i])));
       pop(next_pinned_[i]);
@@ -522,14 +505,15 @@ bool Scheduler::fail_unlaunchable() {
       std::string dead;
       for (auto& ep : eps) {
         if (!fits(t, ep.get(), false)) continue;
-        if (coming_back(*ep)) ++live;
+        if (ep->coming_back())
+          ++live;
         else if (dead.empty()) dead = ep->label() + " " + ep->transport->down_reason(*ep);
       }
       const int n = static_cast<int>(t->blobs.size());
       std::string why;
       if (n > 1 && t->pinned[0] >= 0) {
         for (int k = 0; k < n && why.empty(); ++k)
-          if (!coming_back(*eps[t->pinned[k]]))
+          if (!eps[t->pinned[k]]->coming_back())
             why = fmt::format("not launched: group member {}'s worker {} {}", k, eps[t->pinned[k]]->label(),
                               eps[t->pinned[k]]->death);
       } else if (n > live) {
@@ -591,124 +575,6 @@ bool Scheduler::dispatch_ready() {
   }
   for (const Plan& p : plan_) p.ep->transport->dispatch(*p.ep, p.s, p.member, p.seq);
   return !plan_.empty() || failed_any;
-}
-
-// --- control requests ----------------------------------------------------------------
-
-bool Scheduler::progress_controls() {
-  if (controls_queued_.load(std::memory_order_acquire) == 0) return false;  // the common case, without the lock
-  std::lock_guard<std::mutex> g(lock_.mu);
-  if (controls_.empty()) return false;
-  ControlRequest& c = *controls_.front();
-  bool progressed = false;
-  bool all_done = true;
-  for (size_t i = 0; i < c.targets.size(); ++i) {
-    if (c.done[i]) continue;
-    Endpoint& ep = *c.targets[i];
-    if (!c.sent[i]) {
-      if (!ep.alive) {
-        // Being replaced: it gets the request once it is up (its fork did
-        // not inherit a callable that is not published yet).
-        const bool expired = now_ns() - c.created_ns > uint64_t(cfg_.control_timeout_ms) * 1'000'000;
-        if (coming_back(ep) && !expired) {
-          all_done = false;
-          continue;
-        }
-        c.done[i] = 1;
-        c.failure += fmt::format("{}{} is not running ({})", c.failure.empty() ? "" : "; ", ep.label(), ep.death);
-        progressed = true;
-        continue;
-      }
-      all_done = false;
-      if (ep.running || ep.in_control) continue;
-      Mailbox* mb = ep.mb;
-      std::memcpy(mb->digest, c.digest.data(), 32);
-      mb->control_op = c.op;
-      if (!c.payload.empty()) std::memcpy(mb->blob, c.payload.data(), c.payload.size());
-      mb->blob_bytes = static_cast<uint32_t>(c.payload.size());
-      mb->sequence = ++ep.seq;
-      ep.in_control = true;
-      c.sent[i] = 1;
-      c.sent_ns[i] = now_ns();
-      c.incarnation[i] = ep.restarts;
-      mb->state.store(MB_CONTROL_REQUEST, std::memory_order_seq_cst);
-      if (mb->child_parked.load(std::memory_order_seq_cst)) futex_wake_shared(&mb->state);
-      progressed = true;
-      continue;
-    }
-    if (!ep.alive) {
-      // Sent, then it died: its replacement gets the request once it is up.
-      if (coming_back(ep) && now_ns() - c.created_ns <= uint64_t(cfg_.control_timeout_ms) * 1'000'000) {
-        c.sent[i] = 0;
-        all_done = false;
-        progressed = true;
-        continue;
-      }
-      c.done[i] = 1;
-      c.failure += fmt::format("{}{} died ({})", c.failure.empty() ? "" : "; ", ep.label(), ep.death);
-      progressed = true;
-      continue;
-    }
-    if (ep.mb->state.load(std::memory_order_acquire) != MB_CONTROL_DONE || ep.mb->done_sequence != ep.seq) {
-      if (now_ns() - c.sent_ns[i] > uint64_t(cfg_.control_timeout_ms) * 1'000'000) {
-        // A child stuck installing (a library constructor that never returns)
-        // would hold every later control request: it is killed instead.
-        endpoint_failed(
-            ep, fmt::format("did not answer a control request within {} ms and was killed", cfg_.control_timeout_ms));
-        c.done[i] = 1;
-        c.failure += fmt::format("{}{} {}", c.failure.empty() ? "" : "; ", ep.label(), ep.death);
-        progressed = true;
-        continue;
-      }
-      all_done = false;
-      continue;
-    }
-    c.done[i] = 1;
-    if (ep.mb->error_code != 0) c.failure += (c.failure.empty() ? "" : "; ") + ep.mb->error();
-    else if (c.op == CTRL_REGISTER) c.installed.push_back(&ep);
-    c.query_result = ep.mb->control_result;
-    ep.mb->state.store(MB_IDLE, std::memory_order_release);
-    ep.in_control = false;
-    progressed = true;
-  }
-  if (!all_done) return progressed;
-  // A target replaced after it answered: its new process forked without the
-  // callable (not published yet), so it gets the request again — within the
-  // request's time limit.
-  if (c.op == CTRL_REGISTER && !c.rolling_back && c.failure.empty()) {
-    bool again = false;
-    for (size_t i = 0; i < c.targets.size(); ++i)
-      if (c.sent[i] && c.targets[i]->restarts != c.incarnation[i]) {
-        if (now_ns() - c.created_ns > uint64_t(cfg_.control_timeout_ms) * 1'000'000) {
-          c.failure += fmt::format("{}{} kept being replaced while the request was in flight",
-                                   c.failure.empty() ? "" : "; ", c.targets[i]->label());
-          continue;
-        }
-        c.installed.erase(std::remove(c.installed.begin(), c.installed.end(), c.targets[i]), c.installed.end());
-        c.sent[i] = c.done[i] = 0;
-        again = true;
-      }
-    if (again) return true;
-  }
-  if (c.op == CTRL_REGISTER && (!c.failure.empty() || c.abandoned) && !c.installed.empty()) {
-    // Roll back on the children that did install it.
-    c.rolling_back = true;
-    c.op = CTRL_UNREGISTER;
-    c.targets = c.installed;
-    c.installed.clear();
-    c.sent.assign(c.targets.size(), 0);
-    c.sent_ns.assign(c.targets.size(), 0);
-    c.incarnation.assign(c.targets.size(), 0);
-    c.done.assign(c.targets.size(), 0);
-    c.created_ns = now_ns();
-    return true;
-  }
-  c.finished = true;
-  if (c.failure.empty() && !c.abandoned && c.on_success) c.on_success();  // mu held: published atomically
-  c.cv.notify_all();
-  controls_.pop_front();
-  controls_queued_.store(static_cast<uint32_t>(controls_.size()), std::memory_order_release);
-  return true;
 }
 
 }  // namespace pto

@@ -67,8 +67,11 @@ class Scheduler {
 
   // --- control requests (mu held) ---
   void add_control(std::shared_ptr<ControlRequest> c);
-  // Fails every queued request (the Worker is closing).
+  // Fails every queued request and drops what children owe (the Worker is closing).
   void fail_controls(const std::string& why);
+  // What an unfinished request still waits for, naming each child and why
+  // (for the error of a request whose caller gave up).
+  std::string pending_targets(const ControlRequest& c) const;
   int controls_in_flight = 0;  // requests whose caller still waits (mu)
 
   // A run's thread drives the run to its end itself (no hand-off to the
@@ -143,7 +146,12 @@ class Scheduler {
   bool has_work_in_flight() const;  // mu held
   bool work_waiting() const;        // without the lock: anything a stood-aside scheduler thread should take
   bool poll_completions();
-  bool progress_controls();
+  // Control requests (scheduler_controls.cpp, mu held unless noted).
+  bool progress_controls();  // takes mu
+  bool progress_owed();
+  void send_control(Endpoint& ep, ControlOp op, const Digest& digest, const std::vector<uint8_t>& payload);
+  void drop_owed(Endpoint& ep);
+  bool finish_control(ControlRequest& c);
   void check_children(uint64_t now);  // mu held: exits, heartbeats, timeouts, deadlines
   void replace_children(uint64_t now);  // mu held: forks replacements, watches their start
   // Dispatch (drive-token holder; takes mu for the planning, dispatches without it).
@@ -168,6 +176,7 @@ class Scheduler {
   std::atomic<uint64_t> running_subs_{0};  // of which on sub workers
   std::deque<std::shared_ptr<ControlRequest>> controls_;
   std::atomic<uint32_t> controls_queued_{0};  // controls_.size()
+  std::atomic<uint32_t> owed_{0};             // entries of every endpoint's `owed` (written under mu)
 
   LatencyHistogram mailbox_round_trip_, remote_round_trip_;  // mu
   uint64_t task_retries_ = 0;                                // mu
