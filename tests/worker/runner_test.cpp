@@ -381,3 +381,27 @@ TEST_CASE("checking a library in a runner: constructors that crash or hang cost 
   CHECK(nofile.message.find("cannot load '/nonexistent/lib.so'") != std::string::npos);
   CHECK(pool.stats().failed == 2);
 }
+
+TEST_CASE("a library path or symbol longer than a runner takes is refused, naming its bound - no runner starts") {
+  RunnerPool pool;
+  // 2 MiB: more than the whole channel (written past its mapping before).
+  Status huge = pool.check_library(RUNNER_ORCHS, std::string(2u << 20, 's'));
+  CHECK(huge.code == kWorkerInvalidArgument);
+  CHECK(huge.message == "the symbol has 2097152 bytes; at most 1024");
+  // Within the channel, past what the runner reads ("a malformed load request" before).
+  Status long_symbol = pool.check_library(RUNNER_ORCHS, std::string(1500, 's'));
+  CHECK(long_symbol.message == "the symbol has 1500 bytes; at most 1024");
+  Status long_path = pool.check_library("/" + std::string(5000, 'p'), "x");
+  CHECK(long_path.message == "the library path has 5001 bytes; at most 4096");
+  CHECK(pool.stats().started == 0);
+  CHECK(pool.check_library(RUNNER_ORCHS, "pto_test_orch_subs").ok());
+}
+
+TEST_CASE("an orchestration that opens scopes without end fails its run and its runner is killed") {
+  Fixture f;
+  RunResult r = f.run("pto_test_orch_scopes_forever");
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status.message, Catch::Contains("more than 4096 nested scopes"));
+  CHECK(f.pool.stats().failed == 1);
+  CHECK(f.run("pto_test_orch_subs").ok());  // the next run works
+}

@@ -152,6 +152,16 @@ Status get_status(PayloadReader& r) {
 
 // --- loads and jobs -------------------------------------------------------------------
 
+Status check_load(const std::string& path, const std::string& symbol) {
+  if (path.size() > kRunnerPathBytes)
+    return Status::Error(kWorkerInvalidArgument,
+                         fmt::format("the library path has {} bytes; at most {}", path.size(), kRunnerPathBytes));
+  if (symbol.size() > kRunnerSymbolBytes)
+    return Status::Error(kWorkerInvalidArgument,
+                         fmt::format("the symbol has {} bytes; at most {}", symbol.size(), kRunnerSymbolBytes));
+  return Status::Ok();
+}
+
 std::vector<uint8_t> encode_load(const std::string& path, const std::string& symbol) {
   std::vector<uint8_t> out;
   ByteWriter w(&out);
@@ -162,8 +172,8 @@ std::vector<uint8_t> encode_load(const std::string& path, const std::string& sym
 
 Status decode_load(const uint8_t* p, size_t n, std::string* path, std::string* symbol) {
   PayloadReader r(p, n);
-  *path = r.str(4096);
-  *symbol = r.str(1024);
+  *path = r.str(kRunnerPathBytes);
+  *symbol = r.str(kRunnerSymbolBytes);
   return r.ok() ? Status::Ok() : bad("a malformed load request");
 }
 
@@ -184,13 +194,13 @@ std::vector<uint8_t> encode_job(const RunnerJob& j) {
 
 Status decode_job(const uint8_t* p, size_t n, RunnerJob* out) {
   PayloadReader r(p, n);
-  out->path = r.str(4096);
-  out->symbol = r.str(1024);
-  out->name = r.str(1024);
+  out->path = r.str(kRunnerPathBytes);
+  out->symbol = r.str(kRunnerSymbolBytes);
+  out->name = r.str(kRunnerNameBytes);
   out->level = r.i32();
   out->num_next_level = r.i32();
   out->num_sub_workers = r.i32();
-  out->log_file = r.str(4096);
+  out->log_file = r.str(kRunnerPathBytes);
   if (!get_config(r, &out->config)) return bad("the job is cut short");
   return get_args(r, &out->args);
 }

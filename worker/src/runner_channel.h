@@ -84,6 +84,15 @@ class PayloadReader {
   bool ok_ = true;
 };
 
+// The longest library path, symbol, callable name and log path a LOAD or a
+// JOB carries (the runner's decoder refuses longer ones).
+inline constexpr size_t kRunnerPathBytes = 4096;
+inline constexpr size_t kRunnerSymbolBytes = 1024;
+inline constexpr size_t kRunnerNameBytes = 1024;
+// Whether a LOAD of (path, symbol) fits those bounds: the error names the
+// field, its length and its bound, before any runner is started.
+Status check_load(const std::string& path, const std::string& symbol);
+
 // LOAD: a library to check.
 std::vector<uint8_t> encode_load(const std::string& path, const std::string& symbol);
 Status decode_load(const uint8_t* p, size_t n, std::string* path, std::string* symbol);

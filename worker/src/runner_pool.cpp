@@ -68,11 +68,15 @@ class Runner {
   RunnerChannel* channel() { return ch_; }
   pid_t pid() const { return pid_; }
 
-  void send(uint32_t state, const std::vector<uint8_t>& payload) {
+  // A message that does not fit the channel is not sent (false); callers
+  // bound what they send, this is the last line before a memcpy past it.
+  [[nodiscard]] bool send(uint32_t state, const std::vector<uint8_t>& payload) {
+    if (payload.size() > kRunnerPayloadBytes) return false;
     std::memcpy(ch_->payload, payload.data(), payload.size());
     ch_->bytes = static_cast<uint32_t>(payload.size());
     ch_->state.store(state, std::memory_order_seq_cst);
     if (ch_->runner_parked.load(std::memory_order_seq_cst)) futex_wake_shared(&ch_->state);
+    return true;
   }
 
   // Waits for the runner's next message (CALL, DONE or LOADED). Returns that
@@ -271,7 +275,8 @@ class RunnerPool::Warm {
 
 namespace {
 
-// Serves one call of the orchestration; false when the call is malformed.
+// Serves one call of the orchestration; false (with *why) when the call is
+// malformed or the runner is to be killed.
 bool serve(Runner& r, Orchestrator& o, std::string* why) {
   RunnerChannel* ch = r.channel();
   RunnerCall c;
@@ -279,6 +284,7 @@ bool serve(Runner& r, Orchestrator& o, std::string* why) {
     *why = "sent a malformed call (" + s.message + ") and was killed";
     return false;
   }
+  std::vector<uint8_t> reply;
   switch (c.op) {
     case RO_SUBMIT: {
       SubmitResult res;
@@ -287,27 +293,39 @@ bool serve(Runner& r, Orchestrator& o, std::string* why) {
                       : o.submit_next_level(c.handle, c.members[0], c.config, c.pinned.empty() ? -1 : c.pinned[0]);
       else
         res = c.group ? o.submit_sub_group(c.handle, c.members, c.config) : o.submit_sub(c.handle, c.members[0], c.config);
-      r.send(RC_REPLY, encode_submit_reply(res));
-      return true;
+      reply = encode_submit_reply(res);
+      break;
     }
-    case RO_ALLOC: r.send(RC_REPLY, encode_alloc_reply(o.alloc(c.shape, c.dtype))); return true;
+    case RO_ALLOC: reply = encode_alloc_reply(o.alloc(c.shape, c.dtype)); break;
     case RO_SCOPE_BEGIN:
+      if (o.scope_depth() >= Orchestrator::kMaxScopeDepth) {
+        // The run failed at the bound (TaskGraph::scope_begin); a library
+        // that keeps opening scopes is in a loop that only a kill ends.
+        o.scope_begin();
+        *why = fmt::format("opened more than {} nested scopes and was killed", Orchestrator::kMaxScopeDepth);
+        return false;
+      }
       o.scope_begin();
-      r.send(RC_REPLY, encode_status_reply(Status::Ok(), o.scope_depth()));
-      return true;
+      reply = encode_status_reply(Status::Ok(), o.scope_depth());
+      break;
     case RO_SCOPE_END: {
       const Status s = o.scope_end();
-      r.send(RC_REPLY, encode_status_reply(s, o.scope_depth()));
-      return true;
+      reply = encode_status_reply(s, o.scope_depth());
+      break;
     }
-    case RO_FIND_CALLABLE: r.send(RC_REPLY, encode_handle_reply(o.find_callable(c.text))); return true;
+    case RO_FIND_CALLABLE: reply = encode_handle_reply(o.find_callable(c.text)); break;
     case RO_FAIL:
       o.fail(c.text);
-      r.send(RC_REPLY, encode_status_reply(Status::Ok()));
-      return true;
-    case RO_CANCELLED: r.send(RC_REPLY, encode_status_reply(Status::Ok(), o.cancelled() ? 1 : 0)); return true;
+      reply = encode_status_reply(Status::Ok());
+      break;
+    case RO_CANCELLED: reply = encode_status_reply(Status::Ok(), o.cancelled() ? 1 : 0); break;
+    default: *why = fmt::format("sent call {}, which is no call, and was killed", uint32_t(c.op)); return false;
   }
-  return false;
+  if (!r.send(RC_REPLY, reply)) {
+    *why = fmt::format("was sent a reply of {} bytes, more than its channel holds, and was killed", reply.size());
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -318,9 +336,11 @@ RunnerPool::~RunnerPool() = default;
 RunnerPool::Stats RunnerPool::stats() const { return {started_.load(), failed_.load(), reused_.load(), warm_->idle()}; }
 
 Status RunnerPool::check_library(const std::string& path, const std::string& symbol) const {
+  if (Status s = check_load(path, symbol); !s.ok()) return s;
   Runner r(cfg_, started_, failed_);
   if (!r.error().ok()) return r.error();
-  r.send(RC_LOAD, encode_load(path, symbol));
+  if (!r.send(RC_LOAD, encode_load(path, symbol)))
+    return Status::Error(kWorkerInvalidArgument, "the load request exceeds the runner channel");
   std::string why;
   const uint32_t s = r.next(&why, [] { return std::string(); });
   if (s != RC_LOADED) {
@@ -368,7 +388,7 @@ OrchestrationFunction RunnerPool::orchestration(const std::string& path, const s
       return 1;
     }
     const pid_t pid = r.pid();
-    r.send(RC_JOB, payload);
+    (void)r.send(RC_JOB, payload);  // it fits: checked above
     auto cancelled = [&o]() { return o.cancelled() ? std::string("was stopped: the run was cancelled") : std::string(); };
     for (;;) {
       std::string why;

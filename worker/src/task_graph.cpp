@@ -167,6 +167,11 @@ RunProgress TaskGraph::progress() const {
 // --- scopes and heap rings --------------------------------------------------------
 
 void TaskGraph::scope_begin(RunState* run) {
+  if (run->scope_depth >= Orchestrator::kMaxScopeDepth) {
+    fail_run(run, Status::Error(kWorkerInvalidArgument,
+                                fmt::format("scope_begin: more than {} nested scopes", Orchestrator::kMaxScopeDepth)));
+    return;
+  }
   run->scopes.emplace_back();
   ++run->scope_depth;
 }

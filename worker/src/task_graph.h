@@ -88,6 +88,7 @@ class TaskGraph {
   RunProgress progress() const;  // every run in flight
 
   // --- submit (mu held) ---
+  // Fails the run past Orchestrator::kMaxScopeDepth.
   void scope_begin(RunState* run);
   Status scope_end(RunState* run);
   // The owner of the heap-ring buffer holding [lo, hi), nullptr when the

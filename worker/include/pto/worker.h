@@ -203,6 +203,9 @@ class Orchestrator {
   // A buffer in the current scope's heap ring, freed once the scope has ended
   // and every task using it has finished.
   Result<ContinuousTensor> alloc(const std::vector<uint32_t>& shape, int32_t dtype);
+  // Past kMaxScopeDepth nested scopes (a runaway loop, not a program) the
+  // run fails and no deeper scope opens: the engine's memory stays bounded.
+  static constexpr int kMaxScopeDepth = 4096;
   void scope_begin();
   Status scope_end();
   int scope_depth() const;
