@@ -502,7 +502,6 @@ std::vector<RegisteredCallable> CallableRegistry::list(const Principal& who) con
 
 // The request a row describes, its payload read back from the stored files.
 static Status refill(const CallableRow& row, pto::v1::RegisterRequest* req) {
-  if (!req->ParseFromString(row.request)) return bad("the stored request does not parse");
   if (req->has_chip()) {
     pto::package::ChipBundle b;
     if (Status s = pto::package::bundle_package(row.stored + "/kernels.toml", &b); !s.ok()) return s;
@@ -516,64 +515,85 @@ static Status refill(const CallableRow& row, pto::v1::RegisterRequest* req) {
   return Status::Ok();
 }
 
-std::set<std::string> CallableRegistry::restore() {
-  std::set<std::string> in_use;
+Status CallableRegistry::restore(std::set<std::string>* in_use) {
   std::vector<CallableRow> rows;
-  if (Status s = db_.callables(&rows); !s.ok()) {
-    log("registry")->error("registrations are not restored: {}", s.message);
-    return in_use;
-  }
-  const bool level4 = w_.config().level >= 4;
+  if (Status s = db_.callables(&rows); !s.ok())
+    return Status::Error(s.code, fmt::format("the registrations cannot be read: {}", s.message));
   size_t kept = 0;
-  for (const CallableRow& row : rows) {
-    pto::v1::RegisterRequest req;
-    pto::Callable c;
-    std::string source, stored;
-    std::vector<pto::package::ArgSpec> signature;
-    StoredClaim claim(*this);
-    Status s = refill(row, &req);
-    if (s.ok()) s = from_request(req, &claim, &c, &source, &stored, &signature);
-    // The content must be what was registered: a library changed on disk
-    // since then is refused, never run under the old digest.
-    if (s.ok() && pto::to_hex(c.identity().digest) != row.digest)
-      s = bad(fmt::format("its files changed since it was registered (their digest is now {})",
-                          pto::to_hex(c.identity().digest).substr(0, 16)));
-    RegisteredCallable rc;
-    rc.abi = c.abi;
-    rc.name = req.name();
-    rc.source = source;
-    rc.stored = stored;
-    rc.owners = row.owners;
-    rc.published = row.published;
-    rc.request = row.request;
-    rc.signature = std::move(signature);
-    const bool orchestration = req.abi() == pto::v1::ABI_ORCHESTRATION && !(level4 && req.next_level());
-    const bool content_ok = s.ok();
-    if (content_ok) s = install(req, c, orchestration, false, &rc);
-    const std::string what =
-        fmt::format("callable {}{} of {}", row.digest.substr(0, 16),
-                    req.name().empty() ? "" : " ('" + req.name() + "')", fmt::join(row.owners, ", "));
-    if (!content_ok) {  // its content is gone or changed: forgotten
-      log("registry")->error("{} is not restored: {}", what, s.message);
-      (void)db_.delete_callable(row.digest);
-      continue;
-    }
-    if (!s.ok()) {  // intact, but a child or peer refused it now: kept for the next start
-      log("registry")
-          ->error("{} is not available: {}; it stays recorded and is tried again at the next start", what, s.message);
-      claim.keep();
-      if (!stored.empty()) in_use.insert(std::filesystem::path(stored).filename().string());
-      continue;
-    }
-    std::lock_guard<std::mutex> g(mu_);
-    by_digest_[c.identity().digest] = rc;
-    if (!rc.name.empty()) by_name_[rc.name] = c.identity().digest;
-    claim.keep();
-    if (!stored.empty()) in_use.insert(std::filesystem::path(stored).filename().string());
-    ++kept;
-  }
+  for (const CallableRow& row : rows)
+    if (restore_one(row, in_use)) ++kept;
   if (!rows.empty()) log("registry")->info("restored {} of {} registration(s)", kept, rows.size());
-  return in_use;
+  return Status::Ok();
+}
+
+// One row: registered again (true), kept for the next start (something
+// refused it now: this daemon's [security] settings, a file it cannot read,
+// a child or peer), or forgotten - only when what was registered is surely
+// gone: the row does not parse, the daemon's stored copy is missing, or the
+// files' digest is no longer the registered one.
+bool CallableRegistry::restore_one(const CallableRow& row, std::set<std::string>* in_use) {
+  const std::string stored_name = std::filesystem::path(row.stored).filename().string();
+  pto::v1::RegisterRequest req;
+  std::string gone;
+  std::error_code ec;
+  if (!req.ParseFromString(row.request))
+    gone = "the stored request does not parse";
+  else if (!row.stored.empty() && !std::filesystem::exists(row.stored, ec) && !ec)
+    gone = "its stored files are gone";
+  const std::string what =
+      fmt::format("callable {}{} of {}", row.digest.substr(0, 16), req.name().empty() ? "" : " ('" + req.name() + "')",
+                  fmt::join(row.owners, ", "));
+  auto forget = [&](const std::string& why) {
+    log("registry")->error("{} is not restored: {}; it is forgotten", what, why);
+    (void)db_.delete_callable(row.digest);
+    return false;
+  };
+  if (!gone.empty()) return forget(gone);
+  pto::Callable c;
+  std::string source, stored;
+  std::vector<pto::package::ArgSpec> signature;
+  StoredClaim claim(*this);
+  Status s = refill(row, &req);
+  if (s.ok()) s = from_request(req, &claim, &c, &source, &stored, &signature);
+  // The content must be what was registered: a library changed on disk
+  // since then is refused, never run under the old digest.
+  if (s.ok() && pto::to_hex(c.identity().digest) != row.digest)
+    return forget(fmt::format("its files changed since it was registered (their digest is now {})",
+                              pto::to_hex(c.identity().digest).substr(0, 16)));
+  RegisteredCallable rc;
+  rc.abi = c.abi;
+  rc.name = req.name();
+  rc.source = source;
+  rc.stored = stored;
+  rc.owners = row.owners;
+  rc.published = row.published;
+  rc.request = row.request;
+  rc.signature = std::move(signature);
+  const bool level4 = w_.config().level >= 4;
+  const bool orchestration = req.abi() == pto::v1::ABI_ORCHESTRATION && !(level4 && req.next_level());
+  if (s.ok()) s = install(req, c, orchestration, false, &rc);
+  if (!s.ok()) {  // intact, but refused now: kept for the next start, its files with it
+    log("registry")
+        ->error("{} is not available: {}; it stays recorded and is tried again at the next start", what, s.message);
+    if (!row.stored.empty()) in_use->insert(stored_name);
+    if (!stored.empty()) in_use->insert(std::filesystem::path(stored).filename().string());
+    claim.keep();
+    return false;
+  }
+  // Stored again under another name (a bundle's directory is named by its
+  // configuration as this daemon writes it, which a client's own text need
+  // not be): the row names the new one, or both stay.
+  if (!stored.empty() && stored != row.stored) {
+    CallableRow moved = row;
+    moved.stored = stored;
+    if (!db_.put_callable(moved).ok() && !row.stored.empty()) in_use->insert(stored_name);
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  by_digest_[c.identity().digest] = rc;
+  if (!rc.name.empty()) by_name_[rc.name] = c.identity().digest;
+  claim.keep();
+  if (!stored.empty()) in_use->insert(std::filesystem::path(stored).filename().string());
+  return true;
 }
 
 }  // namespace ptod

@@ -54,9 +54,13 @@ class CallableRegistry {
 
   // Registers again what the state database holds, each from its stored
   // files, checking that the content still has its digest: a callable whose
-  // files changed is refused (and forgotten), the log says why. Returns the
-  // stored entries in use (for the debris sweep).
-  std::set<std::string> restore();
+  // files changed or are gone is forgotten; one refused now (by this
+  // daemon's [security] settings, a file it cannot read, a child) stays
+  // recorded for the next start; the log says which and why. *in_use gets
+  // the stored entries still named (for the debris sweep). An error - the
+  // table cannot be read - restores nothing: the daemon must not start (nor
+  // sweep the stored files).
+  Status restore(std::set<std::string>* in_use);
 
   // The error's code maps to a gRPC status: kWorkerInvalidArgument ->
   // INVALID_ARGUMENT, kWorkerChildFailed -> FAILED_PRECONDITION, 403-like
@@ -104,6 +108,7 @@ class CallableRegistry {
   Status join_locked(const Principal& who, const pto::v1::RegisterRequest& req, RegisteredCallable& rc);
   Status persist_locked(const RegisteredCallable& rc);
   // `signature`: a chip callable's declared arguments (left empty for others).
+  bool restore_one(const CallableRow& row, std::set<std::string>* in_use);
   Status from_request(const pto::v1::RegisterRequest& req, StoredClaim* claim, pto::Callable* out, std::string* source,
                       std::string* stored, std::vector<pto::package::ArgSpec>* signature);
   Status install(const pto::v1::RegisterRequest& req, const pto::Callable& c, bool orchestration, bool pending,

@@ -151,7 +151,8 @@ Status check_last_stop(StateDb& db, bool* drop_unsynced) {
 Status restore_state(const DaemonConfig& cfg, bool drop_unsynced, TensorStore& tensors, CallableRegistry& registry,
                      JobManager& jobs) {
   if (Status s = tensors.restore(drop_unsynced); !s.ok()) return s;
-  const std::set<std::string> in_use = registry.restore();
+  std::set<std::string> in_use;
+  if (Status s = registry.restore(&in_use); !s.ok()) return s;
   if (size_t n = remove_unreferenced_bundles(cfg.state_dir + "/callables", in_use); n > 0)
     log("main")->info("removed {} stored callable file(s) that no registration names", n);
   return jobs.restore();

@@ -24,6 +24,15 @@ CREATE TABLE IF NOT EXISTS jobs (
   id INTEGER PRIMARY KEY, owner TEXT NOT NULL, state INTEGER NOT NULL, record BLOB NOT NULL);
 )";
 
+// Each id sequence past the highest id its table holds ("WHERE true": an
+// INSERT ... SELECT with an upsert needs a WHERE to parse).
+constexpr const char* kRaiseSequences = R"(
+INSERT INTO sequences (name, next) SELECT 'tensor', COALESCE(MAX(id), 0) + 1 FROM tensors WHERE true
+  ON CONFLICT(name) DO UPDATE SET next = MAX(next, excluded.next);
+INSERT INTO sequences (name, next) SELECT 'job', COALESCE(MAX(id), 0) + 1 FROM jobs WHERE true
+  ON CONFLICT(name) DO UPDATE SET next = MAX(next, excluded.next);
+)";
+
 std::string join(const std::vector<std::string>& v, char sep) {
   std::string out;
   for (size_t i = 0; i < v.size(); ++i) out += (i ? std::string(1, sep) : "") + v[i];
@@ -113,7 +122,11 @@ Status StateDb::open(const std::string& dir, bool durable) {
                               : "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
       !s.ok())
     return s;
-  return exec(kSchema);
+  if (Status s = exec(kSchema); !s.ok()) return s;
+  // A sequence never hands out an id a row already has: one lost or set back
+  // (a restored backup, an edited database) would give a new tensor or job
+  // the id of another principal's, and its row would replace theirs.
+  return exec(kRaiseSequences);
 }
 
 // One transaction, always fsynced (synchronous = FULL for it alone when the

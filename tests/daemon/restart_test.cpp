@@ -3,7 +3,9 @@
 // registrations are back (a library that changed on disk is refused), the
 // tensors download byte-identical and are usable by jobs, the job records
 // are there, and the jobs that were queued or running are FAILED
-// "interrupted: the daemon stopped" instead of vanishing.
+// "interrupted: the daemon stopped" instead of vanishing. A registration is
+// forgotten only when its content is surely gone, and a database that cannot
+// be read stops the start rather than losing what it names.
 #include <sqlite3.h>
 #include <sys/resource.h>
 
@@ -21,6 +23,7 @@
 #include "daemon_process.h"
 #include "eventually.h"
 #include "pto/client.h"
+#include "pto/package/chip_package.h"
 
 using namespace pto_test;
 namespace v1 = pto::v1;
@@ -62,6 +65,16 @@ bool set_meta(const std::string& db_path, const std::string& key, const std::str
   if (sqlite3_open(db_path.c_str(), &db) != SQLITE_OK) return false;
   const std::string sql = "UPDATE meta SET value = '" + value + "' WHERE key = '" + key + "'";
   const bool ok = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK && sqlite3_changes(db) == 1;
+  sqlite3_close(db);
+  return ok;
+}
+
+// Runs SQL on the daemon's state database (the daemon stopped), as an
+// operator's repair, a restored backup or a damaged disk would.
+bool edit_db(const std::string& db_path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open(db_path.c_str(), &db) != SQLITE_OK) return false;
+  const bool ok = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK;
   sqlite3_close(db);
   return ok;
 }
@@ -206,6 +219,96 @@ TEST_CASE("a freed tensor stays freed and an unregistered callable stays gone af
   CHECK(list.value.tensors(0).handle().name() == "keep");
   CHECK(c->callables().value.callables_size() == 0);
   CHECK(std::filesystem::is_empty(d.dir() + "/state/callables"));
+}
+
+TEST_CASE("a registration this daemon's settings refuse at a start stays recorded - back once they allow it") {
+  const std::string conf_dir = make_temp_dir("ptod-conf");
+  const std::string conf = conf_dir + "/ptod.toml";
+  std::ofstream(conf) << "[security]\nallow_chip_bundles = true\n";
+  DaemonProcess d({"--config", conf});
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  const std::string digest = digest_of(*c, "sleep");
+  std::ofstream(conf) << "[security]\nallow_chip_bundles = false\n";
+  c = restart(d);
+  CHECK(digest_of(*c, "sleep").empty());  // not available while refused...
+  CHECK_THAT(d.log(), Catch::Contains("chip bundles are refused by this daemon") &&
+                          Catch::Contains("it stays recorded and is tried again at the next start"));
+  CHECK_FALSE(std::filesystem::is_empty(d.dir() + "/state/callables"));
+  std::ofstream(conf) << "[security]\nallow_chip_bundles = true\n";
+  c = restart(d);
+  CHECK(digest_of(*c, "sleep") == digest);  // ...and back, files and all (forgotten before)
+  auto r = c->run(sleep_job(1));
+  REQUIRE(r.ok());
+  CHECK(r.value.state() == v1::SUCCEEDED);
+  std::filesystem::remove_all(conf_dir);
+}
+
+TEST_CASE("a chip bundle whose configuration a client wrote in its own words survives two restarts") {
+  // The daemon stores a bundle's files under the digest of its configuration
+  // as it writes it; restored, the bundle is stored again under that name.
+  pto::package::ChipBundle b;
+  REQUIRE(pto::package::bundle_package(SLEEP_CONFIG, &b).ok());
+  v1::RegisterRequest req;
+  req.set_name("sleep");
+  req.set_abi(v1::ABI_CHIP);
+  req.mutable_chip()->set_config_toml("# written by hand\n" + b.config_toml);
+  for (auto& [file, bytes] : b.libraries) (*req.mutable_chip()->mutable_libraries())[file] = bytes;
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_callable(req).ok());
+  const std::string digest = digest_of(*c, "sleep");
+  REQUIRE_FALSE(digest.empty());
+  for (int i = 0; i < 2; ++i) {  // before: back after the first, forgotten at the second
+    c = restart(d);
+    CHECK(digest_of(*c, "sleep") == digest);
+  }
+  auto r = c->run(sleep_job(1));
+  REQUIRE(r.ok());
+  CHECK(r.value.state() == v1::SUCCEEDED);
+}
+
+TEST_CASE("a registrations table that cannot be read stops the start - no stored callable file is removed") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_chip(SLEEP_CONFIG, "sleep").ok());
+  const std::string digest = digest_of(*c, "sleep");
+  REQUIRE(d.stop(SIGTERM) == 0);
+  const std::string db = d.dir() + "/state/ptod.db";
+  REQUIRE(edit_db(db, "ALTER TABLE callables RENAME TO callables_saved; CREATE TABLE callables (digest TEXT);"));
+  d.restart();
+  CHECK_FALSE(d.up());
+  CHECK(d.exit_code() == 1);
+  CHECK_THAT(d.log(), Catch::Contains("the registrations cannot be read"));
+  // Before: it served with no registration and swept their stored files.
+  CHECK_FALSE(std::filesystem::is_empty(d.dir() + "/state/callables"));
+  REQUIRE(edit_db(db, "DROP TABLE callables; ALTER TABLE callables_saved RENAME TO callables;"));
+  c = restart(d);
+  CHECK(digest_of(*c, "sleep") == digest);
+}
+
+TEST_CASE("an id sequence set back in the state database never gives a new tensor a stored tensor's id") {
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  const std::vector<uint8_t> a = random_bytes(64, 5), b = random_bytes(64, 6);
+  auto first = c->upload("first", {16}, PTO_FLOAT32, a.data(), a.size());
+  REQUIRE(first.ok());
+  REQUIRE(d.stop(SIGTERM) == 0);
+  REQUIRE(edit_db(d.dir() + "/state/ptod.db", "DELETE FROM sequences;"));
+  c = restart(d);
+  auto second = c->upload("second", {16}, PTO_FLOAT32, b.data(), b.size());
+  REQUIRE(second.ok());
+  CHECK(second.value.handle().id() > first.value.handle().id());
+  auto list = c->tensors();
+  REQUIRE(list.ok());
+  CHECK(list.value.tensors_size() == 2);  // before: the second replaced the first
+  std::vector<uint8_t> back;
+  REQUIRE(c->download(by_id(first.value.handle().id()), &back).ok());
+  CHECK(back == a);
 }
 
 TEST_CASE("after a host restart without a clean stop, tensors not fsynced are dropped - durable ones are kept") {
