@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -63,9 +64,20 @@ Result<pto::v1::FdReply> FdChannel::call(const pto::v1::FdRequest& req, int fd, 
   return receive(timeout);
 }
 
+// A socket timeout of zero is no timeout at all: a bound of at least 1 ms
+// (a client's timeout of 0 fails at once, as a gRPC deadline of now does).
+static timeval socket_bound(std::chrono::milliseconds timeout) {
+  const int64_t ms = std::max<int64_t>(timeout.count(), 1);
+  return {static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+}
+
 Status FdChannel::send(const pto::v1::FdRequest& req, int fd, std::chrono::milliseconds timeout, bool reconnect) {
-  const timeval bound{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
-  setsockopt(sock_, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
+  const timeval bound = socket_bound(timeout);
+  if (sock_ >= 0 && setsockopt(sock_, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound) != 0) {
+    const Status s = unavailable("bounding a send");
+    close_socket();
+    return s;
+  }
   const std::string body = req.SerializeAsString();
   std::vector<uint8_t> frame(4 + body.size());
   const auto n = static_cast<uint32_t>(body.size());
@@ -84,8 +96,8 @@ Status FdChannel::send(const pto::v1::FdRequest& req, int fd, std::chrono::milli
 
 Result<pto::v1::FdReply> FdChannel::receive(std::chrono::milliseconds timeout) {
   Result<pto::v1::FdReply> r;
-  const timeval bound{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
-  setsockopt(sock_, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+  const timeval bound = socket_bound(timeout);
+  const bool bounded = sock_ >= 0 && setsockopt(sock_, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound) == 0;
   auto read_full = [&](uint8_t* p, size_t len) {
     while (len > 0) {
       const ssize_t got = ::recv(sock_, p, len, 0);
@@ -96,15 +108,23 @@ Result<pto::v1::FdReply> FdChannel::receive(std::chrono::milliseconds timeout) {
     }
     return true;
   };
-  // A lost reply is not UNAVAILABLE: the daemon may have done the transfer.
+  // A lost reply is not UNAVAILABLE: the daemon may have done the request.
+  // One that did not come within the bound is DEADLINE_EXCEEDED, as over gRPC.
   const auto lost = [&] {
-    r.status = Status::Error(static_cast<int>(grpc::StatusCode::UNKNOWN),
-                             fmt::format("the fd socket: the reply was lost ({}): the transfer may have happened",
-                                         pto::errno_text(errno)));
+    const int err = errno;
+    if (err == EAGAIN || err == EWOULDBLOCK)
+      r.status = Status::Error(
+          static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED),
+          fmt::format("the fd socket: no reply within {} ms: the request may have been carried out", timeout.count()));
+    else
+      r.status =
+          Status::Error(static_cast<int>(grpc::StatusCode::UNKNOWN),
+                        fmt::format("the fd socket: the reply was lost ({}): the request may have been carried out",
+                                    pto::errno_text(err)));
     close_socket();
     return r;
   };
-  if (sock_ < 0) return lost();
+  if (sock_ < 0 || !bounded) return lost();
   uint8_t head[4];
   if (!read_full(head, 4)) return lost();
   const uint32_t len = uint32_t(head[0]) | uint32_t(head[1]) << 8 | uint32_t(head[2]) << 16 | uint32_t(head[3]) << 24;

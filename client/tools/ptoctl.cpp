@@ -70,11 +70,24 @@ void add_global_options(CLI::App& app, GlobalOptions& g) {
   app.add_option("--token-file", g.token_file,
                  "file with a bearer token: required by TLS listeners; on any listener it names the principal (the "
                  "daemon's tokens_file)");
-  app.add_flag("--tls", g.client.tls, "connect with TLS");
-  app.add_option("--tls-ca", g.client.tls_ca, "PEM of the CA that signed the daemon's certificate");
-  app.add_option("--tls-cert", g.client.tls_cert, "client certificate (PEM), for daemons that verify clients");
-  app.add_option("--tls-key", g.client.tls_key, "client key (PEM)");
-  app.add_option("--timeout", g.timeout_s, "seconds per call")->capture_default_str();
+  auto* tls = app.add_flag("--tls", g.client.tls, "connect with TLS");
+  // A TLS file that cannot be read is an error here: the client library
+  // would fall back to the system roots, or send no certificate.
+  app.add_option("--tls-ca", g.client.tls_ca, "PEM of the CA that signed the daemon's certificate")
+      ->needs(tls)
+      ->check(CLI::ExistingFile);
+  auto* cert =
+      app.add_option("--tls-cert", g.client.tls_cert, "client certificate (PEM), for daemons that verify clients")
+          ->needs(tls)
+          ->check(CLI::ExistingFile);
+  auto* key = app.add_option("--tls-key", g.client.tls_key, "client key (PEM)")->needs(tls)->check(CLI::ExistingFile);
+  cert->needs(key);
+  key->needs(cert);
+  // At least a second: 0 would make the fd socket's waits unbounded and
+  // every gRPC call fail at once.
+  app.add_option("--timeout", g.timeout_s, "seconds per call (at least 1)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 365 * 24 * 3600));
 }
 
 void add_callable_commands(CLI::App& app, Options& o, Commands& cmds) {
@@ -154,11 +167,15 @@ void add_job_commands(CLI::App& app, Options& o, Commands& cmds) {
       ->check(CLI::IsMember({"low", "normal", "high"}));
   submit->add_option("--label", o.submit.label, "free text shown by 'ptoctl jobs'");
   submit->add_flag("--trace", o.submit.trace, "profile the chip run: fetch its trace with 'ptoctl trace JOB'");
-  submit->add_flag("--cancel-on-interrupt", o.submit.cancel_on_interrupt,
-                   "Ctrl-C cancels the job (without it the job goes on, and ptoctl says how to follow it)");
-  submit->add_flag("-d,--detach", o.submit.detach, "print the job id and return");
-  submit->add_option("--count", o.submit.count, "submit that many copies in one call (all queued or none)")
-      ->check(CLI::Range(1, 10000));
+  auto* cancel_on_interrupt =
+      submit->add_flag("--cancel-on-interrupt", o.submit.cancel_on_interrupt,
+                       "Ctrl-C cancels the job (without it the job goes on, and ptoctl says how to follow it)");
+  auto* detach = submit->add_flag("-d,--detach", o.submit.detach, "print the job id and return");
+  auto* count =
+      submit->add_option("--count", o.submit.count, "submit that many copies in one call (all queued or none)")
+          ->check(CLI::Range(1, 10000));
+  // Neither waits for the job: there would be nothing for Ctrl-C to cancel.
+  cancel_on_interrupt->excludes(detach)->excludes(count);
   cmds.push_back({submit, [&o](Client& c, bool json) { return cmd_submit(c, o.submit, json); }});
 
   auto* watch = app.add_subcommand("watch", "follow a job to its end");
@@ -176,7 +193,9 @@ void add_job_commands(CLI::App& app, Options& o, Commands& cmds) {
   cmds.push_back({result, [&o](Client& c, bool json) { return cmd_result(c, o.result, json); }});
 
   auto* jobs = app.add_subcommand("jobs", "recent jobs, newest first");
-  jobs->add_option("--limit", o.jobs.limit, "the newest that pass the filters")->capture_default_str();
+  jobs->add_option("--limit", o.jobs.limit, "the newest that pass the filters")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   jobs->add_option("--state", o.jobs.state, "queued | running | succeeded | failed | cancelled")
       ->check(CLI::IsMember({"queued", "running", "succeeded", "failed", "cancelled"}));
   jobs->add_option("--callable", o.jobs.callable, "a callable's name (or digest)");
@@ -229,6 +248,10 @@ bool finish_client_options(GlobalOptions& g) {
   std::string& token = g.client.token;
   std::getline(f, token);
   while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  if (token.empty()) {  // no token would be sent: the call would quietly run as the socket's user
+    std::fprintf(stderr, "ptoctl: --token-file %s holds no token (its first line is empty)\n", g.token_file.c_str());
+    return false;
+  }
   return true;
 }
 

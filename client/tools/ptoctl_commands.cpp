@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "progress.h"
+#include "pto/dtype.h"
 #include "pto/package/chip_package.h"
 #include "pto/package/example_data.h"
 #include "pto/package/npy.h"
@@ -258,9 +259,17 @@ int cmd_download(Client& c, const DownloadOptions& o, bool json) {
   auto r = c.download(h, &data);
   if (!r.ok()) return report(r.status, "download");
   std::vector<uint64_t> sh(r.value.shape().begin(), r.value.shape().end());
-  if (pto::Status s =
-          pto::package::write_npy(o.out_file, pto::package::npy_descr(r.value.dtype()), sh, data.data(), data.size());
-      !s.ok()) {
+  std::string descr = pto::package::npy_descr(r.value.dtype());
+  if (static_cast<int32_t>(r.value.dtype()) == PTO_BFLOAT16) {  // numpy has no bfloat16
+    descr = "<u2";
+    std::fprintf(stderr, "ptoctl: %s is bfloat16, which numpy has not: written as its 16-bit patterns (<u2)\n",
+                 o.out_file.c_str());
+  }
+  if (descr.empty()) {
+    std::fprintf(stderr, "ptoctl: the tensor's dtype %d has no .npy type\n", static_cast<int>(r.value.dtype()));
+    return kExitFailed;
+  }
+  if (pto::Status s = pto::package::write_npy(o.out_file, descr, sh, data.data(), data.size()); !s.ok()) {
     std::fprintf(stderr, "ptoctl: %s\n", s.message.c_str());
     return kExitFailed;
   }
@@ -387,7 +396,8 @@ namespace {
 // "90s", "10m", "2h", "1d" in milliseconds; false when it is none of these.
 bool parse_duration_ms(const std::string& s, uint64_t* ms) {
   static const std::map<char, uint64_t> unit = {{'s', 1000}, {'m', 60000}, {'h', 3600000}, {'d', 86400000}};
-  if (s.size() < 2 || !unit.count(s.back()) || s.find_first_not_of("0123456789") != s.size() - 1) return false;
+  if (s.size() < 2 || s.size() > 12 || !unit.count(s.back()) || s.find_first_not_of("0123456789") != s.size() - 1)
+    return false;  // at most 11 digits: no number that overflows (a stoull throw, or a wrapped product)
   *ms = std::stoull(s.substr(0, s.size() - 1)) * unit.at(s.back());
   return true;
 }
@@ -408,7 +418,8 @@ int cmd_jobs(Client& c, const JobsOptions& o, bool json) {
   if (!o.since.empty()) {
     uint64_t back = 0;
     if (!parse_duration_ms(o.since, &back)) {
-      std::fprintf(stderr, "ptoctl: --since %s: a number and a unit, s, m, h or d (90s, 10m, 2h, 1d)\n",
+      std::fprintf(stderr,
+                   "ptoctl: --since %s: a number of at most 11 digits and a unit, s, m, h or d (90s, 10m, 2h, 1d)\n",
                    o.since.c_str());
       return kExitUsage;
     }

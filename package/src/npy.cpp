@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -162,6 +163,8 @@ Status read_npy(const std::string& path, NpyArray* out) {
 
 Status write_npy(const std::string& path, const std::string& descr, const std::vector<uint64_t>& shape,
                  const void* data, uint64_t bytes) {
+  // numpy cannot load a file without a type: refused rather than written.
+  if (descr.empty()) return Status::Error(kInvalidArgument, fmt::format("'{}': no .npy type given", path));
   std::string dims;
   for (size_t i = 0; i < shape.size(); ++i)
     dims += std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
@@ -170,8 +173,11 @@ Status write_npy(const std::string& path, const std::string& descr, const std::v
   const size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Status::Error(kInvalidArgument, fmt::format("cannot write '{}'", path));
+  // Written beside it and renamed over it once whole: a failed or cut-short
+  // write never leaves a file that looks complete.
+  const std::string part = path + ".part";
+  std::ofstream out(part, std::ios::binary | std::ios::trunc);
+  if (!out) return Status::Error(kInvalidArgument, fmt::format("cannot write '{}'", part));
   const uint16_t len = static_cast<uint16_t>(header.size());
   const char pre[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
   out.write(pre, 8);
@@ -179,7 +185,17 @@ Status write_npy(const std::string& path, const std::string& descr, const std::v
   out.write(lb, 2);
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-  if (!out) return Status::Error(kInvalidArgument, fmt::format("short write to '{}'", path));
+  out.close();
+  std::error_code ec;
+  if (!out) {
+    std::filesystem::remove(part, ec);
+    return Status::Error(kInvalidArgument, fmt::format("short write to '{}'", part));
+  }
+  std::filesystem::rename(part, path, ec);
+  if (ec) {
+    std::filesystem::remove(part, ec);
+    return Status::Error(kInvalidArgument, fmt::format("cannot rename '{}' to '{}'", part, path));
+  }
   return Status::Ok();
 }
 
