@@ -70,9 +70,20 @@ pto::OrchestrationFunction python_orchestration(py::object fn, std::shared_ptr<R
     int rc = 0;
     try {
       py::object r = (*holder)(po, view_list(view), cfg);
-      rc = r.is_none() ? 0 : r.cast<int>();
+      if (!r.is_none() && !py::isinstance<py::int_>(r)) {
+        // Not the run's verdict: a failure that says what came back (a cast
+        // would throw past the reset below and leave `o` usable after it).
+        failure = "the orchestration returned " + py::str(py::type::of(r).attr("__name__")).cast<std::string>() + " " +
+                  py::repr(r).cast<std::string>().substr(0, 200) + "; it must return None or an int";
+        rc = 1;
+      } else {
+        rc = r.is_none() ? 0 : r.cast<int>();
+      }
     } catch (py::error_already_set& e) {
       failure = "the orchestration raised:\n" + traceback_text(e);
+      rc = 1;
+    } catch (const py::cast_error& e) {  // an int past a C int
+      failure = std::string("the orchestration's return value: ") + e.what();
       rc = 1;
     }
     po->o = nullptr;

@@ -244,12 +244,11 @@ class PyWorker {
 
   // Level 4: an L3 Worker (not initialised) becomes a child of this one.
   void add_next_level_worker(PyWorker& inner) {
-    std::unique_ptr<pto::Worker> taken = std::move(inner.w_);
-    if (!taken) throw py::value_error("that Worker was already given to a level-4 Worker");
+    if (!inner.w_) throw py::value_error("that Worker was already given to a level-4 Worker");
     pto::Status s;
     {
       py::gil_scoped_release free;
-      s = w().add_next_level_worker(std::move(taken));
+      s = w().add_next_level_worker(std::move(inner.w_));  // taken only when accepted
     }
     if (!s.ok()) raise_error(s);
     ++local_children_;

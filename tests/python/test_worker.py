@@ -120,6 +120,32 @@ def test_an_exception_in_the_orchestration_fails_the_run_with_its_traceback(work
     assert "RuntimeError: an orchestration bug" in r.message
 
 
+def test_an_orchestration_that_returns_neither_none_nor_an_int_fails_its_run_and_its_orchestrator_ends(worker):
+    w, _ = worker
+    kept = []
+    r = w.run(lambda o, args, cfg: kept.append(o) or "x")
+    assert not r.ok
+    assert "the orchestration returned str 'x'; it must return None or an int" in r.message
+    # Its Orchestrator ended with its run (before: it stayed usable, "Unable to cast" the run's message).
+    with pytest.raises(ValueError, match="ended"):
+        kept[0].cancelled()
+    assert w.run(lambda o, args, cfg: 0).ok
+
+
+def test_a_refused_add_next_level_worker_leaves_the_inner_worker_usable():
+    with pto.Worker(level=3, num_sub_workers=1) as outer, pto.Worker(level=3, num_sub_workers=1) as inner:
+        with pytest.raises(pto.Error, match="only levels >= 4"):
+            outer.add_next_level_worker(inner)
+        # Still its own (before: destroyed, "given to a level-4 Worker").
+        add_one = inner.register(subs.add_one)
+        inner.init()
+        x = inner.alloc([4], np.float32)
+        x[:] = 1
+        r = inner.run(lambda o, a, c: o.submit_sub(add_one, pto.TaskArgs().add_tensor(x, pto.INOUT)) and 0)
+        assert r.ok, r.message
+        np.testing.assert_array_equal(x, 2)
+
+
 def test_submit_returns_a_handle_and_arguments_reach_the_orchestration(worker):
     w, h = worker
     x = w.alloc([16], np.float32)

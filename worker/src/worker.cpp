@@ -80,7 +80,7 @@ Status WorkerConfig::validate() const {
 
 Worker::Worker(const WorkerConfig& config) : impl_(std::make_unique<WorkerImpl>(config)) {}
 Worker::~Worker() { (void)impl_->close(); }
-Status Worker::add_next_level_worker(std::unique_ptr<Worker> inner) {
+Status Worker::add_next_level_worker(std::unique_ptr<Worker>&& inner) {
   return impl_->add_next_level_worker(std::move(inner));
 }
 Status Worker::add_remote_worker(std::shared_ptr<RemoteLink> link) { return impl_->add_remote_worker(std::move(link)); }

@@ -36,7 +36,7 @@ WorkerImpl::WorkerImpl(const WorkerConfig& cfg)
 
 WorkerImpl::~WorkerImpl() { (void)close(); }
 
-Status WorkerImpl::add_next_level_worker(std::unique_ptr<Worker> inner) {
+Status WorkerImpl::add_next_level_worker(std::unique_ptr<Worker>&& inner) {
   if (cfg_.level < 4)
     return Status::Error(
         kWorkerInvalidArgument,

@@ -42,7 +42,7 @@ class WorkerImpl {
   ~WorkerImpl();
 
   // worker_impl.cpp
-  Status add_next_level_worker(std::unique_ptr<Worker> inner);
+  Status add_next_level_worker(std::unique_ptr<Worker>&& inner);
   Status add_remote_worker(std::shared_ptr<RemoteLink> link);
   CallableHandle register_callable(const Callable& c, const CallableOptions& o) { return callables_.add(c, o); }
   CallableHandle register_remote_callable(const CallableIdentity& id, EntryAbi abi, const CallableOptions& o) {

@@ -345,8 +345,9 @@ class Worker {
   Worker& operator=(const Worker&) = delete;
 
   // Level >= 4 only, before init(): an L3 Worker (not initialised, with its
-  // callables registered) that becomes a next-level child process.
-  Status add_next_level_worker(std::unique_ptr<Worker> inner);
+  // callables registered) that becomes a next-level child process. Taken
+  // only when accepted: refused, `inner` is left as it was, still the caller's.
+  Status add_next_level_worker(std::unique_ptr<Worker>&& inner);
   // Level >= 4 only, before init(): an L3 Worker in another daemon, reached
   // through a link (pto/remote.h). Remote workers come after the local L3
   // children in worker ids (submit_next_level's `worker`).
