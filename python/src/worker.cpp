@@ -80,6 +80,9 @@ class PyWorker {
  public:
   explicit PyWorker(const py::kwargs& kw) {
     pto::WorkerConfig c;
+    // w.alloc()'s arrays keep this Worker alive: after close() they still
+    // read its arena (unmapped, they faulted).
+    c.keep_arena_until_destroyed = true;
     for (const auto& [k, v] : kw) {
       const std::string key = py::str(k).cast<std::string>();
       if (!kWorkerOptions.count(key))

@@ -132,6 +132,23 @@ def test_an_orchestration_that_returns_neither_none_nor_an_int_fails_its_run_and
     assert w.run(lambda o, args, cfg: 0).ok
 
 
+def test_arrays_of_a_closed_worker_stay_readable(tmp_path):
+    script = tmp_path / "after_close.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+        import pto
+        with pto.Worker(level=3, num_chips=0, num_sub_workers=1) as w:
+            w.init()
+            f = w.alloc([4], np.float32)
+            f[:] = 7
+        print("after close", float(f.sum()))
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ))
+    assert out.returncode == 0, out.stderr  # before: -11, the arena unmapped under the array
+    assert "after close 28.0" in out.stdout
+
+
 def test_a_refused_add_next_level_worker_leaves_the_inner_worker_usable():
     with pto.Worker(level=3, num_sub_workers=1) as outer, pto.Worker(level=3, num_sub_workers=1) as inner:
         with pytest.raises(pto.Error, match="only levels >= 4"):

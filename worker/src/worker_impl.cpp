@@ -615,7 +615,7 @@ Status WorkerImpl::close() {
     pool_.clear();
   }
   graph_.unmap_rings();
-  arena_map_.reset();
+  if (!cfg_.keep_arena_until_destroyed) arena_map_.reset();  // else at destruction
   rbufs_.release();
   callables_.remove_private_state_dir();
   if (!stuck.empty())

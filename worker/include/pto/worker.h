@@ -65,6 +65,11 @@ struct WorkerConfig {
   // the rest go back to the file system at once. 0: every free returns its
   // pages.
   uint64_t arena_warm_bytes = 256ull << 20;
+  // The buffer arena stays mapped from close() until the Worker is
+  // destroyed, instead of being unmapped by close(): for callers whose views
+  // of alloc()'s buffers keep the Worker alive and may outlive its close()
+  // (the Python binding's arrays) - they stay readable, never a fault.
+  bool keep_arena_until_destroyed = false;
   uint32_t spin_us = 50;                       // spin before parking, parent and children
   uint32_t init_timeout_ms = 30000;            // children must report INIT_READY within this
   uint32_t control_timeout_ms = 10000;
