@@ -405,3 +405,21 @@ TEST_CASE("an orchestration that opens scopes without end fails its run and its 
   CHECK(f.pool.stats().failed == 1);
   CHECK(f.run("pto_test_orch_subs").ok());  // the next run works
 }
+
+TEST_CASE("a process the library forks ends with its runner - and such a runner serves no other job") {
+  const std::string pid_file =
+      (std::filesystem::temp_directory_path() / ("pto-forked-" + std::to_string(getpid()) + ".pid")).string();
+  setenv("PTO_TEST_FORKED_PID_FILE", pid_file.c_str(), 1);  // the runners are forks of this process
+  Fixture f;                                                // warm runners kept 10 s
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(f.run("pto_test_orch_forks").ok());
+    int forked = 0;
+    std::ifstream(pid_file) >> forked;
+    REQUIRE(forked > 0);
+    // Before: it lived on (no parent check, the arena and the channel mapped) in a runner kept warm.
+    CHECK(eventually([&] { return process_dead(forked); }));
+  }
+  CHECK(f.pool.stats().reused == 0);
+  unsetenv("PTO_TEST_FORKED_PID_FILE");
+  std::filesystem::remove(pid_file);
+}

@@ -55,6 +55,7 @@ class Runner {
       return;
     }
     if (pid == 0) runner_main(ch_, parent, cfg_.spin_us);
+    setpgid(pid, pid);  // as the runner does: its group exists before stop() may kill it
     pid_ = pid;
     ++started;
     beat_ = ch_->heartbeat.load(std::memory_order_relaxed);
@@ -114,10 +115,13 @@ class Runner {
     }
   }
 
-  // Kills the runner (if alive) and reaps it; the exit status, if it ended by itself.
+  // Kills the runner (if alive) and every process in its group - what the
+  // library forked - and reaps the runner. The group is killed before the
+  // runner is reaped: until then its pid, the group's id, cannot be reused.
   void stop() {
     if (pid_ <= 0) return;
     int status = 0;
+    kill(-pid_, SIGKILL);
     if (waitpid(pid_, &status, WNOHANG) != pid_) {
       kill(pid_, SIGKILL);
       waitpid(pid_, &status, 0);
@@ -142,8 +146,13 @@ class Runner {
 
   // A reason to give up on the runner, or "" (it is alive and beating).
   std::string check(uint64_t now, uint64_t load_ns) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    // Dead: its group (what the library forked) is killed while the runner
+    // is still a zombie - its pid, the group's id, not yet free - then reaped.
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_) {
+      kill(-pid_, SIGKILL);
+      int status = 0;
+      waitpid(pid_, &status, 0);
       pid_ = -1;
       return describe_status(status);
     }

@@ -12,6 +12,7 @@
 #include <linux/close_range.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -229,6 +230,17 @@ int own_threads() {
   return end != p + 1 && threads >= 0 && threads <= INT_MAX ? static_cast<int>(threads) : -1;
 }
 
+// Whether a process the library forked still lives (a child that exited is
+// reaped here): such a runner serves no other job either.
+bool has_children() {
+  int status = 0;
+  for (;;) {
+    const pid_t r = waitpid(-1, &status, WNOHANG);
+    if (r > 0) continue;  // one that ended: reaped, look again
+    return r == 0;        // 0: some still run; -1 (ECHILD): none
+  }
+}
+
 // One JOB from the channel: its streams go to the job's log (the library's
 // constructors included, the first time it loads), the orchestration runs,
 // DONE goes back. `saved_out` / `saved_err` are the streams the runner was
@@ -266,14 +278,20 @@ void serve_job(RunnerChannel* ch, pid_t parent, uint64_t spin_ns, int saved_out,
   // (to its job's log) before the job is reported done.
   std::fflush(nullptr);
   // A thread the library started and left running could make Orchestrator
-  // calls during the next job: such a runner serves no other job.
-  ch->reusable.store(threads_at_start > 0 && own_threads() == threads_at_start ? 1 : 0, std::memory_order_relaxed);
+  // calls during the next job, as could a process it forked (which maps the
+  // channel too): such a runner serves no other job.
+  const bool clean = threads_at_start > 0 && own_threads() == threads_at_start && !has_children();
+  ch->reusable.store(clean ? 1 : 0, std::memory_order_relaxed);
   send(ch, RC_DONE, encode_outcome(rc, message));
 }
 
 }  // namespace
 
 void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us) {
+  // A process group of its own (the engine sets it too, whichever runs
+  // first): what the library forks is in it, and ends with the runner (the
+  // engine kills the group).
+  setpgid(0, 0);
   // exit() from the library's code ends the runner at once: the parent
   // image's exit handlers and static destructors must not run here.
   on_exit([](int status, void*) { _exit(status); }, nullptr);
