@@ -15,14 +15,20 @@ namespace pto {
 
 Status SharedMapping::map(uint64_t bytes, const char* what, bool confined) {
   reset();
+  // A confined mapping is made and listed under the regions' lock, which
+  // every fork holds: no process is forked between the two, inheriting a
+  // mapping that is not yet listed for it to unmap (engine_fork).
+  std::unique_lock<std::mutex> held;
+  if (confined) held = lock_shared_regions();
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
     return Status::Error(kWorkerHeapExhausted, std::string("mapping ") + std::to_string(bytes) + " bytes for " + what +
                                                    ": " + errno_text(errno));
   base_ = static_cast<uint8_t*>(p);
   bytes_ = bytes;
+  confined_ = confined;
   if (confined)
-    add_confined_region(base_, bytes_);
+    add_confined_region_locked(held, base_, bytes_);
   else
     add_shared_region(base_, bytes_);
   return Status::Ok();
@@ -92,8 +98,14 @@ Status SharedMapping::sync(uint64_t offset, uint64_t bytes) {
 void SharedMapping::reset() {
   if (!base_) return;
   remove_shared_region(base_);
-  remove_confined_region(base_);
-  munmap(base_, bytes_);
+  if (confined_) {  // unlisted and unmapped at once: a fork between them would keep its pages
+    auto held = lock_shared_regions();
+    remove_confined_region_locked(held, base_);
+    munmap(base_, bytes_);
+  } else {
+    munmap(base_, bytes_);
+  }
+  confined_ = false;
   base_ = nullptr;
   bytes_ = 0;
   if (fd_ >= 0) ::close(fd_);
@@ -112,12 +124,10 @@ Regions& regions() {
 }
 }  // namespace
 
-void add_confined_region(const void* base, uint64_t bytes) {
-  std::lock_guard<std::mutex> g(regions().mu);
+void add_confined_region_locked(const std::unique_lock<std::mutex>& /*held*/, const void* base, uint64_t bytes) {
   regions().confined[reinterpret_cast<uint64_t>(base)] = bytes;
 }
-void remove_confined_region(const void* base) {
-  std::lock_guard<std::mutex> g(regions().mu);
+void remove_confined_region_locked(const std::unique_lock<std::mutex>& /*held*/, const void* base) {
   regions().confined.erase(reinterpret_cast<uint64_t>(base));
 }
 

@@ -58,14 +58,16 @@ class SharedMapping {
  private:
   uint8_t* base_ = nullptr;
   uint64_t bytes_ = 0;
+  bool confined_ = false;  // listed as confined (map(..., true))
   int fd_ = -1;
   std::string path_;
 };
 
 void add_shared_region(const void* base, uint64_t bytes);
 void remove_shared_region(const void* base);
-void add_confined_region(const void* base, uint64_t bytes);
-void remove_confined_region(const void* base);
+// The caller holds lock_shared_regions() (SharedMapping maps or unmaps under it).
+void add_confined_region_locked(const std::unique_lock<std::mutex>& held, const void* base, uint64_t bytes);
+void remove_confined_region_locked(const std::unique_lock<std::mutex>& held, const void* base);
 // True when [addr, addr+bytes) lies inside one registered region.
 bool in_shared_region(uint64_t addr, uint64_t bytes);
 // Held across fork() so that a child never inherits the list's lock taken.
