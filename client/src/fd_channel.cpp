@@ -73,11 +73,10 @@ static timeval socket_bound(std::chrono::milliseconds timeout) {
 
 Status FdChannel::send(const pto::v1::FdRequest& req, int fd, std::chrono::milliseconds timeout, bool reconnect) {
   const timeval bound = socket_bound(timeout);
-  if (sock_ >= 0 && setsockopt(sock_, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound) != 0) {
-    const Status s = unavailable("bounding a send");
-    close_socket();
-    return s;
-  }
+  // Every send is bounded, also one on a connection made again below.
+  auto bounded_send = [&](const std::vector<uint8_t>& frame) {
+    return sock_ >= 0 && setsockopt(sock_, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound) == 0 && send_frame(frame, fd);
+  };
   const std::string body = req.SerializeAsString();
   std::vector<uint8_t> frame(4 + body.size());
   const auto n = static_cast<uint32_t>(body.size());
@@ -86,7 +85,7 @@ Status FdChannel::send(const pto::v1::FdRequest& req, int fd, std::chrono::milli
   // The descriptor rides with the frame's first bytes. The daemon closes a
   // connection idle for a minute: then connect again and send once more
   // (nothing of the request reached it).
-  if (!send_frame(frame, fd) && !(reconnect && connect(path_) && send_frame(frame, fd))) {
+  if (!bounded_send(frame) && !(reconnect && connect(path_) && bounded_send(frame))) {
     const Status s = unavailable("sending a request");
     close_socket();
     return s;
@@ -102,6 +101,7 @@ Result<pto::v1::FdReply> FdChannel::receive(std::chrono::milliseconds timeout) {
     while (len > 0) {
       const ssize_t got = ::recv(sock_, p, len, 0);
       if (got < 0 && errno == EINTR) continue;
+      if (got == 0) errno = ECONNRESET;  // closed: errno is not recv's to say, and may be stale
       if (got <= 0) return false;
       p += got;
       len -= size_t(got);
@@ -128,9 +128,16 @@ Result<pto::v1::FdReply> FdChannel::receive(std::chrono::milliseconds timeout) {
   uint8_t head[4];
   if (!read_full(head, 4)) return lost();
   const uint32_t len = uint32_t(head[0]) | uint32_t(head[1]) << 8 | uint32_t(head[2]) << 16 | uint32_t(head[3]) << 24;
-  if (len > (1u << 20)) return lost();  // bounded before anything is allocated
+  if (len > (1u << 20)) {  // bounded before anything is allocated
+    errno = EPROTO;
+    return lost();
+  }
   std::vector<uint8_t> reply(len);
-  if (!read_full(reply.data(), len) || !r.value.ParseFromArray(reply.data(), int(len))) return lost();
+  if (!read_full(reply.data(), len)) return lost();
+  if (!r.value.ParseFromArray(reply.data(), int(len))) {
+    errno = EPROTO;
+    return lost();
+  }
   if (r.value.refused()) {  // closed at accept, the request unread: nothing happened
     r.status = Status::Error(static_cast<int>(grpc::StatusCode::UNAVAILABLE),
                              "the fd socket refused the connection: " + r.value.message());

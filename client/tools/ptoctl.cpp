@@ -171,11 +171,11 @@ void add_job_commands(CLI::App& app, Options& o, Commands& cmds) {
       submit->add_flag("--cancel-on-interrupt", o.submit.cancel_on_interrupt,
                        "Ctrl-C cancels the job (without it the job goes on, and ptoctl says how to follow it)");
   auto* detach = submit->add_flag("-d,--detach", o.submit.detach, "print the job id and return");
-  auto* count =
-      submit->add_option("--count", o.submit.count, "submit that many copies in one call (all queued or none)")
-          ->check(CLI::Range(1, 10000));
-  // Neither waits for the job: there would be nothing for Ctrl-C to cancel.
-  cancel_on_interrupt->excludes(detach)->excludes(count);
+  submit->add_option("--count", o.submit.count, "submit that many copies in one call (all queued or none)")
+      ->check(CLI::Range(1, 10000));
+  // A detached submit waits for no job: there would be nothing for Ctrl-C to
+  // cancel (nor with --count above 1: checked after the parse).
+  cancel_on_interrupt->excludes(detach);
   cmds.push_back({submit, [&o](Client& c, bool json) { return cmd_submit(c, o.submit, json); }});
 
   auto* watch = app.add_subcommand("watch", "follow a job to its end");
@@ -193,9 +193,9 @@ void add_job_commands(CLI::App& app, Options& o, Commands& cmds) {
   cmds.push_back({result, [&o](Client& c, bool json) { return cmd_result(c, o.result, json); }});
 
   auto* jobs = app.add_subcommand("jobs", "recent jobs, newest first");
-  jobs->add_option("--limit", o.jobs.limit, "the newest that pass the filters")
+  jobs->add_option("--limit", o.jobs.limit, "the newest that pass the filters (0: the daemon's default)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
+      ->check(CLI::Range(0, 1000000));
   jobs->add_option("--state", o.jobs.state, "queued | running | succeeded | failed | cancelled")
       ->check(CLI::IsMember({"queued", "running", "succeeded", "failed", "cancelled"}));
   jobs->add_option("--callable", o.jobs.callable, "a callable's name (or digest)");

@@ -353,7 +353,13 @@ int cmd_submit(Client& c, const SubmitOptions& o, bool json) {
   req.set_priority(o.priority == "low"    ? v1::PRIORITY_LOW
                    : o.priority == "high" ? v1::PRIORITY_HIGH
                                           : v1::PRIORITY_NORMAL);
-  if (o.count > 1) return submit_copies(c, req, o, json);
+  if (o.count > 1) {
+    if (o.cancel_on_interrupt) {  // it follows no single job: nothing for Ctrl-C to cancel
+      std::fprintf(stderr, "ptoctl: --cancel-on-interrupt with --count %u: the copies are not followed\n", o.count);
+      return kExitUsage;
+    }
+    return submit_copies(c, req, o, json);
+  }
   if (o.detach) {
     auto r = c.submit(req);
     if (!r.ok()) return report(r.status, "submit");

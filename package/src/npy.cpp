@@ -161,6 +161,23 @@ Status read_npy(const std::string& path, NpyArray* out) {
   return Status::Ok();
 }
 
+// The .npy's bytes into `file` (`name` for errors).
+static Status write_npy_to(const std::string& file, const std::string& name, const std::string& header,
+                           const void* data, uint64_t bytes) {
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  if (!out) return Status::Error(kInvalidArgument, fmt::format("cannot write '{}'", file));
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  const char pre[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  out.write(pre, 8);
+  const char lb[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
+  out.write(lb, 2);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  out.close();
+  if (!out) return Status::Error(kInvalidArgument, fmt::format("short write to '{}'", name));
+  return Status::Ok();
+}
+
 Status write_npy(const std::string& path, const std::string& descr, const std::vector<uint64_t>& shape,
                  const void* data, uint64_t bytes) {
   // numpy cannot load a file without a type: refused rather than written.
@@ -173,28 +190,28 @@ Status write_npy(const std::string& path, const std::string& descr, const std::v
   const size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
-  // Written beside it and renamed over it once whole: a failed or cut-short
-  // write never leaves a file that looks complete.
-  const std::string part = path + ".part";
-  std::ofstream out(part, std::ios::binary | std::ios::trunc);
-  if (!out) return Status::Error(kInvalidArgument, fmt::format("cannot write '{}'", part));
-  const uint16_t len = static_cast<uint16_t>(header.size());
-  const char pre[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
-  out.write(pre, 8);
-  const char lb[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
-  out.write(lb, 2);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-  out.close();
+  // A regular file (or a new one) is written beside it and renamed over it
+  // once whole: a failed or cut-short write never leaves a file that looks
+  // complete. Through a symlink, beside its target; a FIFO or a device
+  // (/dev/stdout) is written in place.
   std::error_code ec;
-  if (!out) {
-    std::filesystem::remove(part, ec);
-    return Status::Error(kInvalidArgument, fmt::format("short write to '{}'", part));
+  std::string target = path;
+  if (std::filesystem::is_symlink(path, ec)) {
+    const std::string resolved = std::filesystem::weakly_canonical(path, ec).string();
+    if (!ec && !resolved.empty()) target = resolved;
   }
-  std::filesystem::rename(part, path, ec);
+  const auto kind = std::filesystem::status(target, ec).type();
+  if (kind != std::filesystem::file_type::not_found && kind != std::filesystem::file_type::regular)
+    return write_npy_to(path, path, header, data, bytes);
+  const std::string part = target + ".part";
+  if (Status s = write_npy_to(part, path, header, data, bytes); !s.ok()) {
+    std::filesystem::remove(part, ec);
+    return s;
+  }
+  std::filesystem::rename(part, target, ec);
   if (ec) {
     std::filesystem::remove(part, ec);
-    return Status::Error(kInvalidArgument, fmt::format("cannot rename '{}' to '{}'", part, path));
+    return Status::Error(kInvalidArgument, fmt::format("cannot rename '{}' to '{}'", part, target));
   }
   return Status::Ok();
 }

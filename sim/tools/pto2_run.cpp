@@ -247,7 +247,9 @@ Status Arguments::collect(const ChipConfig& cfg, const Options& o) {
     (void)memory_.copy_from_device(got[i].data(), device[i], a.bytes());
     if (o.output_dir.empty()) continue;
     const std::string file = (std::filesystem::path(o.output_dir) / (a.name + ".npy")).string();
-    if (Status ws = write_npy(file, npy_descr(a.dtype), a.shape, got[i].data(), a.bytes()); !ws.ok())
+    // numpy has no bfloat16: such outputs are written as their 16-bit patterns.
+    const std::string descr = a.dtype == PTO_BFLOAT16 ? "<u2" : npy_descr(a.dtype);
+    if (Status ws = write_npy(file, descr, a.shape, got[i].data(), a.bytes()); !ws.ok())
       return Status::Error(ws.code, fmt::format("output {}: {}", a.name, ws.message));
   }
   return Status::Ok();

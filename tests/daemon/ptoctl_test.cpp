@@ -53,9 +53,9 @@ TEST_CASE("ptoctl refuses an option it could not honour - exit 2 naming it, befo
   // Numbers past their type: a throw (exit 1, "internal error") or a wrap.
   refused({"jobs", "--since", "99999999999999999999s"}, "--since");
   refused({"jobs", "--since", "300000000000000d"}, "--since");
-  refused({"jobs", "--limit", "-1"}, "--limit");
+  refused({"jobs", "--limit", "-1"}, "--limit");  // 0 stays the daemon's default
   // Ctrl-C has no job to cancel when ptoctl does not wait for one.
-  refused({"submit", "x", "--count", "2", "--cancel-on-interrupt"}, "--cancel-on-interrupt");
+  refused({"submit", "x", "--count", "2", "--cancel-on-interrupt"}, "--cancel-on-interrupt with --count 2");
   refused({"submit", "x", "-d", "--cancel-on-interrupt"}, "--cancel-on-interrupt");
   // The daemon saw none of these.
   Output ok = ptoctl(d, {"--timeout", "5", "jobs", "--since", "90s", "--limit", "3"});

@@ -134,6 +134,27 @@ TEST_CASE("a registration whose every target is busy waits for the first to be i
   REQUIRE(w.close().ok());
 }
 
+TEST_CASE("a query given up on while its child is busy does not hold up the registrations behind it") {
+  Worker w({.level = 3, .num_sub_workers = 2, .control_timeout_ms = 300});
+  auto sleep = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_sleep"));
+  REQUIRE(w.init().ok());
+  int busy = -1;
+  RunHandle long_run = hold_a_sub(w, sleep, 5000, &busy);
+  // The query waits for its busy child until its bound (1.6 s), then gives up...
+  auto asked = w.child_has_callable(sleep, ChildKind::SUB, busy);
+  CHECK_FALSE(asked.ok());
+  CHECK_THAT(asked.status.message, Catch::Contains("is running task"));
+  // ...and leaves the queue: before, it stayed at its front until the task
+  // ended, and this registration timed out behind it.
+  const auto t0 = Clock::now();
+  auto add_one = w.register_callable(NativeCallable::import(NATIVE_SUBS, "pto_test_add_one"));
+  INFO(add_one.status.message);
+  REQUIRE(add_one.ok());
+  CHECK(seconds_since(t0) < 1.0);
+  REQUIRE(long_run.wait(std::chrono::milliseconds(10000)));
+  REQUIRE(w.close().ok());
+}
+
 TEST_CASE("a busy child that cannot install the registration it owes is replaced - the Worker serves on") {
   const std::string marks =
       (std::filesystem::temp_directory_path() / ("pto-marked-" + std::to_string(getpid()) + ".pid")).string();

@@ -121,7 +121,10 @@ class Runner {
   void stop() {
     if (pid_ <= 0) return;
     int status = 0;
-    kill(-pid_, SIGKILL);
+    // Only while the runner is still this process's child to reap (alive or
+    // a zombie): one reaped elsewhere (SIGCHLD ignored) may have a reused pid.
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0) kill(-pid_, SIGKILL);
     if (waitpid(pid_, &status, WNOHANG) != pid_) {
       kill(pid_, SIGKILL);
       waitpid(pid_, &status, 0);

@@ -12,6 +12,7 @@
 #include <linux/close_range.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -290,14 +291,20 @@ void serve_job(RunnerChannel* ch, pid_t parent, uint64_t spin_ns, int saved_out,
 void runner_main(RunnerChannel* ch, pid_t parent, uint32_t spin_us) {
   // A process group of its own (the engine sets it too, whichever runs
   // first): what the library forks is in it, and ends with the runner (the
-  // engine kills the group).
+  // engine kills the group). The reaper of what it forks, also of a
+  // grandchild whose parent left (has_children sees it). In a group of its
+  // own it is in the background of a terminal: a library that touches the
+  // terminal gets an error, instead of a stop the liveness check kills.
   setpgid(0, 0);
+  (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
   // exit() from the library's code ends the runner at once: the parent
   // image's exit handlers and static destructors must not run here.
   on_exit([](int status, void*) { _exit(status); }, nullptr);
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
+  signal(SIGTTIN, SIG_IGN);
+  signal(SIGTTOU, SIG_IGN);
   // The library's faults end this process with their own signal: a crash
   // handler inherited from the parent (a test framework's, a daemon's) must
   // not report, or survive, them here; nor may what the parent ignores (ptod

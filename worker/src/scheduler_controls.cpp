@@ -116,12 +116,18 @@ std::string Scheduler::pending_targets(const ControlRequest& c) const {
 
 // Whether a request may finish while some of its targets are busy (running a
 // task, or serving what they owe): they then owe it. A query waits for its
-// child; a registration waits until one target has installed it, since a
-// child's acknowledgement is what shows the callable loads - published with
-// none, a callable that no child can load would kill each child in turn.
+// child - until its caller gave up: left at the front, it would hold every
+// request behind it as long as the child's task runs. A registration waits
+// until one target has installed it, since a child's acknowledgement is what
+// shows the callable loads - published with none, a callable that no child
+// can load would kill each child in turn - and one published later, not as
+// it finishes (the level-4 path, after the remote workers), waits for every
+// target: a busy child replaced before the publication would fork without
+// the callable and no longer owe it.
 static bool may_leave_busy(const ControlRequest& c) {
-  if (c.op == CTRL_QUERY) return false;
-  if (c.op == CTRL_REGISTER && !c.rolling_back && c.failure.empty() && !c.abandoned) return !c.installed.empty();
+  if (c.op == CTRL_QUERY) return c.abandoned;
+  if (c.op == CTRL_REGISTER && !c.rolling_back && c.failure.empty() && !c.abandoned)
+    return !c.installed.empty() && c.on_success != nullptr;
   return true;
 }
 
