@@ -6,6 +6,7 @@
 #include <string>
 
 #include "arrays.h"
+#include "deferred_release.h"
 #include "errors.h"
 #include "sub_callables.h"
 
@@ -55,9 +56,12 @@ Submitted submit_reply(pto::SubmitResult&& r) {
 }  // namespace
 
 pto::OrchestrationFunction python_orchestration(py::object fn, std::shared_ptr<RunKeep> keep) {
+  // The function may hold the last reference to its Worker (a closure over
+  // one of its arrays): dropped on a Python thread (deferred_release.h).
   auto holder = std::shared_ptr<py::object>(new py::object(std::move(fn)), [](py::object* p) {
     if (Py_IsInitialized()) {
       py::gil_scoped_acquire gil;
+      release_on_python_thread(std::move(*p));
       delete p;
     }
   });
@@ -79,6 +83,7 @@ pto::OrchestrationFunction python_orchestration(py::object fn, std::shared_ptr<R
       } else {
         rc = r.is_none() ? 0 : r.cast<int>();
       }
+      release_on_python_thread(std::move(r));  // what came back is anything: not dropped on a run thread
     } catch (py::error_already_set& e) {
       failure = "the orchestration raised:\n" + traceback_text(e);
       rc = 1;
@@ -348,6 +353,7 @@ void bind_runs(py::module_& m) {
       .def(
           "wait",
           [](const pto::RunHandle& h, double timeout_s) {
+            release_deferred();
             py::gil_scoped_release free;
             return h.wait(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
           },
@@ -355,6 +361,7 @@ void bind_runs(py::module_& m) {
       .def(
           "result",
           [](const pto::RunHandle& h) {
+            release_deferred();
             {
               py::gil_scoped_release free;
               while (!h.wait(std::chrono::milliseconds(50))) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "arrays.h"
+#include "deferred_release.h"
 #include "pto/fork_hooks.h"
 
 namespace pto_py {
@@ -17,7 +18,12 @@ void fork_parent() {
   PyOS_AfterFork_Parent();
   PyGILState_Release(g_fork_gil);
 }
-void fork_child() { PyOS_AfterFork_Child(); }  // and the child keeps the GIL
+void fork_child() {
+  // First: PyOS_AfterFork_Child runs Python code (the at-fork callbacks), and
+  // with it the pending release the parent queued.
+  forget_deferred_in_child();
+  PyOS_AfterFork_Child();  // and the child keeps the GIL
+}
 
 // The resolver each sub worker uses for a by-reference name.
 pto::Status resolve_reference(const std::string& name, pto::SubFunction* out) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "arrays.h"
+#include "deferred_release.h"
 #include "errors.h"
 #include "orchestration.h"
 #include "pto/package/chip_package.h"
@@ -165,6 +166,7 @@ class PyWorker {
   }
 
   void close() {
+    release_deferred();
     pto::Status s;
     {
       py::gil_scoped_release free;
@@ -177,6 +179,7 @@ class PyWorker {
   // writes into it is visible here without a copy. Freed when the array (and
   // every view of it) is gone, if the Worker is still open.
   py::array alloc(const std::vector<uint32_t>& shape, const py::object& dtype, py::object self) {
+    release_deferred();
     const int32_t d = pto_dtype(py::dtype::from_args(dtype));
     pto::Result<pto::ContinuousTensor> r;
     {
@@ -200,6 +203,7 @@ class PyWorker {
   // Runs `orch` as one run and waits for it. Ctrl-C while waiting cancels the
   // run, waits for it to end, and re-raises KeyboardInterrupt.
   PyRunResult run(const py::object& orch, const py::object& args, const py::object& cfg) {
+    release_deferred();
     pto::RunHandle h = submit(orch, args, cfg);
     for (;;) {
       bool done;
@@ -223,9 +227,13 @@ class PyWorker {
   pto::RunHandle submit(const py::object& orch, const py::object& args, const py::object& cfg) {
     if (!initialized_) throw py::value_error("run() and submit() need an initialised Worker: call init() first");
     pto::TaskArgs a;
+    release_deferred();
+    // Let go of on an engine thread (the run's end): what it kept is released
+    // on a Python thread (deferred_release.h).
     auto keep = std::shared_ptr<RunKeep>(new RunKeep, [](RunKeep* k) {
       if (!Py_IsInitialized()) return;  // the interpreter is gone: nothing to release
       py::gil_scoped_acquire gil;
+      release_on_python_thread(std::move(k->objects));
       delete k;
     });
     if (!args.is_none()) {
@@ -234,10 +242,13 @@ class PyWorker {
     }
     const pto::CallConfig c = call_config(cfg);
     pto::OrchestrationFunction fn = python_orchestration(orch, keep);
-    // The run's end lets go of what it kept (on a run thread, with no engine lock held).
+    // The run's end (on an engine thread, with no engine lock held) lets go of
+    // what it kept - released on a Python thread: the last reference to the
+    // Worker itself may be among it.
     auto done = [keep](const pto::RunResult&) {
       if (!Py_IsInitialized()) return;
       py::gil_scoped_acquire gil;
+      release_on_python_thread(std::move(keep->objects));
       keep->objects = py::list();
     };
     pto::Worker& worker = w();

@@ -149,6 +149,62 @@ def test_arrays_of_a_closed_worker_stay_readable(tmp_path):
     assert "after close 28.0" in out.stdout
 
 
+def test_a_run_holding_the_last_reference_to_its_worker_ends_without_killing_the_process(tmp_path):
+    # The run's arrays (its arguments, or the orchestration's closure) hold
+    # the last reference to the Worker (an alloc'd array keeps its Worker
+    # alive). Before, the run's end dropped them on the engine's finisher or
+    # run thread: ~Worker ran there and joined that thread ("Resource deadlock
+    # avoided", abort). Now they are released on a Python thread, and the
+    # Worker (its children) is gone soon after.
+    script = tmp_path / "last_ref.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys, threading, time
+        import numpy as np
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import pto, subs
+
+        def start(via_args, pids):
+            w = pto.Worker(level=3, num_chips=0, num_sub_workers=1)
+            inc = w.register(subs.add_one)
+            w.init()
+            pids += [c["pid"] for c in w.children()]
+            x = w.alloc([4], np.float32)
+            if via_args:
+                return w.submit(lambda o, a, c: o.submit_sub(inc, pto.TaskArgs().add_tensor(a[0], pto.INOUT)) and 0,
+                                pto.TaskArgs().add_tensor(x, pto.INOUT))
+            return w.submit(lambda o, a, c: o.submit_sub(inc, pto.TaskArgs().add_tensor(x, pto.INOUT)) and 0)
+
+        def gone(pids):
+            for _ in range(200):
+                alive = [p for p in pids if os.path.exists(f"/proc/{{p}}")]
+                if not alive:
+                    return True
+                time.sleep(0.05)
+            return False
+
+        for via_args in (True, False):
+            pids = []
+            r = start(via_args, pids).result()
+            print("main", via_args, r.ok, r.message, gone(pids), flush=True)
+
+        def in_a_thread(out):
+            for via_args in (True, False):
+                pids = []
+                out.append((start(via_args, pids).result().ok, pids))
+        out = []
+        t = threading.Thread(target=in_a_thread, args=(out,))
+        t.start()
+        t.join(60)
+        print("thread", [ok for ok, _ in out], gone([p for _, ps in out for p in ps]), flush=True)
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ))
+    assert out.returncode == 0, out.stderr  # before: -6, "Resource deadlock avoided"
+    assert "main True True  True" in out.stdout, out.stdout + out.stderr
+    assert "main False True  True" in out.stdout, out.stdout + out.stderr
+    assert "thread [True, True] True" in out.stdout, out.stdout + out.stderr
+
+
 def test_a_refused_add_next_level_worker_leaves_the_inner_worker_usable():
     with pto.Worker(level=3, num_sub_workers=1) as outer, pto.Worker(level=3, num_sub_workers=1) as inner:
         with pytest.raises(pto.Error, match="only levels >= 4"):
