@@ -1,6 +1,7 @@
 #include "principal.h"
 
 #include <fmt/format.h>
+#include <grpc/grpc_security_constants.h>
 #include <grpcpp/grpcpp.h>
 #include <openssl/crypto.h>
 #include <pwd.h>
@@ -115,12 +116,20 @@ Status Principals::of(const grpc::ServerContextBase& ctx, Principal* out) const 
       return Status::Error(pto::kUnauthenticated, "the authorization metadata must be 'Bearer <token>'");
     bearer = v.substr(7);
   }
+  // The certificate's subject common name, as documented - not gRPC's "peer
+  // identity", which is the subjectAltName list whenever the certificate has
+  // one (CN=alice with DNS:alice-laptop would be "alice-laptop", and every
+  // certificate naming one host one principal).
   std::string cert;
-  if (auto auth = ctx.auth_context(); auth && auth->IsPeerAuthenticated())
-    for (const auto& id : auth->GetPeerIdentity()) {
-      cert.assign(id.data(), id.size());
+  if (auto auth = ctx.auth_context(); auth && auth->IsPeerAuthenticated()) {
+    for (const auto& cn : auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)) {
+      cert.assign(cn.data(), cn.size());
       break;
     }
+    if (cert.empty() && bearer.empty())
+      return Status::Error(pto::kUnauthenticated,
+                           "the client certificate's subject has no common name (CN): it names no principal");
+  }
   return resolve(bearer, ctx.peer(), cert, out);
 }
 

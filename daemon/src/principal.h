@@ -9,7 +9,8 @@
 //      (UNAUTHENTICATED), on every listener;
 //   2. on the unix socket, the connecting process's user (SO_PEERCRED, read
 //      when ptod accepted the connection): the user's name, or "uid:N";
-//   3. over TLS with a verified client certificate, its subject's name;
+//   3. over TLS with a verified client certificate, its subject's common
+//      name (refused without one);
 //   4. otherwise "anonymous" (a loopback TCP client without a token).
 // Admin: root on the unix socket, the daemon's own user, an admin token, or
 // a name listed in [server] admins.

@@ -108,8 +108,10 @@ inline std::string http_request(int port, const std::string& method, const std::
 inline std::string http_get(int port, const std::string& path) { return http_request(port, "GET", path); }
 
 // A CA and, signed by it, a server and a client certificate for localhost and
-// 127.0.0.1 (dir/ca.pem, server.pem/.key, client.pem/.key). False on failure.
-inline bool make_test_pki(const std::string& dir) {
+// 127.0.0.1 (dir/ca.pem, server.pem/.key, client.pem/.key); the client's
+// subject and subjectAltName may be given. False on failure.
+inline bool make_test_pki(const std::string& dir, const std::string& client_subject = "/CN=localhost",
+                          const std::string& client_san = "DNS:localhost,IP:127.0.0.1") {
   auto ossl = [&](std::vector<std::string> args) {
     args.insert(args.begin(), "/usr/bin/openssl");
     return run_command(args, 60).code == 0;
@@ -119,9 +121,10 @@ inline bool make_test_pki(const std::string& dir) {
     return false;
   for (const std::string who : {"server", "client"}) {
     if (!ossl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/" + who + ".key", "-out",
-               dir + "/" + who + ".csr", "-subj", "/CN=localhost"}))
+               dir + "/" + who + ".csr", "-subj", who == "client" ? client_subject : "/CN=localhost"}))
       return false;
-    std::ofstream(dir + "/" + who + ".ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
+    std::ofstream(dir + "/" + who + ".ext")
+        << "subjectAltName=" << (who == "client" ? client_san : "DNS:localhost,IP:127.0.0.1") << "\n";
     if (!ossl({"x509", "-req", "-in", dir + "/" + who + ".csr", "-CA", dir + "/ca.pem", "-CAkey", dir + "/ca.key",
                "-CAcreateserial", "-out", dir + "/" + who + ".pem", "-days", "1", "-extfile",
                dir + "/" + who + ".ext"}))

@@ -754,6 +754,57 @@ TEST_CASE("mutual TLS - a client without a certificate the daemon's CA signed is
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("mutual TLS - a client certificate's principal is its subject's common name, not its subjectAltName") {
+  const std::string dir = make_temp_dir("ptod-mtls-cn");
+  // CN=alice, whose certificate names her laptop: the principal is alice (before: "alice-laptop.example", gRPC's
+  // peer identity being the subjectAltName list when there is one, so [server] admins = ["alice"] did not apply).
+  REQUIRE(make_test_pki(dir, "/O=Example/CN=alice", "DNS:alice-laptop.example"));
+  std::ofstream(dir + "/ptod.toml") << "[server]\nlisten = [\"127.0.0.1:0\"]\ntls_cert = \"" << dir
+                                    << "/server.pem\"\ntls_key = \"" << dir << "/server.key\"\ntls_client_ca = \""
+                                    << dir << "/ca.pem\"\nadmins = [\"alice\"]\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
+  INFO(d.log());
+  REQUIRE(d.up());
+  pto::client::ClientOptions o;
+  o.address = "127.0.0.1:" + std::to_string(d.grpc_port());
+  o.tls = true;
+  o.tls_ca = dir + "/ca.pem";
+  o.tls_cert = dir + "/client.pem";
+  o.tls_key = dir + "/client.key";
+  o.timeout = std::chrono::seconds(10);
+  Client alice(o);
+  auto t = alice.alloc("mine", {4}, PTO_FLOAT32);
+  INFO(t.status.message);
+  REQUIRE(t.ok());
+  CHECK(t.value.owner() == "alice");
+  // Admin by [server] admins: alice sees a tensor the unix socket's user made.
+  auto other = connect(d);
+  REQUIRE(other->alloc("theirs", {4}, PTO_FLOAT32).ok());
+  auto all = alice.tensors();
+  REQUIRE(all.ok());
+  CHECK(all.value.tensors_size() == 2);
+
+  // A certificate whose subject has no common name names no principal: refused (not "anonymous").
+  const std::string nocn = dir + "/nocn";
+  std::filesystem::create_directory(nocn);
+  REQUIRE(make_test_pki(nocn, "/O=Example", "DNS:somewhere.example"));
+  std::ofstream(dir + "/ptod2.toml") << "[server]\nlisten = [\"127.0.0.1:0\"]\ntls_cert = \"" << nocn
+                                     << "/server.pem\"\ntls_key = \"" << nocn << "/server.key\"\ntls_client_ca = \""
+                                     << nocn << "/ca.pem\"\n";
+  DaemonProcess d2({"--config", dir + "/ptod2.toml"});
+  INFO(d2.log());
+  REQUIRE(d2.up());
+  o.address = "127.0.0.1:" + std::to_string(d2.grpc_port());
+  o.tls_ca = nocn + "/ca.pem";
+  o.tls_cert = nocn + "/client.pem";
+  o.tls_key = nocn + "/client.key";
+  Client nobody(o);
+  auto refused = nobody.alloc("x", {4}, PTO_FLOAT32);
+  CHECK(refused.status.code == static_cast<int>(grpc::StatusCode::UNAUTHENTICATED));
+  CHECK_THAT(refused.status.message, Catch::Contains("no common name"));
+  std::filesystem::remove_all(dir);
+}
+
 namespace {
 
 // The vector example's config with absolute library paths and `extra` added
