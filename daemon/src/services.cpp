@@ -613,18 +613,28 @@ grpc::Status JobsService::Trace(grpc::ServerContext* ctx, const pto::v1::JobFile
 
 // -------------------------------------------------------------------- Node
 
-grpc::Status NodeService::Workers(grpc::ServerContext*, const pto::v1::WorkersRequest*, pto::v1::WorkersReply* reply) {
+// Anyone may ask these; a token that names no one is still refused, as on
+// every other service.
+grpc::Status NodeService::Workers(grpc::ServerContext* ctx, const pto::v1::WorkersRequest*,
+                                  pto::v1::WorkersReply* reply) {
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
   fill_worker_tree(p_, reply->mutable_root());
   return grpc::Status::OK;
 }
 
-grpc::Status NodeService::Version(grpc::ServerContext*, const pto::v1::VersionRequest*, pto::v1::VersionReply* reply) {
+grpc::Status NodeService::Version(grpc::ServerContext* ctx, const pto::v1::VersionRequest*,
+                                  pto::v1::VersionReply* reply) {
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
   reply->set_version(PTO_VERSION);
   reply->set_protocol("pto.v1");
   return grpc::Status::OK;
 }
 
-grpc::Status NodeService::Config(grpc::ServerContext*, const pto::v1::ConfigRequest*, pto::v1::ConfigReply* reply) {
+grpc::Status NodeService::Config(grpc::ServerContext* ctx, const pto::v1::ConfigRequest*, pto::v1::ConfigReply* reply) {
+  Principal who;
+  if (grpc::Status denied = identify(p_, ctx, &who); !denied.ok()) return denied;
   reply->set_effective_toml(p_.cfg.effective_toml());
   return grpc::Status::OK;
 }

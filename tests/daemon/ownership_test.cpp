@@ -270,3 +270,17 @@ TEST_CASE("without a token, the principal is the unix user that connected (SO_PE
   // root sees both.
   CHECK(me->tensors().value.tensors_size() == 2);
 }
+
+TEST_CASE("a token that matches no principal is refused by every service - the node's too") {
+  Tenants t;
+  REQUIRE(t.d->up());
+  auto stranger = t.as("no-such-token-0123456789");
+  // Before: Node's Version, Workers and Config answered it (an operator checking a revoked token saw it work).
+  CHECK(code(stranger->version().status) == SC::UNAUTHENTICATED);
+  CHECK(code(stranger->workers().status) == SC::UNAUTHENTICATED);
+  CHECK(code(stranger->config().status) == SC::UNAUTHENTICATED);
+  CHECK(code(stranger->tensors().status) == SC::UNAUTHENTICATED);
+  // A known token, and none at all (the unix socket's user), are answered.
+  CHECK(t.as(kAlice)->version().ok());
+  CHECK(t.as("")->workers().ok());
+}
