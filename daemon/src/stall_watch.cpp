@@ -22,9 +22,14 @@ StallWatch::~StallWatch() {
 void StallWatch::main() {
   std::unique_lock<std::mutex> lk(mu_);
   while (!stop_) {
+    // In milliseconds: a quarter of a limit of 1..3 s in whole seconds is 0,
+    // and a wait of 0 spun this thread while such a call was open.
     std::chrono::milliseconds step = std::chrono::seconds(60);
     for (const auto& [id, e] : calls_)
-      step = std::min<std::chrono::milliseconds>({step, std::chrono::seconds(1), e.limit / 4});
+      step = std::min<std::chrono::milliseconds>(
+          {step, std::chrono::seconds(1),
+           std::max<std::chrono::milliseconds>(std::chrono::milliseconds(10),
+                                               std::chrono::duration_cast<std::chrono::milliseconds>(e.limit) / 4)});
     cv_.wait_for(lk, step);
     const auto now = std::chrono::steady_clock::now();
     for (auto& [id, e] : calls_)

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "daemon_client.h"
@@ -206,6 +207,45 @@ TEST_CASE("an upload that stalls is dropped after upload_idle_timeout_s and its 
   CHECK(eventually([&] { return d.log().find("nothing received for 3 s") != std::string::npos; }));
   CHECK(eventually([&] { return c->alloc("probe", {6 << 20}, PTO_FLOAT32).ok(); }));
   CHECK(eventually([&] { return c->alloc("probe2", {6 << 20}, PTO_FLOAT32).ok(); }));
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+// Seconds of CPU a process used so far (its utime + stime, /proc/PID/stat).
+double cpu_seconds(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::istringstream rest(text.substr(text.rfind(')') + 2));  // past "pid (comm) "
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+}  // namespace
+
+TEST_CASE("a call watched with a limit of a few seconds does not keep the daemon busy") {
+  // Before: the watch looked every limit / 4 in whole seconds - 0 for a limit of 1..3 s - and spun a core for
+  // as long as such a call was open.
+  const std::string dir = make_temp_dir("ptod-stall-cpu");
+  std::ofstream(dir + "/ptod.toml") << "[server]\nupload_idle_timeout_s = 3\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
+  REQUIRE(d.up());
+  auto c = connect(d);
+  RawUpload a(d, "a", 1 << 20);  // its header only: watched until it is dropped, 3 s on
+  REQUIRE(eventually([&] {
+    std::vector<uint8_t> got;
+    auto r = c->download(named("a"), &got);
+    return !r.ok() && r.status.message.find("still being uploaded") != std::string::npos;
+  }));
+  const double before = cpu_seconds(d.pid());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const double used = cpu_seconds(d.pid()) - before;
+  INFO("ptod used " << used << " s of CPU in 1.5 s");
+  CHECK(used < 0.2);                              // before: 0.43 s on a quiet machine; now 0
+  CHECK(a.wait().error_code() == SC::CANCELLED);  // and the watch still drops it
   std::filesystem::remove_all(dir);
 }
 
