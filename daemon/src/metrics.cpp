@@ -249,9 +249,22 @@ struct MetricsServer::Impl {
   asio::ip::tcp::acceptor acceptor{io};
   Render render;
 
+  asio::steady_timer retry{io};
+
   void accept() {
     acceptor.async_accept([this](std::error_code ec, asio::ip::tcp::socket sock) {
-      if (ec) return;  // closed
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;  // closed: the daemon stops
+      if (ec) {
+        // Out of descriptors or memory for a moment (EMFILE, ENFILE, ENOBUFS,
+        // ENOMEM): accept again once some may have closed. Returning stopped
+        // the endpoint for good - scrapes timed out while ptod served on.
+        log("main")->warn("metrics: cannot accept a connection: {}; trying again in 100 ms", ec.message());
+        retry.expires_after(std::chrono::milliseconds(100));
+        retry.async_wait([this](std::error_code e) {
+          if (!e) accept();
+        });
+        return;
+      }
       auto s = std::make_shared<asio::ip::tcp::socket>(std::move(sock));
       auto buf = std::make_shared<asio::streambuf>(8192);  // a request longer than 8 KiB is refused
       // A client that connects and says nothing is dropped after 2 s.
@@ -319,6 +332,7 @@ MetricsServer::~MetricsServer() {
     asio::post(impl_->io, [impl = impl_.get()] {
       std::error_code ec;
       (void)impl->acceptor.close(ec);
+      impl->retry.cancel();
       impl->io.stop();
     });
   }

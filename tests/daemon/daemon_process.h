@@ -89,6 +89,9 @@ inline Output run_command(const std::vector<std::string>& argv, int timeout_s = 
 // GET path from 127.0.0.1:port (HTTP/1.0): the whole response, "" on failure.
 inline std::string http_request(int port, const std::string& method, const std::string& path) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const timeval bound{5, 0};  // a server that never answers is a failure, not a hang
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));

@@ -16,6 +16,7 @@
 
 #include "pto/base/clock.h"
 #include "pto/runner.h"
+#include "sanitized.h"
 #include "worker_support.h"
 
 using namespace pto;
@@ -23,13 +24,6 @@ using namespace pto_test;
 
 // A sanitizer intercepts mmap itself (TSan resets the shadow of what is
 // mapped): under one, the wrapper below and the test that needs it are left out.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define PTO_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define PTO_SANITIZED 1
-#endif
-#endif
 
 #ifndef PTO_SANITIZED
 // While set, a mapping of a runner channel's size (1 MiB, shared, anonymous)
