@@ -97,22 +97,52 @@ int32_t CapturedRegion::kernel_slot(int32_t id, int32_t worker_type) {
   return static_cast<int32_t>(kernels.size() - 1);
 }
 
+namespace {
+
+using Access = CapturedRegion::Access;
+
+// Appends the accesses of `list` that conflict with [lo, hi) - a writer with
+// anything, a reader with writers - shifted by `shift` bytes into the
+// caller's coordinates.
+void conflicts(const std::vector<Access>& list, int64_t shift, uint32_t task, uint64_t lo, uint64_t hi, bool writer,
+               std::vector<uint32_t>* producers) {
+  for (const Access& a : list) {
+    const uint64_t alo = a.lo + static_cast<uint64_t>(shift), ahi = a.hi + static_cast<uint64_t>(shift);
+    if (alo < hi && lo < ahi && (writer || a.writer) && a.task != task) producers->push_back(a.task);
+  }
+}
+
+// Orders an access of one buffer against the earlier ones, then records it.
+// A writer's access drops the older ones it covers: later accesses are
+// ordered through it.
+void order_access(std::vector<Access>& list, uint32_t task, uint64_t lo, uint64_t hi, bool writer,
+                  std::vector<uint32_t>* producers) {
+  conflicts(list, 0, task, lo, hi, writer, producers);
+  if (writer)
+    list.erase(std::remove_if(list.begin(), list.end(), [&](const Access& a) { return lo <= a.lo && a.hi <= hi; }),
+               list.end());
+  list.push_back({task, lo, hi, writer});
+}
+
+}  // namespace
+
 void CapturedRegion::binding_edges(uint32_t binding, uint32_t task, const Tensor& view, bool writer,
                                    std::vector<uint32_t>* producers) {
   uint64_t lo = 0, hi = 0;
   view_span(view, &lo, &hi);
   if (lo == hi) return;
-  std::vector<Access>& list = accesses[binding];
-  size_t kept = 0;
-  for (size_t i = 0; i < list.size(); ++i) {
-    const Access a = list[i];
-    const bool overlap = a.lo < hi && lo < a.hi;
-    if (overlap && (writer || a.writer) && a.task != task) producers->push_back(a.task);
-    if (writer && overlap && lo <= a.lo && a.hi <= hi) continue;  // covered: reached through this task
-    list[kept++] = a;
-  }
-  list.resize(kept);
-  list.push_back({task, lo, hi, writer});
+  const size_t n = bindings.size();
+  for (size_t j = 0; j < n; ++j)  // an access of binding j at x is at x + (base j - base b) from b's base
+    if (overlaps[binding * n + j]) conflicts(accesses[j], deltas[binding * n + j], task, lo, hi, writer, producers);
+  order_access(accesses[binding], task, lo, hi, writer, producers);
+}
+
+void CapturedRegion::internal_edges(uint32_t owner, uint32_t task, uint64_t offset, const Tensor& view, bool writer,
+                                    std::vector<uint32_t>* producers) {
+  uint64_t lo = 0, hi = 0;
+  view_span(view, &lo, &hi);
+  if (lo == hi) return;
+  order_access(internal_accesses[owner], task, offset + lo, offset + hi, writer, producers);
 }
 
 void CapturedRegion::finalize() {
@@ -152,6 +182,7 @@ void CapturedRegion::finalize() {
   packed_base.shrink_to_fit();
   accesses.clear();
   accesses.shrink_to_fit();
+  internal_accesses.clear();
 }
 
 std::string CapturedRegion::first_difference(const CapturedRegion& o) const {

@@ -85,8 +85,10 @@ struct CapturedRegion {
   std::vector<ScopeEvent> scopes;
 
   // While recording: task id -> index, each task's packed output base, and
-  // per binding the accesses of the region's tasks (byte spans from the
-  // binding's base), from which binding_edges() orders them.
+  // the accesses of the region's tasks per binding (byte spans from the
+  // binding's base) and per buffer the region allocated (by the index of
+  // the task whose packed outputs it is; spans from their base), from
+  // which binding_edges() and internal_edges() order them.
   std::unordered_map<uint64_t, uint32_t> index_of;
   std::vector<uint64_t> packed_base;
   struct Access {
@@ -95,6 +97,7 @@ struct CapturedRegion {
     bool writer;
   };
   std::vector<std::vector<Access>> accesses;
+  std::unordered_map<uint32_t, std::vector<Access>> internal_accesses;
 
   // A new recording with these bindings (validated by the caller).
   CapturedRegion(uint64_t k, Tensor* const* b, int32_t n);
@@ -115,8 +118,14 @@ struct CapturedRegion {
   // that has retired (one of an inner scope that has ended, say), and on a
   // replay that task may still be running. A writer's access drops the
   // older accesses it covers: later ones are ordered through it.
+  // Bindings that overlap (at the distance mismatch() holds a replay to)
+  // are ordered against each other's accesses too.
   void binding_edges(uint32_t binding, uint32_t task, const Tensor& view, bool writer,
                      std::vector<uint32_t>* producers);
+  // The same for a buffer the region allocated: the packed outputs of its
+  // task `owner`, which `view` starts `offset` bytes into.
+  void internal_edges(uint32_t owner, uint32_t task, uint64_t offset, const Tensor& view, bool writer,
+                      std::vector<uint32_t>* producers);
 };
 
 // Whether two buffers' byte extents overlap.

@@ -165,14 +165,20 @@ void Orchestrator::record_task(const PTO2TaskSpec& spec, uint64_t id) {
     }
     p.view = d.tensors[i];
     const uint64_t owner = p.view.owner;
+    // The TensorMap's edges are not enough while recording: it forgets a
+    // task that has retired (one of an inner scope that has ended, say),
+    // and on a replay that task may still be running. Every access of a
+    // buffer the region allocated, or of a binding, is ordered here too.
     if (owner == owner_from_task(id)) {
       p.source = CaptureSource::kOwnOutput;
       p.offset = p.view.addr - d.packed_buffer_base;
+      r.internal_edges(index, index, p.offset, p.view, p.kind != PTO_PARAM_INPUT, &region_producers_);
     } else if (auto it = owner != 0 ? r.index_of.find(task_from_owner(owner)) : r.index_of.end();
                it != r.index_of.end()) {
       p.source = CaptureSource::kInternal;
       p.ref = it->second;
       p.offset = p.view.addr - r.packed_base[it->second];
+      r.internal_edges(p.ref, index, p.offset, p.view, p.kind != PTO_PARAM_INPUT, &region_producers_);
     } else {
       size_t k = 0;
       while (k < r.bindings.size() && r.bindings[k].addr != p.view.addr) ++k;
