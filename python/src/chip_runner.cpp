@@ -263,6 +263,7 @@ py::tuple ChipRunner::run(const py::dict& inputs, const py::object& outputs) {
   stats["regions_replayed"] = r.stats.regions_replayed;
   stats["tasks_replayed"] = r.stats.tasks_replayed;
   stats["capture_mismatches"] = r.stats.capture_mismatches;
+  stats["capture_unreplayable"] = r.stats.capture_unreplayable;
   stats["platform"] = chip_.platform->platform_name();
   if (chip_.options.platform == "a2a3sim") stats["block_dim"] = chip_.options.a2a3.block_dim;
   if (const auto* tx8 = dynamic_cast<const pto2::sim::Tx8SimPlatform*>(chip_.platform.get())) {

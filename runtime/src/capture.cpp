@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <queue>
 
 #include <fmt/format.h>
 
@@ -177,12 +179,64 @@ void CapturedRegion::finalize() {
   exit_deps.clear();
   for (size_t i = 0; i < n; ++i)
     if (exit_edge[i]) exit_deps.push_back(static_cast<uint32_t>(i));
+  measure_ring_needs();
   index_of.clear();
   packed_base.clear();
   packed_base.shrink_to_fit();
   accesses.clear();
   accesses.shrink_to_fit();
   internal_accesses.clear();
+}
+
+void CapturedRegion::measure_ring_needs() {
+  const size_t n = tasks.size();
+  // Each task's scope depth in the region, and the last task naming it as a producer.
+  std::vector<uint32_t> depth(n), last_consumer(n, 0);
+  uint32_t d = 0, depths = 1;
+  size_t ev = 0;
+  for (size_t i = 0; i < n; ++i) {
+    for (; ev < scopes.size() && scopes[ev].before_task == i; ++ev) d = scopes[ev].begin ? d + 1 : d - 1;
+    depth[i] = d;
+    depths = std::max(depths, d + 1);
+    const CapturedTask& t = tasks[i];
+    for (uint32_t k = 0; k < t.num_producers; ++k) {
+      uint32_t& c = last_consumer[producers[t.first_producer + k]];
+      c = std::max(c, static_cast<uint32_t>(i));
+    }
+  }
+  // One sweep per grouping of depths into rings: ring_of(depth) -> group.
+  auto sweep = [&](auto ring_of, size_t groups) {
+    std::vector<RingNeed> need(groups);
+    struct Group {
+      std::vector<uint32_t> tasks;                                                // in order
+      std::vector<uint64_t> bytes{0}, deps{0};                                    // prefix sums over `tasks`
+      std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>> held;  // positions in `tasks`
+    };
+    std::vector<Group> g(groups);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t gi = ring_of(depth[i]);
+      Group& r = g[gi];
+      const auto pos = static_cast<uint32_t>(r.tasks.size());
+      while (!r.held.empty() && last_consumer[r.tasks[r.held.top()]] < i) r.held.pop();
+      const uint32_t oldest = r.held.empty() ? pos : r.held.top();
+      const CapturedTask& t = tasks[i];
+      const uint64_t own_deps = 2 * (uint64_t{t.num_producers} + (t.after_entry ? 1 : 0));
+      RingNeed& m = need[gi];
+      m.slots = std::max<uint64_t>(m.slots, pos - oldest + 1);
+      m.bytes = std::max(m.bytes, r.bytes[pos] - r.bytes[oldest] + t.out_bytes);
+      m.deps = std::max(m.deps, r.deps[pos] - r.deps[oldest] + own_deps);
+      m.held = std::max(m.held, static_cast<uint32_t>(r.held.size()));
+      r.tasks.push_back(static_cast<uint32_t>(i));
+      r.bytes.push_back(r.bytes[pos] + t.out_bytes);
+      r.deps.push_back(r.deps[pos] + own_deps);
+      if (last_consumer[i] > i) r.held.push(pos);
+    }
+    return need;
+  };
+  separate = sweep([](uint32_t dd) { return size_t{dd}; }, depths);
+  merged.assign(depths + 1, RingNeed{});
+  for (uint32_t m = 0; m < depths; ++m)
+    merged[m] = sweep([m](uint32_t dd) { return dd >= m ? size_t{1} : size_t{0}; }, 2)[1];
 }
 
 std::string CapturedRegion::first_difference(const CapturedRegion& o) const {

@@ -28,6 +28,7 @@ struct CaptureStats {
   uint64_t regions_replayed = 0;
   uint64_t tasks_replayed = 0;
   uint64_t mismatches = 0;  // a recorded region no longer matched its bindings or code: recorded again
+  uint64_t unreplayable = 0;  // a replay could never fit the rings: the region's code ran as plain submission
 };
 
 enum class CaptureSource : uint8_t {
@@ -84,6 +85,24 @@ struct CapturedRegion {
   std::vector<uint32_t> exit_deps;  // tasks the replay's exit task waits for
   std::vector<ScopeEvent> scopes;
 
+  // What a replay takes of a ring at once, at most (finalize()). A replayed
+  // task holds its slot, its output bytes and its dependency entries until
+  // its last consumer in the region has been submitted (it is counted in
+  // its references from the start), where plain submission let it retire
+  // with its scope; and a ring frees in order. So when a task is allocated,
+  // everything of its ring from the oldest task still held on is live: if
+  // that exceeds the ring, the replay can never finish.
+  struct RingNeed {
+    uint64_t slots = 0, bytes = 0, deps = 0;
+    uint32_t held = 0;  // tasks held for later consumers then
+  };
+  // By relative scope depth (1: the region's own scope), each depth in a ring
+  // of its own; merged[m]: one ring taking every depth >= m (deep scopes
+  // share the last ring).
+  std::vector<RingNeed> separate;
+  std::vector<RingNeed> merged;
+  bool warned_unreplayable = false;
+
   // While recording: task id -> index, each task's packed output base, and
   // the accesses of the region's tasks per binding (byte spans from the
   // binding's base) and per buffer the region allocated (by the index of
@@ -107,6 +126,8 @@ struct CapturedRegion {
   // After the region's code ran: the entry and exit edges, and the
   // recording-only state dropped.
   void finalize();
+  // separate and merged, from the edges and scopes (finalize()).
+  void measure_ring_needs();
   // The first difference between two recordings of one key ("" if none).
   std::string first_difference(const CapturedRegion& other) const;
   int32_t kernel_slot(int32_t id, int32_t worker_type);

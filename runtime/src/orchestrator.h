@@ -164,6 +164,9 @@ class Orchestrator {
   bool refuse_in_capture(const char* what);
   void record_task(const PTO2TaskSpec& spec, uint64_t id);
   bool replay(CapturedRegion& region, Tensor* const* bindings);
+  // Empty when a replay of `region` from the current scope depth fits the
+  // rings it would use, else which ring it overflows and by what.
+  std::string replay_misfit(const CapturedRegion& region) const;
   bool replay_task(const CapturedRegion& region, uint32_t index, const uint64_t* function_addr);
   // Publishes the batch of replayed tasks filled so far (replay_task).
   void publish_replayed();

@@ -86,6 +86,18 @@ int32_t Orchestrator::capture_begin(uint64_t key, Tensor* const* bindings, int32
           why = fmt::format("kernel {} is no longer registered", r->kernels[k].id);
       }
       if (why.empty()) {
+        if (std::string misfit = replay_misfit(*r); !misfit.empty()) {
+          // Not a changed region: recording it again records the same. Its
+          // code runs as plain submission, unrecorded.
+          ++capture_stats_.unreplayable;
+          if (!r->warned_unreplayable)
+            component_logger("orchestrator")
+                ->warn("captured region {:#x} runs as plain submission: a replay could never finish: {}", key, misfit);
+          r->warned_unreplayable = true;
+          scope_begin();
+          capture_depth_ = scope_begin_.size();
+          return 1;
+        }
         replay(*r, bindings);
         in_capture_ = false;
         return 0;
@@ -231,6 +243,39 @@ void Orchestrator::binding_params(const CapturedRegion& region, Tensor* const* b
     }
     params[k] = region.binding_written[k] ? make_inout_param(views[k]) : make_input_param(views[k]);
   }
+}
+
+std::string Orchestrator::replay_misfit(const CapturedRegion& region) const {
+  // replay() opens a scope, then the region's recorded ones: its tasks at
+  // relative depth d go to ring base + d, the deepest ones sharing the last.
+  const int base = scope_depth() + 1;
+  const int last = kMaxRings - 1;
+  const auto depths = static_cast<int>(region.separate.size());
+  const int merge_from = std::max(0, last - base);
+  auto check = [&](const CapturedRegion::RingNeed& need, int ring) -> std::string {
+    const TaskRing& tr = s_.rings[ring];
+    if (need.slots > tr.window() - 1)
+      return fmt::format(
+          "ring {} would need {} task slots at once (task window {}, one kept free): {} replayed tasks "
+          "hold theirs for consumers the region submits later (plain submission lets them retire with "
+          "their scope)",
+          ring, need.slots, tr.window(), need.held);
+    if (need.bytes > heaps_[ring].size())
+      return fmt::format(
+          "ring {} would need {} bytes of packed outputs at once (heap {}): replayed tasks hold "
+          "theirs for consumers the region submits later",
+          ring, need.bytes, heaps_[ring].size());
+    if (need.deps > deps_[ring].size())
+      return fmt::format(
+          "ring {} would need {} dependency-list entries at once (pool {}): replayed tasks hold "
+          "theirs for consumers the region submits later",
+          ring, need.deps, deps_[ring].size());
+    return {};
+  };
+  for (int d = 0; d < std::min(merge_from, depths); ++d)
+    if (std::string why = check(region.separate[d], base + d); !why.empty()) return why;
+  if (merge_from < depths) return check(region.merged[merge_from], last);
+  return {};
 }
 
 bool Orchestrator::replay(CapturedRegion& region, Tensor* const* bindings) {

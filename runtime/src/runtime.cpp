@@ -112,6 +112,7 @@ RunResult RuntimeImpl::run(const OrchestrationFn& orchestration) {
   result.stats.regions_replayed = cs.regions_replayed;
   result.stats.tasks_replayed = cs.tasks_replayed;
   result.stats.capture_mismatches = cs.mismatches;
+  result.stats.capture_unreplayable = cs.unreplayable;
   return result;
 }
 

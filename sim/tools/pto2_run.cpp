@@ -301,9 +301,12 @@ int check_goldens(const ChipConfig& cfg, const Options& o, Arguments& args) {
 }
 
 std::string capture_line(const RunStats& s) {
-  if (s.regions_recorded == 0 && s.regions_replayed == 0) return "";
-  return fmt::format("; captured regions: {} recorded, {} replayed ({} tasks)", s.regions_recorded,
-                     s.regions_replayed, s.tasks_replayed);
+  if (s.regions_recorded == 0 && s.regions_replayed == 0 && s.capture_unreplayable == 0) return "";
+  return fmt::format("; captured regions: {} recorded, {} replayed ({} tasks){}", s.regions_recorded,
+                     s.regions_replayed, s.tasks_replayed,
+                     s.capture_unreplayable
+                         ? fmt::format(", {} run plainly (a replay would not fit the rings)", s.capture_unreplayable)
+                         : "");
 }
 
 // --repeat: runs 2..N on the same runtime, each on fresh device buffers

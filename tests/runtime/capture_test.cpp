@@ -521,6 +521,48 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a region whose replay could never fit its rings runs as plain submission - not a stall", "[capture]") {
+  // 100 inner scopes of one task each, and a reader of what they all wrote: recorded (and run plainly) each
+  // writer retires with its scope, but a replayed task holds its slot for the reader the region submits later, so
+  // a replay would fill the 64-slot window at the 63rd writer and wait for good. Before: every run after the
+  // first stalled (20 s here, 60 s by default; forever with stall_timeout_ms 0).
+  RuntimeConfig c = config(CaptureMode::kReplay, 2);
+  c.task_window = 64;
+  c.stall_timeout_ms = 3000;
+  Chip chip(c, 2);
+  REQUIRE(chip.runtime);
+  constexpr uint32_t kBlocks = 100;
+  const uint32_t all[2] = {kBlocks, kCols}, row[2] = {1, kCols}, ys[1] = {kCols};
+  for (int run = 0; run < 3; ++run) {
+    INFO("run " << run);
+    std::vector<int64_t> out(kBlocks * kCols, 0), w(kCols, 3);
+    RunResult res = chip.runtime->run([&](PTO2Runtime* rt) {
+      Tensor O = make_tensor_external(out.data(), all, 2, PTO2_INT64);
+      Tensor W = make_tensor_external(w.data(), ys, 1, PTO2_INT64);
+      Tensor* b[] = {&O, &W};
+      PTO2_CAPTURE(rt, 1, b, 2) {
+        for (uint32_t i = 0; i < kBlocks; ++i) {
+          PTO2_SCOPE(rt) {
+            const uint32_t off[2] = {i, 0};
+            Tensor oi = tensor_view(O, off, row);
+            PTOParam f[] = {make_output_param(oi), make_scalar_param(i + 1)};
+            pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, f, 2);
+          }
+        }
+        PTOParam m[] = {make_inout_param(W), make_input_param(O), make_scalar_param(1)};
+        pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, m, 3);
+      }
+      return pto2_rt_error(rt);
+    });
+    INFO(res.status.message);
+    REQUIRE(res.ok());
+    CHECK(res.stats.regions_replayed == 0);
+    CHECK(res.stats.capture_unreplayable == (run == 0 ? 0u : 1u));
+    for (uint32_t i = 0; i < kBlocks * kCols; ++i) CHECK(out[i] == i / kCols + 1);
+    for (uint32_t j = 0; j < kCols; ++j) CHECK(w[j] == mix_step(3, 1, 1));
+  }
+}
+
 TEST_CASE("a region recorded inside a scope replays at the top level, and the other way round", "[capture]") {
   Chip chip(config(CaptureMode::kReplay, 2), 0);
   REQUIRE(chip.runtime);

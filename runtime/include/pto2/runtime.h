@@ -39,6 +39,9 @@ struct RunStats {
   uint64_t regions_replayed = 0;
   uint64_t tasks_replayed = 0;
   uint64_t capture_mismatches = 0;
+  // Executions of a recorded region whose replay could never fit the rings
+  // (its tasks hold their slots for consumers submitted later): run as plain submission.
+  uint64_t capture_unreplayable = 0;
 };
 
 // One task's life, when RuntimeConfig::profiling is on. Times are
