@@ -343,8 +343,12 @@ void JobManager::changed_locked(Job& j) {
 }
 
 void JobManager::trim_locked(std::vector<std::string>* files, size_t keep) {
-  while (finished_order_.size() > keep) {
-    auto it = jobs_.find(finished_order_.front());
+  for (auto at = finished_order_.begin(); finished_order_.size() > keep && at != finished_order_.end();) {
+    auto it = jobs_.find(*at);
+    if (it != jobs_.end() && it->second.readers > 0) {
+      ++at;  // its end is still to be read (a waited batch's reply): trimmed once it has been
+      continue;
+    }
     if (it != jobs_.end()) {
       // A job's trace lives as long as the job is retained.
       if (!it->second.result.trace_path().empty()) files->push_back(it->second.result.trace_path());
@@ -355,8 +359,19 @@ void JobManager::trim_locked(std::vector<std::string>* files, size_t keep) {
       it->second.changed->notify_all();
       jobs_.erase(it);
     }
-    finished_order_.pop_front();
+    at = finished_order_.erase(at);
   }
+}
+
+void JobManager::done_reading(const std::vector<Queued>& jobs) {
+  std::vector<std::string> trimmed;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const Queued& q : jobs)
+      if (auto it = jobs_.find(q.id); it != jobs_.end() && it->second.readers > 0) --it->second.readers;
+    trim_locked(&trimmed, keep_);
+  }
+  remove_files(trimmed);
 }
 
 void JobManager::remove_files(const std::vector<std::string>& files) {
@@ -467,7 +482,10 @@ Status JobManager::wait_event(const Principal& who, uint64_t id, uint64_t* versi
     if (!visible_locked(who, id)) return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {}", id));
     auto it = jobs_.find(id);
     // The job's own condition: a change of one job wakes only its waiters.
+    // Read while waited for: its end is not trimmed before this call has
+    // seen it (other jobs ending meanwhile trimmed it: "no longer retained").
     const std::shared_ptr<std::condition_variable> changed = it->second.changed;
+    ++it->second.readers;
     changed->wait_for(lk, timeout, [&] {
       auto j = jobs_.find(id);
       return j == jobs_.end() || j->second.version != *version || stop_;
@@ -475,6 +493,7 @@ Status JobManager::wait_event(const Principal& who, uint64_t id, uint64_t* versi
     it = jobs_.find(id);
     if (it == jobs_.end())
       return Status::Error(pto::kWorkerNotRegistered, fmt::format("job {} is no longer retained", id));
+    --it->second.readers;
     const Job& j = it->second;
     if (stop_ && !final_state(j.state)) return Status::Error(pto::kUnavailable, "the daemon is stopping");
     *version = j.version;

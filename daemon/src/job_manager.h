@@ -116,6 +116,9 @@ class JobManager {
   // The caller of submit_batch(..., waiter_commits) is done waiting: what
   // is queued is committed, and the jobs' ends from now on commit themselves.
   void release_waiters(const std::vector<Queued>& jobs);
+  // The caller of submit_batch(..., waiter_commits) has read the jobs' ends
+  // (or gives up): from now on they are trimmed as any other (retain_finished).
+  void done_reading(const std::vector<Queued>& jobs);
   // flush_records for a batch submitted with acknowledge_later, which the
   // caller must call before it answers: an error names the jobs whose
   // records could not be written, which are cancelled unless they ended.
@@ -181,6 +184,9 @@ class JobManager {
     // A caller waits for it and commits before it answers (flush_records):
     // its end's record is queued for that commit, not committed on its own.
     bool waiter_commits = false;
+    // Callers that will read its end (a waited batch's reply, a wait_event
+    // under way): it is not trimmed before they have (done_reading).
+    uint32_t readers = 0;
     // Its log file may exist (removed when the job is trimmed): false only
     // for a chip or sub job whose task answered that it wrote nothing there.
     bool log_written = true;
@@ -236,7 +242,8 @@ class JobManager {
   // Queued jobs that start before j (higher priority, or as high and older).
   uint32_t queue_position_locked(const Job& j) const;
   // Drops the oldest finished jobs beyond `keep` (retain_finished; more
-  // after a restart: keep_); their records go with the next commit (gone_), their trace and
+  // after a restart: keep_), but none a caller still reads (Job::readers:
+  // trimmed once it is done); their records go with the next commit (gone_), their trace and
   // log files into *files for the caller to remove once mu_ is released (a
   // syscall each, kept out of the lock every job's start and end take).
   void trim_locked(std::vector<std::string>* files, size_t keep);

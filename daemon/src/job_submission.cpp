@@ -227,6 +227,7 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
         // Also a runner's job (its run thread ends it while the caller waits):
         // the caller commits its end within its wait_run's bound.
         j.waiter_commits = waiter_commits || (acknowledge_later && n == 1);  // flush_records before it answers
+        if (waiter_commits) j.readers = 1;  // the waiting caller reads its end (done_reading)
         if (n > 1) join_batch(c, j.id, batch_keys, &starts.back().options);
         const uint64_t jid = j.id;
         jobs_.emplace(jid, std::move(j));

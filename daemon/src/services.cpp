@@ -395,15 +395,18 @@ grpc::Status JobsService::SubmitBatch(grpc::ServerContext* ctx, const pto::v1::S
     release();
     return to_grpc(s);
   }
-  // However this call ends, the jobs' ends then commit themselves.
+  // However this call ends, the jobs' ends then commit themselves, and are
+  // trimmed as any other once this reply has read them.
   struct Release {
     JobManager& jobs;
     const std::vector<JobManager::Queued>& queued;
     bool waits;
+    bool reads;
     ~Release() {
       if (waits) jobs.release_waiters(queued);
+      if (reads) jobs.done_reading(queued);
     }
-  } released{p_.jobs, queued, waits};
+  } released{p_.jobs, queued, waits, waits};
   for (const JobManager::Queued& q : queued) {
     pto::v1::SubmitReply* r = reply->add_jobs();
     r->set_job_id(q.id);

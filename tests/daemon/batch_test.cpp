@@ -8,6 +8,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -265,6 +266,36 @@ TEST_CASE("a batch whose wait runs out answers the ended jobs with their results
 // A waited batch is queued in chunks, its first jobs running while the rest
 // are made (docs/daemon.md, "Jobs"): a job submitted meanwhile must still
 // queue behind all of them, as its queue position counts them.
+TEST_CASE("a waited batch larger than retain_finished answers every job with its result") {
+  // Before: the first jobs to end were trimmed (retain_finished) before the reply was made, and their replies
+  // said QUEUED, without a result.
+  const std::string dir = make_temp_dir("ptod-batch-retain");
+  std::ofstream(dir + "/ptod.toml") << "[jobs]\nretain_finished = 5\n";
+  DaemonProcess d({"--config", dir + "/ptod.toml"});
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_fail", "fail").ok());
+  constexpr int kJobs = 40;
+  v1::SubmitBatchRequest batch;
+  for (int i = 0; i < kJobs; ++i) *batch.add_jobs() = job(i == 3 ? "fail" : "noop");
+  batch.set_wait_ms(60000);
+  auto r = c->submit_batch(batch);
+  INFO(r.status.message);
+  REQUIRE(r.ok());
+  REQUIRE(r.value.jobs_size() == kJobs);
+  for (int i = 0; i < kJobs; ++i) {
+    INFO("job " << i);
+    const v1::SubmitReply& one = r.value.jobs(i);
+    CHECK(one.state() == (i == 3 ? v1::FAILED : v1::SUCCEEDED));
+    CHECK(one.has_result());
+    CHECK(one.result().state() == one.state());
+  }
+  // Once answered, they are trimmed as any other: retain_finished jobs are kept.
+  CHECK(eventually([&] { return job_count(*c) == 5; }));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("a job submitted while a batch is being queued starts after every job of the batch") {
   DaemonProcess d;
   REQUIRE(d.up());
