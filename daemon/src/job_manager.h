@@ -222,7 +222,6 @@ class JobManager {
   Job make_job(uint64_t id, JobSpec spec) const;
   // Queues the jobs' runs with the Worker and gives each job its handle.
   void start_runs(std::vector<Start> starts);
-  void uncount_queued_locked(const Job& j);
   // How many of a batch's jobs of callable `c` run at once
   // (RunOptions::batch_width): the workers that can run its one task when
   // each runs one at a time (sub workers; chips at level 3); 0, no bound

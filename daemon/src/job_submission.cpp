@@ -81,7 +81,6 @@ Status JobManager::reserve_locked(const std::vector<JobSpec>& specs, std::vector
     for (size_t q = p; q < queued_by_priority_.size(); ++q) ahead += queued_by_priority_[q];
     queued->push_back({(*ids)[i], ahead});
     count_queued_locked(specs[i], +1);
-    ++counts_.submitted_total;
   }
   return Status::Ok();
 }
@@ -193,11 +192,15 @@ Status JobManager::submit_batch(std::vector<JobSpec> specs, std::vector<Queued>*
     {
       std::lock_guard<std::mutex> g(mu_);
       if (!written.ok()) {  // the only round (every == n)
-        for (Job& j : fresh) uncount_queued_locked(j);
+        for (Job& j : fresh) count_queued_locked(j.spec, -1);
         if (live_locked() == 0) cv_.notify_all();  // wait_idle
         queued->clear();
         return Status::Error(written.code, "the job is not queued: its record is not written: " + written.message);
       }
+      // Counted once accepted, never taken back: a counter that went down
+      // (a job counted, then refused when its record could not be written)
+      // reads to Prometheus as a reset.
+      counts_.submitted_total += fresh.size();
       const auto jobs_log = log("jobs");
       for (Job& j : fresh) {
         j.record_ticket = ticket;
@@ -387,11 +390,6 @@ void JobManager::count_queued_locked(const JobSpec& spec, int delta) {
     --by_priority;
   }
   ++queue_gen_;
-}
-
-void JobManager::uncount_queued_locked(const Job& j) {
-  count_queued_locked(j.spec, -1);
-  --counts_.submitted_total;
 }
 
 std::vector<uint64_t> JobManager::take_gone() {

@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 #include <sys/resource.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +36,12 @@ v1::SubmitRequest sleep_job(uint64_t ms) {
   v1::SubmitRequest req;
   req.mutable_callable()->set_name("sleep");
   req.mutable_args()->add_scalars(ms);
+  return req;
+}
+
+v1::SubmitRequest job_of(const std::string& callable) {
+  v1::SubmitRequest req;
+  req.mutable_callable()->set_name(callable);
   return req;
 }
 
@@ -716,4 +723,31 @@ TEST_CASE(
   h.set_name("changed");
   CHECK_FALSE(c->download(h, &got).ok());
   CHECK_THAT(d.log(), Catch::Contains("'changed'") && Catch::Contains("were not fsynced"));
+}
+
+TEST_CASE("jobs refused because their record cannot be written are never counted as submitted") {
+  // Before: a job was counted in ptod_jobs_submitted_total as it was admitted and taken back when its record
+  // could not be written - a counter that went down, read by Prometheus as a reset (a rate() spike).
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  REQUIRE(c->register_import(NATIVE_SUBS, "pto_test_noop", "noop").ok());
+  REQUIRE(c->run(job_of("noop")).ok());
+  const long before = d.metric("ptod_jobs_submitted_total");
+  REQUIRE(before == 1);
+  const rlimit was = disk_full(d);
+  std::atomic<bool> done{false};
+  std::vector<long> seen;
+  std::thread scraper([&] {
+    while (!done.load()) seen.push_back(d.metric("ptod_jobs_submitted_total"));
+  });
+  int refused = 0;
+  for (int i = 0; i < 300; ++i) refused += !c->submit(job_of("noop")).ok();
+  done = true;
+  scraper.join();
+  REQUIRE(prlimit(d.pid(), RLIMIT_FSIZE, &was, nullptr) == 0);
+  CHECK(refused == 300);
+  INFO(seen.size() << " scrapes");
+  for (long v : seen) CHECK(v == before);
+  CHECK(d.metric("ptod_jobs_submitted_total") == before);
 }
