@@ -282,6 +282,7 @@ grpc::Status JobsService::job_spec(const Principal& who, const pto::v1::SubmitRe
   spec->label = req.label();
   spec->options.priority = from_wire(req.priority());
   spec->options.deadline_ms = req.deadline_ms();
+  spec->options.task_timeout_ms = c.timeout_ms();  // every task of the job, its orchestration's submits too
   spec->options.principal = who.name;  // fair sharing and ownership
   // The job manager takes over the pins (and releases them when the job ends).
   spec->pinned = std::move(job.pinned);

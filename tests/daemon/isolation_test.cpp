@@ -195,6 +195,29 @@ TEST_CASE("a sub job that loops honours timeout_ms, and Cancel stops it at once"
   CHECK(eventually([&] { return child_state(*c, "sub 0") == "idle" && child_state(*c, "sub 1") == "idle"; }));
 }
 
+TEST_CASE("a job's timeout_ms bounds the tasks its orchestration submits - also those given no config") {
+  // pto_test_orch_sleeps submits its sub tasks without a CallConfig. Before: they ran under [worker]
+  // task_timeout_ms (5 minutes by default), the job's timeout_ms reaching only the orchestration's cfg.
+  DaemonProcess d;
+  REQUIRE(d.up());
+  auto c = connect(d);
+  register_fixtures(*c);
+  v1::SubmitRequest slow = job("pto_test_orch_sleeps", {1, 600000});
+  slow.mutable_config()->set_timeout_ms(1500);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = c->run(slow);
+  REQUIRE(r.ok());
+  INFO(r.value.message());
+  CHECK(r.value.state() == v1::FAILED);
+  CHECK(r.value.first_failure().message().find("timed out") != std::string::npos);
+  CHECK(ms_since(t0) < 6000);
+  // A task's own shorter timeout still holds, and a job without one is bounded by [worker] task_timeout_ms as
+  // before (here: it runs to the end).
+  auto fine = c->run(job("pto_test_orch_sleeps", {2, 50}));
+  REQUIRE(fine.ok());
+  CHECK(fine.value.state() == v1::SUCCEEDED);
+}
+
 TEST_CASE("a stopped chip child mid-job is noticed within the liveness bound - the daemon stays healthy") {
   DaemonProcess d;
   REQUIRE(d.up());

@@ -322,6 +322,9 @@ SubmitResult WorkerImpl::submit_task(RunState* run, bool next_level, const Calla
   t.next_level = next_level;
   t.callable = h.id;
   t.config = cfg;
+  if (const uint64_t bound = run->options.task_timeout_ms;
+      bound > 0 && (t.config.timeout_ms == 0 || t.config.timeout_ms > bound))
+    t.config.timeout_ms = bound;
   t.retries = reg->options.max_retries;
   t.with_directions = next_level && !pool_.links().empty();
   TaskNode* s = nullptr;

@@ -115,6 +115,11 @@ struct RunOptions {
   RunPriority priority = RunPriority::NORMAL;
   std::string principal;     // empty: the anonymous principal
   uint64_t deadline_ms = 0;  // > 0: the run is cancelled once it has run this long
+  // > 0: no task of the run runs longer than this - a task submitted with
+  // no timeout of its own (CallConfig::timeout_ms 0) or a longer one gets
+  // this one (ptod: the job's config.timeout_ms, whatever its orchestration
+  // passes its submits).
+  uint64_t task_timeout_ms = 0;
   // Non-empty: what the run's tasks write to stdout and stderr while they run
   // on this Worker's chip and sub children, and what an orchestration run in
   // a runner writes, is appended to this file (created 0600) instead of the
