@@ -1,13 +1,16 @@
 #include "log.h"
 
+#include <fmt/format.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/dist_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/sinks/systemd_sink.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 
 #include <map>
 #include <mutex>
@@ -36,6 +39,27 @@ bool stderr_is_journal(const char* journal_stream, int stderr_fd) {
   struct stat st {};
   if (fstat(stderr_fd, &st) != 0) return false;
   return static_cast<unsigned long long>(st.st_dev) == dev && static_cast<unsigned long long>(st.st_ino) == ino;
+}
+
+pto::Status check_log_file(const std::string& file) {
+  if (file.empty()) return pto::Status::Ok();
+  namespace fs = std::filesystem;
+  auto refuse = [&](const std::string& why) {
+    return pto::Status::Error(pto::kInvalidConfig, fmt::format("[daemon] log_file '{}': {}", file, why));
+  };
+  std::error_code ec;
+  const fs::path path(file);
+  if (fs::exists(path, ec)) {
+    if (fs::is_directory(path, ec)) return refuse("is a directory");
+    if (::access(file.c_str(), W_OK) != 0) return refuse(fmt::format("cannot be written ({})", pto::errno_text(errno)));
+    return pto::Status::Ok();
+  }
+  fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  while (!fs::exists(dir, ec) && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
+  if (!fs::is_directory(dir, ec)) return refuse(fmt::format("'{}' is not a directory", dir.string()));
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return refuse(fmt::format("cannot be created in '{}' ({})", dir.string(), pto::errno_text(errno)));
+  return pto::Status::Ok();
 }
 
 pto::Status setup_logging(const std::string& level, const std::string& file, const std::string& target) {

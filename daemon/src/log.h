@@ -17,6 +17,10 @@ namespace ptod {
 // is opened in append mode, else `target` ("auto", "journal", "stderr")
 // decides. Called again (SIGHUP) it reopens the file.
 pto::Status setup_logging(const std::string& level, const std::string& file, const std::string& target);
+// Whether this process could append to `file` as setup_logging would (the
+// file, or the nearest directory of its path that exists, which spdlog
+// creates the rest under): --check-config's look at [daemon] log_file.
+pto::Status check_log_file(const std::string& file);
 
 // Whether "auto" logs to the journal: systemd connected stderr to it (the
 // JOURNAL_STREAM variable, "DEVICE:INODE", names stderr's file).

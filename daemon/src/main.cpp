@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "daemon.h"
+#include "log.h"
 #include "pto/base/cpu_set.h"
 #include "pto/version.h"
 
@@ -87,7 +88,10 @@ int run(int argc, char** argv) {
   if (!tls_key.empty()) cfg.tls_key = tls_key;
   if (allow_blob) cfg.allow_native_blob = true;
   if (check_config) {
-    if (ptod::Status s = cfg.validate(); !s.ok()) {
+    ptod::Status s = cfg.validate();
+    // What the start opens that validate() cannot see: the log file.
+    if (s.ok()) s = ptod::check_log_file(cfg.log_file);
+    if (!s.ok()) {
       std::fprintf(stderr, "ptod: %s\n", s.message.c_str());
       return 1;
     }

@@ -500,6 +500,19 @@ TEST_CASE("ptod and ptoctl say their version - ptod --check-config prints the ef
   Output bad = run_command({PTOD_PATH, "--check-config", "--config", dir + "/bad.toml"}, 30);
   CHECK(bad.code == 1);
   CHECK_THAT(bad.text, Catch::Contains("[jobs] max_running") && Catch::Contains("(got 0)"));
+  // A log file the start could not open: named by the check too (before: the check passed, the start exited 1).
+  std::ofstream(dir + "/a-file") << "x";
+  std::ofstream(dir + "/log.toml") << "[daemon]\nlog_file = \"" << dir << "/a-file/sub/ptod.log\"\n";
+  Output nolog = run_command({PTOD_PATH, "--check-config", "--config", dir + "/log.toml"}, 30);
+  CHECK(nolog.code == 1);
+  CHECK_THAT(nolog.text, Catch::Contains("[daemon] log_file") && Catch::Contains("is not a directory"));
+  Output start = run_command({PTOD_PATH, "--config", dir + "/log.toml", "--state-dir", dir + "/state", "--socket",
+                              dir + "/s.sock", "--metrics", "off"},
+                             30);
+  CHECK(start.code == 1);
+  // One the start can create (its directories too) passes.
+  std::ofstream(dir + "/log2.toml") << "[daemon]\nlog_file = \"" << dir << "/logs/ptod.log\"\n";
+  CHECK(run_command({PTOD_PATH, "--check-config", "--config", dir + "/log2.toml"}, 30).code == 0);
   std::filesystem::remove_all(dir);
 }
 
