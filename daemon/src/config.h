@@ -51,6 +51,10 @@ struct DaemonConfig {
   uint32_t heartbeat_ms = 100;                // HEALTH period, both directions
   uint32_t dead_after_ms = 500;               // silence after which the other end is declared lost
   uint64_t inline_limit_bytes = 16ull << 20;  // coordinator: larger tensors must live in remote buffers
+  // The bytes of tensors one session frame (a TASK frame, a completion) may
+  // carry: max_message_bytes less room for the rest of the frame.
+  static constexpr uint64_t kFrameHeadroom = 64ull << 10;
+  uint64_t frame_budget() const { return max_message_bytes - kFrameHeadroom; }
   uint32_t peer_ready_timeout_ms = 5000;      // coordinator: startup waits this long for peers to be READY
   // [[peers]] (level 4): remote L3 daemons
   struct Peer {

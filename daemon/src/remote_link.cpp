@@ -337,12 +337,12 @@ void GrpcRemoteLink::end_session(const std::string& why) {
   if (wake) wake();
 }
 
-// write_mu_ held. Encodes tasks into one TASK frame (inline bytes or buffer
-// references), records them as in flight, and writes the frame. False when
-// the stream broke.
+// write_mu_ held. Encodes tasks into TASK frames (inline bytes or buffer
+// references), records them as in flight, and writes the frames - as many as
+// keep each under max_message_bytes (a larger one broke the stream). False
+// when the stream broke.
 bool GrpcRemoteLink::write_tasks(std::vector<pto::RemoteTask>& tasks) {
-  pto::v1::Frame tf;
-  auto* body = tf.mutable_task();
+  std::vector<pto::v1::RemoteTask> encoded;
   std::vector<pto::RemoteCompletion> refused;
   std::vector<Pending> sent;
   for (auto& t : tasks) {
@@ -386,7 +386,7 @@ bool GrpcRemoteLink::write_tasks(std::vector<pto::RemoteTask>& tasks) {
       continue;
     }
     for (uint64_t s : t.scalars) w.add_scalars(s);
-    *body->add_tasks() = std::move(w);
+    encoded.push_back(std::move(w));
     sent.push_back(Pending{std::move(t)});
   }
   bool over = false;
@@ -407,9 +407,24 @@ bool GrpcRemoteLink::write_tasks(std::vector<pto::RemoteTask>& tasks) {
     if (!done_.empty()) has_done_.store(true, std::memory_order_release);
   }
   if ((!refused.empty() || over) && wake_) wake_();
-  if (over || body->tasks_size() == 0) return !over;
-  fill_header(&tf);
-  return stream_->Write(encode_frame(tf));
+  if (over || encoded.empty()) return !over;
+  // A task's inline bytes fit a frame (tensors_to_stage); several go together
+  // while they fit.
+  const uint64_t budget = cfg_.frame_budget();
+  for (size_t from = 0; from < encoded.size();) {
+    pto::v1::Frame tf;
+    auto* body = tf.mutable_task();
+    uint64_t bytes = 0;
+    for (; from < encoded.size(); ++from) {
+      const uint64_t size = encoded[from].ByteSizeLong();
+      if (body->tasks_size() > 0 && bytes + size > budget) break;
+      bytes += size;
+      *body->add_tasks() = std::move(encoded[from]);
+    }
+    fill_header(&tf);
+    if (!stream_->Write(encode_frame(tf))) return false;
+  }
+  return true;
 }
 
 void GrpcRemoteLink::writer_loop() {

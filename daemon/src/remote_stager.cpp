@@ -13,11 +13,37 @@ RemoteStager::RemoteStager(pto::RemoteLink& link, Session& session, std::mutex& 
                            const DaemonConfig& cfg)
     : link_(link), session_(session), mu_(mu), outputs_mu_(outputs_mu), cfg_(cfg) {}
 
+std::vector<size_t> tensors_to_stage(const pto::RemoteTask& t, const DaemonConfig& cfg) {
+  std::vector<size_t> stage, rest;
+  uint64_t in = 0, out = 0;  // inline bytes each way
+  for (size_t i = 0; i < t.tensors.size(); ++i) {
+    if (t.buffers[i].id != 0) continue;
+    const uint64_t bytes = pto::tensor_bytes(t.tensors[i]);
+    if (bytes > cfg.inline_limit_bytes) {
+      stage.push_back(i);
+      continue;
+    }
+    rest.push_back(i);
+    if (copies_in(t.directions[i])) in += bytes;
+    if (copies_out(t.directions[i])) out += bytes;
+  }
+  const uint64_t budget = cfg.frame_budget();
+  std::sort(rest.begin(), rest.end(),
+            [&](size_t a, size_t b) { return pto::tensor_bytes(t.tensors[a]) > pto::tensor_bytes(t.tensors[b]); });
+  for (size_t i : rest) {
+    if (in <= budget && out <= budget) break;
+    const uint64_t bytes = pto::tensor_bytes(t.tensors[i]);
+    const bool helps = (in > budget && copies_in(t.directions[i])) || (out > budget && copies_out(t.directions[i]));
+    if (!helps || bytes == 0) continue;
+    stage.push_back(i);
+    if (copies_in(t.directions[i])) in -= bytes;
+    if (copies_out(t.directions[i])) out -= bytes;
+  }
+  return stage;
+}
+
 bool RemoteStager::needs_staging(const pto::RemoteTask& t) const {
-  if (!t.refuse.empty()) return false;
-  for (size_t i = 0; i < t.tensors.size(); ++i)
-    if (t.buffers[i].id == 0 && pto::tensor_bytes(t.tensors[i]) > cfg_.inline_limit_bytes) return true;
-  return false;
+  return t.refuse.empty() && !tensors_to_stage(t, cfg_).empty();
 }
 
 void RemoteStager::start(std::function<void()> wake) {
@@ -81,14 +107,14 @@ bool RemoteStager::stage_one(pto::RemoteTask& task) {
   const uint32_t tmo = cfg_.peer_ready_timeout_ms;
   std::vector<size_t> staged;
   pto::Status st;
-  for (size_t i = 0; i < task.tensors.size() && st.ok(); ++i) {
+  for (size_t i : tensors_to_stage(task, cfg_)) {
     const uint64_t bytes = pto::tensor_bytes(task.tensors[i]);
-    if (task.buffers[i].id != 0 || bytes <= cfg_.inline_limit_bytes) continue;
     st = link_.buffer_alloc(bytes, &task.buffers[i], tmo);
     if (!st.ok()) break;
     staged.push_back(i);
     if (copies_in(task.directions[i]))
       st = link_.buffer_write(task.buffers[i], reinterpret_cast<const void*>(task.tensors[i].data), bytes, tmo);
+    if (!st.ok()) break;
   }
   if (!st.ok())
     for (size_t i : staged) (void)link_.buffer_free(task.buffers[i], tmo);

@@ -33,6 +33,13 @@ inline bool copies_out(pto::TensorDirection d) {
   return d == pto::TensorDirection::OUT || d == pto::TensorDirection::INOUT;
 }
 
+// The tensors of `t` that go in remote buffers: each above inline_limit_bytes,
+// then the largest of the others until the bytes the task carries inline
+// each way - IN in its TASK frame, OUT in its completion - fit a frame
+// (DaemonConfig::frame_budget()). A gRPC message past max_message_bytes
+// broke the stream: the session was lost, its tasks failed.
+std::vector<size_t> tensors_to_stage(const pto::RemoteTask& t, const DaemonConfig& cfg);
+
 class RemoteStager {
  public:
   // Where the stager's work goes: the link's session and queues. Called with

@@ -296,11 +296,22 @@ void SessionService::write_loop(const std::shared_ptr<SessionConn>& c, const Fra
     c->cv.wait_for(lk, period, [&] { return c->closed || !c->out.empty() || !c->done.empty(); });
     std::deque<OutFrame> frames;
     frames.swap(c->out);
-    pto::v1::Frame comp;
-    if (!c->done.empty()) {
-      auto* cf = comp.mutable_completion();
-      for (auto& d : c->done) *cf->add_completions() = std::move(d);
-      cf->set_credits(c->credits_back);
+    // Completions carry their outputs inline: as many frames as keep each
+    // under max_message_bytes (one larger broke the stream and lost the
+    // session); the credits go with the first.
+    std::vector<pto::v1::Frame> comps;
+    uint64_t bytes = 0;
+    for (auto& d : c->done) {
+      const uint64_t size = d.ByteSizeLong();
+      if (comps.empty() || (comps.back().completion().completions_size() > 0 && bytes + size > cfg.frame_budget())) {
+        comps.emplace_back().mutable_completion();
+        bytes = 0;
+      }
+      bytes += size;
+      *comps.back().mutable_completion()->add_completions() = std::move(d);
+    }
+    if (!comps.empty()) {
+      comps.front().mutable_completion()->set_credits(c->credits_back);
       c->credits_back = 0;
       c->done.clear();
     }
@@ -310,7 +321,8 @@ void SessionService::write_loop(const std::shared_ptr<SessionConn>& c, const Fra
     const uint64_t now = now_ns();
     {
       std::lock_guard<std::mutex> w(c->write_mu);
-      if (comp.has_completion()) ok = write_now({std::move(comp)});
+      for (auto& comp : comps)
+        if (ok) ok = write_now({std::move(comp)});
       for (auto& fr : frames)
         if (ok) ok = write_now(std::move(fr));
       if (ok && now - last_health >= uint64_t(cfg.heartbeat_ms) * 1'000'000) {
