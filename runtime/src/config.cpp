@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -29,6 +30,8 @@ bool parse_u64(const char* text, uint64_t* out) {
   else if (*end == 'g' || *end == 'G')
     mult = 1ull << 30, ++end;
   if (*end != '\0') return false;
+  // 17179869185g wrapped to exactly 1 GiB, a valid heap: past 2^64 is not a number.
+  if (static_cast<uint64_t>(v) > UINT64_MAX / mult) return false;
   *out = static_cast<uint64_t>(v) * mult;
   return true;
 }
@@ -92,8 +95,9 @@ Status RuntimeConfig::apply_env() {
     if (text == nullptr) continue;
     uint64_t value = 0;
     if (!parse_u64(text, &value))
-      return Status::Error(kInvalidConfig,
-                           fmt::format("{}='{}': not a non-negative integer (suffixes k, m, g allowed)", v.name, text));
+      return Status::Error(
+          kInvalidConfig,
+          fmt::format("{}='{}': not a non-negative integer below 2^64 (suffixes k, m, g allowed)", v.name, text));
     *v.u64 = value;
   }
   if (shards > 1024 || threads > 1024)

@@ -236,6 +236,13 @@ bool Orchestrator::validate_params(int32_t worker_type, const PTOParam* params, 
       fail(kInvalidArgument, fmt::format("param {} ({}): tensor pointer is null", i, kind_name(p.type)));
       return false;
     }
+    if (pto2_is_pipe_tensor(t)) {
+      // Its address is a pipe's name, no memory: a kernel would write through it.
+      fail(kInvalidArgument, fmt::format("param {} ({}): is a pipe tensor (make_pipe_tensor), not data; pass it as "
+                                         "make_pipe_in_param / make_pipe_out_param",
+                                         i, kind_name(p.type)));
+      return false;
+    }
     if (t->ndim < 1 || t->ndim > PTO2_MAX_DIMS) {
       fail(kInvalidArgument,
            fmt::format("param {} ({}): ndim {} is outside 1..{}", i, kind_name(p.type), t->ndim, PTO2_MAX_DIMS));
@@ -721,6 +728,13 @@ int32_t Orchestrator::read_tensor(const Tensor* t, void* dst, uint64_t dst_bytes
   }
   if (pto2_is_pipe_tensor(t)) {
     fail(kInvalidArgument, "pto2_rt_read_tensor: a pipe tensor has no storage to read");
+    return error_.code;
+  }
+  // Before the size below reads shapes[0..ndim).
+  if (t->ndim < 1 || t->ndim > PTO2_MAX_DIMS || pto2_dtype_size(t->dtype) == 0) {
+    fail(kInvalidArgument, fmt::format("pto2_rt_read_tensor: ndim {} / dtype {}: a tensor has 1..{} dimensions and a "
+                                       "known dtype",
+                                       t->ndim, t->dtype, PTO2_MAX_DIMS));
     return error_.code;
   }
   const uint64_t esz = pto2_dtype_size(t->dtype);

@@ -116,6 +116,13 @@ TEST_CASE("bad submits fail the run with a message naming the value", "[api]") {
          PTOParam p[] = {make_output_param(t), make_scalar_param(0)};
          return pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, p, 2);
        }},
+      // Before: taken, and the kernel wrote through the pipe's pseudo-address (a segfault).
+      {"a pipe tensor as data", kInvalidArgument, "is a pipe tensor",
+       [&](PTO2Runtime* rt) {
+         Tensor t = make_pipe_tensor(0, 1);
+         PTOParam p[] = {make_output_param(t), make_scalar_param(0)};
+         return pto2_rt_submit_task(rt, kFill, PTO2_WORKER_VECTOR, p, 2);
+       }},
       {"dependency on a task not yet submitted", kInvalidArgument, "dependency 4000",
        [&](PTO2Runtime* rt) {
          const int64_t dep = 4000;
@@ -140,6 +147,30 @@ TEST_CASE("bad submits fail the run with a message naming the value", "[api]") {
       CHECK(run_one(*chip.runtime, [](PTO2Runtime*) {}).ok());
     }
   }
+}
+
+TEST_CASE("pto2_rt_read_tensor of a tensor with a bad ndim or dtype names it, reading nothing past the tensor",
+          "[api]") {
+  // Before: its element count was taken from shapes[] before any check (ndim 9 read past the array).
+  Chip chip(small_config(1), 0);
+  std::vector<int64_t> buf(8, 0), out(8, 0);
+  for (int32_t ndim : {0, 9}) {
+    INFO("ndim " << ndim);
+    RunResult r = run_one(*chip.runtime, [&](PTO2Runtime* rt) {
+      Tensor t = vec(buf);
+      t.ndim = ndim;
+      CHECK(pto2_rt_read_tensor(rt, &t, out.data(), out.size() * 8) == kInvalidArgument);
+    });
+    CHECK(r.status.code == kInvalidArgument);
+    CHECK_THAT(r.status.message, Catch::Contains("pto2_rt_read_tensor: ndim " + std::to_string(ndim)));
+  }
+  RunResult r = run_one(*chip.runtime, [&](PTO2Runtime* rt) {
+    Tensor t = vec(buf);
+    t.dtype = 99;
+    CHECK(pto2_rt_read_tensor(rt, &t, out.data(), out.size() * 8) == kInvalidArgument);
+  });
+  CHECK_THAT(r.status.message, Catch::Contains("dtype 99"));
+  CHECK(run_one(*chip.runtime, [](PTO2Runtime*) {}).ok());
 }
 
 TEST_CASE("a runtime-allocated tensor used after its scope ended is an error, not a stale read", "[api][scope]") {

@@ -81,4 +81,12 @@ TEST_CASE("a bad environment value names the variable and the value", "[config]"
     RuntimeConfig cfg;
     CHECK_FALSE(cfg.apply_env().ok());
   }
+  {
+    // 17179869185 GiB is 2^64 + 1 GiB: before, it wrapped to exactly 1 GiB and was taken.
+    Env a("PTO2_RING_HEAP", "17179869185g");
+    RuntimeConfig cfg;
+    const Status s = cfg.apply_env();
+    CHECK(s.code == kInvalidConfig);
+    CHECK_THAT(s.message, Catch::Contains("PTO2_RING_HEAP='17179869185g'") && Catch::Contains("below 2^64"));
+  }
 }
