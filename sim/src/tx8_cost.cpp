@@ -5,12 +5,24 @@
 
 namespace pto2::sim {
 
+namespace {
+uint64_t bucket_length(double bytes_per_ns) {
+  const double ns = std::ceil(DdrChannel::kMinBucketBytes / bytes_per_ns);
+  return std::max<uint64_t>(DdrChannel::kBucketNs, static_cast<uint64_t>(ns));
+}
+}  // namespace
+
 DdrChannel::DdrChannel(double bytes_per_ns, uint32_t latency_ns)
-    : capacity_(bytes_per_ns * double(kBucketNs)), latency_ns_(latency_ns) {}
+    : bucket_ns_(bucket_length(bytes_per_ns)), capacity_(bytes_per_ns * double(bucket_ns_)), latency_ns_(latency_ns) {}
 
 void DdrChannel::reset() {
   std::lock_guard<std::mutex> g(mu_);
   used_.clear();
+}
+
+size_t DdrChannel::buckets_held() {
+  std::lock_guard<std::mutex> g(mu_);
+  return used_.size();
 }
 
 uint64_t DdrChannel::transfer(uint64_t t, uint64_t bytes) {
@@ -18,9 +30,9 @@ uint64_t DdrChannel::transfer(uint64_t t, uint64_t bytes) {
   if (bytes == 0) return t;
   std::lock_guard<std::mutex> g(mu_);
   double left = double(bytes);
-  uint64_t b = t / kBucketNs;
+  uint64_t b = t / bucket_ns_;
   // The first bucket only after t: the part of it before t is gone.
-  double from = double(t % kBucketNs) / double(kBucketNs);
+  double from = double(t % bucket_ns_) / double(bucket_ns_);
   for (;; ++b, from = 0) {
     double& used = used_[b];
     const double room = std::min(capacity_ - used, capacity_ * (1.0 - from));
@@ -32,7 +44,7 @@ uint64_t DdrChannel::transfer(uint64_t t, uint64_t bytes) {
     // Its last byte: after its own bytes from its start, and no earlier
     // than the bytes the bucket now carries.
     const double frac = std::min(1.0, std::max(from + take / capacity_, used / capacity_));
-    return std::max(t, static_cast<uint64_t>(std::ceil(double(b * kBucketNs) + double(kBucketNs) * frac)));
+    return std::max(t, static_cast<uint64_t>(std::ceil(double(b * bucket_ns_) + double(bucket_ns_) * frac)));
   }
 }
 

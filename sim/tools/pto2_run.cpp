@@ -213,6 +213,11 @@ Status Arguments::prepare(const ChipConfig& cfg, const Options& o) {
       dev_args[i] = host_args[i] = a.scalar;
       continue;
     }
+    // The device buffer first: an argument larger than the device is refused
+    // by name before its host copy is made (that was bad_alloc, or the OOM
+    // killer, for a shape past the host's memory).
+    if (Status ms = memory_.alloc(a.bytes(), &device[i]); !ms.ok())
+      return Status::Error(ms.code, fmt::format("argument {}: {}", a.name, ms.message));
     if (a.role == ArgSpec::Role::kOutput)
       fill_unwritten(a, host[i]);
     else
@@ -224,8 +229,6 @@ Status Arguments::prepare(const ChipConfig& cfg, const Options& o) {
         generate_input(a, rng, host[i]);
       }
     }
-    if (Status ms = memory_.alloc(a.bytes(), &device[i]); !ms.ok())
-      return Status::Error(ms.code, fmt::format("argument {}: {}", a.name, ms.message));
     (void)memory_.copy_to_device(device[i], host[i].data(), a.bytes());
     dev_args[i] = reinterpret_cast<uint64_t>(device[i]);
     host_args[i] = reinterpret_cast<uint64_t>(host[i].data());

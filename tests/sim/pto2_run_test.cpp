@@ -201,6 +201,18 @@ TEST_CASE("pto2-run: an output element no task wrote fails, whatever the golden"
   CHECK_THAT(r.output, Catch::Contains("f: FAIL (16384/16385 elements matched)"));
 }
 
+TEST_CASE("pto2-run: an argument larger than the simulated device is refused by name", "[pto2-run]") {
+  TempDir dir;
+  // 2^34 float32: 64 GiB, past the 4 GiB device (and this host). Before: its host copy came first -
+  // "internal error: std::bad_alloc", or the OOM killer.
+  const std::string cfg = variant(dir, "shape = [16384]\nrtol", "shape = [131072, 131072]\nrtol");
+  Result r = run(cfg);
+  INFO(r.output);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.output, Catch::Contains("argument f: device out of memory"));
+  CHECK_THAT(r.output, !Catch::Contains("internal error"));
+}
+
 TEST_CASE("pto2-run: data settings on an output are refused - an accumulator is an inout", "[pto2-run]") {
   TempDir dir;
   const std::string cfg =

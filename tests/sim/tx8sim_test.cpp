@@ -318,6 +318,17 @@ TEST_CASE("DDR bandwidth: a transfer charged later still gets the capacity left 
   CHECK(ddr.transfer(0, 1 << 20) == 5243);
 }
 
+TEST_CASE("DDR bandwidth: a slow channel's transfer walks a bucket per 4 KiB, not per 100 ns", "[tx8sim]") {
+  // 0.001 GB/s: a 100 ns bucket carried a tenth of a byte, and 64 KiB walked (and kept) 655,360 of them.
+  DdrChannel slow(0.001, 0);
+  CHECK(slow.bucket_ns() == 4096000);             // 4 KiB per bucket
+  CHECK(slow.transfer(0, 64 << 10) == 65536000);  // 64 KiB at 1 byte per us
+  CHECK(slow.buckets_held() == 16);
+  CHECK(slow.transfer(0, 1) == 65536000 + 1000);  // after it: the channel is busy until then
+  // At the default bandwidth the buckets stay 100 ns.
+  CHECK(DdrChannel(200.0, 0).bucket_ns() == DdrChannel::kBucketNs);
+}
+
 TEST_CASE("movers refuse what leaves their bounds, naming the task and the sizes", "[tx8sim]") {
   Chip c(quiet_config());
   const uint64_t bytes = 8192;
