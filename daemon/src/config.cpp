@@ -436,11 +436,6 @@ Status DaemonConfig::validate() {
   if (log_target != "auto" && log_target != "journal" && log_target != "stderr")
     return bad(fmt::format("[daemon] log_target '{}' is not one of auto, journal, stderr", log_target));
   if (socket.empty() && listen.empty()) return bad("no listener: set [server] socket and/or listen");
-  if (level == 4 && !peers.empty() && inline_limit_bytes > frame_budget())  // a coordinator's: it sends them
-    return bad(
-        fmt::format("[session] inline_limit_bytes = {}: a tensor sent inline must fit a message: at most "
-                    "[server] max_message_bytes ({}) - {}",
-                    inline_limit_bytes, max_message_bytes, kFrameHeadroom));
   // Against the CPUs this host lets ptod be placed on (online, in its
   // cpuset; a narrower mask it was started with does not count: its
   // children may leave it), before run_daemon() places it: a CPU that is

@@ -54,6 +54,9 @@ struct DaemonConfig {
   // The bytes of tensors one session frame (a TASK frame, a completion) may
   // carry: max_message_bytes less room for the rest of the frame.
   static constexpr uint64_t kFrameHeadroom = 64ull << 10;
+  // What a task or completion costs a frame beyond its own bytes: its field
+  // tag and length prefix.
+  static constexpr uint64_t kRepeatedOverhead = 6;
   uint64_t frame_budget() const { return max_message_bytes - kFrameHeadroom; }
   uint32_t peer_ready_timeout_ms = 5000;      // coordinator: startup waits this long for peers to be READY
   // [[peers]] (level 4): remote L3 daemons

@@ -323,7 +323,10 @@ void JobManager::apply_ending_locked(uint64_t id, Ending e, std::vector<std::str
   else
     ++counts_.cancelled_total;
   changed_locked(done);
-  finished_order_.push_back(id);
+  if (done.readers > 0)
+    done.end_unordered = true;  // among the finished once read (read_done_locked)
+  else
+    finished_order_.push_back(id);
   keep_ = std::max<size_t>(cfg_.retain_finished, keep_ == 0 ? 0 : keep_ - 1);
   trim_locked(trimmed, keep_);
   if (live_locked() == 0) cv_.notify_all();  // wait_idle
@@ -343,12 +346,8 @@ void JobManager::changed_locked(Job& j) {
 }
 
 void JobManager::trim_locked(std::vector<std::string>* files, size_t keep) {
-  for (auto at = finished_order_.begin(); finished_order_.size() > keep && at != finished_order_.end();) {
-    auto it = jobs_.find(*at);
-    if (it != jobs_.end() && it->second.readers > 0) {
-      ++at;  // its end is still to be read (a waited batch's reply): trimmed once it has been
-      continue;
-    }
+  while (finished_order_.size() > keep) {
+    auto it = jobs_.find(finished_order_.front());
     if (it != jobs_.end()) {
       // A job's trace lives as long as the job is retained.
       if (!it->second.result.trace_path().empty()) files->push_back(it->second.result.trace_path());
@@ -359,8 +358,17 @@ void JobManager::trim_locked(std::vector<std::string>* files, size_t keep) {
       it->second.changed->notify_all();
       jobs_.erase(it);
     }
-    at = finished_order_.erase(at);
+    finished_order_.pop_front();
   }
+}
+
+void JobManager::read_done_locked(Job& j, std::vector<std::string>* trimmed) {
+  if (j.readers == 0) return;
+  --j.readers;
+  if (j.readers > 0 || !j.end_unordered) return;
+  j.end_unordered = false;
+  finished_order_.push_back(j.id);
+  trim_locked(trimmed, keep_);
 }
 
 void JobManager::done_reading(const std::vector<Queued>& jobs) {
@@ -368,8 +376,7 @@ void JobManager::done_reading(const std::vector<Queued>& jobs) {
   {
     std::lock_guard<std::mutex> g(mu_);
     for (const Queued& q : jobs)
-      if (auto it = jobs_.find(q.id); it != jobs_.end() && it->second.readers > 0) --it->second.readers;
-    trim_locked(&trimmed, keep_);
+      if (auto it = jobs_.find(q.id); it != jobs_.end()) read_done_locked(it->second, &trimmed);
   }
   remove_files(trimmed);
 }
@@ -477,6 +484,11 @@ Status JobManager::cancel(const Principal& who, uint64_t id, pto::v1::JobState* 
 Status JobManager::wait_event(const Principal& who, uint64_t id, uint64_t* version, std::chrono::milliseconds timeout,
                               pto::v1::JobEvent* ev) {
   pto::RunHandle h;
+  struct RemoveAfter {  // once mu_ is released
+    JobManager& m;
+    std::vector<std::string> files;
+    ~RemoveAfter() { m.remove_files(files); }
+  } trimmed{*this, {}};
   {
     std::unique_lock<std::mutex> lk(mu_);
     if (!visible_locked(who, id)) return Status::Error(pto::kWorkerNotRegistered, fmt::format("no job {}", id));
@@ -486,6 +498,14 @@ Status JobManager::wait_event(const Principal& who, uint64_t id, uint64_t* versi
     // seen it (other jobs ending meanwhile trimmed it: "no longer retained").
     const std::shared_ptr<std::condition_variable> changed = it->second.changed;
     ++it->second.readers;
+    struct Reading {  // with mu_ held: destroyed before lk
+      JobManager& m;
+      uint64_t id;
+      std::vector<std::string>* trimmed;
+      ~Reading() {
+        if (auto j = m.jobs_.find(id); j != m.jobs_.end()) m.read_done_locked(j->second, trimmed);
+      }
+    } reading{*this, id, &trimmed.files};
     changed->wait_for(lk, timeout, [&] {
       auto j = jobs_.find(id);
       return j == jobs_.end() || j->second.version != *version || stop_;
@@ -493,7 +513,6 @@ Status JobManager::wait_event(const Principal& who, uint64_t id, uint64_t* versi
     it = jobs_.find(id);
     if (it == jobs_.end())
       return Status::Error(pto::kWorkerNotRegistered, fmt::format("job {} is no longer retained", id));
-    --it->second.readers;
     const Job& j = it->second;
     if (stop_ && !final_state(j.state)) return Status::Error(pto::kUnavailable, "the daemon is stopping");
     *version = j.version;

@@ -185,8 +185,10 @@ class JobManager {
     // its end's record is queued for that commit, not committed on its own.
     bool waiter_commits = false;
     // Callers that will read its end (a waited batch's reply, a wait_event
-    // under way): it is not trimmed before they have (done_reading).
+    // under way): a job that ends while read joins finished_order_ - and can
+    // be trimmed - only once they have (read_done_locked).
     uint32_t readers = 0;
+    bool end_unordered = false;  // ended while read: not in finished_order_ yet
     // Its log file may exist (removed when the job is trimmed): false only
     // for a chip or sub job whose task answered that it wrote nothing there.
     bool log_written = true;
@@ -240,9 +242,11 @@ class JobManager {
   void changed_locked(Job& j);
   // Queued jobs that start before j (higher priority, or as high and older).
   uint32_t queue_position_locked(const Job& j) const;
+  // A caller has read j's end (Job::readers): one that ended meanwhile is
+  // now among the finished, trimmed as any other.
+  void read_done_locked(Job& j, std::vector<std::string>* trimmed);
   // Drops the oldest finished jobs beyond `keep` (retain_finished; more
-  // after a restart: keep_), but none a caller still reads (Job::readers:
-  // trimmed once it is done); their records go with the next commit (gone_), their trace and
+  // after a restart: keep_); their records go with the next commit (gone_), their trace and
   // log files into *files for the caller to remove once mu_ is released (a
   // syscall each, kept out of the lock every job's start and end take).
   void trim_locked(std::vector<std::string>* files, size_t keep);

@@ -55,7 +55,11 @@ pto::Status check_log_file(const std::string& file) {
     return pto::Status::Ok();
   }
   fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  while (!fs::exists(dir, ec) && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
+  while (!fs::exists(dir, ec)) {  // spdlog creates the missing ones
+    const fs::path up = dir.parent_path();
+    if (up == dir) break;
+    dir = up.empty() ? fs::path(".") : up;  // a relative path: under the working directory
+  }
   if (!fs::is_directory(dir, ec)) return refuse(fmt::format("'{}' is not a directory", dir.string()));
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     return refuse(fmt::format("cannot be created in '{}' ({})", dir.string(), pto::errno_text(errno)));

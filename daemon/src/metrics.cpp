@@ -250,15 +250,22 @@ struct MetricsServer::Impl {
   Render render;
 
   asio::steady_timer retry{io};
+  std::chrono::steady_clock::time_point last_warned{};
 
   void accept() {
     acceptor.async_accept([this](std::error_code ec, asio::ip::tcp::socket sock) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;  // closed: the daemon stops
+      if (ec == asio::error::connection_aborted) return accept();               // the client went away first
       if (ec) {
         // Out of descriptors or memory for a moment (EMFILE, ENFILE, ENOBUFS,
         // ENOMEM): accept again once some may have closed. Returning stopped
         // the endpoint for good - scrapes timed out while ptod served on.
-        log("main")->warn("metrics: cannot accept a connection: {}; trying again in 100 ms", ec.message());
+        // Said once per 10 s while it lasts.
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_warned >= std::chrono::seconds(10)) {
+          log("main")->warn("metrics: cannot accept a connection: {}; trying again every 100 ms", ec.message());
+          last_warned = now;
+        }
         retry.expires_after(std::chrono::milliseconds(100));
         retry.async_wait([this](std::error_code e) {
           if (!e) accept();

@@ -416,7 +416,7 @@ bool GrpcRemoteLink::write_tasks(std::vector<pto::RemoteTask>& tasks) {
     auto* body = tf.mutable_task();
     uint64_t bytes = 0;
     for (; from < encoded.size(); ++from) {
-      const uint64_t size = encoded[from].ByteSizeLong();
+      const uint64_t size = encoded[from].ByteSizeLong() + DaemonConfig::kRepeatedOverhead;
       if (body->tasks_size() > 0 && bytes + size > budget) break;
       bytes += size;
       *body->add_tasks() = std::move(encoded[from]);

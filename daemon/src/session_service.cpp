@@ -302,7 +302,7 @@ void SessionService::write_loop(const std::shared_ptr<SessionConn>& c, const Fra
     std::vector<pto::v1::Frame> comps;
     uint64_t bytes = 0;
     for (auto& d : c->done) {
-      const uint64_t size = d.ByteSizeLong();
+      const uint64_t size = d.ByteSizeLong() + DaemonConfig::kRepeatedOverhead;
       if (comps.empty() || (comps.back().completion().completions_size() > 0 && bytes + size > cfg.frame_budget())) {
         comps.emplace_back().mutable_completion();
         bytes = 0;
@@ -560,6 +560,7 @@ void SessionService::start_task(const std::shared_ptr<SessionConn>& c, const pto
   // daemon trusts it to (its session's principal is admin here).
   pto::RunOptions options;
   options.principal = c->who.admin && !t.principal().empty() ? t.principal() : c->who.name;
+  options.task_timeout_ms = cc.timeout_ms;  // every task an orchestration run here submits, as on the coordinator
   const pto::RunnerPool& runners = p_.runners;
   auto fn = [rc, args, &runners, principal = options.principal](pto::Orchestrator& o, const pto::TaskArgsView& view,
                                                                 const pto::CallConfig& cfg) {

@@ -12,6 +12,7 @@ std::vector<PyObject*>& waiting() {
   return *w;
 }
 bool g_call_queued = false;
+thread_local int tl_engine_depth = 0;
 
 int release_pending_call(void*) {
   g_call_queued = false;
@@ -29,7 +30,11 @@ void release_on_python_thread(py::object&& o) {
   if (!g_call_queued && Py_AddPendingCall(&release_pending_call, nullptr) == 0) g_call_queued = true;
 }
 
+OnEngineThread::OnEngineThread() { ++tl_engine_depth; }
+OnEngineThread::~OnEngineThread() { --tl_engine_depth; }
+
 void release_deferred() {
+  if (tl_engine_depth > 0) return;  // left to a Python thread
   // A release may run Python code that hands over more, or lets go of the
   // GIL (~PyWorker does) so that another thread hands over or releases too:
   // take a batch at a time, and touch the list only with the GIL.

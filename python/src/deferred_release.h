@@ -17,9 +17,19 @@ namespace py = pybind11;
 
 // With the GIL held, on any thread: `o` is released later on a Python thread.
 void release_on_python_thread(py::object&& o);
-// With the GIL held, on a Python thread (never an engine thread): releases
-// what engine threads handed over. Cheap when nothing waits.
+// With the GIL held: releases what engine threads handed over - nothing on
+// an engine thread running Python code (an orchestration that calls into
+// another Worker): the last reference to its own Worker may be among it.
+// Cheap when nothing waits.
 void release_deferred();
+// While alive, this thread is an engine thread running Python code.
+class OnEngineThread {
+ public:
+  OnEngineThread();
+  ~OnEngineThread();
+  OnEngineThread(const OnEngineThread&) = delete;
+  OnEngineThread& operator=(const OnEngineThread&) = delete;
+};
 // In a forked child: what the parent had not released yet is not the child's
 // to release (forgotten, not dropped).
 void forget_deferred_in_child();

@@ -67,6 +67,7 @@ pto::OrchestrationFunction python_orchestration(py::object fn, std::shared_ptr<R
   });
   return [holder, keep](pto::Orchestrator& o, const pto::TaskArgsView& view, const pto::CallConfig& cfg) -> int {
     py::gil_scoped_acquire gil;
+    const OnEngineThread engine;  // what it calls into releases nothing here (deferred_release.h)
     auto po = std::make_shared<PyOrchestrator>();
     po->o = &o;
     po->keep = keep;

@@ -108,9 +108,12 @@ using Access = CapturedRegion::Access;
 // caller's coordinates.
 void conflicts(const std::vector<Access>& list, int64_t shift, uint32_t task, uint64_t lo, uint64_t hi, bool writer,
                std::vector<uint32_t>* producers) {
+  // Signed: an access of a binding that starts below the caller's base (a
+  // writer of all of A, read through B inside it) starts below 0 here.
+  const auto slo = static_cast<int64_t>(lo), shi = static_cast<int64_t>(hi);
   for (const Access& a : list) {
-    const uint64_t alo = a.lo + static_cast<uint64_t>(shift), ahi = a.hi + static_cast<uint64_t>(shift);
-    if (alo < hi && lo < ahi && (writer || a.writer) && a.task != task) producers->push_back(a.task);
+    const int64_t alo = static_cast<int64_t>(a.lo) + shift, ahi = static_cast<int64_t>(a.hi) + shift;
+    if (alo < shi && slo < ahi && (writer || a.writer) && a.task != task) producers->push_back(a.task);
   }
 }
 

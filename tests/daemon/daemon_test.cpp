@@ -513,6 +513,11 @@ TEST_CASE("ptod and ptoctl say their version - ptod --check-config prints the ef
   // One the start can create (its directories too) passes.
   std::ofstream(dir + "/log2.toml") << "[daemon]\nlog_file = \"" << dir << "/logs/ptod.log\"\n";
   CHECK(run_command({PTOD_PATH, "--check-config", "--config", dir + "/log2.toml"}, 30).code == 0);
+  // A relative one too: under the working directory (before the review's mend: "'rel-logs' is not a directory").
+  std::ofstream(dir + "/log3.toml") << "[daemon]\nlog_file = \"rel-logs-" << getpid() << "/ptod.log\"\n";
+  Output rel = run_command({PTOD_PATH, "--check-config", "--config", dir + "/log3.toml"}, 30);
+  INFO(rel.text);
+  CHECK(rel.code == 0);
   std::filesystem::remove_all(dir);
 }
 

@@ -490,33 +490,37 @@ TEST_CASE(
   Chip chip(config(CaptureMode::kReplay, 2), 2);
   REQUIRE(chip.runtime);
   const uint32_t ys[1] = {kCols}, two[1] = {2 * kCols}, at[1] = {kCols}, zero[1] = {0};
-  for (int run = 0; run < 3; ++run) {
-    INFO("run " << run);
-    std::vector<int64_t> src(kCols, 7), w(kCols, 3), mem(2 * kCols, 1);
+  // The writer's span in A: its upper half (B exactly), or all of A (it starts below B's base: an unsigned
+  // shift wrapped it past every span, and the edge was lost again). Each its own key.
+  for (int run = 0; run < 6; ++run) {
+    const bool whole = run >= 3;
+    INFO("run " << run << (whole ? ", the writer writes all of A" : ", the writer writes A's upper half"));
+    std::vector<int64_t> src(kCols, 7), src2(2 * kCols, 7), w(kCols, 3), mem(2 * kCols, 1);
     RunResult res = chip.runtime->run([&](PTO2Runtime* rt) {
       Tensor S = make_tensor_external(src.data(), ys, 1, PTO2_INT64);
+      Tensor S2 = make_tensor_external(src2.data(), two, 1, PTO2_INT64);
       Tensor W = make_tensor_external(w.data(), ys, 1, PTO2_INT64);
       Tensor A = make_tensor_external(mem.data(), two, 1, PTO2_INT64);         // mem[0, 32)
       Tensor B = make_tensor_external(mem.data() + kCols, ys, 1, PTO2_INT64);  // mem[16, 32)
-      Tensor* b[] = {&S, &W, &A, &B};
-      PTO2_CAPTURE(rt, 1, b, 4) {
+      Tensor* b[] = {&S, &S2, &W, &A, &B};
+      PTO2_CAPTURE(rt, whole ? 2 : 1, b, 5) {
         PTO2_SCOPE(rt) {
-          // A[16, 32) = S after 20 ms.
-          Tensor upper = tensor_view(A, at, ys);
-          PTOParam c[] = {make_input_param(S), make_output_param(upper), make_scalar_param(20000)};
+          // A[16, 32) = S (or all of A = S2) after 20 ms.
+          Tensor upper = whole ? A : tensor_view(A, at, ys);
+          PTOParam c[] = {make_input_param(whole ? S2 : S), make_output_param(upper), make_scalar_param(20000)};
           pto2_rt_submit_task(rt, kSlowCopy, PTO2_WORKER_VECTOR, c, 3);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(60));
         submit_fillers(rt);
-        Tensor whole = tensor_view(B, zero, ys);
-        PTOParam m[] = {make_inout_param(W), make_input_param(whole), make_scalar_param(1)};
+        Tensor all_of_b = tensor_view(B, zero, ys);
+        PTOParam m[] = {make_inout_param(W), make_input_param(all_of_b), make_scalar_param(1)};
         pto2_rt_submit_task(rt, kMix, PTO2_WORKER_VECTOR, m, 3);
       }
       return pto2_rt_error(rt);
     });
     INFO(res.status.message);
     REQUIRE(res.ok());
-    CHECK(res.stats.regions_replayed == (run == 0 ? 0u : 1u));
+    CHECK(res.stats.regions_replayed == (run % 3 == 0 ? 0u : 1u));
     for (int64_t v : w) CHECK(v == mix_step(3, 7, 1));
   }
 }
